@@ -1,0 +1,51 @@
+"""Declares the Cython extensions; all metadata lives in pyproject.toml."""
+
+import os
+import sys
+
+from Cython.Build import cythonize
+from setuptools import Extension, setup
+
+# One extension per hot kernel; each has a .pxd (what others cimport) and a .pyi (typing).
+KERNELS = ["crc32c", "varint", "batch", "arrowcols", "index", "hashing"]
+# MQCORE_KERNELS="crc32c varint" builds a subset (fuzz and sanitizer builds of one kernel).
+if os.environ.get("MQCORE_KERNELS"):
+    KERNELS = [k for k in KERNELS if k in os.environ["MQCORE_KERNELS"].split()]
+
+# Directives are set here once for every module; functions that check every length they read
+# turn bounds checking off locally.
+DIRECTIVES = {
+    "language_level": 3,
+    "embedsignature": True,
+    "wraparound": False,
+    "cdivision": True,
+    "initializedcheck": False,
+}
+
+compile_args = [] if sys.platform == "win32" else ["-O3", "-fno-strict-aliasing"]
+link_args = []
+if os.environ.get("MQCORE_SANITIZE"):
+    # `make asan`: AddressSanitizer + UndefinedBehaviorSanitizer builds of every kernel
+    flags = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-O1", "-g"]
+    compile_args += flags
+    link_args += flags
+
+extensions = [
+    Extension(
+        f"mqcore._ext.{name}",
+        [f"src/mqcore/_ext/{name}.pyx"],
+        include_dirs=["src/mqcore/_ext"],
+        extra_compile_args=compile_args,
+        extra_link_args=link_args,
+    )
+    for name in KERNELS
+]
+
+setup(
+    ext_modules=cythonize(
+        extensions,
+        compiler_directives=DIRECTIVES,
+        include_path=["src"],
+        nthreads=int(os.environ.get("MQCORE_BUILD_JOBS", "0")),
+    )
+)

@@ -1,0 +1,110 @@
+"""Every exception mqcore raises on purpose.
+
+Pure Python so that both the kernels (`mqcore._ext`) and the layers above import it. Each error
+names what was wrong (a topic, a file and position, a size against its limit) so a caller can act
+on it without reading our code.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "MQCoreError",
+    "StoreError",
+    "StoreClosedError",
+    "StoreLockedError",
+    "ReadOnlyStoreError",
+    "InvalidTopicError",
+    "UnknownTopicError",
+    "TopicExistsError",
+    "UnknownPartitionError",
+    "InvalidConfigError",
+    "RecordTooLargeError",
+    "InvalidRecordError",
+    "OffsetOutOfRangeError",
+    "CorruptRecordError",
+    "CorruptIndexError",
+    "UnsupportedCodecError",
+    "CodecError",
+]
+
+
+class MQCoreError(Exception):
+    """Base of every error mqcore raises on purpose."""
+
+
+class StoreError(MQCoreError):
+    """A store-level problem: the directory, its lock, its metadata."""
+
+
+class StoreClosedError(StoreError):
+    """The store (or the object read through it) was used after `close()`."""
+
+
+class StoreLockedError(StoreError):
+    """Another process holds the writer lock of the store directory."""
+
+
+class ReadOnlyStoreError(StoreError):
+    """A write was attempted on a store opened with `read_only=True`."""
+
+
+class InvalidConfigError(MQCoreError, ValueError):
+    """A configuration value is out of its allowed range or of the wrong type."""
+
+
+class InvalidTopicError(MQCoreError, ValueError):
+    """A topic name breaks Kafka's rule: [a-zA-Z0-9._-], 1..249 characters, not '.' or '..'."""
+
+
+class UnknownTopicError(MQCoreError, KeyError):
+    """The topic does not exist (and the store was not opened with auto_create_topics=True)."""
+
+    def __str__(self) -> str:  # KeyError quotes its argument; we want the plain sentence
+        return str(self.args[0]) if self.args else "unknown topic"
+
+
+class TopicExistsError(MQCoreError, ValueError):
+    """`create_topic` named a topic that already exists with a different partition count."""
+
+
+class UnknownPartitionError(MQCoreError, ValueError):
+    """The partition number is outside 0..partitions-1 of its topic."""
+
+
+class RecordTooLargeError(MQCoreError, ValueError):
+    """A record batch is larger than the topic's max_message_bytes; nothing was written."""
+
+
+class InvalidRecordError(MQCoreError, TypeError):
+    """A key, value, header or timestamp handed to append is of the wrong type or range."""
+
+
+class OffsetOutOfRangeError(MQCoreError, IndexError):
+    """An offset is negative or outside [start_offset, end_offset] of its partition."""
+
+
+class CorruptRecordError(MQCoreError):
+    """Bytes on disk are not a valid record batch: bad length, magic, CRC or offsets.
+
+    `path` and `position` name where; the store never skips such bytes silently.
+    """
+
+    def __init__(self, message: str, path: str | None = None, position: int | None = None):
+        where = ""
+        if path is not None:
+            where = f" in {path}" + (f" at position {position}" if position is not None else "")
+        super().__init__(message + where)
+        self.path = path
+        self.position = position
+
+
+class CorruptIndexError(MQCoreError):
+    """An index file is inconsistent with its segment (recovery rebuilds it)."""
+
+
+class UnsupportedCodecError(MQCoreError, ValueError):
+    """A compression codec name or attribute value that Kafka v2 does not define."""
+
+
+class CodecError(MQCoreError):
+    """A compressed payload could not be decompressed (corrupt or truncated stream)."""
