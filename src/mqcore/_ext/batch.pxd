@@ -1,0 +1,83 @@
+# Kafka v2 record batches: header parsing and a record cursor that arrowcols.pyx also drives.
+from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint32_t
+
+cdef enum:
+    LOG_OVERHEAD = 12            # baseOffset int64 + batchLength int32
+    BATCH_HEADER_SIZE = 61       # through recordsCount
+    CRC_OFFSET = 17
+    CRC_START = 21               # the CRC covers [attributes, end of batch)
+    MAGIC_OFFSET = 16
+    ATTR_CODEC_MASK = 0x07
+    ATTR_LOG_APPEND_TIME = 0x08
+    ATTR_TRANSACTIONAL = 0x10
+    ATTR_CONTROL = 0x20
+    ATTR_DELETE_HORIZON = 0x40
+
+# Result codes of the leaf parsers; error_text() turns them into words.
+cdef enum:
+    OK = 0
+    E_SHORT = -1                 # fewer bytes than the structure needs (end of data)
+    E_LENGTH = -2                # batchLength outside [49, limit]
+    E_MAGIC = -3
+    E_CRC = -4
+    E_CODEC = -5
+    E_COUNT = -6                 # recordsCount / lastOffsetDelta inconsistent
+    E_VARINT = -7
+    E_RECORD_LENGTH = -8         # a record's length runs past the batch or disagrees with its body
+    E_FIELD_LENGTH = -9          # key/value/header length < -1 or past the record
+    E_OFFSET_DELTA = -10         # offset deltas not increasing or past lastOffsetDelta
+    E_TRAILING = -11             # bytes left after recordsCount records
+    E_OFFSET_ORDER = -12         # batch offsets go backwards within a segment
+    E_HEADER_COUNT = -13
+
+cdef struct BatchHeader:
+    int64_t base_offset
+    int32_t batch_length
+    int32_t leader_epoch
+    int8_t magic
+    uint32_t crc
+    int16_t attributes
+    int32_t last_offset_delta
+    int64_t base_timestamp
+    int64_t max_timestamp
+    int64_t producer_id
+    int16_t producer_epoch
+    int32_t base_sequence
+    int32_t records_count
+
+# One record's fields as pointers into the (decompressed) records area; nothing is copied.
+cdef struct RecordView:
+    int64_t offset_delta
+    int64_t timestamp_delta
+    const unsigned char* key
+    Py_ssize_t key_len           # -1: null key
+    const unsigned char* value
+    Py_ssize_t value_len         # -1: null value (tombstone)
+    const unsigned char* headers
+    Py_ssize_t headers_len
+    Py_ssize_t header_count
+
+cdef struct RecordCursor:
+    const unsigned char* p
+    const unsigned char* end
+    Py_ssize_t remaining
+    int64_t prev_delta
+    int64_t last_offset_delta
+
+cdef struct HeaderView:
+    const unsigned char* key
+    Py_ssize_t key_len
+    const unsigned char* value
+    Py_ssize_t value_len         # -1: null header value
+
+cdef int parse_batch_header(const unsigned char* p, Py_ssize_t avail, BatchHeader* h) noexcept nogil
+cdef int check_batch(const unsigned char* p, Py_ssize_t avail, BatchHeader* h,
+                     bint verify_crc) noexcept nogil
+cdef void cursor_init(RecordCursor* c, const unsigned char* records, Py_ssize_t size,
+                      const BatchHeader* h) noexcept nogil
+cdef int next_record(RecordCursor* c, RecordView* r) noexcept nogil
+cdef int cursor_finish(const RecordCursor* c) noexcept nogil
+cdef int next_header(const unsigned char** p, const unsigned char* end,
+                     HeaderView* hv) noexcept nogil
+cdef str error_text(int code)
+cdef object records_area(const unsigned char* batch, const BatchHeader* h, Py_ssize_t max_size)

@@ -1,0 +1,920 @@
+# Kafka v2 (magic 2) record batches: encode from Python lists, validate, decode to Messages.
+# Layout (docs/format.md "Record batch"; REFERENCE.md "Kafka record batch v2"), big-endian:
+#
+#    0  baseOffset            int64   assigned by the log at append (outside the CRC)
+#    8  batchLength           int32   bytes after this field = total - 12
+#   12  partitionLeaderEpoch  int32   -1: no leader epoch (outside the CRC)
+#   16  magic                 int8    2
+#   17  crc                   uint32  CRC-32C of bytes [21, end)
+#   21  attributes            int16   bits 0-2 codec, 3 LogAppendTime, 4 transactional,
+#                                     5 control, 6 hasDeleteHorizonMs
+#   23  lastOffsetDelta       int32
+#   27  baseTimestamp         int64   first record's timestamp (delete horizon when bit 6)
+#   35  maxTimestamp          int64   every record's timestamp under LogAppendTime
+#   43  producerId            int64   -1 when unused
+#   51  producerEpoch         int16   -1
+#   53  baseSequence          int32   -1
+#   57  recordsCount          int32   never compressed
+#   61  records...                    with a codec: one compressed stream of all records
+#
+# Record (zigzag varints, see varint.pyx):
+#   length varint (body bytes after this field) | attributes int8 = 0 | timestampDelta varlong
+#   | offsetDelta varint | keyLen varint (-1 null) | key | valueLen varint (-1 null) | value
+#   | headerCount varint | per header: keyLen varint | UTF-8 key | valueLen varint (-1 null) | value
+#
+# Encoding gathers: the batch header and the varint "glue" live in one growable buffer; values,
+# keys and header values that are immutable `bytes` of at least `gather_threshold` bytes are
+# referenced in place (an iovec each) instead of copied, and the CRC runs over the pieces.
+# `EncodedBatch.write_to(fd)` hands the pieces to writev() without the GIL.
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE
+from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
+from cpython.unicode cimport PyUnicode_DecodeUTF8
+from libc.errno cimport EAGAIN, EINTR, ENOSPC, errno
+from libc.stdint cimport INT32_MAX, INT64_MAX, int16_t, int32_t, int64_t, uint16_t, uint32_t, uint64_t
+from libc.string cimport memcpy, memmove
+from posix.uio cimport iovec, writev
+
+from mqcore._ext.bytes_be cimport load_be16, load_be32, load_be64, store_be16, store_be32, store_be64
+from mqcore._ext.crc32c cimport crc32c_extend
+from mqcore._ext.varint cimport MAX_VARINT_BYTES, read_varint, varint_size, write_varint
+
+from mqcore.errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError
+
+cdef extern from "<unistd.h>" nogil:
+    ssize_t c_write "write"(int fd, const void* buf, size_t n)
+
+cdef enum:
+    IOV_BATCH = 512                # iovecs handed to one writev() call (IOV_MAX is >= 1024)
+    DEFAULT_GATHER_THRESHOLD = 512
+    MAX_BATCH_BYTES = 0x7FFFFFF0   # a batch must fit int32 positions
+
+TIMESTAMP_CREATE_TIME = 0
+TIMESTAMP_LOG_APPEND_TIME = 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Parsing (leaf kernels: every length read from the bytes is checked before use)
+# ---------------------------------------------------------------------------------------------
+
+cdef int parse_batch_header(const unsigned char* p, Py_ssize_t avail, BatchHeader* h) noexcept nogil:
+    """Fill *h from the 61 header bytes; E_SHORT when fewer are available."""
+    if avail < BATCH_HEADER_SIZE:
+        return E_SHORT
+    h.base_offset = <int64_t>load_be64(p)
+    h.batch_length = <int32_t>load_be32(p + 8)
+    h.leader_epoch = <int32_t>load_be32(p + 12)
+    h.magic = <signed char>p[16]
+    h.crc = load_be32(p + 17)
+    h.attributes = <int16_t>load_be16(p + 21)
+    h.last_offset_delta = <int32_t>load_be32(p + 23)
+    h.base_timestamp = <int64_t>load_be64(p + 27)
+    h.max_timestamp = <int64_t>load_be64(p + 35)
+    h.producer_id = <int64_t>load_be64(p + 43)
+    h.producer_epoch = <int16_t>load_be16(p + 51)
+    h.base_sequence = <int32_t>load_be32(p + 53)
+    h.records_count = <int32_t>load_be32(p + 57)
+    return OK
+
+
+cdef int check_batch(const unsigned char* p, Py_ssize_t avail, BatchHeader* h,
+                     bint verify_crc) noexcept nogil:
+    """Parse and validate the batch at p: lengths, magic, codec, counts and (optionally) CRC.
+
+    E_SHORT means the bytes end before the batch does (a torn tail or a read that was too short);
+    every other code is corruption.
+    """
+    cdef int rc
+    if avail < LOG_OVERHEAD:
+        return E_SHORT
+    h.batch_length = <int32_t>load_be32(p + 8)
+    if h.batch_length < BATCH_HEADER_SIZE - LOG_OVERHEAD or h.batch_length > MAX_BATCH_BYTES:
+        return E_LENGTH
+    if avail < LOG_OVERHEAD + <Py_ssize_t>h.batch_length:
+        # the magic byte is checked even on a short read, so garbage is not mistaken for a tail
+        if avail > MAGIC_OFFSET and <signed char>p[MAGIC_OFFSET] != 2:
+            return E_MAGIC
+        return E_SHORT
+    rc = parse_batch_header(p, avail, h)
+    if rc != OK:
+        return rc
+    if h.magic != 2:
+        return E_MAGIC
+    if (h.attributes & ATTR_CODEC_MASK) > 4:
+        return E_CODEC
+    if h.records_count < 0 or h.last_offset_delta < 0:
+        return E_COUNT
+    if h.records_count > 0 and h.records_count - 1 > h.last_offset_delta:
+        return E_COUNT
+    if verify_crc:
+        if crc32c_extend(0, p + CRC_START, LOG_OVERHEAD + h.batch_length - CRC_START) != h.crc:
+            return E_CRC
+    return OK
+
+
+cdef void cursor_init(RecordCursor* c, const unsigned char* records, Py_ssize_t size,
+                      const BatchHeader* h) noexcept nogil:
+    c.p = records
+    c.end = records + size
+    c.remaining = h.records_count
+    c.prev_delta = -1
+    c.last_offset_delta = h.last_offset_delta
+
+
+cdef inline int read_len(const unsigned char** p, const unsigned char* end,
+                         Py_ssize_t* out) noexcept nogil:
+    """Read a length varint (-1 = null) and check the bytes it announces are present."""
+    cdef int64_t v
+    cdef int n = read_varint(p[0], end - p[0], &v)
+    if n < 0:
+        return E_VARINT
+    p[0] += n
+    if v < -1 or v > end - p[0]:
+        return E_FIELD_LENGTH
+    out[0] = <Py_ssize_t>v
+    return OK
+
+
+cdef int next_record(RecordCursor* c, RecordView* r) noexcept nogil:
+    """Decode the next record into *r; 1 = a record, 0 = all recordsCount records read."""
+    cdef int64_t v
+    cdef int n, rc
+    cdef const unsigned char* p
+    cdef const unsigned char* rec_end
+    if c.remaining <= 0:
+        return 0
+    n = read_varint(c.p, c.end - c.p, &v)
+    if n < 0:
+        return E_VARINT
+    p = c.p + n
+    if v < 1 or v > c.end - p:
+        return E_RECORD_LENGTH
+    rec_end = p + v
+    p += 1                                   # attributes int8, unused by v2
+    n = read_varint(p, rec_end - p, &r.timestamp_delta)
+    if n < 0:
+        return E_VARINT
+    p += n
+    n = read_varint(p, rec_end - p, &r.offset_delta)
+    if n < 0:
+        return E_VARINT
+    p += n
+    if r.offset_delta <= c.prev_delta or r.offset_delta > c.last_offset_delta:
+        return E_OFFSET_DELTA
+    rc = read_len(&p, rec_end, &r.key_len)
+    if rc != OK:
+        return rc
+    r.key = p
+    if r.key_len > 0:
+        p += r.key_len
+    rc = read_len(&p, rec_end, &r.value_len)
+    if rc != OK:
+        return rc
+    r.value = p
+    if r.value_len > 0:
+        p += r.value_len
+    n = read_varint(p, rec_end - p, &v)
+    if n < 0:
+        return E_VARINT
+    p += n
+    if v < 0 or v > rec_end - p:
+        return E_HEADER_COUNT
+    r.header_count = <Py_ssize_t>v
+    r.headers = p
+    r.headers_len = rec_end - p
+    c.p = rec_end
+    c.remaining -= 1
+    c.prev_delta = r.offset_delta
+    return 1
+
+
+cdef int cursor_finish(const RecordCursor* c) noexcept nogil:
+    """After the last record: the records area must be used up exactly."""
+    if c.remaining > 0:
+        return E_COUNT
+    if c.p != c.end:
+        return E_TRAILING
+    return OK
+
+
+cdef int next_header(const unsigned char** p, const unsigned char* end,
+                     HeaderView* hv) noexcept nogil:
+    """Decode one header at *p (bounded by the record's end) and advance *p."""
+    cdef int rc = read_len(p, end, &hv.key_len)
+    if rc != OK:
+        return rc
+    if hv.key_len < 0:
+        return E_FIELD_LENGTH               # header keys are never null
+    hv.key = p[0]
+    p[0] += hv.key_len
+    rc = read_len(p, end, &hv.value_len)
+    if rc != OK:
+        return rc
+    hv.value = p[0]
+    if hv.value_len > 0:
+        p[0] += hv.value_len
+    return OK
+
+
+cdef str error_text(int code):
+    if code == E_SHORT:
+        return "batch ends past the end of the data (torn write)"
+    if code == E_LENGTH:
+        return "batch length out of range"
+    if code == E_MAGIC:
+        return "magic byte is not 2 (not a v2 record batch)"
+    if code == E_CRC:
+        return "CRC-32C mismatch"
+    if code == E_CODEC:
+        return "unknown compression codec in attributes"
+    if code == E_COUNT:
+        return "recordsCount disagrees with lastOffsetDelta or the records present"
+    if code == E_VARINT:
+        return "truncated or over-long varint in a record"
+    if code == E_RECORD_LENGTH:
+        return "record length runs past the batch"
+    if code == E_FIELD_LENGTH:
+        return "key, value or header length out of range"
+    if code == E_OFFSET_DELTA:
+        return "record offset deltas not increasing or past lastOffsetDelta"
+    if code == E_TRAILING:
+        return "bytes left over after the last record"
+    if code == E_OFFSET_ORDER:
+        return "batch offsets go backwards"
+    if code == E_HEADER_COUNT:
+        return "header count out of range"
+    return f"error {code}"
+
+
+cdef object _decompress = None
+
+
+cdef object records_area(const unsigned char* batch, const BatchHeader* h, Py_ssize_t max_size):
+    """The decompressed records stream of a compressed batch, or None when uncompressed."""
+    global _decompress
+    cdef int codec = h.attributes & ATTR_CODEC_MASK
+    if codec == 0:
+        return None
+    if _decompress is None:
+        from mqcore.compression import decompress
+        _decompress = decompress
+    cdef Py_ssize_t n = LOG_OVERHEAD + h.batch_length - BATCH_HEADER_SIZE
+    return _decompress(codec, PyBytes_FromStringAndSize(<const char*>batch + BATCH_HEADER_SIZE, n),
+                       max_size)
+
+
+# ---------------------------------------------------------------------------------------------
+# Message: what reads return
+# ---------------------------------------------------------------------------------------------
+
+cdef class Message:
+    """One stored record. `value is None` is a tombstone (Kafka's null), distinct from b""."""
+
+    cdef readonly str topic
+    cdef readonly int partition
+    cdef readonly int64_t offset
+    cdef readonly int64_t timestamp
+    cdef readonly int timestamp_type
+    cdef readonly object key
+    cdef readonly object value
+    cdef readonly tuple headers
+
+    def __init__(self, str topic, int partition, int64_t offset, int64_t timestamp,
+                 int timestamp_type=0, key=None, value=None, headers=()):
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.timestamp = timestamp
+        self.timestamp_type = timestamp_type
+        self.key = key
+        self.value = value
+        self.headers = tuple(headers)
+
+    def header(self, str name, default=None):
+        """Value of the last header called `name` (Kafka allows repeats), else `default`."""
+        for k, v in reversed(self.headers):
+            if k == name:
+                return v
+        return default
+
+    def __eq__(self, other):
+        if not isinstance(other, Message):
+            return NotImplemented
+        cdef Message o = <Message>other
+        return (self.topic == o.topic and self.partition == o.partition
+                and self.offset == o.offset and self.timestamp == o.timestamp
+                and self.timestamp_type == o.timestamp_type and self.key == o.key
+                and self.value == o.value and self.headers == o.headers)
+
+    def __hash__(self):
+        return hash((self.topic, self.partition, self.offset))
+
+    def __reduce__(self):
+        return (Message, (self.topic, self.partition, self.offset, self.timestamp,
+                          self.timestamp_type, self.key, self.value, self.headers))
+
+    def __repr__(self):
+        def short(b):
+            if b is None:
+                return "None"
+            return repr(b[:40] + b"...") if len(b) > 40 else repr(b)
+        return (f"Message(topic={self.topic!r}, partition={self.partition}, offset={self.offset}, "
+                f"timestamp={self.timestamp}, key={short(self.key)}, value={short(self.value)}, "
+                f"headers={len(self.headers)})")
+
+
+cdef inline object bytes_or_none(const unsigned char* p, Py_ssize_t n):
+    if n < 0:
+        return None
+    return PyBytes_FromStringAndSize(<const char*>p, n)
+
+
+cdef tuple decode_headers(const RecordView* r):
+    cdef HeaderView hv
+    cdef const unsigned char* p = r.headers
+    cdef const unsigned char* end = r.headers + r.headers_len
+    cdef Py_ssize_t i
+    cdef int rc
+    if r.header_count == 0:
+        return ()
+    out = []
+    for i in range(r.header_count):
+        rc = next_header(&p, end, &hv)
+        if rc != OK:
+            raise CorruptRecordError(error_text(rc) + " (record header)")
+        key = PyUnicode_DecodeUTF8(<const char*>hv.key, hv.key_len, "surrogateescape")
+        out.append((key, bytes_or_none(hv.value, hv.value_len)))
+    if p != end:
+        raise CorruptRecordError(error_text(E_TRAILING) + " (record headers)")
+    return tuple(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# Decoding whole batches from a buffer
+# ---------------------------------------------------------------------------------------------
+
+cdef class BatchInfo:
+    """A batch header as Python sees it (tools, tests, the storage layer's scans)."""
+
+    cdef readonly int64_t base_offset
+    cdef readonly int32_t batch_length
+    cdef readonly int32_t leader_epoch
+    cdef readonly int magic
+    cdef readonly uint32_t crc
+    cdef readonly int attributes
+    cdef readonly int32_t last_offset_delta
+    cdef readonly int64_t base_timestamp
+    cdef readonly int64_t max_timestamp
+    cdef readonly int64_t producer_id
+    cdef readonly int producer_epoch
+    cdef readonly int32_t base_sequence
+    cdef readonly int32_t records_count
+
+    @property
+    def last_offset(self):
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def size(self):
+        return LOG_OVERHEAD + self.batch_length
+
+    @property
+    def codec(self):
+        return self.attributes & ATTR_CODEC_MASK
+
+    @property
+    def is_control(self):
+        return bool(self.attributes & ATTR_CONTROL)
+
+    @property
+    def is_transactional(self):
+        return bool(self.attributes & ATTR_TRANSACTIONAL)
+
+    @property
+    def timestamp_type(self):
+        return 1 if self.attributes & ATTR_LOG_APPEND_TIME else 0
+
+
+cdef BatchInfo make_info(const BatchHeader* h):
+    cdef BatchInfo b = BatchInfo.__new__(BatchInfo)
+    b.base_offset = h.base_offset
+    b.batch_length = h.batch_length
+    b.leader_epoch = h.leader_epoch
+    b.magic = h.magic
+    b.crc = h.crc
+    b.attributes = h.attributes
+    b.last_offset_delta = h.last_offset_delta
+    b.base_timestamp = h.base_timestamp
+    b.max_timestamp = h.max_timestamp
+    b.producer_id = h.producer_id
+    b.producer_epoch = h.producer_epoch
+    b.base_sequence = h.base_sequence
+    b.records_count = h.records_count
+    return b
+
+
+cdef inline object corrupt(int code, object source, int64_t file_pos):
+    return CorruptRecordError(error_text(code), path=source, position=file_pos)
+
+
+def read_batch_info(const unsigned char[::1] buf not None, Py_ssize_t pos=0, bint verify_crc=True,
+                    source=None, int64_t file_pos=0):
+    """Validate the batch at buf[pos:] and return its BatchInfo.
+
+    Returns None when the buffer ends before the batch does (the caller reads more or treats it as
+    the end of data); raises CorruptRecordError for anything else that is wrong.
+    """
+    cdef BatchHeader h
+    cdef int rc
+    if pos < 0 or pos > buf.shape[0]:
+        raise ValueError(f"position {pos} outside a buffer of {buf.shape[0]} bytes")
+    if pos == buf.shape[0]:
+        return None
+    with nogil:
+        rc = check_batch(&buf[pos], buf.shape[0] - pos, &h, verify_crc)
+    if rc == E_SHORT:
+        return None
+    if rc != OK:
+        raise corrupt(rc, source, file_pos + pos)
+    return make_info(&h)
+
+
+def peek_batch_header(const unsigned char[::1] buf not None, Py_ssize_t pos=0):
+    """Parse the 61 header bytes at buf[pos:] without needing the rest of the batch.
+
+    Returns None when fewer than 61 bytes are there or the magic byte is not 2. Nothing past the
+    header is checked (no CRC): for index sanity checks and tools, never for returning records.
+    """
+    cdef BatchHeader h
+    if pos < 0 or pos > buf.shape[0]:
+        raise ValueError(f"position {pos} outside a buffer of {buf.shape[0]} bytes")
+    if buf.shape[0] - pos < BATCH_HEADER_SIZE:
+        return None
+    parse_batch_header(&buf[pos], buf.shape[0] - pos, &h)
+    if h.magic != 2 or h.batch_length < BATCH_HEADER_SIZE - LOG_OVERHEAD:
+        return None
+    return make_info(&h)
+
+
+def decode_messages(const unsigned char[::1] buf not None, Py_ssize_t pos, str topic,
+                    int partition, int64_t min_offset, Py_ssize_t max_records, list out,
+                    bint verify_crc=True, Py_ssize_t max_decompressed=256 << 20,
+                    source=None, int64_t file_pos=0, int64_t max_offset=INT64_MAX,
+                    bint include_control=False):
+    """Append to `out` the Messages of the complete batches in buf[pos:].
+
+    Records below `min_offset` or above `max_offset` are skipped; control batches are skipped
+    unless asked for. Stops after `max_records` messages, at the first incomplete batch, or at a
+    batch starting past `max_offset`. Returns (next_pos, next_offset): the position after the
+    last batch looked at, and the offset after the last record returned or skipped.
+    """
+    cdef BatchHeader h
+    cdef RecordCursor c
+    cdef RecordView r
+    cdef int rc
+    cdef Py_ssize_t n = buf.shape[0]
+    cdef const unsigned char* batch
+    cdef const unsigned char* records
+    cdef Py_ssize_t records_size
+    cdef int64_t offset, ts, next_offset = min_offset
+    cdef int ts_type
+    cdef Py_ssize_t produced = 0
+    cdef bint stop = False
+    cdef Message m
+    if pos < 0 or pos > n:
+        raise ValueError(f"position {pos} outside a buffer of {n} bytes")
+    while pos < n and produced < max_records:
+        batch = &buf[pos]
+        with nogil:
+            rc = check_batch(batch, n - pos, &h, verify_crc)
+        if rc == E_SHORT:
+            break
+        if rc != OK:
+            raise corrupt(rc, source, file_pos + pos)
+        if h.base_offset > max_offset:
+            break
+        if (h.base_offset + h.last_offset_delta < min_offset
+                or (h.attributes & ATTR_CONTROL and not include_control)):
+            pos += LOG_OVERHEAD + h.batch_length
+            next_offset = max(next_offset, h.base_offset + h.last_offset_delta + 1)
+            continue
+        area = records_area(batch, &h, max_decompressed)
+        if area is None:
+            records = batch + BATCH_HEADER_SIZE
+            records_size = LOG_OVERHEAD + h.batch_length - BATCH_HEADER_SIZE
+        else:
+            records = <const unsigned char*>PyBytes_AS_STRING(area)
+            records_size = PyBytes_GET_SIZE(area)
+        ts_type = 1 if h.attributes & ATTR_LOG_APPEND_TIME else 0
+        cursor_init(&c, records, records_size, &h)
+        while True:
+            rc = next_record(&c, &r)
+            if rc == 0:
+                rc = cursor_finish(&c)
+                if rc != OK:
+                    raise corrupt(rc, source, file_pos + pos)
+                break
+            if rc < 0:
+                raise corrupt(rc, source, file_pos + pos)
+            offset = h.base_offset + r.offset_delta
+            if offset < min_offset:
+                continue
+            if offset > max_offset or produced >= max_records:
+                stop = True
+                break
+            ts = h.max_timestamp if ts_type else h.base_timestamp + r.timestamp_delta
+            m = Message.__new__(Message)
+            m.topic = topic
+            m.partition = partition
+            m.offset = offset
+            m.timestamp = ts
+            m.timestamp_type = ts_type
+            m.key = bytes_or_none(r.key, r.key_len)
+            m.value = bytes_or_none(r.value, r.value_len)
+            m.headers = decode_headers(&r)
+            out.append(m)
+            produced += 1
+            next_offset = offset + 1
+        if stop:
+            # the batch holds more records than were wanted: the next read starts at next_offset
+            break
+        next_offset = max(next_offset, h.base_offset + h.last_offset_delta + 1)
+        pos += LOG_OVERHEAD + h.batch_length
+    return pos, next_offset
+
+
+
+# ---------------------------------------------------------------------------------------------
+# Encoding
+# ---------------------------------------------------------------------------------------------
+
+cdef struct Piece:
+    const unsigned char* ptr      # NULL: the piece lives in the glue buffer at `off`
+    Py_ssize_t off
+    Py_ssize_t len
+
+
+cdef class EncodedBatch:
+    """An encoded batch as a list of pieces (glue buffer + referenced `bytes`), ready for writev.
+
+    The base offset is patched in last (`set_base_offset`): it lies outside the CRC, so the log
+    assigns it under its lock without re-checksumming.
+    """
+
+    cdef unsigned char* glue
+    cdef Py_ssize_t glue_len
+    cdef Py_ssize_t glue_cap
+    cdef Piece* pieces
+    cdef Py_ssize_t n_pieces
+    cdef Py_ssize_t pieces_cap
+    cdef list refs                  # keeps referenced bytes alive while pieces point into them
+    cdef readonly Py_ssize_t size
+    cdef readonly int32_t count
+    cdef readonly int64_t base_timestamp
+    cdef readonly int64_t max_timestamp
+    cdef readonly int32_t last_offset_delta
+    cdef readonly int64_t base_offset
+    cdef readonly uint32_t crc
+    cdef readonly int attributes
+
+    def __cinit__(self):
+        self.refs = []
+        self.glue_cap = 256
+        self.glue = <unsigned char*>PyMem_Malloc(self.glue_cap)
+        self.pieces_cap = 16
+        self.pieces = <Piece*>PyMem_Malloc(self.pieces_cap * sizeof(Piece))
+        if self.glue == NULL or self.pieces == NULL:
+            raise MemoryError()
+        self.base_offset = -1
+
+    def __dealloc__(self):
+        PyMem_Free(self.glue)
+        PyMem_Free(self.pieces)
+
+    cdef int reserve(self, Py_ssize_t extra) except -1:
+        """Room for `extra` more glue bytes."""
+        cdef Py_ssize_t need = self.glue_len + extra
+        cdef Py_ssize_t cap = self.glue_cap
+        cdef unsigned char* g
+        if need <= cap:
+            return 0
+        while cap < need:
+            cap *= 2
+        g = <unsigned char*>PyMem_Realloc(self.glue, cap)
+        if g == NULL:
+            raise MemoryError()
+        self.glue = g
+        self.glue_cap = cap
+        return 0
+
+    cdef int add_piece(self, const unsigned char* ptr, Py_ssize_t off, Py_ssize_t n) except -1:
+        cdef Piece* p
+        if n == 0:
+            return 0
+        if ptr == NULL and self.n_pieces and self.pieces[self.n_pieces - 1].ptr == NULL:
+            self.pieces[self.n_pieces - 1].len += n           # extend the open glue piece
+            return 0
+        if self.n_pieces == self.pieces_cap:
+            p = <Piece*>PyMem_Realloc(self.pieces, 2 * self.pieces_cap * sizeof(Piece))
+            if p == NULL:
+                raise MemoryError()
+            self.pieces = p
+            self.pieces_cap *= 2
+        self.pieces[self.n_pieces].ptr = ptr
+        self.pieces[self.n_pieces].off = off
+        self.pieces[self.n_pieces].len = n
+        self.n_pieces += 1
+        return 0
+
+    cdef inline int put_varint(self, int64_t v) except -1:
+        self.reserve(MAX_VARINT_BYTES)
+        cdef int n = write_varint(self.glue + self.glue_len, v)
+        self.add_piece(NULL, self.glue_len, n)
+        self.glue_len += n
+        return 0
+
+    cdef int put_raw(self, const unsigned char* p, Py_ssize_t n) except -1:
+        self.reserve(n)
+        if n:
+            memcpy(self.glue + self.glue_len, p, n)
+        self.add_piece(NULL, self.glue_len, n)
+        self.glue_len += n
+        return 0
+
+    cdef int put_field(self, object obj, Py_ssize_t gather_threshold) except -1:
+        """Length varint + bytes of a key/value/header value; None is length -1."""
+        cdef Py_ssize_t n
+        if obj is None:
+            return self.put_varint(-1)
+        if type(obj) is bytes:
+            n = PyBytes_GET_SIZE(obj)
+            self.put_varint(n)
+            if n >= gather_threshold:
+                self.refs.append(obj)
+                return self.add_piece(<const unsigned char*>PyBytes_AS_STRING(obj), 0, n)
+            return self.put_raw(<const unsigned char*>PyBytes_AS_STRING(obj), n)
+        if isinstance(obj, bytearray):
+            # copied, never referenced: a bytearray can be resized while writev runs
+            n = PyByteArray_GET_SIZE(obj)
+            self.put_varint(n)
+            return self.put_raw(<const unsigned char*>PyByteArray_AS_STRING(obj), n)
+        if isinstance(obj, str):
+            raise InvalidRecordError(
+                "keys, values and header values must be bytes-like or None, not str "
+                "(encode it first, e.g. s.encode())")
+        try:
+            copy = bytes(memoryview(obj))
+        except TypeError:
+            raise InvalidRecordError(
+                f"keys, values and header values must be bytes-like or None, "
+                f"not {type(obj).__name__}") from None
+        return self.put_field(copy, gather_threshold)
+
+    cdef Py_ssize_t glue_size_since(self, Py_ssize_t piece_index, Py_ssize_t glue_mark):
+        """Bytes appended since (piece_index, glue_mark): glue plus referenced pieces."""
+        cdef Py_ssize_t total = self.glue_len - glue_mark
+        cdef Py_ssize_t i
+        for i in range(piece_index, self.n_pieces):
+            if self.pieces[i].ptr != NULL:
+                total += self.pieces[i].len
+        return total
+
+    cdef int put_headers(self, object hdrs, Py_ssize_t gather_threshold) except -1:
+        cdef Py_ssize_t klen
+        cdef const char* kp
+        if hdrs is None:
+            return self.put_varint(0)
+        items = list(hdrs.items()) if isinstance(hdrs, dict) else list(hdrs)
+        self.put_varint(len(items))
+        for item in items:
+            try:
+                hk, hv = item
+            except (TypeError, ValueError):
+                raise InvalidRecordError(
+                    f"a header must be a (str, bytes|None) pair, not {item!r}") from None
+            if isinstance(hk, str):
+                hk = (<str>hk).encode("utf-8", "surrogateescape")
+            elif not isinstance(hk, bytes):
+                raise InvalidRecordError(f"header keys must be str, not {type(hk).__name__}")
+            klen = PyBytes_GET_SIZE(hk)
+            kp = PyBytes_AS_STRING(hk)
+            self.put_varint(klen)
+            self.put_raw(<const unsigned char*>kp, klen)
+            self.put_field(hv, gather_threshold)
+        return 0
+
+    cdef int put_record(self, int64_t ts_delta, int64_t offset_delta, object key, object value,
+                        object hdrs, Py_ssize_t gather_threshold) except -1:
+        """Encode one record; its length prefix is written once the body size is known."""
+        cdef Py_ssize_t len_at, piece_at, body, gap, j
+        cdef int lsize
+        # reserve the longest length prefix, encode the body, then close the gap: only this
+        # record's glue bytes move (referenced pieces never do)
+        self.reserve(MAX_VARINT_BYTES)
+        len_at = self.glue_len
+        self.add_piece(NULL, len_at, MAX_VARINT_BYTES)
+        self.glue_len += MAX_VARINT_BYTES
+        piece_at = self.n_pieces - 1
+        self.put_raw(<const unsigned char*>b"\x00", 1)             # attributes
+        self.put_varint(ts_delta)
+        self.put_varint(offset_delta)
+        self.put_field(key, gather_threshold)
+        self.put_field(value, gather_threshold)
+        self.put_headers(hdrs, gather_threshold)
+        body = self.glue_size_since(piece_at, len_at) - MAX_VARINT_BYTES
+        lsize = write_varint(self.glue + len_at, body)
+        gap = MAX_VARINT_BYTES - lsize
+        memmove(self.glue + len_at + lsize, self.glue + len_at + MAX_VARINT_BYTES,
+                self.glue_len - len_at - MAX_VARINT_BYTES)
+        self.glue_len -= gap
+        self.pieces[piece_at].len -= gap
+        for j in range(piece_at + 1, self.n_pieces):
+            if self.pieces[j].ptr == NULL:
+                self.pieces[j].off -= gap
+        return 0
+
+    cdef int finish(self, int attributes, int64_t log_append_time, int64_t producer_id,
+                    int producer_epoch, int32_t base_sequence, int32_t leader_epoch) except -1:
+        """Fill the 61-byte header (glue bytes 0..60) and the CRC over all pieces."""
+        cdef unsigned char* h = self.glue
+        cdef Py_ssize_t i, total = 0
+        cdef uint32_t crc
+        cdef const unsigned char* ptr
+        for i in range(self.n_pieces):
+            total += self.pieces[i].len
+        if total > MAX_BATCH_BYTES:
+            raise RecordTooLargeError(f"record batch of {total} bytes exceeds the 2 GiB format limit")
+        self.size = total
+        if log_append_time >= 0:
+            attributes |= ATTR_LOG_APPEND_TIME
+            self.max_timestamp = log_append_time
+        self.attributes = attributes
+        store_be64(h, <uint64_t>self.base_offset)
+        store_be32(h + 8, <uint32_t>(total - LOG_OVERHEAD))
+        store_be32(h + 12, <uint32_t>leader_epoch)
+        h[16] = 2
+        store_be16(h + 21, <uint16_t>attributes)
+        store_be32(h + 23, <uint32_t>self.last_offset_delta)
+        store_be64(h + 27, <uint64_t>self.base_timestamp)
+        store_be64(h + 35, <uint64_t>self.max_timestamp)
+        store_be64(h + 43, <uint64_t>producer_id)
+        store_be16(h + 51, <uint16_t>producer_epoch)
+        store_be32(h + 53, <uint32_t>base_sequence)
+        store_be32(h + 57, <uint32_t>self.count)
+        # piece 0 is glue starting at byte 0 (the header): CRC from byte 21 of it, then the rest
+        crc = crc32c_extend(0, h + CRC_START, self.pieces[0].len - CRC_START)
+        with nogil:
+            for i in range(1, self.n_pieces):
+                ptr = self.pieces[i].ptr
+                if ptr == NULL:
+                    ptr = self.glue + self.pieces[i].off
+                crc = crc32c_extend(crc, ptr, self.pieces[i].len)
+        store_be32(h + CRC_OFFSET, crc)
+        self.crc = crc
+        return 0
+
+    def set_base_offset(self, int64_t base_offset):
+        """Assign the batch's base offset (bytes 0..7, outside the CRC)."""
+        if base_offset < 0:
+            raise ValueError(f"base offset must be >= 0, not {base_offset}")
+        self.base_offset = base_offset
+        store_be64(self.glue, <uint64_t>base_offset)
+
+    @property
+    def last_offset(self):
+        return self.base_offset + self.last_offset_delta
+
+    def write_to(self, int fd):
+        """Write every piece to `fd` at its current position (writev, GIL released).
+
+        Retries short writes and EINTR. Raises OSError on failure; the caller truncates the file
+        back, since part of the batch may have reached it.
+        """
+        cdef iovec iov[IOV_BATCH]
+        cdef Py_ssize_t i = 0, k, done
+        cdef ssize_t w
+        cdef int err = 0
+        with nogil:
+            while i < self.n_pieces and err == 0:
+                k = 0
+                while k < IOV_BATCH and i + k < self.n_pieces:
+                    iov[k].iov_base = <void*>(self.pieces[i + k].ptr if self.pieces[i + k].ptr != NULL
+                                               else self.glue + self.pieces[i + k].off)
+                    iov[k].iov_len = self.pieces[i + k].len
+                    k += 1
+                done = 0
+                while done < k:
+                    w = writev(fd, &iov[done], <int>(k - done))
+                    if w < 0:
+                        if errno == EINTR or errno == EAGAIN:
+                            continue
+                        err = errno
+                        break
+                    if w == 0:
+                        err = ENOSPC    # a zero-byte write makes no progress
+                        break
+                    while done < k and <size_t>w >= iov[done].iov_len:
+                        w -= iov[done].iov_len
+                        done += 1
+                    if done < k and w > 0:
+                        iov[done].iov_base = <void*>(<char*>iov[done].iov_base + w)
+                        iov[done].iov_len -= w
+                i += k
+        if err:
+            import os
+            raise OSError(err, os.strerror(err))
+        return self.size
+
+    def tobytes(self):
+        """The whole batch as one bytes object (tests, tools, the raw-write baseline)."""
+        out = PyBytes_FromStringAndSize(NULL, self.size)
+        cdef char* dst = PyBytes_AS_STRING(out)
+        cdef Py_ssize_t i, at = 0
+        cdef const unsigned char* ptr
+        for i in range(self.n_pieces):
+            ptr = self.pieces[i].ptr
+            if ptr == NULL:
+                ptr = self.glue + self.pieces[i].off
+            memcpy(dst + at, ptr, self.pieces[i].len)
+            at += self.pieces[i].len
+        return out
+
+    @property
+    def piece_count(self):
+        return self.n_pieces
+
+
+cdef inline int64_t as_timestamp(object ts) except? -2:
+    cdef int64_t v
+    try:
+        v = ts
+    except (TypeError, OverflowError):
+        raise InvalidRecordError(f"timestamps must be integers of milliseconds, not {ts!r}") from None
+    if v < 0:
+        raise InvalidRecordError(f"timestamps must be >= 0 ms, not {v}")
+    return v
+
+
+def encode_batch(values, keys=None, headers=None, timestamps=None, int64_t now_ms=0,
+                 int codec=0, int64_t log_append_time=-1, int64_t producer_id=-1,
+                 int producer_epoch=-1, int32_t base_sequence=-1, bint transactional=False,
+                 int32_t leader_epoch=-1, Py_ssize_t gather_threshold=DEFAULT_GATHER_THRESHOLD,
+                 compress=None):
+    """Encode one v2 batch from parallel sequences; returns an EncodedBatch (base offset -1).
+
+    `timestamps` None stamps every record with `now_ms`. With a codec, the records are built in
+    the glue buffer and `compress(codec, records) -> bytes` makes the one compressed stream.
+    """
+    cdef EncodedBatch eb = EncodedBatch.__new__(EncodedBatch)
+    cdef Py_ssize_t n, i
+    cdef int64_t ts, base_ts, max_ts
+    if not isinstance(values, (list, tuple)):
+        values = list(values)
+    n = len(values)
+    if n == 0:
+        raise InvalidRecordError("a batch needs at least one record")
+    if n > INT32_MAX:
+        raise InvalidRecordError(f"a batch holds at most {INT32_MAX} records, not {n}")
+    if keys is not None and len(keys) != n:
+        raise InvalidRecordError(f"{len(keys)} keys for {n} values")
+    if headers is not None and len(headers) != n:
+        raise InvalidRecordError(f"{len(headers)} header sets for {n} values")
+    if timestamps is not None and len(timestamps) != n:
+        raise InvalidRecordError(f"{len(timestamps)} timestamps for {n} values")
+    if timestamps is None:
+        if now_ms < 0:
+            raise InvalidRecordError(f"timestamps must be >= 0 ms, not {now_ms}")
+        base_ts = max_ts = now_ms
+    else:
+        base_ts = as_timestamp(timestamps[0])
+        max_ts = base_ts
+    if codec != 0:
+        gather_threshold = MAX_BATCH_BYTES              # compressors need one contiguous stream
+    eb.reserve(BATCH_HEADER_SIZE)
+    eb.add_piece(NULL, 0, BATCH_HEADER_SIZE)
+    eb.glue_len = BATCH_HEADER_SIZE
+    for i in range(n):
+        if timestamps is None:
+            ts = base_ts
+        else:
+            ts = as_timestamp(timestamps[i])
+            if ts > max_ts:
+                max_ts = ts
+        eb.put_record(ts - base_ts, i, None if keys is None else keys[i], values[i],
+                      None if headers is None else headers[i], gather_threshold)
+    eb.count = <int32_t>n
+    eb.last_offset_delta = <int32_t>(n - 1)
+    eb.base_timestamp = base_ts
+    eb.max_timestamp = max_ts
+    if codec != 0:
+        compressed = compress(codec, PyBytes_FromStringAndSize(
+            <const char*>eb.glue + BATCH_HEADER_SIZE, eb.glue_len - BATCH_HEADER_SIZE))
+        eb.glue_len = BATCH_HEADER_SIZE
+        eb.n_pieces = 1
+        eb.pieces[0].len = BATCH_HEADER_SIZE
+        eb.refs.append(compressed)
+        eb.add_piece(<const unsigned char*>PyBytes_AS_STRING(compressed), 0,
+                     PyBytes_GET_SIZE(compressed))
+    eb.finish(codec | (ATTR_TRANSACTIONAL if transactional else 0), log_append_time,
+              producer_id, producer_epoch, base_sequence, leader_epoch)
+    return eb

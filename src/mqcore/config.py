@@ -1,0 +1,114 @@
+"""Topic configuration, flush policies and the naming rule, validated in one place."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
+
+from mqcore.errors import InvalidConfigError, InvalidTopicError
+
+# Kafka's legal topic characters and length (org.apache.kafka.common.internals.Topic).
+_LEGAL_NAME = re.compile(r"[a-zA-Z0-9._-]+")
+MAX_NAME_LENGTH = 249
+
+FLUSH_POLICIES = ("always", "interval", "os")
+TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+COMPRESSION_TYPES = ("none", "gzip", "snappy", "lz4", "zstd")
+
+GiB = 1 << 30
+MiB = 1 << 20
+DAY_MS = 24 * 3600 * 1000
+
+
+def validate_name(name: object, what: str = "topic") -> str:
+    """Return `name` if it is a legal Kafka topic name, else raise InvalidTopicError.
+
+    The rule keeps every name a plain file-name component: no separators, no '.' or '..', so
+    no topic can escape the store directory.
+    """
+    if not isinstance(name, str):
+        raise InvalidTopicError(f"{what} name must be a str, not {type(name).__name__}")
+    if not name:
+        raise InvalidTopicError(f"{what} name is empty")
+    if name in (".", ".."):
+        raise InvalidTopicError(f"{what} name cannot be {name!r}")
+    if len(name) > MAX_NAME_LENGTH:
+        raise InvalidTopicError(
+            f"{what} name is {len(name)} characters long; the limit is {MAX_NAME_LENGTH}")
+    if not _LEGAL_NAME.fullmatch(name):
+        bad = sorted({c for c in name if not _LEGAL_NAME.fullmatch(c)})
+        raise InvalidTopicError(
+            f"{what} name {name!r} has characters outside [a-zA-Z0-9._-]: {''.join(bad)!r}")
+    return name
+
+
+@dataclass(frozen=True)
+class TopicConfig:
+    """Per-topic settings; names follow Kafka's topic configs in snake_case."""
+
+    partitions: int = 1
+    segment_bytes: int = GiB
+    segment_ms: int = 7 * DAY_MS
+    index_interval_bytes: int = 4096
+    segment_index_bytes: int = 10 * MiB
+    max_message_bytes: int = 1048588  # Kafka's message.max.bytes: 1 MiB + the log overhead
+    timestamp_type: str = "CreateTime"
+    compression: str = "none"
+    retention_ms: int = 7 * DAY_MS
+    retention_bytes: int = -1
+    cleanup_policy: str = "delete"
+
+    def __post_init__(self) -> None:
+        _positive_int("partitions", self.partitions, 1, 1_000_000)
+        _positive_int("segment_bytes", self.segment_bytes, 14 + 61, 0x7FFFFFFF)
+        _positive_int("segment_ms", self.segment_ms, 1, 2**62)
+        _positive_int("index_interval_bytes", self.index_interval_bytes, 0, 0x7FFFFFFF)
+        _positive_int("segment_index_bytes", self.segment_index_bytes, 4 * 12, 0x7FFFFFFF)
+        _positive_int("max_message_bytes", self.max_message_bytes, 61, 0x7FFFFFF0)
+        _positive_int("retention_ms", self.retention_ms, -1, 2**62)
+        _positive_int("retention_bytes", self.retention_bytes, -1, 2**62)
+        _choice("timestamp_type", self.timestamp_type, TIMESTAMP_TYPES)
+        _choice("compression", self.compression, COMPRESSION_TYPES)
+        _choice("cleanup_policy", self.cleanup_policy, ("delete", "compact", "compact,delete"))
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TopicConfig:
+        """Build from stored metadata, ignoring keys a newer mqcore may have added."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    def with_changes(self, **changes: Any) -> TopicConfig:
+        unknown = set(changes) - {f.name for f in fields(self)}
+        if unknown:
+            raise InvalidConfigError(f"unknown topic config: {', '.join(sorted(unknown))}")
+        return replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class FlushPolicy:
+    """When appended bytes are forced to stable storage (docs/operations.md "Durability")."""
+
+    mode: str = "interval"
+    interval_ms: int = 500
+    messages: int = 10_000
+
+    def __post_init__(self) -> None:
+        _choice("flush", self.mode, FLUSH_POLICIES)
+        _positive_int("flush_interval_ms", self.interval_ms, 1, 2**40)
+        _positive_int("flush_messages", self.messages, 1, 2**62)
+
+
+def _positive_int(name: str, value: object, low: int, high: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidConfigError(f"{name} must be an int, not {type(value).__name__}")
+    if not low <= value <= high:
+        raise InvalidConfigError(f"{name}={value} is outside [{low}, {high}]")
+
+
+def _choice(name: str, value: object, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise InvalidConfigError(f"{name}={value!r}; expected one of {', '.join(allowed)}")

@@ -1,0 +1,213 @@
+"""Sparse `.index` and `.timeindex` files: preallocated, mmap'd, searched by the Cython kernel.
+
+Formats in docs/format.md ("Offset index", "Time index"); both are Kafka's, byte for byte.
+A writable index is preallocated to `max_bytes` and mapped once; it is trimmed to its valid
+entries on roll and close, so a file on disk never carries a zero tail after a clean stop. An
+untrimmed file (a crash) is read up to its last valid entry and trimmed by recovery.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+import threading
+
+from mqcore._ext import index as _index
+
+OFFSET_ENTRY = struct.Struct(">ii")  # relativeOffset, position
+TIME_ENTRY = struct.Struct(">qi")  # timestamp, relativeOffset
+
+
+def _all_zero(view: memoryview) -> bool:
+    """True when every byte is zero: the untouched tail of a preallocated file."""
+    return not bytes(view).strip(b"\x00")
+
+
+class SparseIndex:
+    """Common file handling of the two index kinds; subclasses name the entry layout."""
+
+    entry_size = 0
+
+    def __init__(self, path: str, max_bytes: int, writable: bool):
+        self.path = path
+        self.writable = writable
+        self.max_entries = max(2, max_bytes // self.entry_size)
+        self.entries = 0
+        self._lock = threading.Lock()
+        self._mm: mmap.mmap | None = None
+        self._view: memoryview | None = None
+        self._fd = -1
+        self._map()
+
+    # -- file and mapping -------------------------------------------------------------------
+
+    def _map(self) -> None:
+        """Open and map the file: preallocated when writable, as it is when read-only."""
+        flags = os.O_RDWR | os.O_CREAT if self.writable else os.O_RDONLY
+        try:
+            self._fd = os.open(self.path, flags, 0o644)
+        except FileNotFoundError:
+            self._fd = -1
+            return
+        size = os.fstat(self._fd).st_size
+        if self.writable:
+            want = self.max_entries * self.entry_size
+            if size < want:
+                os.ftruncate(self._fd, want)
+            size = max(size, want)
+            self.max_entries = size // self.entry_size
+        if size >= self.entry_size:
+            access = mmap.ACCESS_WRITE if self.writable else mmap.ACCESS_READ
+            self._mm = mmap.mmap(self._fd, size, access=access)
+            self._view = memoryview(self._mm)
+
+    def _unmap(self) -> None:
+        if self._view is not None:
+            self._view.release()
+            self._view = None
+        if self._mm is not None:
+            self._mm.close()
+            self._mm = None
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    @property
+    def buffer(self) -> memoryview:
+        """The valid entries (a view into the mapping; do not keep it across a trim)."""
+        if self._view is None:
+            return memoryview(b"")
+        return self._view[: self.entries * self.entry_size]
+
+    def raw_buffer(self) -> memoryview:
+        """The whole mapped file, valid or not (used to count valid entries on load)."""
+        return self._view if self._view is not None else memoryview(b"")
+
+    @property
+    def exists(self) -> bool:
+        return self._fd >= 0
+
+    def is_full(self) -> bool:
+        # the last slot stays free for the time entry written at roll and close (as Kafka does)
+        return self.entries >= self.max_entries - 1
+
+    def _put(self, data: bytes) -> None:
+        assert self._view is not None and self.writable
+        at = self.entries * self.entry_size
+        self._view[at : at + self.entry_size] = data
+        self.entries += 1
+
+    def replace_entries(self, packed: bytes | bytearray) -> None:
+        """Overwrite the index with `packed` entries (recovery's rebuilt index)."""
+        count = len(packed) // self.entry_size
+        with self._lock:
+            if count > self.max_entries:
+                self._unmap()
+                with open(self.path, "r+b") as f:
+                    f.truncate(count * self.entry_size)
+                self.max_entries = count
+                self._map()
+            assert self._view is not None
+            self._view[: len(packed)] = packed
+            end = self.max_entries * self.entry_size
+            if end > len(packed):
+                self._view[len(packed) : end] = bytes(end - len(packed))
+            self.entries = count
+
+    def trim(self) -> None:
+        """Cut the file to its valid entries and remap it read-only (segment sealed or closing)."""
+        with self._lock:
+            if not self.writable:
+                return
+            valid = self.entries * self.entry_size
+            if self._mm is not None:
+                self._mm.flush()
+            self._unmap()
+            with open(self.path, "r+b") as f:
+                f.truncate(valid)
+            self.writable = False
+            self.max_entries = self.entries
+            self._map()
+
+    def flush(self) -> None:
+        if self._mm is not None and self.writable:
+            self._mm.flush()
+
+    def close(self, trim: bool = True) -> None:
+        if trim:
+            self.trim()
+        with self._lock:
+            self._unmap()
+
+    def delete(self) -> None:
+        self.close(trim=False)
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+
+class OffsetIndex(SparseIndex):
+    """`.index`: relative offset -> position of the batch that ends at that offset."""
+
+    entry_size = 8
+
+    def load(self, max_relative_offset: int, max_position: int) -> bool:
+        """Count the valid leading entries; False when the file has entries that are not valid
+        (they were cut off: the caller rebuilds from the log)."""
+        raw = self.raw_buffer()
+        self.entries = _index.count_offset_entries(raw, max_relative_offset, max_position)
+        stored = len(raw) // self.entry_size
+        return self.entries == stored or _all_zero(raw[self.entries * self.entry_size :])
+
+    def append(self, relative_offset: int, position: int) -> None:
+        self._put(OFFSET_ENTRY.pack(relative_offset, position))
+
+    def floor(self, relative_offset: int) -> tuple[int, int] | None:
+        """(relative offset, position) of the last entry at or before relative_offset."""
+        with self._lock:
+            if self.entries == 0:
+                return None
+            return _index.offset_floor(self.buffer, self.entries, relative_offset)
+
+    def last(self) -> tuple[int, int] | None:
+        with self._lock:
+            if self.entries == 0:
+                return None
+            return _index.offset_entry(self.buffer, self.entries - 1)
+
+
+class TimeIndex(SparseIndex):
+    """`.timeindex`: largest timestamp so far -> the relative offset where it was seen."""
+
+    entry_size = 12
+
+    def load(self, max_relative_offset: int) -> bool:
+        """Count valid leading entries; False when invalid ones were cut off."""
+        raw = self.raw_buffer()
+        self.entries = _index.count_time_entries(raw, max_relative_offset)
+        stored = len(raw) // self.entry_size
+        return self.entries == stored or _all_zero(raw[self.entries * self.entry_size :])
+
+    def is_full(self) -> bool:
+        return self.entries >= self.max_entries - 1
+
+    def append(self, timestamp: int, relative_offset: int, *, closing: bool = False) -> None:
+        """Add an entry; only `closing` (roll/close) may take the reserved last slot."""
+        if self.entries >= self.max_entries - (0 if closing else 1):
+            return
+        self._put(TIME_ENTRY.pack(timestamp, relative_offset))
+
+    def floor(self, timestamp: int) -> tuple[int, int] | None:
+        """(timestamp, relative offset) of the last entry with timestamp <= `timestamp`."""
+        with self._lock:
+            if self.entries == 0:
+                return None
+            return _index.time_floor(self.buffer, self.entries, timestamp)
+
+    def last(self) -> tuple[int, int] | None:
+        with self._lock:
+            if self.entries == 0:
+                return None
+            return _index.time_entry(self.buffer, self.entries - 1)

@@ -1,0 +1,396 @@
+"""One topic-partition: an ordered list of segments, the active one last.
+
+The partition assigns offsets, rolls segments, applies the flush policy, recovers after an
+unclean stop and serves reads. Appends hold the partition lock while they write; reads hold it
+only to pick a segment and a position, then read with pread() outside it, never past the size
+they saw, so they never meet a partial batch (docs/architecture.md "Concurrency").
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from mqcore._ext.batch import EncodedBatch, Message, decode_messages, peek_batch_header
+from mqcore._ext.scan import find_batch
+from mqcore.config import FlushPolicy, TopicConfig
+from mqcore.errors import CorruptRecordError, OffsetOutOfRangeError
+from mqcore.storage.segment import LOG_SUFFIX, LogSegment, segment_name
+
+READ_CHUNK = 256 << 10
+GET_CHUNK = 16 << 10
+MAX_DECOMPRESSED = 256 << 20
+
+# Decoders driven by Partition.scan(): (buffer, file position, segment) -> (bytes used, stop)
+Decoder = Callable[[bytes, int, LogSegment], tuple[int, bool]]
+
+
+@dataclass
+class RecoveryReport:
+    """What opening a partition found and did (logged by the store, asserted by tests)."""
+
+    segments: int = 0
+    recovered_segments: list[str] = field(default_factory=list)
+    truncated_bytes: int = 0
+    rebuilt_indexes: list[str] = field(default_factory=list)
+    deleted_segments: list[str] = field(default_factory=list)
+
+
+class Partition:
+    """Segments of `<topic>-<partition>/` and the rules that tie them into one log."""
+
+    def __init__(self, topic: str, partition: int, directory: str, config: TopicConfig,
+                 flush: FlushPolicy, writable: bool):
+        self.topic = topic
+        self.partition = partition
+        self.directory = directory
+        self.config = config
+        self.flush_policy = flush
+        self.writable = writable
+        self.segments: list[LogSegment] = []
+        self._bases: list[int] = []
+        self._lock = threading.RLock()
+        self._sync_lock = threading.Lock()
+        self.unflushed_messages = 0
+        self.recovery_point = 0
+        self.closed = False
+
+    # -- opening and recovery -----------------------------------------------------------------
+
+    def open(self, recovery_point: int | None, clean: bool) -> RecoveryReport:
+        """Load the segments; recover those at or after the recovery point unless clean."""
+        report = RecoveryReport()
+        if self.writable:
+            os.makedirs(self.directory, exist_ok=True)
+            _finish_interrupted_swaps(self.directory)
+        bases = _segment_bases(self.directory)
+        if not bases:
+            if not self.writable:
+                raise FileNotFoundError(f"no segments in {self.directory}")
+            bases = [0]
+        self.segments = [self._segment(b) for b in bases]
+        self._bases = list(bases)
+        start_recovery = self._first_to_recover(recovery_point, clean)
+        for i, seg in enumerate(self.segments):
+            if i < start_recovery:
+                seg.load()
+            else:
+                self._recover_segment(i, report)
+                if len(self.segments) <= i + 1:
+                    break
+            if i and seg.base_offset < self.segments[i - 1].next_offset:
+                raise CorruptRecordError(
+                    f"segment base offset {seg.base_offset} overlaps the previous segment, "
+                    f"which ends at offset {self.segments[i - 1].next_offset - 1}",
+                    path=seg.log_path)
+        report.segments = len(self.segments)
+        self.recovery_point = self.end_offset if not report.recovered_segments \
+            else self.segments[-1].base_offset
+        return report
+
+    def _segment(self, base: int) -> LogSegment:
+        return LogSegment(self.directory, base, writable=self.writable,
+                          index_interval_bytes=self.config.index_interval_bytes,
+                          max_index_bytes=self.config.segment_index_bytes)
+
+    def _first_to_recover(self, recovery_point: int | None, clean: bool) -> int:
+        """Index of the first segment to scan: the one holding the recovery point."""
+        if clean:
+            return len(self.segments)
+        if recovery_point is None:
+            return 0
+        return max(0, bisect.bisect_right(self._bases, recovery_point) - 1)
+
+    def _recover_segment(self, i: int, report: RecoveryReport) -> None:
+        seg = self.segments[i]
+        outcome = seg.recover()
+        name = os.path.basename(seg.log_path)
+        report.recovered_segments.append(name)
+        report.rebuilt_indexes.append(name)
+        if outcome.valid_bytes == outcome.file_bytes and outcome.error is None:
+            return
+        later = [s for s in self.segments[i + 1:] if os.fstat(s.fd).st_size > 0]
+        if later or seg.has_valid_batch_after(outcome.valid_bytes, seg.next_offset):
+            # good data follows the bad bytes: this is damage, not a torn tail
+            raise CorruptRecordError(
+                (outcome.error or "batch cut short") + " (valid batches follow, so this is not "
+                "a torn tail; mqcore will not drop them silently)",
+                path=seg.log_path, position=outcome.valid_bytes)
+        if self.writable:
+            seg.truncate_to(outcome.valid_bytes)
+            for extra in self.segments[i + 1:]:
+                report.deleted_segments.append(os.path.basename(extra.log_path))
+                extra.delete()
+            del self.segments[i + 1:]
+            del self._bases[i + 1:]
+        report.truncated_bytes += outcome.file_bytes - outcome.valid_bytes
+
+    # -- offsets --------------------------------------------------------------------------------
+
+    @property
+    def active(self) -> LogSegment:
+        return self.segments[-1]
+
+    @property
+    def start_offset(self) -> int:
+        return self.segments[0].base_offset
+
+    @property
+    def end_offset(self) -> int:
+        """The offset the next appended record will get (Kafka's log end offset)."""
+        return self.segments[-1].next_offset
+
+    def _segment_index(self, offset: int) -> int:
+        return max(0, bisect.bisect_right(self._bases, offset) - 1)
+
+    # -- appending ------------------------------------------------------------------------------
+
+    def append(self, batch: EncodedBatch) -> int:
+        """Assign offsets to `batch`, write it, and flush as the policy says; returns its base."""
+        with self._lock:
+            seg = self.active
+            if self._should_roll(seg, batch):
+                seg = self._roll()
+            base = seg.next_offset
+            batch.set_base_offset(base)
+            seg.append(batch)
+            end = seg.size
+            self.unflushed_messages += batch.count
+        if self.flush_policy.mode == "always":
+            self._sync(seg, end)
+        return base
+
+    def _should_roll(self, seg: LogSegment, batch: EncodedBatch) -> bool:
+        """Kafka's roll rules: size, age by record time, full index, 32-bit offset delta."""
+        if seg.size == 0:
+            return False
+        if seg.size + batch.size > self.config.segment_bytes:
+            return True
+        if (seg.first_batch_timestamp >= 0
+                and batch.max_timestamp - seg.first_batch_timestamp > self.config.segment_ms):
+            return True
+        if seg.indexes_full():
+            return True
+        return seg.next_offset + batch.count - 1 - seg.base_offset > 0x7FFFFFFF
+
+    def _roll(self) -> LogSegment:
+        old = self.active
+        old.seal()
+        if self.flush_policy.mode != "os":
+            old.flush()
+        new = self._segment(old.next_offset)
+        new.first_batch_timestamp = -1
+        self.segments.append(new)
+        self._bases.append(new.base_offset)
+        if self.flush_policy.mode != "os":
+            _fsync_dir(self.directory)
+            self.recovery_point = new.base_offset
+        return new
+
+    def _sync(self, seg: LogSegment, upto: int) -> None:
+        """Group commit: one fdatasync covers every append that finished before it started."""
+        if seg.flushed_size >= upto:
+            return
+        with self._sync_lock:
+            if seg.flushed_size < upto and seg.fd >= 0:
+                seg.flush()
+
+    def flush(self) -> int:
+        """fdatasync every segment with unflushed bytes; returns the offset now durable."""
+        with self._lock:
+            segs = list(self.segments)
+            end = self.end_offset
+            self.unflushed_messages = 0
+        with self._sync_lock:
+            for seg in segs:
+                if seg.fd >= 0:
+                    seg.flush()
+        self.recovery_point = max(self.recovery_point, end)
+        return end
+
+    # -- reading --------------------------------------------------------------------------------
+
+    def check_offset(self, offset: int) -> None:
+        if not isinstance(offset, int) or isinstance(offset, bool):
+            raise OffsetOutOfRangeError(f"offset must be an int, not {type(offset).__name__}")
+        start, end = self.start_offset, self.end_offset
+        if offset < start or offset > end:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is outside [{start}, {end}] of {self.topic}-{self.partition}")
+
+    def scan(self, offset: int, decode: Decoder, chunk: int = READ_CHUNK,
+             start: tuple[LogSegment, int] | None = None) -> None:
+        """Feed the batches from the one holding `offset` (or from `start`, a known segment and
+        position) onwards to `decode`, chunk by chunk, until it says stop or the log, as it was
+        when the scan began, ends."""
+        with self._lock:
+            i = self.segments.index(start[0]) if start else self._segment_index(offset)
+            segs = self.segments[i:]
+            sizes = [s.size for s in segs]
+            pos = start[1] if start else segs[0].position_for(offset)
+        for seg, size in zip(segs, sizes):
+            while pos < size:
+                buf = seg.read_at(pos, min(chunk, size - pos))
+                used, stop = decode(buf, pos, seg)
+                if stop:
+                    return
+                if used == 0:
+                    # one batch is larger than the chunk: read exactly that batch
+                    need = _batch_size(buf, seg, pos)
+                    if pos + need > size:
+                        raise CorruptRecordError("batch runs past the end of the segment",
+                                                 path=seg.log_path, position=pos)
+                    used, stop = decode(seg.read_at(pos, need), pos, seg)
+                    if stop:
+                        return
+                    if used == 0:
+                        raise CorruptRecordError("batch could not be decoded",
+                                                 path=seg.log_path, position=pos)
+                pos += used
+            pos = 0
+
+    def read(self, offset: int, max_records: int, verify_crc: bool = True,
+             max_offset: int | None = None) -> list[Message]:
+        """Messages from `offset` on, at most max_records, in offset order."""
+        self.check_offset(offset)
+        out: list[Message] = []
+        last = (1 << 63) - 1 if max_offset is None else max_offset
+        state = [offset]
+
+        def decode(buf: bytes, file_pos: int, seg: LogSegment) -> tuple[int, bool]:
+            want = max_records - len(out)
+            pos, next_offset = decode_messages(
+                buf, 0, self.topic, self.partition, state[0], want, out, verify_crc,
+                MAX_DECOMPRESSED, seg.log_path, file_pos, last)
+            state[0] = next_offset
+            return pos, len(out) >= max_records or next_offset > last or (
+                pos < len(buf) and _batch_base(buf, pos) > last)
+
+        if max_records > 0 and offset < self.end_offset:
+            self.scan(offset, decode, READ_CHUNK)
+        return out
+
+    def get(self, offset: int, verify_crc: bool = True) -> Message | None:
+        """The record at `offset`, or None (a compacted gap, a control record, or out of range)."""
+        if offset < self.start_offset or offset >= self.end_offset:
+            return None
+        found: list[Message] = []
+
+        def decode(buf: bytes, file_pos: int, seg: LogSegment) -> tuple[int, bool]:
+            # find_batch walks headers only and reports a batch only when it is whole in buf
+            pos, base, _last = find_batch(buf, 0, offset, -1, False, seg.log_path, file_pos)
+            if base < 0 or base > offset:
+                return pos, base > offset
+            decode_messages(buf, pos, self.topic, self.partition, offset, 1, found, verify_crc,
+                            MAX_DECOMPRESSED, seg.log_path, file_pos, offset)
+            return len(buf), True
+
+        self.scan(offset, decode, GET_CHUNK)
+        return found[0] if found and found[0].offset == offset else None
+
+    def offset_for_time(self, timestamp: int, verify_crc: bool = True) -> int | None:
+        """Kafka's rule: the earliest offset whose timestamp is >= `timestamp`, or None.
+
+        The first segment whose largest timestamp reaches `timestamp`, its time-index floor, then
+        batch headers to the first batch whose maxTimestamp reaches it, then that batch's records
+        (timestamps need not be monotonic, so the scan never stops early).
+        """
+        with self._lock:
+            candidates = [s for s in self.segments if s.max_timestamp >= timestamp]
+            if not candidates:
+                return None
+            seg = candidates[0]
+            start = (seg, seg.position_for_time(timestamp))
+        result: list[int] = []
+
+        def decode(buf: bytes, file_pos: int, s: LogSegment) -> tuple[int, bool]:
+            pos, base, last = find_batch(buf, 0, 0, timestamp, False, s.log_path, file_pos)
+            if base < 0:
+                return pos, False
+            msgs: list[Message] = []
+            decode_messages(buf, pos, self.topic, self.partition, base, 1 << 62, msgs,
+                            verify_crc, MAX_DECOMPRESSED, s.log_path, file_pos, last)
+            for m in msgs:
+                if m.timestamp >= timestamp:
+                    result.append(m.offset)
+                    return len(buf), True
+            return _batch_end(buf, pos), False
+
+        self.scan(0, decode, READ_CHUNK, start)
+        return result[0] if result else None
+
+    # -- closing --------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Seal the active segment (closing time entry, trimmed indexes), flush, close files."""
+        with self._lock:
+            if self.closed:
+                return
+            self.closed = True
+            if self.writable:
+                self.active.seal()
+                with self._sync_lock:
+                    for seg in self.segments:
+                        seg.flush()
+                self.recovery_point = self.end_offset
+            for seg in self.segments:
+                seg.close()
+
+
+def _batch_size(buf: bytes, seg: LogSegment, pos: int) -> int:
+    if len(buf) < 12:
+        raise CorruptRecordError("batch header cut short", path=seg.log_path, position=pos)
+    size = 12 + int.from_bytes(buf[8:12], "big", signed=True)
+    if size < 61:
+        raise CorruptRecordError("batch length out of range", path=seg.log_path, position=pos)
+    return size
+
+
+def _batch_end(buf: bytes, pos: int) -> int:
+    """End position of the (whole, already validated) batch at buf[pos]."""
+    return pos + 12 + int.from_bytes(buf[pos + 8:pos + 12], "big", signed=True)
+
+
+def _batch_base(buf: bytes, pos: int) -> int:
+    info = peek_batch_header(buf, pos)
+    return info.base_offset if info is not None else -1
+
+
+def _segment_bases(directory: str) -> list[int]:
+    """Base offsets of the `.log` files in a partition directory, ascending."""
+    bases = []
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return []
+    for name in names:
+        stem, dot, suffix = name.partition(".")
+        if dot and "." + suffix == LOG_SUFFIX and len(stem) == 20 and stem.isdigit():
+            bases.append(int(stem))
+    return sorted(bases)
+
+
+def _finish_interrupted_swaps(directory: str) -> None:
+    """Kafka's load-time rule for segment replacement: drop `.cleaned` and `.deleted` files,
+    complete `.swap` renames (docs/format.md "Segment replacement")."""
+    for name in sorted(os.listdir(directory)):
+        path = os.path.join(directory, name)
+        if name.endswith(".cleaned") or name.endswith(".deleted"):
+            os.unlink(path)
+    for name in sorted(os.listdir(directory)):
+        if name.endswith(".swap"):
+            os.replace(os.path.join(directory, name), os.path.join(directory, name[:-5]))
+
+
+def _fsync_dir(directory: str) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+__all__ = ["Partition", "RecoveryReport", "segment_name"]

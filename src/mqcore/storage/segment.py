@@ -1,0 +1,313 @@
+"""One log segment: a `.log` of record batches and its `.index` / `.timeindex`.
+
+Files are named by the segment's base offset, zero-padded to 20 digits, as Kafka names them
+(docs/format.md "Segment files"). Positions are int32, so a segment stays below 2 GiB.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from mqcore._ext.batch import EncodedBatch, peek_batch_header, read_batch_info
+from mqcore._ext.scan import CORRUPT, IndexPolicy, SegmentScanner
+from mqcore.errors import CorruptRecordError
+from mqcore.storage.index import OffsetIndex, TimeIndex
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIMEINDEX_SUFFIX = ".timeindex"
+SCAN_CHUNK = 8 << 20
+HEADER_BYTES = 61
+
+_fdatasync = getattr(os, "fdatasync", os.fsync)
+
+
+def segment_name(base_offset: int) -> str:
+    """Kafka's file stem: the base offset as 20 zero-padded digits."""
+    return f"{base_offset:020d}"
+
+
+@dataclass
+class ScanOutcome:
+    """What a recovery scan of one segment found."""
+
+    valid_bytes: int
+    file_bytes: int
+    error: str | None = None
+    error_position: int = -1
+
+    @property
+    def truncated(self) -> int:
+        return self.file_bytes - self.valid_bytes
+
+
+class LogSegment:
+    """Appends to and reads from one segment; the partition above decides when to roll."""
+
+    def __init__(self, directory: str, base_offset: int, *, writable: bool,
+                 index_interval_bytes: int, max_index_bytes: int):
+        self.directory = directory
+        self.base_offset = base_offset
+        self.writable = writable
+        self.index_interval_bytes = index_interval_bytes
+        stem = os.path.join(directory, segment_name(base_offset))
+        self.log_path = stem + LOG_SUFFIX
+        flags = (os.O_RDWR | os.O_CREAT | os.O_APPEND) if writable else os.O_RDONLY
+        self.fd = os.open(self.log_path, flags, 0o644)
+        self.size = os.fstat(self.fd).st_size
+        self.offset_index = OffsetIndex(stem + INDEX_SUFFIX, max_index_bytes, writable)
+        self.time_index = TimeIndex(stem + TIMEINDEX_SUFFIX, max_index_bytes, writable)
+        self.next_offset = base_offset
+        self.max_timestamp = -1
+        self.offset_of_max_timestamp = -1
+        self.first_batch_timestamp = -1
+        self.policy = IndexPolicy(index_interval_bytes)
+        self.flushed_size = self.size
+
+    # -- loading ------------------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Load a segment trusted to be whole (below the recovery point, or after a clean stop).
+
+        The indexes are checked against the log; one that is missing, short or inconsistent is
+        rebuilt by a header scan. The tail after the last index entry is scanned for the next
+        offset and largest timestamp.
+        """
+        if self.size == 0:
+            # a new or empty segment: a preallocated index reads as zero entries, not as (0, 0)
+            self.offset_index.entries = self.time_index.entries = 0
+            if self.writable or (self.offset_index.exists and self.time_index.exists):
+                return
+        ok = (self.offset_index.exists and self.time_index.exists
+              and self.offset_index.load(0x7FFFFFFF, max(self.size, 1))
+              and self.time_index.load(0x7FFFFFFF))
+        last = self.offset_index.last() if ok else None
+        if ok and last is not None and not self._entry_points_at_batch(*last):
+            ok = False
+        if not ok:
+            self.rebuild(verify_crc=False)
+            return
+        start = last[1] if last is not None else 0
+        scanner = SegmentScanner(self.base_offset, self.index_interval_bytes, False)
+        self._scan(scanner, start)
+        if scanner.stop == CORRUPT:
+            raise CorruptRecordError(scanner.error, path=self.log_path,
+                                     position=scanner.error_position)
+        self.size = scanner.valid_bytes
+        self.next_offset = max(scanner.next_offset, self.base_offset)
+        if last is not None:
+            self.next_offset = max(self.next_offset, self.base_offset + last[0] + 1)
+        time_last = self.time_index.last()
+        max_ts, max_off = scanner.max_timestamp, scanner.offset_of_max_timestamp
+        if time_last is not None and time_last[0] >= max_ts:
+            max_ts, max_off = time_last[0], self.base_offset + time_last[1]
+        self.max_timestamp, self.offset_of_max_timestamp = max_ts, max_off
+        self.first_batch_timestamp = self._first_batch_timestamp()
+        last_index_offset = self.base_offset + last[0] if last is not None else -1
+        self.policy = IndexPolicy(
+            self.index_interval_bytes, self.size - start if last is not None else self.size,
+            max_ts, max_off, time_last[0] if time_last is not None else -1, last_index_offset)
+
+    def _entry_points_at_batch(self, relative_offset: int, position: int) -> bool:
+        """An index entry is consistent when a batch starts at `position` and ends at its offset."""
+        info = peek_batch_header(os.pread(self.fd, HEADER_BYTES, position), 0)
+        return info is not None and info.last_offset == self.base_offset + relative_offset
+
+    def _first_batch_timestamp(self) -> int:
+        head = os.pread(self.fd, HEADER_BYTES, 0)
+        if len(head) < HEADER_BYTES:
+            return -1
+        return int.from_bytes(head[35:43], "big", signed=True)
+
+    def _scan(self, scanner: SegmentScanner, start: int) -> None:
+        """Feed the log from `start` to its end into `scanner` in bounded chunks."""
+        file_size = os.fstat(self.fd).st_size
+        scanner_pos = start
+        # the scanner counts positions from the segment start; prime it at `start`
+        if start:
+            scanner.skip_to(start)
+        while scanner_pos < file_size:
+            want = min(SCAN_CHUNK, file_size - scanner_pos)
+            chunk = os.pread(self.fd, want, scanner_pos)
+            if not chunk:
+                break
+            used = scanner.feed(chunk, scanner_pos)
+            if scanner.stop == CORRUPT:
+                break
+            if used == 0:
+                need = _batch_size_at(chunk)
+                if need <= len(chunk) or scanner_pos + need > file_size:
+                    break  # a torn tail: the batch ends past the file
+                chunk = os.pread(self.fd, need, scanner_pos)
+                used = scanner.feed(chunk, scanner_pos)
+                if used == 0:
+                    break
+            scanner_pos += used
+        scanner.finish()
+
+    def rebuild(self, verify_crc: bool) -> ScanOutcome:
+        """Scan the whole log, rebuild both indexes from it, and cut nothing (see recover)."""
+        scanner = SegmentScanner(self.base_offset, self.index_interval_bytes, verify_crc)
+        self._scan(scanner, 0)
+        outcome = ScanOutcome(scanner.valid_bytes, os.fstat(self.fd).st_size, scanner.error,
+                              scanner.error_position)
+        if scanner.stop == CORRUPT and not verify_crc:
+            raise CorruptRecordError(scanner.error, path=self.log_path,
+                                     position=scanner.error_position)
+        self.size = scanner.valid_bytes
+        self.next_offset = max(scanner.next_offset, self.base_offset)
+        self.max_timestamp = scanner.max_timestamp
+        self.offset_of_max_timestamp = scanner.offset_of_max_timestamp
+        self.first_batch_timestamp = scanner.first_batch_max_timestamp
+        self.policy = scanner.policy()
+        if self.writable:
+            self.offset_index.replace_entries(scanner.offset_entries)
+            self.time_index.replace_entries(scanner.time_entries)
+        else:
+            self.offset_index.entries = min(self.offset_index.entries,
+                                            len(scanner.offset_entries) // 8)
+        return outcome
+
+    def recover(self) -> ScanOutcome:
+        """Validate every batch (length, CRC, offsets) and rebuild the indexes from them.
+
+        Returns where the valid data ends; the partition decides whether the bytes after it are
+        a torn tail (cut) or damage followed by good data (raised).
+        """
+        return self.rebuild(verify_crc=True)
+
+    def has_valid_batch_after(self, position: int, min_offset: int) -> bool:
+        """Whether a whole, CRC-valid batch with offset >= min_offset starts anywhere after
+        `position`: tells mid-log damage (good data follows) from a torn tail (nothing does)."""
+        file_size = os.fstat(self.fd).st_size
+        at = position + 1
+        while at < file_size:
+            chunk = os.pread(self.fd, min(SCAN_CHUNK, file_size - at) + HEADER_BYTES, at)
+            i = chunk.find(b"\x02", 16)
+            while i >= 0:
+                start = i - 16
+                if self._valid_batch_at(at + start, min_offset):
+                    return True
+                i = chunk.find(b"\x02", i + 1)
+            at += SCAN_CHUNK
+        return False
+
+    def _valid_batch_at(self, position: int, min_offset: int) -> bool:
+        head = os.pread(self.fd, 12, position)
+        if len(head) < 12:
+            return False
+        length = int.from_bytes(head[8:12], "big", signed=True)
+        if length < HEADER_BYTES - 12 or length > 0x7FFFFFF0:
+            return False
+        data = os.pread(self.fd, 12 + length, position)
+        try:
+            info = read_batch_info(data, 0, True)
+        except CorruptRecordError:
+            return False
+        return info is not None and info.base_offset >= min_offset
+
+    def truncate_to(self, size: int) -> None:
+        """Cut the log at `size` (a torn tail, or the bytes of a failed append)."""
+        os.ftruncate(self.fd, size)
+        self.size = size
+        self.flushed_size = min(self.flushed_size, size)
+
+    # -- appending ----------------------------------------------------------------------------
+
+    def append(self, batch: EncodedBatch) -> int:
+        """Write an encoded batch (its base offset already set) at the end; returns its position.
+
+        On a failed write the file is cut back, so no partial batch stays behind.
+        """
+        position = self.size
+        try:
+            batch.write_to(self.fd)
+        except BaseException:
+            self.truncate_to(position)
+            raise
+        self.size = position + batch.size
+        last_offset = batch.last_offset
+        if self.first_batch_timestamp < 0 and position == 0:
+            self.first_batch_timestamp = batch.max_timestamp
+        if batch.max_timestamp > self.max_timestamp:
+            self.max_timestamp = batch.max_timestamp
+            self.offset_of_max_timestamp = last_offset
+        bits = self.policy.on_batch(position, batch.size, last_offset, batch.max_timestamp)
+        if bits & 1:
+            self.offset_index.append(last_offset - self.base_offset, position)
+        if bits & 2:
+            self.time_index.append(self.policy.max_timestamp,
+                                   self.policy.offset_of_max_timestamp - self.base_offset)
+        self.next_offset = last_offset + 1
+        return position
+
+    def indexes_full(self) -> bool:
+        return self.offset_index.is_full() or self.time_index.is_full()
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def position_for(self, offset: int) -> int:
+        """Start position of the batch holding `offset`, or of a batch before it (index floor)."""
+        entry = self.offset_index.floor(offset - self.base_offset)
+        return entry[1] if entry is not None else 0
+
+    def position_for_time(self, timestamp: int) -> int:
+        """A position at or before the first batch whose records may reach `timestamp`."""
+        entry = self.time_index.floor(timestamp)
+        if entry is None:
+            return 0
+        return self.position_for(self.base_offset + entry[1])
+
+    def read_at(self, position: int, size: int) -> bytes:
+        return os.pread(self.fd, size, position)
+
+    # -- sealing, flushing, closing -----------------------------------------------------------
+
+    def seal(self) -> None:
+        """Roll or close: write the closing time entry and trim both indexes to their entries."""
+        if not self.writable:
+            return
+        entry = self.policy.close_entry()
+        if entry is not None:
+            self.time_index.append(entry[0], entry[1] - self.base_offset, closing=True)
+        self.offset_index.trim()
+        self.time_index.trim()
+
+    def flush(self) -> None:
+        """fdatasync the log (indexes are derived data: recovery rebuilds them)."""
+        size = self.size
+        if self.writable and self.flushed_size < size:
+            _fdatasync(self.fd)
+            self.flushed_size = size
+
+    def sync_indexes(self) -> None:
+        self.offset_index.flush()
+        self.time_index.flush()
+
+    def close(self) -> None:
+        if self.fd < 0:
+            return
+        self.offset_index.close(trim=self.writable)
+        self.time_index.close(trim=self.writable)
+        os.close(self.fd)
+        self.fd = -1
+
+    def delete(self) -> None:
+        """Remove the segment's files (recovery dropping an empty trailing segment)."""
+        self.offset_index.delete()
+        self.time_index.delete()
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        try:
+            os.unlink(self.log_path)
+        except FileNotFoundError:
+            pass
+
+
+def _batch_size_at(chunk: bytes) -> int:
+    """Total size of the batch starting at chunk[0] from its length field (0 if unreadable)."""
+    if len(chunk) < 12:
+        return 0
+    return 12 + int.from_bytes(chunk[8:12], "big", signed=True)

@@ -1,0 +1,452 @@
+"""The public Store: topics, appends, reads. It orchestrates; the storage layer owns the files.
+
+Durability after `append` returns, by flush policy (docs/operations.md "Durability"):
+  always    fdatasync'd before append returns (group commit across threads): survives a process
+            kill and a power loss.
+  interval  in the page cache at once; fdatasync'd by the background flusher within
+            flush_interval_ms or flush_messages: survives a process kill; a power loss loses at
+            most that window.
+  os        page cache only, flushed by the kernel, by flush() and at close: survives a process
+            kill; a power loss may lose anything since the last flush.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from mqcore import compression as codecs
+from mqcore._ext.batch import EncodedBatch, Message, encode_batch
+from mqcore._ext.hashing import kafka_partition
+from mqcore.arrow import new_columns, to_record_batch
+from mqcore.config import FlushPolicy, TopicConfig, validate_name
+from mqcore.errors import (
+    CorruptIndexError,
+    InvalidConfigError,
+    InvalidRecordError,
+    OffsetOutOfRangeError,
+    ReadOnlyStoreError,
+    RecordTooLargeError,
+    StoreClosedError,
+    TopicExistsError,
+    UnknownPartitionError,
+    UnknownTopicError,
+)
+from mqcore.storage.flusher import Flusher
+from mqcore.storage.logdir import LogDirectory
+from mqcore.storage.partition import Partition, RecoveryReport
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+HeadersArg = Mapping[str, bytes | None] | Sequence[tuple[str, bytes | None]] | None
+
+
+class RecordMetadata(NamedTuple):
+    """Where `append` put a message."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+
+
+class BatchMetadata(NamedTuple):
+    """Where `append_batch` put a batch: offsets base_offset .. base_offset + count - 1."""
+
+    partition: int
+    base_offset: int
+    count: int
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.count - 1
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class Store:
+    """A directory of topics and partitions of Kafka v2 segments. Use `mqcore.open()`."""
+
+    def __init__(self, path: str, *, read_only: bool = False, flush: str = "interval",
+                 flush_interval_ms: int = 500, flush_messages: int = 10_000,
+                 auto_create_topics: bool = False, default_partitions: int = 1,
+                 verify_crc: bool = True, **topic_defaults: Any):
+        self.flush_policy = FlushPolicy(flush, flush_interval_ms, flush_messages)
+        self.read_only = read_only
+        self.auto_create_topics = auto_create_topics
+        self.verify_crc = verify_crc
+        self.topic_defaults = TopicConfig(partitions=default_partitions).with_changes(
+            **topic_defaults)
+        self._dir = LogDirectory(path, writable=not read_only)
+        self.path = self._dir.path
+        self._lock = threading.RLock()
+        self._round_robin: dict[str, itertools.count[int]] = {}
+        self._partitions: dict[str, list[Partition]] = {}
+        self._closed = False
+        self._flusher: Flusher | None = None
+        self.recovery: dict[tuple[str, int], RecoveryReport] = {}
+        try:
+            self._load()
+        except BaseException:
+            self._dir.release()
+            raise
+
+    # -- opening and closing ------------------------------------------------------------------
+
+    def _load(self) -> None:
+        clean = self._dir.was_clean()
+        try:
+            points: dict[tuple[str, int], int] | None = self._dir.load_recovery_points()
+        except CorruptIndexError:
+            points = None  # scan everything: slower, never wrong
+        if not self.read_only:
+            self._dir.clear_clean_marker()
+        self._configs = self._dir.load_topics()
+        for topic, cfg in self._configs.items():
+            parts = []
+            for p in range(cfg.partitions):
+                part = self._new_partition(topic, p, cfg)
+                point = None if points is None else points.get((topic, p), 0)
+                self.recovery[(topic, p)] = part.open(point, clean)
+                parts.append(part)
+            self._partitions[topic] = parts
+        if not self.read_only:
+            self._dir.save_topics(self._configs)
+            self._checkpoint()
+            if self.flush_policy.mode == "interval":
+                self._flusher = Flusher(self.flush_policy.interval_ms, self._flush_quietly,
+                                        self._checkpoint)
+                self._flusher.start()
+
+    def _new_partition(self, topic: str, p: int, cfg: TopicConfig) -> Partition:
+        return Partition(topic, p, self._dir.partition_dir(topic, p), cfg, self.flush_policy,
+                         writable=not self.read_only)
+
+    def close(self) -> None:
+        """Flush everything, seal active segments, write checkpoints and the clean marker."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            if self._flusher is not None:
+                self._flusher.stop()
+            for parts in self._partitions.values():
+                for part in parts:
+                    part.close()
+            if not self.read_only:
+                self._checkpoint()
+                self._dir.write_clean_marker()
+            self._dir.release()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if not getattr(self, "_closed", True):
+            self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosedError(f"store {self.path} is closed")
+        if self._flusher is not None and self._flusher.error is not None:
+            raise self._flusher.error
+
+    def _check_writable(self) -> None:
+        self._check_open()
+        if self.read_only:
+            raise ReadOnlyStoreError(f"store {self.path} was opened read-only")
+
+    # -- topics ---------------------------------------------------------------------------------
+
+    def create_topic(self, name: str, partitions: int | None = None, **config: Any) -> None:
+        """Create a topic (idempotent when it exists with the same partition count).
+
+        `config` takes TopicConfig fields (segment_bytes, segment_ms, max_message_bytes,
+        timestamp_type, compression, retention_ms, ...); unset ones come from the store defaults.
+        """
+        self._check_writable()
+        validate_name(name)
+        cfg = self.topic_defaults.with_changes(
+            partitions=self.topic_defaults.partitions if partitions is None else partitions,
+            **config)
+        with self._lock:
+            existing = self._configs.get(name)
+            if existing is not None:
+                if existing.partitions != cfg.partitions:
+                    raise TopicExistsError(
+                        f"topic {name!r} exists with {existing.partitions} partitions, "
+                        f"not {cfg.partitions}")
+                return
+            parts = [self._new_partition(name, p, cfg) for p in range(cfg.partitions)]
+            for part in parts:
+                part.open(0, clean=True)
+            self._configs[name] = cfg
+            self._partitions[name] = parts
+            self._dir.save_topics(self._configs)
+
+    def topics(self) -> list[str]:
+        self._check_open()
+        return sorted(self._partitions)
+
+    def partitions(self, topic: str) -> int:
+        return len(self._parts(topic))
+
+    def topic_config(self, topic: str) -> TopicConfig:
+        self._parts(topic)
+        return self._configs[topic]
+
+    def _parts(self, topic: str, create: bool = False) -> list[Partition]:
+        self._check_open()
+        parts = self._partitions.get(topic)
+        if parts is None:
+            if create and self.auto_create_topics:
+                self.create_topic(topic)
+                return self._partitions[topic]
+            validate_name(topic)
+            raise UnknownTopicError(f"topic {topic!r} does not exist in {self.path}")
+        return parts
+
+    def _partition(self, topic: str, partition: int, create: bool = False) -> Partition:
+        parts = self._parts(topic, create)
+        if isinstance(partition, bool) or not isinstance(partition, int) \
+                or not 0 <= partition < len(parts):
+            raise UnknownPartitionError(
+                f"partition {partition!r} is outside 0..{len(parts) - 1} of topic {topic!r}")
+        return parts[partition]
+
+    # -- appending ------------------------------------------------------------------------------
+
+    def append(self, topic: str, value: bytes | None, key: bytes | None = None,
+               headers: HeadersArg = None, partition: int | None = None,
+               timestamp: int | None = None) -> RecordMetadata:
+        """Append one message; returns where it went. `value=None` writes a tombstone."""
+        self._check_writable()
+        parts = self._parts(topic, create=True)
+        if partition is None:
+            partition = self._choose_partition(topic, key, len(parts))
+        part = self._partition(topic, partition)
+        cfg = part.config
+        now = _now_ms()
+        batch = encode_batch(
+            [value], None if key is None else [key], None if headers is None else [headers],
+            None if timestamp is None else [timestamp], now,
+            codecs.codec_id(cfg.compression), self._log_append_time(cfg, now),
+            compress=codecs.compress)
+        self._check_size(batch, cfg, topic)
+        base = self._write(part, batch)
+        return RecordMetadata(topic, partition, base, batch.max_timestamp)
+
+    def append_batch(self, topic: str, values: Sequence[bytes | None],
+                     keys: Sequence[bytes | None] | None = None,
+                     headers: Sequence[HeadersArg] | None = None, partition: int | None = 0,
+                     timestamps: Sequence[int] | None = None,
+                     compression: str | None = None) -> BatchMetadata | list[BatchMetadata]:
+        """Append messages as one Kafka record batch with consecutive offsets.
+
+        A batch above the topic's max_message_bytes is split into several batches (still
+        consecutive offsets); a single message above it is refused. `partition=None` routes by
+        key like Kafka's producer: with keys, the messages are grouped per partition and a list
+        of BatchMetadata (one per partition, ascending) comes back; without keys the whole batch
+        goes to the next partition in round robin.
+        """
+        self._check_writable()
+        parts = self._parts(topic, create=True)
+        values = list(values)
+        if partition is None and keys is not None:
+            return self._append_routed(topic, values, keys, headers, timestamps, compression,
+                                       len(parts))
+        if partition is None:
+            partition = self._choose_partition(topic, None, len(parts))
+        part = self._partition(topic, partition)
+        cfg = part.config
+        codec = codecs.codec_id(compression if compression is not None else cfg.compression)
+        now = _now_ms()
+        batches = self._encode_fitting(values, keys, headers, timestamps, now, codec, cfg, topic)
+        with part._lock:  # consecutive offsets across the pieces of a split batch
+            base = self._write(part, batches[0])
+            for extra in batches[1:]:
+                self._write(part, extra)
+        return BatchMetadata(partition, base, len(values))
+
+    def _append_routed(self, topic: str, values: list[bytes | None],
+                       keys: Sequence[bytes | None], headers: Sequence[HeadersArg] | None,
+                       timestamps: Sequence[int] | None, compression: str | None,
+                       count: int) -> list[BatchMetadata]:
+        if len(keys) != len(values):
+            raise InvalidRecordError(f"{len(keys)} keys for {len(values)} values")
+        groups: dict[int, list[int]] = {}
+        for i, k in enumerate(keys):
+            groups.setdefault(self._choose_partition(topic, k, count), []).append(i)
+        out = []
+        for p in sorted(groups):
+            idx = groups[p]
+            md = self.append_batch(
+                topic, [values[i] for i in idx], [keys[i] for i in idx],
+                None if headers is None else [headers[i] for i in idx], p,
+                None if timestamps is None else [timestamps[i] for i in idx], compression)
+            assert isinstance(md, BatchMetadata)
+            out.append(md)
+        return out
+
+    def _encode_fitting(self, values: list[Any], keys: Sequence[Any] | None,
+                        headers: Sequence[Any] | None, timestamps: Sequence[int] | None,
+                        now: int, codec: int, cfg: TopicConfig, topic: str) -> list[EncodedBatch]:
+        """Encode; halve recursively while a batch is above max_message_bytes."""
+        batch = encode_batch(values, keys, headers, timestamps, now, codec,
+                             self._log_append_time(cfg, now), compress=codecs.compress)
+        if batch.size <= cfg.max_message_bytes or len(values) == 1:
+            self._check_size(batch, cfg, topic)
+            return [batch]
+        half = len(values) // 2
+
+        def part(seq: Sequence[Any] | None, lo: int, hi: int) -> list[Any] | None:
+            return None if seq is None else list(seq[lo:hi])
+
+        if keys is not None and len(keys) != len(values):
+            raise InvalidRecordError(f"{len(keys)} keys for {len(values)} values")
+        return (self._encode_fitting(values[:half], part(keys, 0, half), part(headers, 0, half),
+                                     part(timestamps, 0, half), now, codec, cfg, topic)
+                + self._encode_fitting(values[half:], part(keys, half, None),
+                                       part(headers, half, None), part(timestamps, half, None),
+                                       now, codec, cfg, topic))
+
+    def _check_size(self, batch: EncodedBatch, cfg: TopicConfig, topic: str) -> None:
+        if batch.size > cfg.max_message_bytes:
+            raise RecordTooLargeError(
+                f"message of {batch.size} bytes (as a record batch) exceeds max_message_bytes="
+                f"{cfg.max_message_bytes} of topic {topic!r}; nothing was written")
+
+    @staticmethod
+    def _log_append_time(cfg: TopicConfig, now: int) -> int:
+        return now if cfg.timestamp_type == "LogAppendTime" else -1
+
+    def _write(self, part: Partition, batch: EncodedBatch) -> int:
+        base = part.append(batch)
+        if (self._flusher is not None
+                and part.unflushed_messages >= self.flush_policy.messages):
+            self._flusher.wake()
+        return base
+
+    def _choose_partition(self, topic: str, key: object, count: int) -> int:
+        """murmur2(key) like Kafka's default partitioner; round robin for null keys."""
+        if key is not None:
+            if isinstance(key, str):
+                raise InvalidRecordError("keys must be bytes-like or None, not str")
+            try:
+                return int(kafka_partition(key, count))  # type: ignore[arg-type]
+            except TypeError:
+                raise InvalidRecordError(
+                    f"keys must be bytes-like or None, not {type(key).__name__}") from None
+        counter = self._round_robin.setdefault(topic, itertools.count())
+        return next(counter) % count
+
+    # -- reading --------------------------------------------------------------------------------
+
+    def read(self, topic: str, partition: int = 0, offset: int = 0,
+             max_records: int = 500) -> list[Message]:
+        """Up to max_records messages from `offset` on (offset == end_offset gives [])."""
+        part = self._partition(topic, partition)
+        if isinstance(max_records, bool) or not isinstance(max_records, int) or max_records < 0:
+            raise InvalidConfigError(f"max_records must be an int >= 0, not {max_records!r}")
+        return part.read(offset, max_records, self.verify_crc)
+
+    def get(self, topic: str, partition: int, offset: int) -> Message | None:
+        """The message at `offset`, or None when there is none there."""
+        part = self._partition(topic, partition)
+        if isinstance(offset, bool) or not isinstance(offset, int):
+            raise OffsetOutOfRangeError(f"offset must be an int, not {type(offset).__name__}")
+        if offset < 0:
+            raise OffsetOutOfRangeError(f"offset {offset} is negative")
+        return part.get(offset, self.verify_crc)
+
+    def offset_for_time(self, topic: str, partition: int, timestamp: int) -> int | None:
+        """The earliest offset whose timestamp is >= `timestamp` (ms), or None."""
+        return self._partition(topic, partition).offset_for_time(timestamp, self.verify_crc)
+
+    def start_offset(self, topic: str, partition: int = 0) -> int:
+        return self._partition(topic, partition).start_offset
+
+    def end_offset(self, topic: str, partition: int = 0) -> int:
+        return self._partition(topic, partition).end_offset
+
+    def iter_arrow(self, topic: str, partition: int = 0, start: int = 0, end: int | None = None,
+                   *, include_headers: bool = False, max_records: int = 65536,
+                   max_bytes: int = 64 << 20) -> Iterator[pa.RecordBatch]:
+        """RecordBatches of offsets [start, end) in bounded pieces (Spark-sized)."""
+        part = self._partition(topic, partition)
+        stop = part.end_offset if end is None else end
+        if stop < start:
+            raise OffsetOutOfRangeError(f"end offset {stop} is before start offset {start}")
+        if start < stop:
+            part.check_offset(start)
+        offset = start
+        while offset < stop:
+            cols = new_columns(include_headers)
+            offset, done = self._fill(part, cols, offset, stop - 1, max_records, max_bytes)
+            if cols.num_rows:
+                yield to_record_batch(cols, topic, partition)
+            if done:
+                break
+
+    def _fill(self, part: Partition, cols: Any, offset: int, last: int, max_rows: int,
+              max_bytes: int) -> tuple[int, bool]:
+        state = {"next": offset, "done": True}
+
+        def decode(buf: bytes, file_pos: int, seg: Any) -> tuple[int, bool]:
+            pos, nxt, past, full = cols.add(buf, 0, state["next"], last, max_rows, max_bytes,
+                                            self.verify_crc, seg.log_path, file_pos)
+            state["next"] = nxt
+            if full:
+                state["done"] = False
+            return pos, past or full or nxt > last
+
+        part.scan(offset, decode)
+        return state["next"], state["done"] or state["next"] > last
+
+    def read_arrow(self, topic: str, partition: int = 0, start: int = 0, end: int | None = None,
+                   *, include_headers: bool = False) -> pa.RecordBatch:
+        """Offsets [start, end) as one RecordBatch in Spark's Kafka-source schema."""
+        import pyarrow as pa
+
+        from mqcore.arrow import kafka_schema
+        batches = list(self.iter_arrow(topic, partition, start, end,
+                                       include_headers=include_headers,
+                                       max_records=1 << 30, max_bytes=(1 << 31) - 2))
+        if not batches:
+            return pa.RecordBatch.from_pylist([], schema=kafka_schema(include_headers))
+        if len(batches) == 1:
+            return batches[0]
+        return pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
+
+    # -- durability -----------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """fdatasync every partition and advance the recovery checkpoint."""
+        self._check_writable()
+        self._flush_quietly()
+        self._checkpoint()
+
+    def _flush_quietly(self) -> None:
+        for parts in list(self._partitions.values()):
+            for part in parts:
+                if not part.closed:
+                    part.flush()
+
+    def _checkpoint(self) -> None:
+        points = {(t, p.partition): p.recovery_point
+                  for t, parts in self._partitions.items() for p in parts}
+        self._dir.save_recovery_points(points)
+
+
+def open(path: str, **options: Any) -> Store:  # noqa: A001 - mirrors io.open for stores
+    """Open (creating if needed) the store at `path`. See Store for the options."""
+    return Store(path, **options)
