@@ -1,0 +1,46 @@
+"""Shared fixtures: a fresh store directory per test, and a guard against swallowed errors."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+import mqcore
+
+SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+
+
+@pytest.fixture
+def store_path(tmp_path) -> str:
+    """A path for a new store (the directory does not exist yet)."""
+    return str(tmp_path / "store")
+
+
+@pytest.fixture
+def store(store_path) -> Iterator[mqcore.Store]:
+    """An open store with flush="os" (fast); closed after the test."""
+    s = mqcore.open(store_path, flush="os")
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+@pytest.fixture(autouse=True)
+def no_unraisable_errors(capfd) -> Iterator[None]:
+    """Fail a test whose run printed 'Exception ignored' (an error swallowed in __del__, a
+    callback or a thread): fastavro's habit, since such errors hide real bugs."""
+    yield
+    _out, err = capfd.readouterr()
+    sys.stderr.write(err)
+    assert "Exception ignored" not in err, err
+
+
+def child_env() -> dict[str, str]:
+    """Environment for subprocesses that import mqcore (writer processes killed by tests)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = SRC + os.pathsep + env.get("PYTHONPATH", "")
+    return env
