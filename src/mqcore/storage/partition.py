@@ -15,13 +15,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from mqcore._ext.batch import EncodedBatch, Message, decode_messages, peek_batch_header
-from mqcore._ext.scan import find_batch
+from mqcore._ext.scan import find_batch, read_record
 from mqcore.config import FlushPolicy, TopicConfig
 from mqcore.errors import CorruptRecordError, OffsetOutOfRangeError
 from mqcore.storage.segment import LOG_SUFFIX, LogSegment, segment_name
 
 READ_CHUNK = 256 << 10
-GET_CHUNK = 16 << 10
 MAX_DECOMPRESSED = 256 << 20
 
 # Decoders driven by Partition.scan(): (buffer, file position, segment) -> (bytes used, stop)
@@ -275,21 +274,14 @@ class Partition:
 
     def get(self, offset: int, verify_crc: bool = True) -> Message | None:
         """The record at `offset`, or None (a compacted gap, a control record, or out of range)."""
-        if offset < self.start_offset or offset >= self.end_offset:
-            return None
-        found: list[Message] = []
-
-        def decode(buf: bytes, file_pos: int, seg: LogSegment) -> tuple[int, bool]:
-            # find_batch walks headers only and reports a batch only when it is whole in buf
-            pos, base, _last = find_batch(buf, 0, offset, -1, False, seg.log_path, file_pos)
-            if base < 0 or base > offset:
-                return pos, base > offset
-            decode_messages(buf, pos, self.topic, self.partition, offset, 1, found, verify_crc,
-                            MAX_DECOMPRESSED, seg.log_path, file_pos, offset)
-            return len(buf), True
-
-        self.scan(offset, decode, GET_CHUNK)
-        return found[0] if found and found[0].offset == offset else None
+        with self._lock:
+            if offset < self.segments[0].base_offset or offset >= self.segments[-1].next_offset:
+                return None
+            seg = self.segments[self._segment_index(offset)]
+            position = seg.position_for(offset)
+            limit = seg.size
+        return read_record(seg.fd, position, limit, offset, self.topic, self.partition,
+                           verify_crc, seg.verified_batches, seg.log_path, MAX_DECOMPRESSED)
 
     def offset_for_time(self, timestamp: int, verify_crc: bool = True) -> int | None:
         """Kafka's rule: the earliest offset whose timestamp is >= `timestamp`, or None.

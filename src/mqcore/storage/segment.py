@@ -64,6 +64,8 @@ class LogSegment:
         self.first_batch_timestamp = -1
         self.policy = IndexPolicy(index_interval_bytes)
         self.flushed_size = self.size
+        # positions of batches whose CRC a get() already checked (gets in them skip the CRC)
+        self.verified_batches: set[int] = set()
 
     # -- loading ------------------------------------------------------------------------------
 
@@ -210,6 +212,7 @@ class LogSegment:
     def truncate_to(self, size: int) -> None:
         """Cut the log at `size` (a torn tail, or the bytes of a failed append)."""
         os.ftruncate(self.fd, size)
+        self.verified_batches = {p for p in self.verified_batches if p < size}
         self.size = size
         self.flushed_size = min(self.flushed_size, size)
 
