@@ -16,7 +16,8 @@ import itertools
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from mqcore import compression as codecs
 from mqcore._ext.batch import EncodedBatch, Message, encode_batch
@@ -45,7 +46,8 @@ if TYPE_CHECKING:
 HeadersArg = Mapping[str, bytes | None] | Sequence[tuple[str, bytes | None]] | None
 
 
-class RecordMetadata(NamedTuple):
+@dataclass(frozen=True, slots=True)
+class RecordMetadata:
     """Where `append` put a message."""
 
     topic: str
@@ -54,7 +56,8 @@ class RecordMetadata(NamedTuple):
     timestamp: int
 
 
-class BatchMetadata(NamedTuple):
+@dataclass(frozen=True, slots=True)
+class BatchMetadata:
     """Where `append_batch` put a batch: offsets base_offset .. base_offset + count - 1."""
 
     partition: int
@@ -308,7 +311,7 @@ class Store:
             return [batch]
         half = len(values) // 2
 
-        def part(seq: Sequence[Any] | None, lo: int, hi: int) -> list[Any] | None:
+        def part(seq: Sequence[Any] | None, lo: int, hi: int | None) -> list[Any] | None:
             return None if seq is None else list(seq[lo:hi])
 
         if keys is not None and len(keys) != len(values):
@@ -399,7 +402,7 @@ class Store:
 
     def _fill(self, part: Partition, cols: Any, offset: int, last: int, max_rows: int,
               max_bytes: int) -> tuple[int, bool]:
-        state = {"next": offset, "done": True}
+        state: dict[str, Any] = {"next": offset, "done": True}
 
         def decode(buf: bytes, file_pos: int, seg: Any) -> tuple[int, bool]:
             pos, nxt, past, full = cols.add(buf, 0, state["next"], last, max_rows, max_bytes,
@@ -410,7 +413,7 @@ class Store:
             return pos, past or full or nxt > last
 
         part.scan(offset, decode)
-        return state["next"], state["done"] or state["next"] > last
+        return int(state["next"]), bool(state["done"]) or state["next"] > last
 
     def read_arrow(self, topic: str, partition: int = 0, start: int = 0, end: int | None = None,
                    *, include_headers: bool = False) -> pa.RecordBatch:

@@ -94,7 +94,7 @@ class LogSegment:
         scanner = SegmentScanner(self.base_offset, self.index_interval_bytes, False)
         self._scan(scanner, start)
         if scanner.stop == CORRUPT:
-            raise CorruptRecordError(scanner.error, path=self.log_path,
+            raise CorruptRecordError(scanner.error or "invalid batch", path=self.log_path,
                                      position=scanner.error_position)
         self.size = scanner.valid_bytes
         self.next_offset = max(scanner.next_offset, self.base_offset)
@@ -155,7 +155,7 @@ class LogSegment:
         outcome = ScanOutcome(scanner.valid_bytes, os.fstat(self.fd).st_size, scanner.error,
                               scanner.error_position)
         if scanner.stop == CORRUPT and not verify_crc:
-            raise CorruptRecordError(scanner.error, path=self.log_path,
+            raise CorruptRecordError(scanner.error or "invalid batch", path=self.log_path,
                                      position=scanner.error_position)
         self.size = scanner.valid_bytes
         self.next_offset = max(scanner.next_offset, self.base_offset)
