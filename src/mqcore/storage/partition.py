@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from mqcore._ext.batch import EncodedBatch, Message, decode_messages, peek_batch_header
 from mqcore._ext.scan import find_batch, read_record
 from mqcore.config import FlushPolicy, TopicConfig
-from mqcore.errors import CorruptRecordError, OffsetOutOfRangeError
+from mqcore.errors import CorruptRecordError, OffsetOutOfRangeError, StoreClosedError
 from mqcore.storage.segment import LOG_SUFFIX, LogSegment, segment_name
 
 READ_CHUNK = 256 << 10
@@ -150,6 +150,8 @@ class Partition:
     def append(self, batch: EncodedBatch) -> int:
         """Assign offsets to `batch`, write it, and flush as the policy says; returns its base."""
         with self._lock:
+            if self.closed:
+                raise StoreClosedError(f"partition {self.topic}-{self.partition} is closed")
             seg = self.active
             if self._should_roll(seg, batch):
                 seg = self._roll()
