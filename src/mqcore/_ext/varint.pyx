@@ -5,48 +5,11 @@
 #     0 -> 00, -1 -> 01, 1 -> 02, 63 -> 7E, -64 -> 7F, 64 -> 80 01, 8192 -> 80 80 01
 #
 # Lengths (varint) and timestamp deltas (varlong) share this encoding; callers range-check
-# int32 fields after reading.
-from libc.stdint cimport int64_t, uint64_t
+# int32 fields after reading. The kernels are `cdef inline` in varint.pxd so every module that
+# cimports them inlines them (a cross-module call per varint cost ~25 instructions each).
+from libc.stdint cimport int64_t
 
 from mqcore.errors import CorruptRecordError
-
-
-cdef int write_varint(unsigned char* buf, int64_t value) noexcept nogil:
-    cdef uint64_t z = (<uint64_t>value << 1) ^ <uint64_t>(value >> 63)
-    cdef int n = 0
-    while z >= 0x80:
-        buf[n] = <unsigned char>((z & 0x7F) | 0x80)
-        z >>= 7
-        n += 1
-    buf[n] = <unsigned char>z
-    return n + 1
-
-
-cdef int varint_size(int64_t value) noexcept nogil:
-    cdef uint64_t z = (<uint64_t>value << 1) ^ <uint64_t>(value >> 63)
-    cdef int n = 1
-    while z >= 0x80:
-        z >>= 7
-        n += 1
-    return n
-
-
-cdef int read_varint(const unsigned char* buf, Py_ssize_t avail, int64_t* out) noexcept nogil:
-    cdef uint64_t z = 0
-    cdef int shift = 0
-    cdef int i = 0
-    cdef unsigned char b
-    while True:
-        if i >= avail or i >= MAX_VARINT_BYTES:
-            return -1
-        b = buf[i]
-        z |= (<uint64_t>(b & 0x7F)) << shift
-        i += 1
-        if b < 0x80:
-            break
-        shift += 7
-    out[0] = <int64_t>(z >> 1) ^ -(<int64_t>(z & 1))
-    return i
 
 
 def encode_varint(int64_t value):
