@@ -27,7 +27,12 @@ demo: build
 	$(PY) -m mqcore.demo
 
 bench: build
-	$(PY) -m pytest -q bench --benchmark-columns=min,median,mean,ops,rounds --benchmark-sort=name
+	@mkdir -p .benchmarks
+	for run in 1 2 3; do \
+		$(PY) -m pytest -q -p no:cacheprovider bench --benchmark-columns=min,median,mean,ops,rounds \
+			--benchmark-sort=name --benchmark-json=.benchmarks/run$$run.json || exit 1; \
+	done
+	$(PY) bench/ratios.py .benchmarks/run1.json .benchmarks/run2.json .benchmarks/run3.json
 
 lint: build
 	$(VENV)/bin/ruff check src tests bench

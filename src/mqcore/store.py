@@ -97,6 +97,12 @@ class Store:
         try:
             self._load()
         except BaseException:
+            # a failed open must not look open: __del__ would close() it, writing the clean
+            # marker over a store that was never recovered
+            self._closed = True
+            for parts in self._partitions.values():
+                for part in parts:
+                    part.abandon()
             self._dir.release()
             raise
 

@@ -128,6 +128,44 @@ cdef void column_free(Column* c) noexcept:
     memset(c, 0, sizeof(Column))
 
 
+cdef bint utf8_valid(const unsigned char* s, Py_ssize_t n) noexcept nogil:
+    """Well-formed UTF-8 (no overlongs, surrogates or code points past U+10FFFF), as Arrow
+    validates string columns."""
+    cdef Py_ssize_t i = 0, k, more
+    cdef unsigned char c, lo, hi
+    while i < n:
+        c = s[i]
+        if c < 0x80:
+            i += 1
+            continue
+        lo, hi = 0x80, 0xBF
+        if 0xC2 <= c <= 0xDF:
+            more = 1
+        elif 0xE0 <= c <= 0xEF:
+            more = 2
+            if c == 0xE0:
+                lo = 0xA0
+            elif c == 0xED:
+                hi = 0x9F
+        elif 0xF0 <= c <= 0xF4:
+            more = 3
+            if c == 0xF0:
+                lo = 0x90
+            elif c == 0xF4:
+                hi = 0x8F
+        else:
+            return False
+        if i + more >= n:
+            return False
+        if not lo <= s[i + 1] <= hi:
+            return False
+        for k in range(2, more + 1):
+            if not 0x80 <= s[i + k] <= 0xBF:
+                return False
+        i += more + 1
+    return True
+
+
 cdef class ArrowColumns:
     """Accumulates decoded records as Arrow buffers, bounded by rows and data bytes."""
 
@@ -168,6 +206,9 @@ cdef class ArrowColumns:
     @property
     def data_bytes(self):
         """Key, value and header bytes held so far."""
+        return self.held_bytes()
+
+    cdef inline Py_ssize_t held_bytes(self) noexcept:
         return self.keys.data.len + self.values.data.len + self.header_values.data.len \
             + self.header_key_data.len
 
@@ -182,7 +223,14 @@ cdef class ArrowColumns:
             if rc != OK:
                 raise CorruptRecordError(error_text(rc) + " (record header)", path=source,
                                          position=file_pos)
-            grow_put(&self.header_key_data, hv.key, hv.key_len)
+            if utf8_valid(hv.key, hv.key_len):
+                grow_put(&self.header_key_data, hv.key, hv.key_len)
+            else:
+                # Arrow strings must be UTF-8: replace bad sequences with U+FFFD, as Java's
+                # String decoding (and so Spark's own Kafka source) shows such a key
+                fixed = (<bytes>(<const char*>hv.key)[:hv.key_len]).decode(
+                    "utf-8", "replace").encode("utf-8")
+                grow_put(&self.header_key_data, PyBytes_AS_STRING(fixed), PyBytes_GET_SIZE(fixed))
             put_i32(&self.header_key_offsets, <int32_t>self.header_key_data.len)
             column_put(&self.header_values, self.num_headers, hv.value, hv.value_len)
             self.num_headers += 1
@@ -259,11 +307,11 @@ cdef class ArrowColumns:
                     stop = done = True
                     break
                 if self.num_rows >= max_rows or (self.num_rows > 0 and (
-                        self.data_bytes + (r.key_len if r.key_len > 0 else 0)
+                        self.held_bytes() + (r.key_len if r.key_len > 0 else 0)
                         + (r.value_len if r.value_len > 0 else 0) + r.headers_len > max_bytes)):
                     stop = full = True
                     break
-                if (self.data_bytes + (r.key_len if r.key_len > 0 else 0)
+                if (self.held_bytes() + (r.key_len if r.key_len > 0 else 0)
                         + (r.value_len if r.value_len > 0 else 0) + r.headers_len) > INT32_MAX - 1:
                     raise ValueError(f"a single record at offset {offset} exceeds Arrow's 2 GiB "
                                      f"binary column limit")

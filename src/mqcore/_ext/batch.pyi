@@ -2,7 +2,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 
 _Bytes = bytes | bytearray | memoryview
-_Headers = Mapping[str, bytes | None] | Sequence[tuple[str, bytes | None]] | None
+_Headers = Mapping[str, _Bytes | None] | Sequence[tuple[str, _Bytes | None]] | None
 
 TIMESTAMP_CREATE_TIME: int
 TIMESTAMP_LOG_APPEND_TIME: int

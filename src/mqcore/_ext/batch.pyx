@@ -28,12 +28,15 @@
 # pieces. Smaller ones are copied: measured on 1000 x 1 KiB, copying and checksumming one
 # contiguous run (3-way interleaved CRC) costs 121 us against 141 us for 2000 iovecs checksummed
 # piece by piece. `EncodedBatch.write_to(fd)` hands the pieces to writev() without the GIL.
+cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
+from cpython.number cimport PyNumber_Index
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.errno cimport EAGAIN, EINTR, ENOSPC, errno
 from libc.stdint cimport INT32_MAX, INT64_MAX, int16_t, int32_t, int64_t, uint16_t, uint32_t, uint64_t
+from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcpy, memmove
 from posix.uio cimport iovec, writev
 
@@ -42,6 +45,9 @@ from mqcore._ext.crc32c cimport crc32c_extend
 from mqcore._ext.varint cimport MAX_VARINT_BYTES, read_varint, varint_size, write_varint
 
 from mqcore.errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError
+
+cdef extern from "Python.h":
+    const char* PyUnicode_AsUTF8AndSize(object text, Py_ssize_t* size) except NULL
 
 cdef extern from "<unistd.h>" nogil:
     ssize_t c_write "write"(int fd, const void* buf, size_t n)
@@ -138,9 +144,15 @@ cdef inline int read_len(const unsigned char** p, const unsigned char* end,
 
 
 cdef int next_record(RecordCursor* c, RecordView* r) noexcept nogil:
-    """Decode the next record into *r; 1 = a record, 0 = all recordsCount records read."""
+    """Decode the next record into *r; 1 = a record, 0 = all recordsCount records read.
+
+    The headers are walked once here, so every decoder (Messages, Arrow with or without the
+    headers column) accepts and refuses exactly the same records.
+    """
     cdef int64_t v
     cdef int n, rc
+    cdef Py_ssize_t i
+    cdef HeaderView hv
     cdef const unsigned char* p
     cdef const unsigned char* rec_end
     if c.remaining <= 0:
@@ -184,6 +196,12 @@ cdef int next_record(RecordCursor* c, RecordView* r) noexcept nogil:
     r.header_count = <Py_ssize_t>v
     r.headers = p
     r.headers_len = rec_end - p
+    for i in range(r.header_count):
+        rc = next_header(&p, rec_end, &hv)
+        if rc != OK:
+            return rc
+    if p != rec_end:
+        return E_TRAILING                    # the record is longer than its fields
     c.p = rec_end
     c.remaining -= 1
     c.prev_delta = r.offset_delta
@@ -269,8 +287,14 @@ cdef object records_area(const unsigned char* batch, const BatchHeader* h, Py_ss
 # Message: what reads return
 # ---------------------------------------------------------------------------------------------
 
+@cython.final
+@cython.no_gc
+@cython.freelist(256)
 cdef class Message:
-    """One stored record. `value is None` is a tombstone (Kafka's null), distinct from b""."""
+    """One stored record. `value is None` is a tombstone (Kafka's null), distinct from b"".
+
+    Final and untracked by the garbage collector: it holds only str, int, bytes and tuples of
+    them, so it can never be part of a reference cycle (a third of decode time went to the GC)."""
 
     cdef readonly str topic
     cdef readonly int partition
@@ -378,7 +402,7 @@ cdef class BatchInfo:
 
     @property
     def size(self):
-        return LOG_OVERHEAD + self.batch_length
+        return LOG_OVERHEAD + <int64_t>self.batch_length
 
     @property
     def codec(self):
@@ -550,6 +574,51 @@ def decode_messages(const unsigned char[::1] buf not None, Py_ssize_t pos, str t
 # Encoding
 # ---------------------------------------------------------------------------------------------
 
+# Glue buffers are kept for reuse (a few, up to 8 MiB each): a fresh 1 MiB malloc is served by a
+# new mmap whose pages fault in on first touch, which cost more than encoding the batch (bench/
+# README.md). The GIL guards the pool: buffers are taken and given back only while holding it.
+cdef enum:
+    GLUE_POOL = 4
+    GLUE_POOL_MAX_BYTES = 8 << 20
+
+cdef unsigned char* glue_pool[GLUE_POOL]
+cdef Py_ssize_t glue_pool_cap[GLUE_POOL]
+cdef int glue_pool_len = 0
+
+
+cdef unsigned char* take_glue(Py_ssize_t want, Py_ssize_t* cap):
+    """A buffer of at least `want` bytes, preferably a warm one from the pool (NULL: no memory)."""
+    global glue_pool_len
+    cdef unsigned char* g
+    cdef int i, best = -1
+    for i in range(glue_pool_len):
+        if best < 0 or glue_pool_cap[i] > glue_pool_cap[best]:
+            best = i
+    if best >= 0:
+        g = glue_pool[best]
+        cap[0] = glue_pool_cap[best]
+        glue_pool_len -= 1
+        glue_pool[best] = glue_pool[glue_pool_len]
+        glue_pool_cap[best] = glue_pool_cap[glue_pool_len]
+        if cap[0] >= want:
+            return g
+        free(g)
+    cap[0] = want
+    return <unsigned char*>malloc(want)
+
+
+cdef void give_glue(unsigned char* g, Py_ssize_t cap) noexcept:
+    global glue_pool_len
+    if g == NULL:
+        return
+    if glue_pool_len < GLUE_POOL and cap <= GLUE_POOL_MAX_BYTES:
+        glue_pool[glue_pool_len] = g
+        glue_pool_cap[glue_pool_len] = cap
+        glue_pool_len += 1
+    else:
+        free(g)
+
+
 cdef struct Piece:
     const unsigned char* ptr      # NULL: the piece lives in the glue buffer at `off`
     Py_ssize_t off
@@ -581,8 +650,7 @@ cdef class EncodedBatch:
 
     def __cinit__(self):
         self.refs = []
-        self.glue_cap = 256
-        self.glue = <unsigned char*>PyMem_Malloc(self.glue_cap)
+        self.glue = take_glue(256, &self.glue_cap)
         self.pieces_cap = 16
         self.pieces = <Piece*>PyMem_Malloc(self.pieces_cap * sizeof(Piece))
         if self.glue == NULL or self.pieces == NULL:
@@ -590,7 +658,7 @@ cdef class EncodedBatch:
         self.base_offset = -1
 
     def __dealloc__(self):
-        PyMem_Free(self.glue)
+        give_glue(self.glue, self.glue_cap)
         PyMem_Free(self.pieces)
 
     cdef int reserve(self, Py_ssize_t extra) except -1:
@@ -602,7 +670,7 @@ cdef class EncodedBatch:
             return 0
         while cap < need:
             cap *= 2
-        g = <unsigned char*>PyMem_Realloc(self.glue, cap)
+        g = <unsigned char*>realloc(self.glue, cap)
         if g == NULL:
             raise MemoryError()
         self.glue = g
@@ -681,12 +749,43 @@ cdef class EncodedBatch:
                 total += self.pieces[i].len
         return total
 
-    cdef int put_headers(self, object hdrs, Py_ssize_t gather_threshold) except -1:
+    cdef int put_header(self, object hk, object hv, Py_ssize_t gather_threshold) except -1:
+        """keyLen varint + UTF-8 key + the value field of one header."""
         cdef Py_ssize_t klen
         cdef const char* kp
+        if type(hk) is str:
+            try:
+                kp = PyUnicode_AsUTF8AndSize(hk, &klen)     # cached in the str: no copy
+            except UnicodeEncodeError:
+                try:
+                    hk = (<str>hk).encode("utf-8", "surrogateescape")
+                except UnicodeEncodeError:
+                    raise InvalidRecordError(
+                        f"header key {hk!r} is not encodable as UTF-8") from None
+                kp = PyBytes_AS_STRING(hk)
+                klen = PyBytes_GET_SIZE(hk)
+        elif isinstance(hk, bytes):
+            kp = PyBytes_AS_STRING(hk)
+            klen = PyBytes_GET_SIZE(hk)
+        else:
+            raise InvalidRecordError(f"header keys must be str, not {type(hk).__name__}")
+        self.put_varint(klen)
+        self.put_raw(<const unsigned char*>kp, klen)
+        return self.put_field(hv, gather_threshold)
+
+    cdef int put_headers(self, object hdrs, Py_ssize_t gather_threshold) except -1:
         if hdrs is None:
             return self.put_varint(0)
-        items = list(hdrs.items()) if isinstance(hdrs, dict) else list(hdrs)
+        if type(hdrs) is dict:
+            self.put_varint(len(<dict>hdrs))
+            for hk, hv in (<dict>hdrs).items():
+                self.put_header(hk, hv, gather_threshold)
+            return 0
+        try:
+            items = list(hdrs.items()) if isinstance(hdrs, dict) else list(hdrs)
+        except TypeError:
+            raise InvalidRecordError(
+                f"headers must be a dict or (str, bytes|None) pairs, not {hdrs!r}") from None
         self.put_varint(len(items))
         for item in items:
             try:
@@ -694,15 +793,7 @@ cdef class EncodedBatch:
             except (TypeError, ValueError):
                 raise InvalidRecordError(
                     f"a header must be a (str, bytes|None) pair, not {item!r}") from None
-            if isinstance(hk, str):
-                hk = (<str>hk).encode("utf-8", "surrogateescape")
-            elif not isinstance(hk, bytes):
-                raise InvalidRecordError(f"header keys must be str, not {type(hk).__name__}")
-            klen = PyBytes_GET_SIZE(hk)
-            kp = PyBytes_AS_STRING(hk)
-            self.put_varint(klen)
-            self.put_raw(<const unsigned char*>kp, klen)
-            self.put_field(hv, gather_threshold)
+            self.put_header(hk, hv, gather_threshold)
         return 0
 
     cdef int put_simple_record(self, int64_t ts_delta, int64_t offset_delta, object key,
@@ -898,15 +989,45 @@ cdef class EncodedBatch:
         return self.n_pieces
 
 
+cdef Py_ssize_t estimate_glue(list values, object keys, Py_ssize_t gather_threshold):
+    """Glue bytes the records will need (copied bytes plus ~24 bytes of varints a record), so
+    the buffer is sized once instead of growing by doubling and copying."""
+    cdef Py_ssize_t total = 0, n
+    cdef object v
+    for v in values:
+        if type(v) is bytes:
+            n = PyBytes_GET_SIZE(v)
+            if n < gather_threshold:
+                total += n
+        total += 24
+    if type(keys) is list:
+        for v in <list>keys:
+            if type(v) is bytes:
+                n = PyBytes_GET_SIZE(v)
+                if n < gather_threshold:
+                    total += n
+    return total
+
+
 cdef inline int64_t as_timestamp(object ts) except? -2:
     cdef int64_t v
     try:
-        v = ts
+        v = PyNumber_Index(ts)
     except (TypeError, OverflowError):
         raise InvalidRecordError(f"timestamps must be integers of milliseconds, not {ts!r}") from None
     if v < 0:
         raise InvalidRecordError(f"timestamps must be >= 0 ms, not {v}")
     return v
+
+
+cdef Py_ssize_t sequence_length(object seq, str what) except -1:
+    """len(seq), or InvalidRecordError when `seq` is not a sequence at all."""
+    try:
+        return len(seq)
+    except TypeError:
+        raise InvalidRecordError(
+            f"{what} must be a sequence with one entry per value, not {type(seq).__name__}"
+        ) from None
 
 
 def encode_batch(values, keys=None, headers=None, timestamps=None, int64_t now_ms=0,
@@ -922,18 +1043,22 @@ def encode_batch(values, keys=None, headers=None, timestamps=None, int64_t now_m
     cdef EncodedBatch eb = EncodedBatch.__new__(EncodedBatch)
     cdef Py_ssize_t n, i
     cdef int64_t ts, base_ts, max_ts
-    cdef list values_list = values if type(values) is list else list(values)
+    cdef list values_list
+    try:
+        values_list = values if type(values) is list else list(values)
+    except TypeError:
+        raise InvalidRecordError(f"values must be a sequence, not {type(values).__name__}") from None
     values = values_list
     n = len(values)
     if n == 0:
         raise InvalidRecordError("a batch needs at least one record")
     if n > INT32_MAX:
         raise InvalidRecordError(f"a batch holds at most {INT32_MAX} records, not {n}")
-    if keys is not None and len(keys) != n:
+    if keys is not None and sequence_length(keys, "keys") != n:
         raise InvalidRecordError(f"{len(keys)} keys for {n} values")
-    if headers is not None and len(headers) != n:
+    if headers is not None and sequence_length(headers, "headers") != n:
         raise InvalidRecordError(f"{len(headers)} header sets for {n} values")
-    if timestamps is not None and len(timestamps) != n:
+    if timestamps is not None and sequence_length(timestamps, "timestamps") != n:
         raise InvalidRecordError(f"{len(timestamps)} timestamps for {n} values")
     if timestamps is None:
         if now_ms < 0:
@@ -944,7 +1069,7 @@ def encode_batch(values, keys=None, headers=None, timestamps=None, int64_t now_m
         max_ts = base_ts
     if codec != 0:
         gather_threshold = MAX_BATCH_BYTES              # compressors need one contiguous stream
-    eb.reserve(BATCH_HEADER_SIZE)
+    eb.reserve(BATCH_HEADER_SIZE + estimate_glue(values_list, keys, gather_threshold))
     eb.add_piece(NULL, 0, BATCH_HEADER_SIZE)
     eb.glue_len = BATCH_HEADER_SIZE
     for i in range(n):

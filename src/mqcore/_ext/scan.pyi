@@ -57,9 +57,8 @@ def find_batch(
     file_pos: int = 0,
 ) -> tuple[int, int, int]: ...
 def read_record(
-    fd: int,
+    buf: _Bytes,
     position: int,
-    limit: int,
     offset: int,
     topic: str,
     partition: int,

@@ -11,17 +11,12 @@
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_Resize, PyByteArray_GET_SIZE
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
-from libc.errno cimport EINTR, errno
-from posix.unistd cimport pread
-
 from mqcore._ext.batch cimport (
-    ATTR_CONTROL, ATTR_LOG_APPEND_TIME, BATCH_HEADER_SIZE, BatchHeader, E_LENGTH, E_MAGIC,
-    E_OFFSET_ORDER, E_SHORT, LOG_OVERHEAD, OK, check_batch, error_text, parse_batch_header,
+    BatchHeader, E_OFFSET_ORDER, E_SHORT, LOG_OVERHEAD, OK, check_batch, error_text,
 )
+from mqcore._ext.bytes_be cimport store_be32, store_be64
 
 from mqcore._ext.batch import decode_messages
-from mqcore._ext.bytes_be cimport store_be32, store_be64
 
 from mqcore.errors import CorruptRecordError
 
@@ -231,6 +226,10 @@ def find_batch(const unsigned char[::1] buf not None, Py_ssize_t pos, int64_t ta
             break
         if rc != OK:
             raise CorruptRecordError(error_text(rc), path=source, position=file_pos + pos)
+        if h.base_offset < 0:
+            # not an offset the log assigns, and -1 is this function's "not found"
+            raise CorruptRecordError(f"negative base offset {h.base_offset}", path=source,
+                                     position=file_pos + pos)
         if (h.base_offset + h.last_offset_delta >= target_offset
                 and (min_timestamp < 0 or h.max_timestamp >= min_timestamp)):
             return pos, h.base_offset, h.base_offset + h.last_offset_delta
@@ -238,81 +237,27 @@ def find_batch(const unsigned char[::1] buf not None, Py_ssize_t pos, int64_t ta
     return pos, -1, -1
 
 
-cdef enum:
-    GET_CHUNK = 16384
-
-
-cdef bytes pread_exact(int fd, Py_ssize_t n, int64_t position):
-    """n bytes at `position` (fewer only at end of file), read without the GIL."""
-    cdef bytes out = PyBytes_FromStringAndSize(NULL, n)
-    cdef char* dst = PyBytes_AS_STRING(out)
-    cdef Py_ssize_t done = 0
-    cdef ssize_t r = 0
-    cdef int err = 0
-    with nogil:
-        while done < n:
-            r = pread(fd, dst + done, n - done, position + done)
-            if r < 0:
-                if errno == EINTR:
-                    continue
-                err = errno
-                break
-            if r == 0:
-                break
-            done += r
-    if err:
-        import os
-        raise OSError(err, os.strerror(err))
-    return out if done == n else out[:done]
-
-
-def read_record(int fd, int64_t position, int64_t limit, int64_t offset, str topic,
-                int partition, bint verify_crc=True, set verified=None, source=None,
+def read_record(const unsigned char[::1] buf not None, Py_ssize_t position, int64_t offset,
+                str topic, int partition, bint verify_crc=True, set verified=None, source=None,
                 Py_ssize_t max_decompressed=256 << 20):
-    """The Message at `offset` of a segment file, or None when no record has that offset.
+    """The Message at `offset` in buf (a segment's bytes from position 0), or None.
 
-    Starts at `position` (a batch boundary at or before the offset: the index floor) and never
-    reads at or past `limit` (the segment's size when the caller looked). One pread covers the
-    usual case; the batch is read whole and checksummed the first time (its position is then
-    kept in `verified`, so later gets in it skip the CRC).
+    Walks batch headers from `position` (a batch boundary at or before the offset: the index
+    floor) and decodes only the batch holding the offset. Its CRC is checked unless its position
+    is in `verified` (a batch checked by an earlier get); checked positions are added there.
     """
-    cdef BatchHeader h
-    cdef bytes buf
-    cdef Py_ssize_t at = 0, n, total
-    cdef int rc
-    cdef const unsigned char* p
-    while position < limit:
-        buf = pread_exact(fd, min(<int64_t>GET_CHUNK, limit - position), position)
-        p = <const unsigned char*>PyBytes_AS_STRING(buf)
-        n = len(buf)
-        at = 0
-        while at + BATCH_HEADER_SIZE <= n:
-            parse_batch_header(p + at, n - at, &h)
-            if h.magic != 2:
-                raise CorruptRecordError(error_text(E_MAGIC), path=source, position=position + at)
-            total = LOG_OVERHEAD + <Py_ssize_t>h.batch_length
-            if h.batch_length < BATCH_HEADER_SIZE - LOG_OVERHEAD or position + at + total > limit:
-                raise CorruptRecordError(error_text(E_LENGTH), path=source,
-                                         position=position + at)
-            if h.base_offset > offset:
-                return None
-            if h.base_offset + h.last_offset_delta < offset:
-                at += total
-                continue
-            if at + total > n:
-                buf = pread_exact(fd, total, position + at)
-                position += at
-                at = 0
-            check = verify_crc and (verified is None or (position + at) not in verified)
-            out = []
-            decode_messages(buf, at, topic, partition, offset, 1, out, check, max_decompressed,
-                            source, position, offset)
-            if check and verified is not None:
-                verified.add(position + at)
-            if out and (<object>out[0]).offset == offset:
-                return out[0]
-            return None
-        position += at
-        if at == 0 and n < BATCH_HEADER_SIZE:
-            raise CorruptRecordError(error_text(E_SHORT), path=source, position=position)
+    cdef Py_ssize_t pos
+    cdef int64_t base
+    cdef bint check
+    pos, base, _last = find_batch(buf, position, offset, -1, False, source, 0)
+    if base < 0 or base > offset:
+        return None
+    check = verify_crc and (verified is None or pos not in verified)
+    out = []
+    decode_messages(buf, pos, topic, partition, offset, 1, out, check, max_decompressed, source,
+                    0, offset)
+    if check and verified is not None:
+        verified.add(pos)
+    if out and out[0].offset == offset:
+        return out[0]
     return None

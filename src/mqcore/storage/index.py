@@ -21,7 +21,7 @@ TIME_ENTRY = struct.Struct(">qi")  # timestamp, relativeOffset
 
 def _all_zero(view: memoryview) -> bool:
     """True when every byte is zero: the untouched tail of a preallocated file."""
-    return not bytes(view).strip(b"\x00")
+    return bytes(view).count(0) == len(view)  # count() is several times faster than strip()
 
 
 class SparseIndex:
@@ -34,6 +34,7 @@ class SparseIndex:
         self.writable = writable
         self.max_entries = max(2, max_bytes // self.entry_size)
         self.entries = 0
+        self.disk_bytes = 0  # file size before _map() preallocated it: zeros past it are ours
         self._lock = threading.Lock()
         self._mm: mmap.mmap | None = None
         self._view: memoryview | None = None
@@ -51,6 +52,7 @@ class SparseIndex:
             self._fd = -1
             return
         size = os.fstat(self._fd).st_size
+        self.disk_bytes = size
         if self.writable:
             want = self.max_entries * self.entry_size
             if size < want:
@@ -92,6 +94,16 @@ class SparseIndex:
         # the last slot stays free for the time entry written at roll and close (as Kafka does)
         return self.entries >= self.max_entries - 1
 
+    def _rest_is_zero(self, raw: memoryview) -> bool:
+        """Whether the whole entries after the valid ones are zero (an untrimmed tail).
+
+        Only the bytes the file held before _map() preallocated it are looked at: the rest is
+        zero by construction, and reading 10 MiB of fresh zeros per index made opening slow.
+        """
+        stored = min(len(raw), self.disk_bytes) // self.entry_size
+        return self.entries >= stored or _all_zero(
+            raw[self.entries * self.entry_size : stored * self.entry_size])
+
     def _put(self, data: bytes) -> None:
         assert self._view is not None and self.writable
         at = self.entries * self.entry_size
@@ -99,9 +111,15 @@ class SparseIndex:
         self.entries += 1
 
     def replace_entries(self, packed: bytes | bytearray) -> None:
-        """Overwrite the index with `packed` entries (recovery's rebuilt index)."""
+        """Overwrite the index with `packed` entries (recovery's rebuilt index). A read-only
+        index serves them from memory and leaves its file as it is."""
         count = len(packed) // self.entry_size
         with self._lock:
+            if not self.writable:
+                self._unmap()
+                self._view = memoryview(bytes(packed))
+                self.entries = count
+                return
             if count > self.max_entries:
                 self._unmap()
                 with open(self.path, "r+b") as f:
@@ -110,7 +128,10 @@ class SparseIndex:
                 self._map()
             assert self._view is not None
             self._view[: len(packed)] = packed
-            end = self.max_entries * self.entry_size
+            # zero what may hold stale entries: the file's old bytes and entries appended since;
+            # the preallocated rest is zero already (filling it dirtied 10 MiB per index)
+            end = min(self.max_entries * self.entry_size,
+                      max(self.disk_bytes, self.entries * self.entry_size))
             if end > len(packed):
                 self._view[len(packed) : end] = bytes(end - len(packed))
             self.entries = count
@@ -158,8 +179,7 @@ class OffsetIndex(SparseIndex):
         (they were cut off: the caller rebuilds from the log)."""
         raw = self.raw_buffer()
         self.entries = _index.count_offset_entries(raw, max_relative_offset, max_position)
-        stored = len(raw) // self.entry_size
-        return self.entries == stored or _all_zero(raw[self.entries * self.entry_size :])
+        return self._rest_is_zero(raw)
 
     def append(self, relative_offset: int, position: int) -> None:
         self._put(OFFSET_ENTRY.pack(relative_offset, position))
@@ -187,8 +207,7 @@ class TimeIndex(SparseIndex):
         """Count valid leading entries; False when invalid ones were cut off."""
         raw = self.raw_buffer()
         self.entries = _index.count_time_entries(raw, max_relative_offset)
-        stored = len(raw) // self.entry_size
-        return self.entries == stored or _all_zero(raw[self.entries * self.entry_size :])
+        return self._rest_is_zero(raw)
 
     def is_full(self) -> bool:
         return self.entries >= self.max_entries - 1

@@ -61,22 +61,42 @@ class Partition:
 
     def open(self, recovery_point: int | None, clean: bool) -> RecoveryReport:
         """Load the segments; recover those at or after the recovery point unless clean."""
+        try:
+            return self._open(recovery_point, clean)
+        except BaseException:
+            self.abandon()
+            raise
+
+    def abandon(self) -> None:
+        """Close every file without sealing or trimming anything: a failed open leaves the
+        partition as it found it (still unclean), and leaks no descriptors."""
+        self.closed = True
+        for seg in self.segments:
+            seg.writable = False
+            seg.close()
+
+    def _open(self, recovery_point: int | None, clean: bool) -> RecoveryReport:
         report = RecoveryReport()
         if self.writable:
             os.makedirs(self.directory, exist_ok=True)
             _finish_interrupted_swaps(self.directory)
         bases = _segment_bases(self.directory)
-        if not bases:
+        created = not bases
+        if created:
             if not self.writable:
                 raise FileNotFoundError(f"no segments in {self.directory}")
             bases = [0]
         self.segments = [self._segment(b) for b in bases]
         self._bases = list(bases)
+        if created and self.flush_policy.mode != "os":
+            _fsync_dir(self.directory)  # the new segment's name must survive a power loss too
         start_recovery = self._first_to_recover(recovery_point, clean)
         for i, seg in enumerate(self.segments):
             if i < start_recovery:
                 seg.load()
-            else:
+            if i >= start_recovery or seg.size < os.fstat(seg.fd).st_size:
+                # a trusted segment whose file goes on past its last whole batch gets the full
+                # check too: appends (O_APPEND) would land after those bytes, unreadable
                 self._recover_segment(i, report)
                 if len(self.segments) <= i + 1:
                     break
@@ -85,6 +105,11 @@ class Partition:
                     f"segment base offset {seg.base_offset} overlaps the previous segment, "
                     f"which ends at offset {self.segments[i - 1].next_offset - 1}",
                     path=seg.log_path)
+        for seg in self.segments[:-1]:
+            # sealed segments: a rebuilt time index gets back its closing entry, and every
+            # index goes back to its trimmed size at once, so a crash leaves only the active
+            # segment's indexes preallocated (10 MiB of zeros each to check at the next open)
+            seg.seal()
         report.segments = len(self.segments)
         self.recovery_point = self.end_offset if not report.recovered_segments \
             else self.segments[-1].base_offset
@@ -93,7 +118,8 @@ class Partition:
     def _segment(self, base: int) -> LogSegment:
         return LogSegment(self.directory, base, writable=self.writable,
                           index_interval_bytes=self.config.index_interval_bytes,
-                          max_index_bytes=self.config.segment_index_bytes)
+                          max_index_bytes=self.config.segment_index_bytes,
+                          map_reserve=self.config.segment_bytes)
 
     def _first_to_recover(self, recovery_point: int | None, clean: bool) -> int:
         """Index of the first segment to scan: the one holding the recovery point."""
@@ -112,7 +138,8 @@ class Partition:
         if outcome.valid_bytes == outcome.file_bytes and outcome.error is None:
             return
         later = [s for s in self.segments[i + 1:] if os.fstat(s.fd).st_size > 0]
-        if later or seg.has_valid_batch_after(outcome.valid_bytes, seg.next_offset):
+        if (later or seg.has_valid_batch_after(outcome.valid_bytes, seg.next_offset)
+                or seg.has_valid_batch_at(outcome.valid_bytes)):
             # good data follows the bad bytes: this is damage, not a torn tail
             raise CorruptRecordError(
                 (outcome.error or "batch cut short") + " (valid batches follow, so this is not "
@@ -234,7 +261,7 @@ class Partition:
             pos = start[1] if start else segs[0].position_for(offset)
         for seg, size in zip(segs, sizes):
             while pos < size:
-                buf = seg.read_at(pos, min(chunk, size - pos))
+                buf = seg.view(pos, size)
                 used, stop = decode(buf, pos, seg)
                 if stop:
                     return
@@ -275,14 +302,18 @@ class Partition:
         return out
 
     def get(self, offset: int, verify_crc: bool = True) -> Message | None:
-        """The record at `offset`, or None (a compacted gap, a control record, or out of range)."""
+        """The record at `offset`, or None (a compacted gap, a control record, or out of range).
+
+        Index floor, then batch headers in the mapping to the batch holding the offset, then
+        only that record. A batch's CRC is checked the first time a get lands in it.
+        """
         with self._lock:
             if offset < self.segments[0].base_offset or offset >= self.segments[-1].next_offset:
                 return None
             seg = self.segments[self._segment_index(offset)]
             position = seg.position_for(offset)
             limit = seg.size
-        return read_record(seg.fd, position, limit, offset, self.topic, self.partition,
+        return read_record(seg.view(0, limit), position, offset, self.topic, self.partition,
                            verify_crc, seg.verified_batches, seg.log_path, MAX_DECOMPRESSED)
 
     def offset_for_time(self, timestamp: int, verify_crc: bool = True) -> int | None:

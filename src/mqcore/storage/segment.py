@@ -7,11 +7,13 @@ Files are named by the segment's base offset, zero-padded to 20 digits, as Kafka
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass
 
 from mqcore._ext.batch import EncodedBatch, peek_batch_header, read_batch_info
 from mqcore._ext.scan import CORRUPT, IndexPolicy, SegmentScanner
-from mqcore.errors import CorruptRecordError
+from mqcore._ext.mapping import MappedFile
+from mqcore.errors import CorruptRecordError, StoreClosedError
 from mqcore.storage.index import OffsetIndex, TimeIndex
 
 LOG_SUFFIX = ".log"
@@ -46,7 +48,7 @@ class LogSegment:
     """Appends to and reads from one segment; the partition above decides when to roll."""
 
     def __init__(self, directory: str, base_offset: int, *, writable: bool,
-                 index_interval_bytes: int, max_index_bytes: int):
+                 index_interval_bytes: int, max_index_bytes: int, map_reserve: int = 0):
         self.directory = directory
         self.base_offset = base_offset
         self.writable = writable
@@ -66,6 +68,11 @@ class LogSegment:
         self.flushed_size = self.size
         # positions of batches whose CRC a get() already checked (gets in them skip the CRC)
         self.verified_batches: set[int] = set()
+        # reads go through one read-only mapping, reserved to the roll size when writable
+        self.map_reserve = map_reserve if writable else 0
+        self._mapped: MappedFile | None = None
+        self._view: memoryview | None = None
+        self._map_lock = threading.Lock()
 
     # -- loading ------------------------------------------------------------------------------
 
@@ -87,15 +94,18 @@ class LogSegment:
         last = self.offset_index.last() if ok else None
         if ok and last is not None and not self._entry_points_at_batch(*last):
             ok = False
+        if ok:
+            start = last[1] if last is not None else 0
+            scanner = SegmentScanner(self.base_offset, self.index_interval_bytes, False)
+            self._scan(scanner, start)
+            if scanner.stop == CORRUPT:
+                raise CorruptRecordError(scanner.error or "invalid batch", path=self.log_path,
+                                         position=scanner.error_position)
+            ok = self._indexes_cover_tail(scanner)
         if not ok:
             self.rebuild(verify_crc=False)
+            self._append_closing_time_entry()  # it was sealed: give it back its closing entry
             return
-        start = last[1] if last is not None else 0
-        scanner = SegmentScanner(self.base_offset, self.index_interval_bytes, False)
-        self._scan(scanner, start)
-        if scanner.stop == CORRUPT:
-            raise CorruptRecordError(scanner.error or "invalid batch", path=self.log_path,
-                                     position=scanner.error_position)
         self.size = scanner.valid_bytes
         self.next_offset = max(scanner.next_offset, self.base_offset)
         if last is not None:
@@ -110,6 +120,37 @@ class LogSegment:
         self.policy = IndexPolicy(
             self.index_interval_bytes, self.size - start if last is not None else self.size,
             max_ts, max_off, time_last[0] if time_last is not None else -1, last_index_offset)
+
+    def _indexes_cover_tail(self, scanner: SegmentScanner) -> bool:
+        """Whether the indexes of this sealed segment are complete, judged from the scan of
+        the log after the last offset entry (the scanner started there with a fresh rule).
+
+        The rule, restarted at the last entry's batch, is in the state the append path was in:
+        if it asks for an offset entry in the tail, entries are missing (a short or emptied
+        .index). Sealing wrote a closing time entry holding the segment's largest timestamp:
+        the last time entry must reach the tail's largest one and match the batch it names
+        (a short, emptied or garbage .timeindex fails one of the two).
+        """
+        if scanner.offset_entries:
+            return False
+        time_last = self.time_index.last()
+        if time_last is None:
+            return scanner.max_timestamp < 0
+        return (time_last[0] >= scanner.max_timestamp
+                and self._time_entry_matches_batch(*time_last))
+
+    def _time_entry_matches_batch(self, timestamp: int, relative_offset: int) -> bool:
+        """A time entry names the last offset of the first batch that reached its timestamp."""
+        target = self.base_offset + relative_offset
+        pos = self.position_for(target)
+        while pos < self.size:
+            info = peek_batch_header(os.pread(self.fd, HEADER_BYTES, pos), 0)
+            if info is None or info.last_offset > target:
+                return False
+            if info.last_offset == target:
+                return bool(info.max_timestamp == timestamp)
+            pos += info.size
+        return False
 
     def _entry_points_at_batch(self, relative_offset: int, position: int) -> bool:
         """An index entry is consistent when a batch starts at `position` and ends at its offset."""
@@ -163,12 +204,8 @@ class LogSegment:
         self.offset_of_max_timestamp = scanner.offset_of_max_timestamp
         self.first_batch_timestamp = scanner.first_batch_max_timestamp
         self.policy = scanner.policy()
-        if self.writable:
-            self.offset_index.replace_entries(scanner.offset_entries)
-            self.time_index.replace_entries(scanner.time_entries)
-        else:
-            self.offset_index.entries = min(self.offset_index.entries,
-                                            len(scanner.offset_entries) // 8)
+        self.offset_index.replace_entries(scanner.offset_entries)
+        self.time_index.replace_entries(scanner.time_entries)
         return outcome
 
     def recover(self) -> ScanOutcome:
@@ -194,6 +231,12 @@ class LogSegment:
                 i = chunk.find(b"\x02", i + 1)
             at += SCAN_CHUNK
         return False
+
+    def has_valid_batch_at(self, position: int) -> bool:
+        """Whether a whole, CRC-valid batch starts at `position`, whatever its offsets: a torn
+        write cannot leave one, so a scan that stopped there (offsets going backwards after a
+        damaged base offset, which the CRC does not cover) met damage, not a tail."""
+        return self._valid_batch_at(position, -(1 << 63))
 
     def _valid_batch_at(self, position: int, min_offset: int) -> bool:
         head = os.pread(self.fd, 12, position)
@@ -263,7 +306,37 @@ class LogSegment:
         return self.position_for(self.base_offset + entry[1])
 
     def read_at(self, position: int, size: int) -> bytes:
+        """pread (recovery and scans of files that may still be damaged use this, not view)."""
         return os.pread(self.fd, size, position)
+
+    def view(self, start: int, limit: int) -> memoryview:
+        """Zero-copy bytes [start, limit) of the log; `limit` must be a size this process saw
+        after the bytes were written (so every byte is inside the file)."""
+        mapped = self._view
+        if mapped is None or limit > len(mapped):
+            mapped = self._remap(limit)
+        return mapped[start:limit]
+
+    def _remap(self, limit: int) -> memoryview:
+        with self._map_lock:
+            if self._view is not None and limit <= len(self._view):
+                return self._view
+            if self.fd < 0:
+                raise StoreClosedError(f"segment {self.log_path} is closed")
+            old, old_view = self._mapped, self._view
+            self._mapped = MappedFile(self.fd, max(limit, self.map_reserve, 1))
+            self._view = memoryview(self._mapped)
+            if old is not None and old_view is not None:
+                old_view.release()
+                old.close()  # unmapped once readers of the old mapping let go
+            return self._view
+
+    def _unmap(self) -> None:
+        with self._map_lock:
+            if self._mapped is not None and self._view is not None:
+                self._view.release()
+                self._mapped.close()
+            self._mapped = self._view = None
 
     # -- sealing, flushing, closing -----------------------------------------------------------
 
@@ -271,11 +344,17 @@ class LogSegment:
         """Roll or close: write the closing time entry and trim both indexes to their entries."""
         if not self.writable:
             return
+        self._append_closing_time_entry()
+        self.offset_index.trim()
+        self.time_index.trim()
+
+    def _append_closing_time_entry(self) -> None:
+        """The .timeindex entry of a sealed segment: its largest timestamp (Kafka's rule)."""
+        if not self.writable:
+            return
         entry = self.policy.close_entry()
         if entry is not None:
             self.time_index.append(entry[0], entry[1] - self.base_offset, closing=True)
-        self.offset_index.trim()
-        self.time_index.trim()
 
     def flush(self) -> None:
         """fdatasync the log (indexes are derived data: recovery rebuilds them)."""
@@ -291,6 +370,7 @@ class LogSegment:
     def close(self) -> None:
         if self.fd < 0:
             return
+        self._unmap()
         self.offset_index.close(trim=self.writable)
         self.time_index.close(trim=self.writable)
         os.close(self.fd)
@@ -298,6 +378,7 @@ class LogSegment:
 
     def delete(self) -> None:
         """Remove the segment's files (recovery dropping an empty trailing segment)."""
+        self._unmap()
         self.offset_index.delete()
         self.time_index.delete()
         if self.fd >= 0:

@@ -1,0 +1,226 @@
+"""Turn pytest-benchmark JSON files into throughputs and the issue's target ratios.
+
+    .venv/bin/python bench/ratios.py .benchmarks/bench.json [more runs.json ...] [--markdown]
+
+Each benchmark's `extra_info` says what one round moves (`bytes`, `messages`, `ops`); dividing by
+the round's median time gives MB/s, msgs/s and ops/s. A ratio compares the work per second of two
+cases (work = ops, else messages), so a ratio above 1 means the first case is faster. Ratios use
+each run's median round; with several runs (files) the ratio of every run is shown and the
+verdict uses their median, since one run on a shared 2-core VM can be disturbed by other work.
+Throughputs are the median over the runs of each run's median round.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Target:
+    label: str
+    case: str
+    baseline: str
+    goal: float | None = None  # the ratio the issue asks for, if any
+
+
+TARGETS = [
+    Target(
+        "append 1 KiB x1000, flush=os vs raw write()",
+        "append/1KiB/mqcore-os",
+        "append/1KiB/raw-write",
+        0.8,
+    ),
+    Target(
+        "append 1 KiB x1000, flush=interval vs raw write()",
+        "append/1KiB/mqcore-interval",
+        "append/1KiB/raw-write",
+    ),
+    Target(
+        "append 100 B x1000, flush=os vs raw write()",
+        "append/100B/mqcore-os",
+        "append/100B/raw-write",
+    ),
+    Target(
+        "append 100 B x1000, flush=interval vs raw write()",
+        "append/100B/mqcore-interval",
+        "append/100B/raw-write",
+    ),
+    Target(
+        "append 1 KiB x1000, flush=os vs SQLite tx",
+        "append/1KiB/mqcore-os",
+        "append/1KiB/sqlite-tx",
+    ),
+    Target(
+        "append 100 B x1000, flush=os vs SQLite tx",
+        "append/100B/mqcore-os",
+        "append/100B/sqlite-tx",
+    ),
+    Target("encode 1000 x 100 B vs kafka-python", "encode/mqcore", "encode/kafka-python", 50),
+    Target("decode 1000 x 100 B vs kafka-python", "decode/mqcore", "decode/kafka-python", 50),
+    Target("decode to Arrow vs kafka-python decode", "decode/mqcore-arrow", "decode/kafka-python"),
+    Target("get, batches of 100, vs SQLite PK", "get/batch100/mqcore", "get/batch100/sqlite", 1),
+    Target("get, batches of 1000, vs SQLite PK", "get/batch1000/mqcore", "get/batch1000/sqlite", 1),
+    Target(
+        "offset_for_time, batches of 100, vs SQLite ts index",
+        "time/batch100/mqcore",
+        "time/batch100/sqlite-ts-index",
+    ),
+    Target(
+        "offset_for_time, batches of 100, vs SQLite min(id)",
+        "time/batch100/mqcore",
+        "time/batch100/sqlite-min-id",
+    ),
+    Target(
+        "offset_for_time, batches of 1000, vs SQLite ts index",
+        "time/batch1000/mqcore",
+        "time/batch1000/sqlite-ts-index",
+    ),
+    Target(
+        "single append, flush=os vs SQLite autocommit sync=OFF",
+        "single/os/mqcore",
+        "single/os/sqlite",
+    ),
+    Target(
+        "single append, flush=always vs SQLite autocommit sync=FULL",
+        "single/always/mqcore",
+        "single/always/sqlite",
+    ),
+]
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    group: str
+    median: float
+    minimum: float
+    nbytes: int
+    messages: int
+    ops: int
+
+    def work(self) -> int:
+        return self.ops or self.messages or self.nbytes
+
+
+def load(path: str) -> dict[str, Case]:
+    with open(path, encoding="utf-8") as f:
+        doc: dict[str, Any] = json.load(f)
+    cases = {}
+    for b in doc["benchmarks"]:
+        info = b.get("extra_info", {})
+        if "case" not in info:
+            continue
+        cases[info["case"]] = Case(
+            info["case"],
+            b.get("group") or "",
+            b["stats"]["median"],
+            b["stats"]["min"],
+            info.get("bytes", 0),
+            info.get("messages", 0),
+            info.get("ops", 0),
+        )
+    return cases
+
+
+def ratio(a: Case, b: Case) -> float:
+    """Work per second of `a` over that of `b`, from their median rounds."""
+    return (a.work() / a.median) / (b.work() / b.median)
+
+
+def fmt_rate(value: float) -> str:
+    if value >= 1e6:
+        return f"{value / 1e6:.2f} M"
+    if value >= 1e3:
+        return f"{value / 1e3:.1f} k"
+    return f"{value:.1f}"
+
+
+def combined(runs: list[dict[str, Case]]) -> dict[str, Case]:
+    """One Case per name whose median round is the median over the runs that have it."""
+    out = {}
+    for name in sorted({n for run in runs for n in run}):
+        seen = [run[name] for run in runs if name in run]
+        first = seen[0]
+        out[name] = Case(
+            name,
+            first.group,
+            statistics.median(c.median for c in seen),
+            min(c.minimum for c in seen),
+            first.nbytes,
+            first.messages,
+            first.ops,
+        )
+    return out
+
+
+def throughput_rows(cases: dict[str, Case]) -> list[list[str]]:
+    rows = []
+    for c in sorted(cases.values(), key=lambda c: (c.group, c.name)):
+        per = c.median
+        rows.append(
+            [
+                c.group,
+                c.name,
+                f"{per * 1e3:.3f}",
+                f"{c.nbytes / per / 1e6:.0f}" if c.nbytes else "",
+                fmt_rate(c.messages / per) if c.messages else "",
+                fmt_rate(c.ops / per) if c.ops else "",
+            ]
+        )
+    return rows
+
+
+def target_rows(runs: list[dict[str, Case]]) -> list[list[str]]:
+    rows = []
+    for t in TARGETS:
+        per_run = [
+            ratio(run[t.case], run[t.baseline])
+            for run in runs
+            if t.case in run and t.baseline in run
+        ]
+        if not per_run:
+            continue
+        mid = statistics.median(per_run)
+        goal = "" if t.goal is None else f">= {t.goal:g}"
+        verdict = "" if t.goal is None else ("met" if mid >= t.goal else "MISSED")
+        rows.append([t.label, f"{mid:.2f}", " / ".join(f"{r:.2f}" for r in per_run), goal, verdict])
+    return rows
+
+
+def render(headers: list[str], rows: list[list[str]], markdown: bool) -> str:
+    if markdown:
+        out = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+        out += ["| " + " | ".join(r) + " |" for r in rows]
+        return "\n".join(out)
+    widths = [
+        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)
+    ]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in rows]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("json", nargs="*", default=[".benchmarks/bench.json"])
+    parser.add_argument("--markdown", action="store_true", help="print Markdown tables")
+    args = parser.parse_args(argv)
+    runs = [load(path) for path in args.json]
+    if not any(runs):
+        print(f"no benchmarks with extra_info['case'] in {args.json}", file=sys.stderr)
+        return 1
+    headers = ["group", "case", "median ms/round", "MB/s", "msgs/s", "ops/s"]
+    print(render(headers, throughput_rows(combined(runs)), args.markdown))
+    print()
+    headers = ["ratio (work/s, first / second)", "median", "per run", "target", "verdict"]
+    print(render(headers, target_rows(runs), args.markdown))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
