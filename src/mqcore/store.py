@@ -12,9 +12,11 @@ Durability after `append` returns, by flush policy (docs/operations.md "Durabili
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import threading
 import time
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -160,8 +162,12 @@ class Store:
         self.close()
 
     def __del__(self) -> None:
+        # a store dropped without close(): warn like an unclosed file, then close what we can
+        # (at interpreter exit the directory or the modules we need may already be gone)
         if not getattr(self, "_closed", True):
-            self.close()
+            warnings.warn(f"store {self.path} was not closed", ResourceWarning, stacklevel=1)
+            with contextlib.suppress(Exception):
+                self.close()
 
     def _check_open(self) -> None:
         if self._closed:

@@ -67,3 +67,11 @@ def read_record(
     source: str | None = None,
     max_decompressed: int = ...,
 ) -> Message | None: ...
+def first_offset_at_or_after(
+    buf: _Bytes,
+    pos: int,
+    timestamp: int,
+    verify_crc: bool = True,
+    source: str | None = None,
+    max_decompressed: int = ...,
+) -> int: ...

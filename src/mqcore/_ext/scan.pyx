@@ -11,8 +11,12 @@
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_Resize, PyByteArray_GET_SIZE
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+
 from mqcore._ext.batch cimport (
-    BatchHeader, E_OFFSET_ORDER, E_SHORT, LOG_OVERHEAD, OK, check_batch, error_text,
+    ATTR_CONTROL, ATTR_LOG_APPEND_TIME, BATCH_HEADER_SIZE, BatchHeader, E_OFFSET_ORDER, E_SHORT,
+    LOG_OVERHEAD, OK, RecordCursor, RecordView, check_batch, cursor_init, error_text, next_record,
+    records_area,
 )
 from mqcore._ext.bytes_be cimport store_be32, store_be64
 
@@ -261,3 +265,51 @@ def read_record(const unsigned char[::1] buf not None, Py_ssize_t position, int6
     if out and out[0].offset == offset:
         return out[0]
     return None
+
+
+def first_offset_at_or_after(const unsigned char[::1] buf not None, Py_ssize_t pos,
+                             int64_t timestamp, bint verify_crc=True, source=None,
+                             Py_ssize_t max_decompressed=256 << 20):
+    """Offset of the first record at or after buf[pos] whose timestamp is >= `timestamp`, or -1.
+
+    Skips whole batches whose maxTimestamp is below it (headers only), then walks the record
+    timestamps of the first batch that reaches it; no record is materialised. Control batches
+    hold no user records and are skipped; under LogAppendTime every record has the batch's
+    maxTimestamp.
+    """
+    cdef BatchHeader h
+    cdef RecordCursor c
+    cdef RecordView r
+    cdef int rc
+    cdef Py_ssize_t n = buf.shape[0]
+    cdef const unsigned char* records
+    cdef Py_ssize_t records_size
+    if pos < 0 or pos > n:
+        raise ValueError(f"position {pos} outside a buffer of {n} bytes")
+    while pos < n:
+        with nogil:
+            rc = check_batch(&buf[pos], n - pos, &h, verify_crc)
+        if rc == E_SHORT:
+            break
+        if rc != OK:
+            raise CorruptRecordError(error_text(rc), path=source, position=pos)
+        if h.max_timestamp >= timestamp and not h.attributes & ATTR_CONTROL:
+            area = records_area(&buf[pos], &h, max_decompressed)
+            if area is None:
+                records = &buf[pos] + BATCH_HEADER_SIZE
+                records_size = LOG_OVERHEAD + h.batch_length - BATCH_HEADER_SIZE
+            else:
+                records = <const unsigned char*>PyBytes_AS_STRING(area)
+                records_size = PyBytes_GET_SIZE(area)
+            cursor_init(&c, records, records_size, &h)
+            while True:
+                rc = next_record(&c, &r)
+                if rc == 0:
+                    break
+                if rc < 0:
+                    raise CorruptRecordError(error_text(rc), path=source, position=pos)
+                if (h.attributes & ATTR_LOG_APPEND_TIME
+                        or h.base_timestamp + r.timestamp_delta >= timestamp):
+                    return h.base_offset + r.offset_delta
+        pos += LOG_OVERHEAD + h.batch_length
+    return -1

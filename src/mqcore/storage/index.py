@@ -122,8 +122,7 @@ class SparseIndex:
                 return
             if count > self.max_entries:
                 self._unmap()
-                with open(self.path, "r+b") as f:
-                    f.truncate(count * self.entry_size)
+                os.truncate(self.path, count * self.entry_size)
                 self.max_entries = count
                 self._map()
             assert self._view is not None
@@ -145,8 +144,7 @@ class SparseIndex:
             if self._mm is not None:
                 self._mm.flush()
             self._unmap()
-            with open(self.path, "r+b") as f:
-                f.truncate(valid)
+            os.truncate(self.path, valid)
             self.writable = False
             self.max_entries = self.entries
             self._map()

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from mqcore._ext.batch import EncodedBatch, Message, decode_messages, peek_batch_header
-from mqcore._ext.scan import find_batch, read_record
+from mqcore._ext.scan import first_offset_at_or_after, read_record
 from mqcore.config import FlushPolicy, TopicConfig
 from mqcore.errors import CorruptRecordError, OffsetOutOfRangeError, StoreClosedError
 from mqcore.storage.segment import LOG_SUFFIX, LogSegment, segment_name
@@ -320,32 +320,24 @@ class Partition:
         """Kafka's rule: the earliest offset whose timestamp is >= `timestamp`, or None.
 
         The first segment whose largest timestamp reaches `timestamp`, its time-index floor, then
-        batch headers to the first batch whose maxTimestamp reaches it, then that batch's records
-        (timestamps need not be monotonic, so the scan never stops early).
+        batch headers to the first batch whose maxTimestamp reaches it, then that batch's record
+        timestamps (they need not be monotonic, so the walk never stops early).
         """
         with self._lock:
-            candidates = [s for s in self.segments if s.max_timestamp >= timestamp]
-            if not candidates:
+            first = next((i for i, s in enumerate(self.segments)
+                          if s.max_timestamp >= timestamp), None)
+            if first is None:
                 return None
-            seg = candidates[0]
-            start = (seg, seg.position_for_time(timestamp))
-        result: list[int] = []
-
-        def decode(buf: bytes, file_pos: int, s: LogSegment) -> tuple[int, bool]:
-            pos, base, last = find_batch(buf, 0, 0, timestamp, False, s.log_path, file_pos)
-            if base < 0:
-                return pos, False
-            msgs: list[Message] = []
-            decode_messages(buf, pos, self.topic, self.partition, base, 1 << 62, msgs,
-                            verify_crc, MAX_DECOMPRESSED, s.log_path, file_pos, last)
-            for m in msgs:
-                if m.timestamp >= timestamp:
-                    result.append(m.offset)
-                    return len(buf), True
-            return _batch_end(buf, pos), False
-
-        self.scan(0, decode, READ_CHUNK, start)
-        return result[0] if result else None
+            segs = self.segments[first:]
+            sizes = [s.size for s in segs]
+            position = segs[0].position_for_time(timestamp)
+        for seg, size in zip(segs, sizes):
+            found = first_offset_at_or_after(seg.view(0, size), position, timestamp, verify_crc,
+                                             seg.log_path, MAX_DECOMPRESSED)
+            if found >= 0:
+                return int(found)
+            position = 0
+        return None
 
     # -- closing --------------------------------------------------------------------------------
 
@@ -372,11 +364,6 @@ def _batch_size(buf: bytes, seg: LogSegment, pos: int) -> int:
     if size < 61:
         raise CorruptRecordError("batch length out of range", path=seg.log_path, position=pos)
     return size
-
-
-def _batch_end(buf: bytes, pos: int) -> int:
-    """End position of the (whole, already validated) batch at buf[pos]."""
-    return pos + 12 + int.from_bytes(buf[pos + 8:pos + 12], "big", signed=True)
 
 
 def _batch_base(buf: bytes, pos: int) -> int:
