@@ -663,6 +663,38 @@ def test_lying_field_lengths_are_corrupt(key_len: int, value_len: int, header_co
             arrow_decode(view, True)
 
 
+def test_header_count_zero_with_bytes_left_is_corrupt() -> None:
+    """A record whose fields end before its length does is refused by every decoder (as
+    Kafka's DefaultRecord.readFrom does), also when it has no headers to parse."""
+    body = b"\x00" + ref_varint(0) + ref_varint(0) + ref_nullable(None) + ref_nullable(b"v")
+    for count, tail in ((0, b"\x00"), (0, b"junk"), (1, b"\x02h\x02x\x00")):
+        record = body + ref_varint(count) + tail
+        data = ref_batch(ref_varint(len(record)) + record, 1, 0, 0, 0)
+        with pytest.raises(CorruptRecordError):
+            decode_all(data)
+        for headers in (False, True):
+            with pytest.raises(CorruptRecordError):
+                arrow_decode(data, True, include_headers=headers)
+
+
+def test_peek_batch_header_huge_length_size() -> None:
+    """batchLength near INT32_MAX: the size is computed without 32-bit overflow."""
+    header = ref_batch(b"", 0, 0, 0, 0, batch_length=INT32_MAX)[:HEADER_SIZE]
+    info = peek_batch_header(header)
+    assert info is not None and info.size == INT32_MAX + 12
+    with pytest.raises(CorruptRecordError):  # past the 2 GiB format limit
+        read_batch_info(header)
+
+
+def test_find_batch_refuses_negative_base_offset() -> None:
+    """-1 is find_batch's 'not found': a batch claiming it (or any negative base) is corrupt."""
+    for base in (-1, -5, INT64_MIN):
+        data = small_batch(0, base_offset=0)
+        bad = struct.pack(">q", base) + data[8:]
+        with pytest.raises(CorruptRecordError):
+            find_batch(bad, 0, 0)
+
+
 def test_record_length_past_the_batch_is_corrupt(arena: GuardedArena) -> None:
     rec = ref_record(0, 0, b"k", b"v", [("h", b"x")])
     for length in (len(rec) + 1, len(rec) + 1000, 2**31 - 1, 2**62, 0, -1, -(2**31)):
@@ -779,7 +811,7 @@ def check_read_record(view: memoryview, verify: bool, msgs: list[Message] | None
         wanted.setdefault(m.offset, m)  # damaged base offsets can repeat an offset: first wins
     for offset in sorted(wanted)[:3] + [0, 1 << 40]:
         try:
-            got = read_record(view, 0, offset, "t", 3, verify, set(), "fuzz", 1 << 16)
+            got = read_record(view, 0, offset, "t", 3, verify, {}, "fuzz", 1 << 16)
         except DECODE_ERRORS:
             continue
         if got is not None:

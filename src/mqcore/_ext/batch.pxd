@@ -1,4 +1,5 @@
 # Kafka v2 record batches: header parsing and a record cursor that arrowcols.pyx also drives.
+cimport cython
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint32_t
 
 cdef enum:
@@ -80,4 +81,17 @@ cdef int cursor_finish(const RecordCursor* c) noexcept nogil
 cdef int next_header(const unsigned char** p, const unsigned char* end,
                      HeaderView* hv) noexcept nogil
 cdef str error_text(int code)
+
+@cython.final
+cdef class Message:
+    cdef readonly str topic
+    cdef readonly int partition
+    cdef readonly int64_t offset
+    cdef readonly int64_t timestamp
+    cdef readonly int timestamp_type
+    cdef readonly object key
+    cdef readonly object value
+    cdef readonly tuple headers
+
+cdef Message make_message(str topic, int partition, const BatchHeader* h, const RecordView* r)
 cdef object records_area(const unsigned char* batch, const BatchHeader* h, Py_ssize_t max_size)

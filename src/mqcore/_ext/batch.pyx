@@ -32,12 +32,14 @@ cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
+from cpython.ref cimport Py_INCREF
+from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from cpython.number cimport PyNumber_Index
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.errno cimport EAGAIN, EINTR, ENOSPC, errno
 from libc.stdint cimport INT32_MAX, INT64_MAX, int16_t, int32_t, int64_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc, realloc
-from libc.string cimport memcpy, memmove
+from libc.string cimport memcmp, memcpy, memmove
 from posix.uio cimport iovec, writev
 
 from mqcore._ext.bytes_be cimport load_be16, load_be32, load_be64, store_be16, store_be32, store_be64
@@ -294,16 +296,9 @@ cdef class Message:
     """One stored record. `value is None` is a tombstone (Kafka's null), distinct from b"".
 
     Final and untracked by the garbage collector: it holds only str, int, bytes and tuples of
-    them, so it can never be part of a reference cycle (a third of decode time went to the GC)."""
-
-    cdef readonly str topic
-    cdef readonly int partition
-    cdef readonly int64_t offset
-    cdef readonly int64_t timestamp
-    cdef readonly int timestamp_type
-    cdef readonly object key
-    cdef readonly object value
-    cdef readonly tuple headers
+    them, so it can never be part of a reference cycle (a third of decode time went to the GC).
+    Its fields are declared in batch.pxd.
+    """
 
     def __init__(self, str topic, int partition, int64_t offset, int64_t timestamp,
                  int timestamp_type=0, key=None, value=None, headers=()):
@@ -355,24 +350,60 @@ cdef inline object bytes_or_none(const unsigned char* p, Py_ssize_t n):
     return PyBytes_FromStringAndSize(<const char*>p, n)
 
 
+cdef object _last_key_bytes = b""
+cdef str _last_key_str = ""
+
+
+cdef inline str header_key(const unsigned char* p, Py_ssize_t n):
+    """The header key as str, reusing the previous one when the bytes repeat (they usually do:
+    every record of a batch tends to carry the same header names). Runs with the GIL."""
+    global _last_key_bytes, _last_key_str
+    if n == PyBytes_GET_SIZE(_last_key_bytes) and memcmp(p, PyBytes_AS_STRING(_last_key_bytes), n) == 0:
+        return _last_key_str
+    key = PyUnicode_DecodeUTF8(<const char*>p, n, "surrogateescape")
+    _last_key_bytes = PyBytes_FromStringAndSize(<const char*>p, n)
+    _last_key_str = key
+    return key
+
+
 cdef tuple decode_headers(const RecordView* r):
     cdef HeaderView hv
     cdef const unsigned char* p = r.headers
     cdef const unsigned char* end = r.headers + r.headers_len
     cdef Py_ssize_t i
     cdef int rc
+    cdef tuple out, pair
     if r.header_count == 0:
         return ()
-    out = []
+    out = PyTuple_New(r.header_count)
     for i in range(r.header_count):
         rc = next_header(&p, end, &hv)
         if rc != OK:
             raise CorruptRecordError(error_text(rc) + " (record header)")
-        key = PyUnicode_DecodeUTF8(<const char*>hv.key, hv.key_len, "surrogateescape")
-        out.append((key, bytes_or_none(hv.value, hv.value_len)))
+        pair = (header_key(hv.key, hv.key_len), bytes_or_none(hv.value, hv.value_len))
+        Py_INCREF(pair)
+        PyTuple_SET_ITEM(out, i, pair)
     if p != end:
         raise CorruptRecordError(error_text(E_TRAILING) + " (record headers)")
-    return tuple(out)
+    return out
+
+
+cdef Message make_message(str topic, int partition, const BatchHeader* h, const RecordView* r):
+    """A Message for record r of the batch with header h."""
+    cdef Message m = Message.__new__(Message)
+    m.topic = topic
+    m.partition = partition
+    m.offset = h.base_offset + r.offset_delta
+    if h.attributes & ATTR_LOG_APPEND_TIME:
+        m.timestamp = h.max_timestamp
+        m.timestamp_type = 1
+    else:
+        m.timestamp = h.base_timestamp + r.timestamp_delta
+        m.timestamp_type = 0
+    m.key = bytes_or_none(r.key, r.key_len)
+    m.value = bytes_or_none(r.value, r.value_len)
+    m.headers = decode_headers(r)
+    return m
 
 
 # ---------------------------------------------------------------------------------------------
@@ -502,8 +533,7 @@ def decode_messages(const unsigned char[::1] buf not None, Py_ssize_t pos, str t
     cdef const unsigned char* batch
     cdef const unsigned char* records
     cdef Py_ssize_t records_size
-    cdef int64_t offset, ts, next_offset = min_offset
-    cdef int ts_type
+    cdef int64_t offset, next_offset = min_offset
     cdef Py_ssize_t produced = 0
     cdef bint stop = False
     cdef Message m
@@ -531,7 +561,6 @@ def decode_messages(const unsigned char[::1] buf not None, Py_ssize_t pos, str t
         else:
             records = <const unsigned char*>PyBytes_AS_STRING(area)
             records_size = PyBytes_GET_SIZE(area)
-        ts_type = 1 if h.attributes & ATTR_LOG_APPEND_TIME else 0
         cursor_init(&c, records, records_size, &h)
         while True:
             rc = next_record(&c, &r)
@@ -548,17 +577,7 @@ def decode_messages(const unsigned char[::1] buf not None, Py_ssize_t pos, str t
             if offset > max_offset or produced >= max_records:
                 stop = True
                 break
-            ts = h.max_timestamp if ts_type else h.base_timestamp + r.timestamp_delta
-            m = Message.__new__(Message)
-            m.topic = topic
-            m.partition = partition
-            m.offset = offset
-            m.timestamp = ts
-            m.timestamp_type = ts_type
-            m.key = bytes_or_none(r.key, r.key_len)
-            m.value = bytes_or_none(r.value, r.value_len)
-            m.headers = decode_headers(&r)
-            out.append(m)
+            out.append(make_message(topic, partition, &h, &r))
             produced += 1
             next_offset = offset + 1
         if stop:

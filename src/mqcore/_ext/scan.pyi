@@ -63,7 +63,7 @@ def read_record(
     topic: str,
     partition: int,
     verify_crc: bool = True,
-    verified: set[int] | None = None,
+    verified: dict[int, bytes] | None = None,
     source: str | None = None,
     max_decompressed: int = ...,
 ) -> Message | None: ...

@@ -14,9 +14,9 @@ from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 
 from mqcore._ext.batch cimport (
-    ATTR_CONTROL, ATTR_LOG_APPEND_TIME, BATCH_HEADER_SIZE, BatchHeader, E_OFFSET_ORDER, E_SHORT,
-    LOG_OVERHEAD, OK, RecordCursor, RecordView, check_batch, cursor_init, error_text, next_record,
-    records_area,
+    ATTR_CODEC_MASK, ATTR_CONTROL, ATTR_LOG_APPEND_TIME, BATCH_HEADER_SIZE, BatchHeader,
+    E_OFFSET_ORDER, E_SHORT, LOG_OVERHEAD, OK, RecordCursor, RecordView, check_batch,
+    cursor_init, error_text, make_message, next_record, records_area,
 )
 from mqcore._ext.bytes_be cimport store_be32, store_be64
 
@@ -241,30 +241,104 @@ def find_batch(const unsigned char[::1] buf not None, Py_ssize_t pos, int64_t ta
     return pos, -1, -1
 
 
+cdef enum:
+    SAMPLE_EVERY = 32             # one remembered record position per 32 records
+    SAMPLED_MIN_RECORDS = 64      # smaller batches are walked from their start
+    VERIFIED_MAX = 65536          # memo entries per segment before it starts over
+
+
+cdef bytes sample_positions(const unsigned char* records, Py_ssize_t size, const BatchHeader* h):
+    """(offsetDelta int32, position int32) of every SAMPLE_EVERY-th record, native order."""
+    cdef RecordCursor c
+    cdef RecordView r
+    cdef const unsigned char* at
+    cdef Py_ssize_t i = 0
+    cdef int32_t entry[2]
+    out = bytearray()
+    cursor_init(&c, records, size, h)
+    while True:
+        at = c.p
+        if next_record(&c, &r) != 1:
+            break
+        if i % SAMPLE_EVERY == 0:
+            entry[0] = <int32_t>r.offset_delta
+            entry[1] = <int32_t>(at - records)
+            out += (<char*>entry)[:8]
+        i += 1
+    return bytes(out)
+
+
 def read_record(const unsigned char[::1] buf not None, Py_ssize_t position, int64_t offset,
-                str topic, int partition, bint verify_crc=True, set verified=None, source=None,
+                str topic, int partition, bint verify_crc=True, dict verified=None, source=None,
                 Py_ssize_t max_decompressed=256 << 20):
     """The Message at `offset` in buf (a segment's bytes from position 0), or None.
 
     Walks batch headers from `position` (a batch boundary at or before the offset: the index
-    floor) and decodes only the batch holding the offset. Its CRC is checked unless its position
-    is in `verified` (a batch checked by an earlier get); checked positions are added there.
+    floor) to the batch holding the offset, then its records. The first get in a batch checks
+    its CRC and remembers it in `verified` (batch position -> sampled record positions), so a
+    later get skips the CRC and starts its walk at most SAMPLE_EVERY records before the target.
     """
-    cdef Py_ssize_t pos
-    cdef int64_t base
+    cdef BatchHeader h
+    cdef RecordCursor c
+    cdef RecordView r
+    cdef Py_ssize_t pos, n = buf.shape[0], records_size, k, best
+    cdef int64_t base, target_delta
+    cdef int rc
     cdef bint check
+    cdef const unsigned char* records
+    cdef const int32_t* samples
     pos, base, _last = find_batch(buf, position, offset, -1, False, source, 0)
     if base < 0 or base > offset:
         return None
-    check = verify_crc and (verified is None or pos not in verified)
-    out = []
-    decode_messages(buf, pos, topic, partition, offset, 1, out, check, max_decompressed, source,
-                    0, offset)
-    if check and verified is not None:
-        verified.add(pos)
-    if out and out[0].offset == offset:
-        return out[0]
-    return None
+    memo = None if verified is None else verified.get(pos)
+    check = verify_crc and memo is None
+    with nogil:
+        rc = check_batch(&buf[pos], n - pos, &h, check)
+    if rc != OK:
+        raise CorruptRecordError(error_text(rc), path=source, position=pos)
+    if h.attributes & ATTR_CODEC_MASK or h.attributes & ATTR_CONTROL:
+        out = []
+        decode_messages(buf, pos, topic, partition, offset, 1, out, False, max_decompressed,
+                        source, 0, offset)
+        if verified is not None and memo is None:
+            remember(verified, pos, b"")
+        return out[0] if out and out[0].offset == offset else None
+    records = &buf[pos] + BATCH_HEADER_SIZE
+    records_size = LOG_OVERHEAD + h.batch_length - BATCH_HEADER_SIZE
+    if memo is None:
+        memo = (sample_positions(records, records_size, &h)
+                if h.records_count >= SAMPLED_MIN_RECORDS else b"")
+        if verified is not None:
+            remember(verified, pos, memo)
+    cursor_init(&c, records, records_size, &h)
+    target_delta = offset - h.base_offset
+    samples = <const int32_t*>PyBytes_AS_STRING(memo)
+    best = -1
+    for k in range(PyBytes_GET_SIZE(memo) // 8):
+        if samples[2 * k] > target_delta:
+            break
+        best = k
+    if best >= 0:
+        c.p = records + samples[2 * best + 1]
+        c.remaining = h.records_count - best * SAMPLE_EVERY
+        c.prev_delta = samples[2 * best] - 1
+    while True:
+        rc = next_record(&c, &r)
+        if rc == 0:
+            return None
+        if rc < 0:
+            raise CorruptRecordError(error_text(rc), path=source, position=pos)
+        if r.offset_delta == target_delta:
+            return make_message(topic, partition, &h, &r)
+        if r.offset_delta > target_delta:
+            return None
+
+
+cdef int remember(dict verified, Py_ssize_t pos, bytes memo) except -1:
+    if len(verified) >= VERIFIED_MAX:
+        verified.clear()
+    verified[pos] = memo
+    return 0
 
 
 def first_offset_at_or_after(const unsigned char[::1] buf not None, Py_ssize_t pos,

@@ -66,8 +66,9 @@ class LogSegment:
         self.first_batch_timestamp = -1
         self.policy = IndexPolicy(index_interval_bytes)
         self.flushed_size = self.size
-        # positions of batches whose CRC a get() already checked (gets in them skip the CRC)
-        self.verified_batches: set[int] = set()
+        # batches whose CRC a get() already checked: position -> sampled record positions
+        # (gets in them skip the CRC and start near their record; scan.read_record)
+        self.verified_batches: dict[int, bytes] = {}
         # reads go through one read-only mapping, reserved to the roll size when writable
         self.map_reserve = map_reserve if writable else 0
         self._mapped: MappedFile | None = None
@@ -255,7 +256,7 @@ class LogSegment:
     def truncate_to(self, size: int) -> None:
         """Cut the log at `size` (a torn tail, or the bytes of a failed append)."""
         os.ftruncate(self.fd, size)
-        self.verified_batches = {p for p in self.verified_batches if p < size}
+        self.verified_batches = {p: m for p, m in self.verified_batches.items() if p < size}
         self.size = size
         self.flushed_size = min(self.flushed_size, size)
 
