@@ -391,6 +391,38 @@ def test_mid_log_damage_refuses_to_open_and_leaves_the_file(tmp_path: Path) -> N
         shutil.rmtree(path)
 
 
+def test_power_loss_hole_before_later_data_is_cut_not_refused(tmp_path: Path) -> None:
+    """A power loss can keep pages written after the last flush while losing earlier ones: a
+    sector-aligned run of zeros inside the unflushed tail, whole batches after it. Recovery cuts
+    at the first damaged batch (nothing after it was ever acknowledged as flushed) and says so,
+    where a flipped byte with good data after it is refused (the test above)."""
+    origin = str(tmp_path / "origin")
+    build_store(origin, count=200)
+    full = reference(origin)
+    log_batches = batches(logs(origin)[-1])
+    pos, size, base, _last = log_batches[120]
+    hole_start = (pos + 511) // 512 * 512          # a whole sector inside the batches from 120 on
+    assert hole_start + 512 <= log_batches[-1][0]    # ... with whole batches after the hole
+    first_bad = max(i for i, b in enumerate(log_batches) if b[0] <= hole_start)
+    bad_pos = log_batches[first_bad][0]
+    for read_only in (True, False):
+        path = str(tmp_path / f"hole-{read_only}")
+        shutil.copytree(origin, path)
+        mark_unclean(path)
+        log = logs(path)[-1]
+        data = bytearray(log.read_bytes())
+        data[hole_start:hole_start + 512] = bytes(512)
+        log.write_bytes(bytes(data))
+        with mqcore.open(path, flush="os", read_only=read_only) as store:
+            report = store.recovery[(TOPIC, 0)]
+            assert report.unflushed_holes == [f"{log.name}@{bad_pos}"]
+            assert report.truncated_bytes == len(data) - bad_pos
+            kept = log_batches[first_bad][2]
+            assert store.end_offset(TOPIC, 0) == kept
+            assert same_messages(store.read(TOPIC, 0, 0, 1 << 20), full[:kept])
+        assert log.stat().st_size == (len(data) if read_only else bad_pos)
+
+
 def test_mid_log_damage_in_the_offset_field_is_not_cut_as_a_tail(tmp_path: Path) -> None:
     """The base offset is outside the CRC; a damaged one shows as offsets going backwards at the
     next batch. Valid batches follow, so this is damage, never a tail to drop silently."""

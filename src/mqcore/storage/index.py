@@ -44,7 +44,8 @@ class SparseIndex:
     # -- file and mapping -------------------------------------------------------------------
 
     def _map(self) -> None:
-        """Open and map the file: preallocated when writable, as it is when read-only."""
+        """Open and map the file as it is; the first append preallocates it (_preallocate), so
+        only the active segment's indexes are ever stretched, never the sealed ones."""
         flags = os.O_RDWR | os.O_CREAT if self.writable else os.O_RDONLY
         try:
             self._fd = os.open(self.path, flags, 0o644)
@@ -54,11 +55,7 @@ class SparseIndex:
         size = os.fstat(self._fd).st_size
         self.disk_bytes = size
         if self.writable:
-            want = self.max_entries * self.entry_size
-            if size < want:
-                os.ftruncate(self._fd, want)
-            size = max(size, want)
-            self.max_entries = size // self.entry_size
+            self.max_entries = max(self.max_entries, size // self.entry_size)
         if size >= self.entry_size:
             access = mmap.ACCESS_WRITE if self.writable else mmap.ACCESS_READ
             self._mm = mmap.mmap(self._fd, size, access=access)
@@ -104,9 +101,21 @@ class SparseIndex:
         return self.entries >= stored or _all_zero(
             raw[self.entries * self.entry_size : stored * self.entry_size])
 
+    def _preallocate(self) -> None:
+        """Stretch the file to max_entries and map all of it (Kafka's preallocated index)."""
+        with self._lock:
+            self._unmap()
+            want = self.max_entries * self.entry_size
+            if os.path.getsize(self.path) < want:
+                os.truncate(self.path, want)
+            self._map()
+
     def _put(self, data: bytes) -> None:
-        assert self._view is not None and self.writable
+        assert self.writable
         at = self.entries * self.entry_size
+        if self._view is None or at + self.entry_size > len(self._view):
+            self._preallocate()
+        assert self._view is not None
         self._view[at : at + self.entry_size] = data
         self.entries += 1
 
@@ -120,19 +129,17 @@ class SparseIndex:
                 self._view = memoryview(bytes(packed))
                 self.entries = count
                 return
-            if count > self.max_entries:
-                self._unmap()
-                os.truncate(self.path, count * self.entry_size)
-                self.max_entries = count
-                self._map()
-            assert self._view is not None
-            self._view[: len(packed)] = packed
-            # zero what may hold stale entries: the file's old bytes and entries appended since;
-            # the preallocated rest is zero already (filling it dirtied 10 MiB per index)
-            end = min(self.max_entries * self.entry_size,
-                      max(self.disk_bytes, self.entries * self.entry_size))
-            if end > len(packed):
-                self._view[len(packed) : end] = bytes(end - len(packed))
+            # the file becomes exactly the rebuilt entries; an append preallocates it again
+            self._unmap()
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                view = memoryview(packed)
+                while view:
+                    view = view[os.write(fd, view):]
+            finally:
+                os.close(fd)
+            self.max_entries = max(self.max_entries, count)
+            self._map()
             self.entries = count
 
     def trim(self) -> None:

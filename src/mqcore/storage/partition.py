@@ -36,6 +36,8 @@ class RecoveryReport:
     truncated_bytes: int = 0
     rebuilt_indexes: list[str] = field(default_factory=list)
     deleted_segments: list[str] = field(default_factory=list)
+    # "file@position" of zero holes a power loss left before later data; cut there
+    unflushed_holes: list[str] = field(default_factory=list)
 
 
 class Partition:
@@ -130,6 +132,14 @@ class Partition:
         return max(0, bisect.bisect_right(self._bases, recovery_point) - 1)
 
     def _recover_segment(self, i: int, report: RecoveryReport) -> None:
+        """Scan segment i; cut a torn tail, refuse damage that has good data after it.
+
+        Good data after bad bytes is damage, never a tail, unless the bad bytes hold a zero hole:
+        the mark of a power loss that kept some pages written after the last flush and lost
+        earlier ones. Every acknowledged append under flush="always" was fdatasync'd with all the
+        pages before it, so such a hole lies after the last acknowledged message and cutting
+        there loses nothing that was acknowledged (docs/operations.md "Recovery").
+        """
         seg = self.segments[i]
         outcome = seg.recover()
         name = os.path.basename(seg.log_path)
@@ -137,22 +147,28 @@ class Partition:
         report.rebuilt_indexes.append(name)
         if outcome.valid_bytes == outcome.file_bytes and outcome.error is None:
             return
+        bad = outcome.valid_bytes
         later = [s for s in self.segments[i + 1:] if os.fstat(s.fd).st_size > 0]
-        if (later or seg.has_valid_batch_after(outcome.valid_bytes, seg.next_offset)
-                or seg.has_valid_batch_at(outcome.valid_bytes)):
-            # good data follows the bad bytes: this is damage, not a torn tail
-            raise CorruptRecordError(
-                (outcome.error or "batch cut short") + " (valid batches follow, so this is not "
-                "a torn tail; mqcore will not drop them silently)",
-                path=seg.log_path, position=outcome.valid_bytes)
+        good_after = seg.first_valid_batch_after(bad, seg.next_offset)
+        if good_after is None and seg.has_valid_batch_at(bad):
+            good_after = bad
+        if later or good_after is not None:
+            end = good_after if good_after is not None else outcome.file_bytes
+            if good_after == bad or not seg.has_zero_hole(bad, end):
+                raise CorruptRecordError(
+                    (outcome.error or "batch cut short") + " (valid batches follow, so this is "
+                    "not a torn tail; mqcore will not drop them silently)",
+                    path=seg.log_path, position=bad)
+            report.unflushed_holes.append(f"{name}@{bad}")
+        for extra in self.segments[i + 1:]:
+            report.deleted_segments.append(os.path.basename(extra.log_path))
+            report.truncated_bytes += os.fstat(extra.fd).st_size
+            extra.delete() if self.writable else extra.close()  # read-only: just stop there
+        del self.segments[i + 1:]
+        del self._bases[i + 1:]
         if self.writable:
-            seg.truncate_to(outcome.valid_bytes)
-            for extra in self.segments[i + 1:]:
-                report.deleted_segments.append(os.path.basename(extra.log_path))
-                extra.delete()
-            del self.segments[i + 1:]
-            del self._bases[i + 1:]
-        report.truncated_bytes += outcome.file_bytes - outcome.valid_bytes
+            seg.truncate_to(bad)
+        report.truncated_bytes += outcome.file_bytes - bad
 
     # -- offsets --------------------------------------------------------------------------------
 

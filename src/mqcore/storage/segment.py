@@ -21,6 +21,7 @@ INDEX_SUFFIX = ".index"
 TIMEINDEX_SUFFIX = ".timeindex"
 SCAN_CHUNK = 8 << 20
 HEADER_BYTES = 61
+SECTOR = 512
 
 _fdatasync = getattr(os, "fdatasync", os.fsync)
 
@@ -217,9 +218,9 @@ class LogSegment:
         """
         return self.rebuild(verify_crc=True)
 
-    def has_valid_batch_after(self, position: int, min_offset: int) -> bool:
-        """Whether a whole, CRC-valid batch with offset >= min_offset starts anywhere after
-        `position`: tells mid-log damage (good data follows) from a torn tail (nothing does)."""
+    def first_valid_batch_after(self, position: int, min_offset: int) -> int | None:
+        """Position of the first whole, CRC-valid batch with offset >= min_offset that starts
+        after `position`, or None: tells damage followed by good data from a torn tail."""
         file_size = os.fstat(self.fd).st_size
         at = position + 1
         while at < file_size:
@@ -228,10 +229,24 @@ class LogSegment:
             while i >= 0:
                 start = i - 16
                 if self._valid_batch_at(at + start, min_offset):
-                    return True
+                    return at + start
                 i = chunk.find(b"\x02", i + 1)
             at += SCAN_CHUNK
-        return False
+        return None
+
+    def has_zero_hole(self, start: int, end: int) -> bool:
+        """Whether [start, end) holds a sector-aligned 512-byte run of zeros (or is all zeros).
+
+        That is what a power loss leaves where written pages never reached the disk while later
+        ones did; a flipped bit or overwritten bytes never look like it.
+        """
+        data = os.pread(self.fd, max(0, end - start), start)
+        if data and not data.strip(b"\x00"):
+            return True
+        first = -start % SECTOR
+        zeros = bytes(SECTOR)
+        return any(data[i:i + SECTOR] == zeros for i in range(first, len(data) - SECTOR + 1,
+                                                              SECTOR))
 
     def has_valid_batch_at(self, position: int) -> bool:
         """Whether a whole, CRC-valid batch starts at `position`, whatever its offsets: a torn
