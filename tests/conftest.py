@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -14,13 +15,13 @@ SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 
 
 
 @pytest.fixture
-def store_path(tmp_path) -> str:
+def store_path(tmp_path: Path) -> str:
     """A path for a new store (the directory does not exist yet)."""
     return str(tmp_path / "store")
 
 
 @pytest.fixture
-def store(store_path) -> Iterator[mqcore.Store]:
+def store(store_path: str) -> Iterator[mqcore.Store]:
     """An open store with flush="os" (fast); closed after the test."""
     s = mqcore.open(store_path, flush="os")
     try:
@@ -30,7 +31,7 @@ def store(store_path) -> Iterator[mqcore.Store]:
 
 
 @pytest.fixture(autouse=True)
-def no_unraisable_errors(capfd) -> Iterator[None]:
+def no_unraisable_errors(capfd: pytest.CaptureFixture[str]) -> Iterator[None]:
     """Fail a test whose run printed 'Exception ignored' (an error swallowed in __del__, a
     callback or a thread): fastavro's habit, since such errors hide real bugs."""
     yield

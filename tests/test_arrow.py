@@ -45,7 +45,9 @@ def assert_spark_schema(schema: pa.Schema, include_headers: bool) -> None:
         element = schema.field("headers").type.value_field
         assert element.name == "element" and element.nullable
         assert [(f.name, f.type, f.nullable) for f in element.type] == [
-            ("key", pa.string(), True), ("value", pa.binary(), True)]
+            ("key", pa.string(), True),
+            ("value", pa.binary(), True),
+        ]
 
 
 def rows_of(rb: pa.RecordBatch) -> list[dict[str, Any]]:
@@ -55,8 +57,9 @@ def rows_of(rb: pa.RecordBatch) -> list[dict[str, Any]]:
     return [dict(zip(cols, vals, strict=True)) for vals in zip(*cols.values(), strict=True)]
 
 
-def rows_from_read(store: mqcore.Store, topic: str, partition: int, start: int, end: int,
-                   include_headers: bool) -> list[dict[str, Any]]:
+def rows_from_read(
+    store: mqcore.Store, topic: str, partition: int, start: int, end: int, include_headers: bool
+) -> list[dict[str, Any]]:
     """The same range through Store.read, as the rows read_arrow must produce."""
     out = []
     offset = start
@@ -68,9 +71,14 @@ def rows_from_read(store: mqcore.Store, topic: str, partition: int, start: int, 
             if m.offset >= end:
                 break
             row: dict[str, Any] = {
-                "key": m.key, "value": m.value, "topic": m.topic, "partition": m.partition,
-                "offset": m.offset, "timestampType": m.timestamp_type,
-                "timestamp": m.timestamp * 1000}
+                "key": m.key,
+                "value": m.value,
+                "topic": m.topic,
+                "partition": m.partition,
+                "offset": m.offset,
+                "timestampType": m.timestamp_type,
+                "timestamp": m.timestamp * 1000,
+            }
             if include_headers:
                 row["headers"] = [{"key": k, "value": v} for k, v in m.headers]
             out.append(row)
@@ -78,8 +86,14 @@ def rows_from_read(store: mqcore.Store, topic: str, partition: int, start: int, 
     return out
 
 
-def fill_topic(store: mqcore.Store, topic: str, seed: int, batches: int = 60,
-               partitions: int = 1, **config: Any) -> int:
+def fill_topic(
+    store: mqcore.Store,
+    topic: str,
+    seed: int,
+    batches: int = 60,
+    partitions: int = 1,
+    **config: Any,
+) -> int:
     """Append batches in every codec (with null/empty keys and values, repeated and null
     headers, timestamps that go backwards) to partition 0; returns the record count."""
     rng = random.Random(seed)
@@ -88,14 +102,35 @@ def fill_topic(store: mqcore.Store, topic: str, seed: int, batches: int = 60,
     count = 0
     for i in range(batches):
         n = rng.randrange(1, 25)
-        values = [rng.choice([None, b"", b"line %d " % rng.randrange(10**6) * rng.randrange(1, 9),
-                              rng.randbytes(rng.randrange(300))]) for _ in range(n)]
+        values = [
+            rng.choice(
+                [
+                    None,
+                    b"",
+                    b"line %d " % rng.randrange(10**6) * rng.randrange(1, 9),
+                    rng.randbytes(rng.randrange(300)),
+                ]
+            )
+            for _ in range(n)
+        ]
         keys = [rng.choice([None, b"", b"key-%d" % rng.randrange(20)]) for _ in range(n)]
-        headers = [[(rng.choice(["a", "a", "b", "\u00fc"]), rng.choice([None, b"", b"hv"]))
-                    for _ in range(rng.randrange(3))] for _ in range(n)]
+        headers = [
+            [
+                (rng.choice(["a", "a", "b", "\u00fc"]), rng.choice([None, b"", b"hv"]))
+                for _ in range(rng.randrange(3))
+            ]
+            for _ in range(n)
+        ]
         stamps = [base_ts + rng.randrange(-5000, 5000) for _ in range(n)]
-        store.append_batch(topic, values, keys=keys, headers=headers, partition=0,
-                           timestamps=stamps, compression=CODECS[i % 5])
+        store.append_batch(
+            topic,
+            values,
+            keys=keys,
+            headers=headers,
+            partition=0,
+            timestamps=stamps,
+            compression=CODECS[i % 5],
+        )
         count += n
     return count
 
@@ -107,20 +142,21 @@ def filled(store: mqcore.Store) -> tuple[mqcore.Store, int]:
 
 
 @pytest.mark.parametrize("include_headers", [False, True])
-def test_schema_is_spark_kafka_source(filled: tuple[mqcore.Store, int],
-                                      include_headers: bool) -> None:
+def test_schema_is_spark_kafka_source(
+    filled: tuple[mqcore.Store, int], include_headers: bool
+) -> None:
     store, _ = filled
     rb = store.read_arrow("t", 0, 0, 10, include_headers=include_headers)
     assert_spark_schema(rb.schema, include_headers)
     rb.validate(full=True)
-    for batch in store.iter_arrow("t", 0, 0, None, include_headers=include_headers,
-                                  max_records=50):
+    for batch in store.iter_arrow("t", 0, 0, None, include_headers=include_headers, max_records=50):
         assert_spark_schema(batch.schema, include_headers)
 
 
 @pytest.mark.parametrize("include_headers", [False, True])
-def test_whole_partition_equals_read(filled: tuple[mqcore.Store, int],
-                                     include_headers: bool) -> None:
+def test_whole_partition_equals_read(
+    filled: tuple[mqcore.Store, int], include_headers: bool
+) -> None:
     store, count = filled
     segments = list((Path(store.path) / "t-0").glob("*.log"))
     assert len(segments) >= 3, "the fixture should span several segments"
@@ -182,17 +218,34 @@ def test_end_past_the_log_stops_at_its_end(filled: tuple[mqcore.Store, int]) -> 
     assert rb.column("offset").to_pylist() == [count - 3, count - 2, count - 1]
 
 
-@pytest.mark.parametrize(("max_records", "max_bytes"), [
-    (1, 1 << 30), (7, 1 << 30), (100, 1 << 30), (1 << 16, 1), (1 << 16, 500), (13, 2000),
-])
+@pytest.mark.parametrize(
+    ("max_records", "max_bytes"),
+    [
+        (1, 1 << 30),
+        (7, 1 << 30),
+        (100, 1 << 30),
+        (1 << 16, 1),
+        (1 << 16, 500),
+        (13, 2000),
+    ],
+)
 @pytest.mark.parametrize("include_headers", [False, True])
-def test_iter_arrow_bounds_concatenate_to_whole(filled: tuple[mqcore.Store, int],
-                                                max_records: int, max_bytes: int,
-                                                include_headers: bool) -> None:
+def test_iter_arrow_bounds_concatenate_to_whole(
+    filled: tuple[mqcore.Store, int], max_records: int, max_bytes: int, include_headers: bool
+) -> None:
     store, count = filled
     start, end = 5, count - 4
-    batches = list(store.iter_arrow("t", 0, start, end, include_headers=include_headers,
-                                    max_records=max_records, max_bytes=max_bytes))
+    batches = list(
+        store.iter_arrow(
+            "t",
+            0,
+            start,
+            end,
+            include_headers=include_headers,
+            max_records=max_records,
+            max_bytes=max_bytes,
+        )
+    )
     assert len(batches) > 1
     for rb in batches:
         rb.validate(full=True)
@@ -201,8 +254,9 @@ def test_iter_arrow_bounds_concatenate_to_whole(filled: tuple[mqcore.Store, int]
     whole = pa.Table.from_batches(batches).combine_chunks().to_batches()
     assert sum(rb.num_rows for rb in batches) == end - start
     assert rows_of(whole[0]) == rows_from_read(store, "t", 0, start, end, include_headers)
-    assert rows_of(whole[0]) == rows_of(store.read_arrow("t", 0, start, end,
-                                                         include_headers=include_headers))
+    assert rows_of(whole[0]) == rows_of(
+        store.read_arrow("t", 0, start, end, include_headers=include_headers)
+    )
 
 
 def data_bytes(rb: pa.RecordBatch) -> int:
@@ -221,8 +275,9 @@ def test_iter_arrow_default_bounds_one_batch(filled: tuple[mqcore.Store, int]) -
 
 def test_tombstones_and_empty_values_stay_distinct(store: mqcore.Store) -> None:
     store.create_topic("tomb")
-    store.append_batch("tomb", [None, b"", b"x", None], keys=[b"", None, b"k", b"k"],
-                       timestamps=[5, 4, 3, 2])
+    store.append_batch(
+        "tomb", [None, b"", b"x", None], keys=[b"", None, b"k", b"k"], timestamps=[5, 4, 3, 2]
+    )
     rb = store.read_arrow("tomb", 0)
     assert rb.column("value").to_pylist() == [None, b"", b"x", None]
     assert rb.column("key").to_pylist() == [b"", None, b"k", b"k"]
@@ -237,8 +292,7 @@ def test_headers_keep_order_repeats_and_nulls(store: mqcore.Store) -> None:
     store.append_batch("hdr", [b"v", b"w"], headers=[hdrs, None], compression="zstd")
     rb = store.read_arrow("hdr", 0, include_headers=True)
     rb.validate(full=True)
-    assert rb.column("headers").to_pylist() == [
-        [{"key": k, "value": v} for k, v in hdrs], []]
+    assert rb.column("headers").to_pylist() == [[{"key": k, "value": v} for k, v in hdrs], []]
 
 
 def test_header_keys_that_are_not_utf8(store: mqcore.Store) -> None:
@@ -262,8 +316,9 @@ def test_log_append_time_topic(store: mqcore.Store) -> None:
     store.create_topic("lat", timestamp_type="LogAppendTime", segment_bytes=2000)
     before = time.time_ns() // 1_000_000
     for i in range(12):
-        store.append_batch("lat", [b"x" * 100] * 5, timestamps=[1, 2, 3, 4, 5],
-                           compression=CODECS[i % 5])
+        store.append_batch(
+            "lat", [b"x" * 100] * 5, timestamps=[1, 2, 3, 4, 5], compression=CODECS[i % 5]
+        )
     after = time.time_ns() // 1_000_000
     count = store.end_offset("lat", 0)
     rb = store.read_arrow("lat", 0, include_headers=True)
@@ -273,7 +328,7 @@ def test_log_append_time_topic(store: mqcore.Store) -> None:
     assert all(before * 1000 <= us <= after * 1000 for us in micros)
     assert rows_of(rb) == rows_from_read(store, "lat", 0, 0, count, True)
     # one append time per batch: the five records of a batch share it
-    assert all(len(set(micros[i:i + 5])) == 1 for i in range(0, count, 5))
+    assert all(len(set(micros[i : i + 5])) == 1 for i in range(0, count, 5))
 
 
 def test_other_partitions_and_after_reopen(store_path: str) -> None:

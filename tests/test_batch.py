@@ -81,8 +81,13 @@ def ref_nullable(data: bytes | None) -> bytes:
     return ref_varint(-1) if data is None else ref_varint(len(data)) + data
 
 
-def ref_record(ts_delta: int, offset_delta: int, key: bytes | None, value: bytes | None,
-               headers: Sequence[tuple[str, bytes | None]]) -> bytes:
+def ref_record(
+    ts_delta: int,
+    offset_delta: int,
+    key: bytes | None,
+    value: bytes | None,
+    headers: Sequence[tuple[str, bytes | None]],
+) -> bytes:
     """length | attributes 0 | timestampDelta | offsetDelta | key | value | headers."""
     body = b"\x00" + ref_varint(ts_delta) + ref_varint(offset_delta)
     body += ref_nullable(key) + ref_nullable(value) + ref_varint(len(headers))
@@ -92,13 +97,36 @@ def ref_record(ts_delta: int, offset_delta: int, key: bytes | None, value: bytes
     return ref_varint(len(body)) + body
 
 
-def ref_batch(records: bytes, count: int, last_offset_delta: int, base_ts: int, max_ts: int, *,
-              base_offset: int = 0, attributes: int = 0, leader_epoch: int = -1,
-              producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1,
-              batch_length: int | None = None, crc: int | None = None) -> bytes:
+def ref_batch(
+    records: bytes,
+    count: int,
+    last_offset_delta: int,
+    base_ts: int,
+    max_ts: int,
+    *,
+    base_offset: int = 0,
+    attributes: int = 0,
+    leader_epoch: int = -1,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+    batch_length: int | None = None,
+    crc: int | None = None,
+) -> bytes:
     """A whole batch; batch_length and crc are computed unless given (to write lies)."""
-    tail = CRC_COVERED_HEADER.pack(attributes, last_offset_delta, base_ts, max_ts, producer_id,
-                                   producer_epoch, base_sequence, count) + records
+    tail = (
+        CRC_COVERED_HEADER.pack(
+            attributes,
+            last_offset_delta,
+            base_ts,
+            max_ts,
+            producer_id,
+            producer_epoch,
+            base_sequence,
+            count,
+        )
+        + records
+    )
     if crc is None:
         crc = crc32c(tail)
     if batch_length is None:
@@ -114,23 +142,43 @@ def as_header_list(headers: Any) -> list[tuple[str, bytes | None]]:
     return [(k, None if v is None else bytes(v)) for k, v in items]
 
 
-def expected_batch(values: Sequence[Any], keys: Sequence[Any] | None,
-                   headers: Sequence[Any] | None, timestamps: Sequence[int], *,
-                   base_offset: int, log_append_time: int = -1, **fields: int) -> bytes:
+def expected_batch(
+    values: Sequence[Any],
+    keys: Sequence[Any] | None,
+    headers: Sequence[Any] | None,
+    timestamps: Sequence[int],
+    *,
+    base_offset: int,
+    log_append_time: int = -1,
+    **fields: int,
+) -> bytes:
     """What encode_batch must write for these inputs, derived from the format alone."""
     base_ts = timestamps[0]
     records = b"".join(
-        ref_record(ts - base_ts, i, None if keys is None else keys[i],
-                   None if values[i] is None else bytes(values[i]),
-                   as_header_list(None if headers is None else headers[i]))
-        for i, ts in enumerate(timestamps))
+        ref_record(
+            ts - base_ts,
+            i,
+            None if keys is None else keys[i],
+            None if values[i] is None else bytes(values[i]),
+            as_header_list(None if headers is None else headers[i]),
+        )
+        for i, ts in enumerate(timestamps)
+    )
     max_ts = max(timestamps)
     attributes = fields.pop("attributes", 0)
     if log_append_time >= 0:
         attributes |= 0x08
         max_ts = log_append_time
-    return ref_batch(records, len(values), len(values) - 1, base_ts, max_ts,
-                     base_offset=base_offset, attributes=attributes, **fields)
+    return ref_batch(
+        records,
+        len(values),
+        len(values) - 1,
+        base_ts,
+        max_ts,
+        base_offset=base_offset,
+        attributes=attributes,
+        **fields,
+    )
 
 
 def encode(values: Sequence[Any], base_offset: int = 0, **kwargs: Any) -> bytes:
@@ -147,8 +195,9 @@ def info_of(data: Any, verify_crc: bool = True) -> BatchInfo:
     return info
 
 
-def decode_all(data: Any, verify_crc: bool = True, min_offset: int = INT64_MIN,
-               **kwargs: Any) -> list[Message]:
+def decode_all(
+    data: Any, verify_crc: bool = True, min_offset: int = INT64_MIN, **kwargs: Any
+) -> list[Message]:
     out: list[Message] = []
     pos, _ = decode_messages(data, 0, "t", 3, min_offset, 1 << 30, out, verify_crc, **kwargs)
     assert 0 <= pos <= len(data)
@@ -172,15 +221,44 @@ def decode_all(data: Any, verify_crc: bool = True, min_offset: int = INT64_MIN,
 #   12 len 9 | 00 | 01 tsDelta -1 | 02 offDelta 1 | 01 null key | 01 null value | 02 one header
 #      | 02 6e "n" | 01 null value
 GOLDEN_SMALL = bytes.fromhex(
-    "0000000000000007" "00000049" "ffffffff" "02" "7a9a6d89"
-    "0000" "00000001" "00000000000003e8" "00000000000003e8"
-    "ffffffffffffffff" "ffff" "ffffffff" "00000002"
-    "1a" "00" "00" "00" "026b" "047630" "02" "0268" "0278"
-    "12" "00" "01" "02" "01" "01" "02" "026e" "01"
+    "0000000000000007"
+    "00000049"
+    "ffffffff"
+    "02"
+    "7a9a6d89"
+    "0000"
+    "00000001"
+    "00000000000003e8"
+    "00000000000003e8"
+    "ffffffffffffffff"
+    "ffff"
+    "ffffffff"
+    "00000002"
+    "1a"
+    "00"
+    "00"
+    "00"
+    "026b"
+    "047630"
+    "02"
+    "0268"
+    "0278"
+    "12"
+    "00"
+    "01"
+    "02"
+    "01"
+    "01"
+    "02"
+    "026e"
+    "01"
 )
 GOLDEN_SMALL_INPUT: dict[str, Any] = dict(
-    values=[b"v0", None], keys=[b"k", None], headers=[{"h": b"x"}, [("n", None)]],
-    timestamps=[1000, 999])
+    values=[b"v0", None],
+    keys=[b"k", None],
+    headers=[{"h": b"x"}, [("n", None)]],
+    timestamps=[1000, 999],
+)
 
 
 def test_golden_small_reference_writer() -> None:
@@ -198,8 +276,10 @@ def test_golden_small_crc_is_crc32c_of_attributes_to_end() -> None:
 
 def test_golden_small_decodes() -> None:
     msgs = decode_all(GOLDEN_SMALL)
-    assert [(m.offset, m.timestamp, m.timestamp_type, m.key, m.value, m.headers) for m in msgs] \
-        == [(7, 1000, 0, b"k", b"v0", (("h", b"x"),)), (8, 999, 0, None, None, (("n", None),))]
+    assert [(m.offset, m.timestamp, m.timestamp_type, m.key, m.value, m.headers) for m in msgs] == [
+        (7, 1000, 0, b"k", b"v0", (("h", b"x"),)),
+        (8, 999, 0, None, None, (("n", None),)),
+    ]
     assert all(m.topic == "t" and m.partition == 3 for m in msgs)
 
 
@@ -209,15 +289,21 @@ GOLDEN_CASES: dict[str, dict[str, Any]] = {
     "mixed": dict(
         values=[b"hello", None, b"", BIG, b"x" * 300],
         keys=[b"key-0", None, b"", b"k" * 600, b"\x00\xff"],
-        headers=[{"h1": b"v1", "h2": None}, [("a", b"1"), ("a", b"2"), ("a", None)], None,
-                 [("\u00fc\u00df\u20ac", b""), ("big", BIG)], {}],
-        timestamps=[1_700_000_000_000, 1_699_999_999_000, 1_700_000_005_000,
-                    1_700_000_000_001, 0]),
+        headers=[
+            {"h1": b"v1", "h2": None},
+            [("a", b"1"), ("a", b"2"), ("a", None)],
+            None,
+            [("\u00fc\u00df\u20ac", b""), ("big", BIG)],
+            {},
+        ],
+        timestamps=[1_700_000_000_000, 1_699_999_999_000, 1_700_000_005_000, 1_700_000_000_001, 0],
+    ),
     "no_headers_fast_path": dict(
-        values=[b"a", BIG, None, b""], keys=None, headers=None,
-        timestamps=[5, 5, 2**62, 4]),
+        values=[b"a", BIG, None, b""], keys=None, headers=None, timestamps=[5, 5, 2**62, 4]
+    ),
     "keys_no_headers": dict(
-        values=[BIG, b"b"], keys=[BIG, None], headers=None, timestamps=[INT64_MAX, 0]),
+        values=[BIG, b"b"], keys=[BIG, None], headers=None, timestamps=[INT64_MAX, 0]
+    ),
 }
 
 
@@ -232,11 +318,26 @@ def test_golden_batch(case: str, threshold: int) -> None:
 
 def test_golden_batch_producer_fields_and_log_append_time() -> None:
     inputs = GOLDEN_CASES["mixed"]
-    got = encode(**inputs, base_offset=9, log_append_time=1_800_000_000_000, producer_id=77,
-                 producer_epoch=3, base_sequence=1000, transactional=True, leader_epoch=12)
-    want = expected_batch(**inputs, base_offset=9, log_append_time=1_800_000_000_000,
-                          attributes=0x10, producer_id=77, producer_epoch=3,
-                          base_sequence=1000, leader_epoch=12)
+    got = encode(
+        **inputs,
+        base_offset=9,
+        log_append_time=1_800_000_000_000,
+        producer_id=77,
+        producer_epoch=3,
+        base_sequence=1000,
+        transactional=True,
+        leader_epoch=12,
+    )
+    want = expected_batch(
+        **inputs,
+        base_offset=9,
+        log_append_time=1_800_000_000_000,
+        attributes=0x10,
+        producer_id=77,
+        producer_epoch=3,
+        base_sequence=1000,
+        leader_epoch=12,
+    )
     assert got == want
 
 
@@ -255,8 +356,9 @@ def test_golden_compressed_batch(codec: int) -> None:
     records = compression.decompress(codec, got[HEADER_SIZE:], 1 << 20)
     assert records == plain[HEADER_SIZE:]
     base_ts = inputs["timestamps"][0]
-    want = ref_batch(got[HEADER_SIZE:], 5, 4, base_ts, max(inputs["timestamps"]), base_offset=5,
-                     attributes=codec)
+    want = ref_batch(
+        got[HEADER_SIZE:], 5, 4, base_ts, max(inputs["timestamps"]), base_offset=5, attributes=codec
+    )
     assert got == want
 
 
@@ -264,23 +366,69 @@ def test_encoded_batch_properties() -> None:
     eb = encode_batch(**GOLDEN_SMALL_INPUT)
     assert eb.base_offset == -1
     eb.set_base_offset(7)
-    assert (eb.size, eb.count, eb.base_timestamp, eb.max_timestamp, eb.last_offset_delta,
-            eb.base_offset, eb.last_offset, eb.attributes) == (85, 2, 1000, 1000, 1, 7, 8, 0)
+    assert (
+        eb.size,
+        eb.count,
+        eb.base_timestamp,
+        eb.max_timestamp,
+        eb.last_offset_delta,
+        eb.base_offset,
+        eb.last_offset,
+        eb.attributes,
+    ) == (85, 2, 1000, 1000, 1, 7, 8, 0)
     assert eb.crc == 0x7A9A6D89
     with pytest.raises(ValueError):
         eb.set_base_offset(-1)
 
 
 def test_batch_info_fields() -> None:
-    data = encode(**GOLDEN_CASES["mixed"], base_offset=40, codec=3, producer_id=5,
-                  producer_epoch=1, base_sequence=9, leader_epoch=4)
+    data = encode(
+        **GOLDEN_CASES["mixed"],
+        base_offset=40,
+        codec=3,
+        producer_id=5,
+        producer_epoch=1,
+        base_sequence=9,
+        leader_epoch=4,
+    )
     info = info_of(data)
-    assert (info.base_offset, info.last_offset, info.size, info.batch_length, info.magic,
-            info.codec, info.records_count, info.last_offset_delta, info.base_timestamp,
-            info.max_timestamp, info.producer_id, info.producer_epoch, info.base_sequence,
-            info.leader_epoch, info.timestamp_type, info.is_control, info.is_transactional) == (
-        40, 44, len(data), len(data) - 12, 2, 3, 5, 4, 1_700_000_000_000, 1_700_000_005_000,
-        5, 1, 9, 4, 0, False, False)
+    assert (
+        info.base_offset,
+        info.last_offset,
+        info.size,
+        info.batch_length,
+        info.magic,
+        info.codec,
+        info.records_count,
+        info.last_offset_delta,
+        info.base_timestamp,
+        info.max_timestamp,
+        info.producer_id,
+        info.producer_epoch,
+        info.base_sequence,
+        info.leader_epoch,
+        info.timestamp_type,
+        info.is_control,
+        info.is_transactional,
+    ) == (
+        40,
+        44,
+        len(data),
+        len(data) - 12,
+        2,
+        3,
+        5,
+        4,
+        1_700_000_000_000,
+        1_700_000_005_000,
+        5,
+        1,
+        9,
+        4,
+        0,
+        False,
+        False,
+    )
     assert info.crc == crc32c(data[21:])
     peek = peek_batch_header(data[:HEADER_SIZE])
     assert peek is not None
@@ -295,8 +443,7 @@ small_bytes = st.binary(max_size=40)
 payloads = st.one_of(st.none(), small_bytes, st.binary(min_size=500, max_size=1500))
 header_keys = st.one_of(st.sampled_from(["a", "b", "\u00e9t\u00e9", ""]), st.text(max_size=10))
 header_pairs = st.lists(st.tuples(header_keys, payloads), max_size=5)
-header_sets = st.one_of(st.none(), header_pairs,
-                        st.dictionaries(header_keys, payloads, max_size=4))
+header_sets = st.one_of(st.none(), header_pairs, st.dictionaries(header_keys, payloads, max_size=4))
 timestamps_st = st.one_of(st.integers(0, 2**45), st.integers(0, INT64_MAX))
 
 
@@ -310,8 +457,9 @@ def batch_inputs(draw: st.DrawFn) -> dict[str, Any]:
     return dict(values=values, keys=keys, headers=headers, timestamps=stamps)
 
 
-def check_round_trip(inputs: dict[str, Any], data: bytes, base_offset: int, now_ms: int,
-                     log_append_time: int = -1) -> None:
+def check_round_trip(
+    inputs: dict[str, Any], data: bytes, base_offset: int, now_ms: int, log_append_time: int = -1
+) -> None:
     values, keys, headers = inputs["values"], inputs["keys"], inputs["headers"]
     stamps = inputs["timestamps"] or [now_ms] * len(values)
     msgs = decode_all(data)
@@ -327,7 +475,10 @@ def check_round_trip(inputs: dict[str, Any], data: bytes, base_offset: int, now_
         assert m.headers == tuple(as_header_list(None if headers is None else headers[i]))
     info = info_of(data)
     assert (info.records_count, info.last_offset_delta, info.base_timestamp) == (
-        len(values), len(values) - 1, stamps[0])
+        len(values),
+        len(values) - 1,
+        stamps[0],
+    )
     assert info.max_timestamp == (log_append_time if log_append_time >= 0 else max(stamps))
 
 
@@ -339,8 +490,12 @@ def test_round_trip(inputs: dict[str, Any], codec: int, base_offset: int, now_ms
     check_round_trip(inputs, data, base_offset, now_ms)
     if codec == 0:
         assert data == expected_batch(
-            inputs["values"], inputs["keys"], inputs["headers"],
-            inputs["timestamps"] or [now_ms] * len(inputs["values"]), base_offset=base_offset)
+            inputs["values"],
+            inputs["keys"],
+            inputs["headers"],
+            inputs["timestamps"] or [now_ms] * len(inputs["values"]),
+            base_offset=base_offset,
+        )
 
 
 @settings(max_examples=100, deadline=None)
@@ -365,11 +520,13 @@ def test_arrow_columns_match_messages(inputs: dict[str, Any], codec: int) -> Non
     assert rb.column("key").to_pylist() == [m.key for m in msgs]
     assert rb.column("value").to_pylist() == [m.value for m in msgs]
     assert rb.column("headers").to_pylist() == [
-        [{"key": k, "value": v} for k, v in m.headers] for m in msgs]
+        [{"key": k, "value": v} for k, v in m.headers] for m in msgs
+    ]
     micros = rb.column("timestamp").cast("int64").to_pylist()
     # microseconds fit int64 only for timestamps below about year 294,000 (INT64_MAX // 1000 ms)
-    assert [us for us, m in zip(micros, msgs, strict=True) if m.timestamp <= INT64_MAX // 1000] \
-        == [m.timestamp * 1000 for m in msgs if m.timestamp <= INT64_MAX // 1000]
+    assert [us for us, m in zip(micros, msgs, strict=True) if m.timestamp <= INT64_MAX // 1000] == [
+        m.timestamp * 1000 for m in msgs if m.timestamp <= INT64_MAX // 1000
+    ]
 
 
 def test_decode_min_and_max_offset_and_max_records() -> None:
@@ -400,8 +557,9 @@ def test_gathered_values_are_referenced_pieces() -> None:
 
 
 def test_gathered_keys_and_header_values() -> None:
-    kw: dict[str, Any] = dict(values=[b"v"], keys=[b"k" * 700],
-                              headers=[[("h", b"h" * 700), ("g", b"g")]])
+    kw: dict[str, Any] = dict(
+        values=[b"v"], keys=[b"k" * 700], headers=[[("h", b"h" * 700), ("g", b"g")]]
+    )
     gathered = encode_batch(gather_threshold=512, **kw)
     assert gathered.piece_count == 5
     assert gathered.tobytes() == encode_batch(gather_threshold=1 << 30, **kw).tobytes()
@@ -425,14 +583,17 @@ def test_memoryview_values() -> None:
     backing = bytearray(b"0123456789" * 100)
     view = memoryview(backing)
     strided = memoryview(bytes(range(100)))[::3]
-    eb = encode_batch([view, strided, view[10:20]], keys=[view[:3], None, None],
-                      headers=[[("m", view[5:8])], None, None], gather_threshold=1)
+    eb = encode_batch(
+        [view, strided, view[10:20]],
+        keys=[view[:3], None, None],
+        headers=[[("m", view[5:8])], None, None],
+        gather_threshold=1,
+    )
     data = eb.tobytes()
     backing[:10] = b"XXXXXXXXXX"
     assert eb.tobytes() == data
     msgs = decode_all(data)
-    assert [m.value for m in msgs] == [b"0123456789" * 100, bytes(range(0, 100, 3)),
-                                       b"0123456789"]
+    assert [m.value for m in msgs] == [b"0123456789" * 100, bytes(range(0, 100, 3)), b"0123456789"]
     assert msgs[0].key == b"012" and msgs[0].headers == (("m", b"567"),)
 
 
@@ -513,8 +674,11 @@ def test_bad_value_after_good_ones() -> None:
 # ---------------------------------------------------------------------------------------------
 
 SMALL_INPUT: dict[str, Any] = dict(
-    values=[b"alpha", None, b""], keys=[b"k", None, b"kk"],
-    headers=[{"h": b"v"}, None, [("a", None)]], timestamps=[10, 5, 20])
+    values=[b"alpha", None, b""],
+    keys=[b"k", None, b"kk"],
+    headers=[{"h": b"v"}, None, [("a", None)]],
+    timestamps=[10, 5, 20],
+)
 
 
 def small_batch(codec: int, base_offset: int = 100) -> bytes:
@@ -647,14 +811,32 @@ def test_lying_record_count_is_corrupt() -> None:
             decode_all(data)
 
 
-@pytest.mark.parametrize(("key_len", "value_len", "header_count"), [
-    (-2, 1, 0), (50, 1, 0), (0, 2**31 - 1, 0), (0, -(2**40), 0), (0, 1, 2**40), (0, 1, -1),
-    (0, 1, 2**31), (INT64_MAX, 1, 0), (INT64_MIN, 1, 0),
-])
-def test_lying_field_lengths_are_corrupt(key_len: int, value_len: int, header_count: int,
-                                         arena: GuardedArena) -> None:
-    body = (b"\x00" + ref_varint(0) + ref_varint(0) + ref_varint(key_len) + ref_varint(value_len)
-            + b"v" + ref_varint(header_count))
+@pytest.mark.parametrize(
+    ("key_len", "value_len", "header_count"),
+    [
+        (-2, 1, 0),
+        (50, 1, 0),
+        (0, 2**31 - 1, 0),
+        (0, -(2**40), 0),
+        (0, 1, 2**40),
+        (0, 1, -1),
+        (0, 1, 2**31),
+        (INT64_MAX, 1, 0),
+        (INT64_MIN, 1, 0),
+    ],
+)
+def test_lying_field_lengths_are_corrupt(
+    key_len: int, value_len: int, header_count: int, arena: GuardedArena
+) -> None:
+    body = (
+        b"\x00"
+        + ref_varint(0)
+        + ref_varint(0)
+        + ref_varint(key_len)
+        + ref_varint(value_len)
+        + b"v"
+        + ref_varint(header_count)
+    )
     data = ref_batch(ref_varint(len(body)) + body, 1, 0, 0, 0)
     with arena.place(data) as view:
         with pytest.raises(CorruptRecordError):
@@ -732,8 +914,8 @@ class GuardedArena:
     def place(self, data: bytes) -> Iterator[memoryview]:
         """A view of `data` copied so that its last byte is the last readable byte."""
         start = self.size - len(data)
-        self.map[start:self.size] = data
-        with memoryview(self.map) as whole, whole[start:self.size] as view:
+        self.map[start : self.size] = data
+        with memoryview(self.map) as whole, whole[start : self.size] as view:
             yield view
 
     def close(self) -> None:
@@ -771,8 +953,9 @@ def arrow_decode(view: Any, verify_crc: bool, include_headers: bool = True) -> A
     return to_record_batch(cols, "t", 0)
 
 
-def run_every_decoder(arena: GuardedArena, data: bytes,
-                      crc_modes: Sequence[bool] = (True, False)) -> None:
+def run_every_decoder(
+    arena: GuardedArena, data: bytes, crc_modes: Sequence[bool] = (True, False)
+) -> None:
     """Every decoder over `data`: clean results or CorruptRecordError/CodecError, nothing else,
     and whatever comes back is self-consistent, read_record (the get path) included."""
     with arena.place(data) as view:
@@ -852,20 +1035,34 @@ def check_scanner(view: memoryview, verify: bool, walk_end: int) -> None:
     data = bytes(view)
     step = max(1, len(data) // 3)
     for start in range(0, len(data), step):
-        pending += data[start:start + step]
+        pending += data[start : start + step]
         used = pieces.feed(pending, pieces.valid_bytes)
         pending = pending[used:]
     pieces.finish()
-    assert (pieces.valid_bytes, pieces.stop, pieces.error, pieces.batches,
-            bytes(pieces.offset_entries), bytes(pieces.time_entries)) == (
-        scanner.valid_bytes, scanner.stop, scanner.error, scanner.batches,
-        bytes(scanner.offset_entries), bytes(scanner.time_entries))
+    assert (
+        pieces.valid_bytes,
+        pieces.stop,
+        pieces.error,
+        pieces.batches,
+        bytes(pieces.offset_entries),
+        bytes(pieces.time_entries),
+    ) == (
+        scanner.valid_bytes,
+        scanner.stop,
+        scanner.error,
+        scanner.batches,
+        bytes(scanner.offset_entries),
+        bytes(scanner.time_entries),
+    )
 
 
 # Lengths a crafted record can claim: honest (None), small lies, and extremes.
 lie = st.one_of(
-    st.none(), st.none(), st.integers(-3, 40),
-    st.sampled_from([INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, 2**40, -(2**40), 2**31]))
+    st.none(),
+    st.none(),
+    st.integers(-3, 40),
+    st.sampled_from([INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, 2**40, -(2**40), 2**31]),
+)
 # Raw varint bytes that are not a valid varint at all.
 broken_varint = st.sampled_from([b"\xff" * 10, b"\xff" * 11, b"\x80", b"\xff\xff"])
 
@@ -879,11 +1076,13 @@ def crafted_record(draw: st.DrawFn, index: int) -> bytes:
     """A record whose every length may lie, whose varints may be broken or cut short."""
     key = draw(st.one_of(st.none(), small_bytes))
     value = draw(st.one_of(st.none(), small_bytes))
-    headers = draw(st.lists(st.tuples(small_bytes, st.one_of(st.none(), small_bytes)),
-                            max_size=3))
+    headers = draw(st.lists(st.tuples(small_bytes, st.one_of(st.none(), small_bytes)), max_size=3))
     ts_delta = draw(st.one_of(st.integers(-5, 5), st.sampled_from([INT64_MAX, INT64_MIN])))
-    offset_delta = draw(st.one_of(st.just(index), st.integers(-2, 6),
-                                  st.sampled_from([INT32_MAX, INT64_MAX, INT64_MIN])))
+    offset_delta = draw(
+        st.one_of(
+            st.just(index), st.integers(-2, 6), st.sampled_from([INT32_MAX, INT64_MAX, INT64_MIN])
+        )
+    )
     body = b"\x00" + ref_varint(ts_delta) + ref_varint(offset_delta)
     body += lied_len(-1 if key is None else len(key), draw(lie)) + (key or b"")
     body += lied_len(-1 if value is None else len(value), draw(lie)) + (value or b"")
@@ -905,8 +1104,11 @@ def crafted_batch(draw: st.DrawFn, base_offset: int) -> bytes:
     records = b"".join(draw(crafted_record(i)) for i in range(n))
     records += draw(st.sampled_from([b"", b"", b"", b"\x00", b"\x02\x00"]))
     count = draw(st.one_of(st.just(n), st.integers(-2, 6), st.sampled_from([INT32_MAX, INT32_MIN])))
-    last_delta = draw(st.one_of(st.just(max(n - 1, 0)), st.integers(-2, 6),
-                                st.sampled_from([INT32_MAX, INT32_MIN])))
+    last_delta = draw(
+        st.one_of(
+            st.just(max(n - 1, 0)), st.integers(-2, 6), st.sampled_from([INT32_MAX, INT32_MIN])
+        )
+    )
     codec = draw(st.sampled_from([0, 0, 0, 0, 1, 2, 3, 4, 5, 7]))
     payload = records
     if 1 <= codec <= 4:
@@ -914,12 +1116,27 @@ def crafted_batch(draw: st.DrawFn, base_offset: int) -> bytes:
         if draw(st.integers(0, 4)) == 0:
             payload = mutate(draw, payload)
     attributes = codec | draw(st.sampled_from([0, 0, 0, 0x08, 0x10, 0x20, 0x40, 0x7FF8]))
-    length_lie = draw(st.one_of(st.none(), st.none(), st.none(), st.integers(-2, 200),
-                                st.sampled_from([INT32_MAX, INT32_MIN, 48, 49])))
+    length_lie = draw(
+        st.one_of(
+            st.none(),
+            st.none(),
+            st.none(),
+            st.integers(-2, 200),
+            st.sampled_from([INT32_MAX, INT32_MIN, 48, 49]),
+        )
+    )
     crc = None if draw(st.integers(0, 9)) else draw(st.integers(0, 2**32 - 1))
-    return ref_batch(payload, count, last_delta, draw(st.integers(0, 2**50)),
-                     draw(st.integers(-1, 2**50)), base_offset=base_offset, attributes=attributes,
-                     batch_length=length_lie, crc=crc)
+    return ref_batch(
+        payload,
+        count,
+        last_delta,
+        draw(st.integers(0, 2**50)),
+        draw(st.integers(-1, 2**50)),
+        base_offset=base_offset,
+        attributes=attributes,
+        batch_length=length_lie,
+        crc=crc,
+    )
 
 
 def mutate(draw: st.DrawFn, data: bytes) -> bytes:
@@ -932,11 +1149,11 @@ def mutate(draw: st.DrawFn, data: bytes) -> bytes:
             buf[pos] ^= draw(st.integers(1, 255))
         elif op == "set" and pos < len(buf):
             chunk = draw(st.binary(min_size=1, max_size=8))
-            buf[pos:pos + len(chunk)] = chunk
+            buf[pos : pos + len(chunk)] = chunk
         elif op == "insert":
             buf[pos:pos] = draw(st.binary(min_size=1, max_size=8))
         elif op == "delete":
-            del buf[pos:pos + draw(st.integers(1, 8))]
+            del buf[pos : pos + draw(st.integers(1, 8))]
         elif op == "cut":
             del buf[pos:]
     return bytes(buf)
@@ -963,8 +1180,9 @@ def fuzz_buffers(draw: st.DrawFn) -> bytes:
     if kind == "random_header":
         # a plausible header (magic 2, some length) in front of random bytes
         length = draw(st.one_of(st.integers(40, 400), st.integers(INT32_MIN, INT32_MAX)))
-        return (struct.pack(">qiib", draw(st.integers(INT64_MIN, INT64_MAX)), length, -1, 2)
-                + draw(st.binary(max_size=400)))
+        return struct.pack(">qiib", draw(st.integers(INT64_MIN, INT64_MAX)), length, -1, 2) + draw(
+            st.binary(max_size=400)
+        )
     if kind == "crafted":
         bases = sorted(draw(st.lists(st.integers(-2, 50), min_size=1, max_size=3)))
         if draw(st.booleans()):
@@ -973,13 +1191,17 @@ def fuzz_buffers(draw: st.DrawFn) -> bytes:
     inputs = draw(batch_inputs())
     valid = b"".join(
         encode(**inputs, base_offset=b, codec=draw(st.sampled_from(CODECS)), now_ms=1)
-        for b in (0, 20))
+        for b in (0, 20)
+    )
     bad = mutate(draw, valid)
     return refresh_crc(bad) if draw(st.booleans()) else bad
 
 
-@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                   HealthCheck.data_too_large])
+@settings(
+    max_examples=1500,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 @given(fuzz_buffers())
 def test_fuzz_every_decoder(arena: GuardedArena, data: bytes) -> None:
     run_every_decoder(arena, data)
@@ -999,5 +1221,4 @@ def test_honest_crafted_batch_round_trips() -> None:
     difference the fuzzer introduces)."""
     records = ref_record(0, 0, b"k", b"v", [("h", None)]) + ref_record(-3, 1, None, b"", [])
     data = ref_batch(records, 2, 1, 100, 100, base_offset=5)
-    assert summary(decode_all(data)) == [(100, b"k", b"v", (("h", None),)),
-                                         (97, None, b"", ())]
+    assert summary(decode_all(data)) == [(100, b"k", b"v", (("h", None),)), (97, None, b"", ())]

@@ -50,14 +50,22 @@ def random_records(rng: random.Random, n: int, base_ts: int) -> list[Record]:
     out: list[Record] = []
     for _ in range(n):
         key = rng.choice([None, b"", b"user-%d" % rng.randrange(50), bytes(rng.randbytes(8))])
-        value = rng.choice([
-            None, b"",
-            (b"GET /api/v1/items/%d HTTP/1.1 200 " % rng.randrange(10**6)) * rng.randrange(1, 12),
-            b'{"level":"info","msg":"' + b"x" * rng.randrange(300) + b'"}',
-        ])
-        headers = [(rng.choice(["trace", "trace", "src", "\u00e9", ""]),
-                    rng.choice([None, b"", b"abc", rng.randbytes(5)]))
-                   for _ in range(rng.randrange(4))]
+        value = rng.choice(
+            [
+                None,
+                b"",
+                (b"GET /api/v1/items/%d HTTP/1.1 200 " % rng.randrange(10**6))
+                * rng.randrange(1, 12),
+                b'{"level":"info","msg":"' + b"x" * rng.randrange(300) + b'"}',
+            ]
+        )
+        headers = [
+            (
+                rng.choice(["trace", "trace", "src", "\u00e9", ""]),
+                rng.choice([None, b"", b"abc", rng.randbytes(5)]),
+            )
+            for _ in range(rng.randrange(4))
+        ]
         out.append((base_ts + rng.randrange(-60_000, 60_000), key, value, headers))
     return out
 
@@ -79,8 +87,14 @@ def kafka_python_read_log(path: Path) -> list[tuple[int, int, int, Record]]:
         assert batch.magic == 2
         assert batch.validate_crc()
         for rec in batch:
-            out.append((rec.offset, rec.timestamp_type, batch.compression_type,
-                        (rec.timestamp, rec.key, rec.value, list(rec.headers))))
+            out.append(
+                (
+                    rec.offset,
+                    rec.timestamp_type,
+                    batch.compression_type,
+                    (rec.timestamp, rec.key, rec.value, list(rec.headers)),
+                )
+            )
     return out
 
 
@@ -113,9 +127,14 @@ def test_mqcore_segments_parse_with_kafka_python(store_path: str, codec: str) ->
             as_dict = rng.random() < 0.5  # a dict keeps the last value of a repeated key
             sent = [(t, k, v, list(dict(h).items()) if as_dict else h) for t, k, v, h in recs]
             md = store.append_batch(
-                "interop", [r[2] for r in sent], keys=[r[1] for r in sent],
+                "interop",
+                [r[2] for r in sent],
+                keys=[r[1] for r in sent],
                 headers=[dict(r[3]) if as_dict else r[3] for r in sent],
-                partition=0, timestamps=[r[0] for r in sent], compression=codec)
+                partition=0,
+                timestamps=[r[0] for r in sent],
+                compression=codec,
+            )
             assert isinstance(md, mqcore.BatchMetadata)
             for i, r in enumerate(sent):
                 expected[md.base_offset + i] = r
@@ -144,8 +163,14 @@ def test_kafka_python_reads_exact_headers_and_codecs(store_path: str) -> None:
     with mqcore.open(store_path, flush="os") as store:
         store.create_topic("h")
         for codec in CODEC_NAMES:
-            store.append_batch("h", [b"v" * 200, None], keys=[b"k", None],
-                               headers=[headers, None], timestamps=[10, 9], compression=codec)
+            store.append_batch(
+                "h",
+                [b"v" * 200, None],
+                keys=[b"k", None],
+                headers=[headers, None],
+                timestamps=[10, 9],
+                compression=codec,
+            )
     rows = kafka_python_read_log(Path(store_path) / "h-0" / "00000000000000000000.log")
     assert [r[2] for r in rows] == [0, 0, 1, 1, 2, 2, 3, 3, 4, 4]
     assert [r[0] for r in rows] == list(range(10))
@@ -165,32 +190,52 @@ def test_log_append_time_reads_in_kafka_python(store_path: str) -> None:
 
 # Kernel-level differential round trips, both directions, random records and every codec.
 
-header_st = st.lists(st.tuples(st.text(max_size=6), st.one_of(st.none(), st.binary(max_size=20))),
-                     max_size=4)
-record_st = st.tuples(st.integers(0, 2**45), st.one_of(st.none(), st.binary(max_size=30)),
-                      st.one_of(st.none(), st.binary(max_size=300)), header_st)
+header_st = st.lists(
+    st.tuples(st.text(max_size=6), st.one_of(st.none(), st.binary(max_size=20))), max_size=4
+)
+record_st = st.tuples(
+    st.integers(0, 2**45),
+    st.one_of(st.none(), st.binary(max_size=30)),
+    st.one_of(st.none(), st.binary(max_size=300)),
+    header_st,
+)
 
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(record_st, min_size=1, max_size=20), st.integers(0, 4), st.integers(0, 2**40))
 def test_kafka_python_decodes_encode_batch(records: list[Record], codec: int, base: int) -> None:
-    eb = encode_batch([r[2] for r in records], keys=[r[1] for r in records],
-                      headers=[r[3] for r in records], timestamps=[r[0] for r in records],
-                      codec=codec, compress=compression.compress)
+    eb = encode_batch(
+        [r[2] for r in records],
+        keys=[r[1] for r in records],
+        headers=[r[3] for r in records],
+        timestamps=[r[0] for r in records],
+        codec=codec,
+        compress=compression.compress,
+    )
     eb.set_base_offset(base)
     batch = DefaultRecordBatch(eb.tobytes())
     assert batch.validate_crc()
-    assert (batch.compression_type, batch.base_offset, batch.records_count,
-            batch.max_timestamp) == (codec, base, len(records), max(r[0] for r in records))
+    assert (
+        batch.compression_type,
+        batch.base_offset,
+        batch.records_count,
+        batch.max_timestamp,
+    ) == (codec, base, len(records), max(r[0] for r in records))
     got = [(rec.offset, rec.timestamp, rec.key, rec.value, list(rec.headers)) for rec in batch]
     assert got == [(base + i, *r) for i, r in enumerate(records)]
 
 
 def build_with_kafka_python(records: list[Record], codec: int, base_offset: int) -> bytes:
     """One v2 batch built by kafka-python, with the base offset a log would assign."""
-    builder = DefaultRecordBatchBuilder(magic=2, compression_type=codec, is_transactional=False,
-                                        producer_id=-1, producer_epoch=-1, base_sequence=-1,
-                                        batch_size=1 << 30)
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=codec,
+        is_transactional=False,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+        batch_size=1 << 30,
+    )
     for i, (ts, key, value, headers) in enumerate(records):
         assert builder.append(i, timestamp=ts, key=key, value=value, headers=headers) is not None
     buf = builder.build()
@@ -211,10 +256,17 @@ def test_mqcore_decodes_kafka_python_batches(records: list[Record], codec: int, 
 def test_golden_batch_matches_kafka_python_builder() -> None:
     """For identical inputs, both writers produce identical bytes past the leader epoch (which
     kafka-python leaves at 0 and mqcore writes as -1 'none'); the CRC does not cover it."""
-    records: list[Record] = [(1000, b"k", b"v0", [("h", b"x")]), (999, None, None, [("n", None)]),
-                             (1005, b"", b"", [("a", b"1"), ("a", b"2")])]
-    ours = encode_batch([r[2] for r in records], keys=[r[1] for r in records],
-                        headers=[r[3] for r in records], timestamps=[r[0] for r in records])
+    records: list[Record] = [
+        (1000, b"k", b"v0", [("h", b"x")]),
+        (999, None, None, [("n", None)]),
+        (1005, b"", b"", [("a", b"1"), ("a", b"2")]),
+    ]
+    ours = encode_batch(
+        [r[2] for r in records],
+        keys=[r[1] for r in records],
+        headers=[r[3] for r in records],
+        timestamps=[r[0] for r in records],
+    )
     ours.set_base_offset(7)
     theirs = build_with_kafka_python(records, 0, 7)
     assert ours.tobytes()[:12] == theirs[:12]
@@ -233,8 +285,9 @@ class KafkaLogDir:
         self.root = root
         self.records: dict[tuple[str, int], dict[int, Record]] = {}
 
-    def write_segment(self, topic: str, partition: int, base: int,
-                      batches: list[tuple[int, list[Record]]]) -> Path:
+    def write_segment(
+        self, topic: str, partition: int, base: int, batches: list[tuple[int, list[Record]]]
+    ) -> Path:
         """Write batches (codec, records) end to end as `<base>.log`, offsets from `base`."""
         directory = self.root / f"{topic}-{partition}"
         directory.mkdir(parents=True, exist_ok=True)
@@ -253,8 +306,9 @@ class KafkaLogDir:
         return path
 
 
-def kafka_dir_batches(rng: random.Random, count: int,
-                      base_ts: int) -> list[tuple[int, list[Record]]]:
+def kafka_dir_batches(
+    rng: random.Random, count: int, base_ts: int
+) -> list[tuple[int, list[Record]]]:
     """`count` batches cycling through the five codecs; each batch ends with a repetitive
     record so that kafka-python really compresses it (it falls back to none otherwise)."""
     batches = []
@@ -322,8 +376,9 @@ def read_everything(store: mqcore.Store, topic: str, p: int) -> list[Message]:
     return out
 
 
-def check_offset_for_time(store: mqcore.Store, topic: str, p: int, want: dict[int, Record],
-                          rng: random.Random) -> None:
+def check_offset_for_time(
+    store: mqcore.Store, topic: str, p: int, want: dict[int, Record], rng: random.Random
+) -> None:
     stamps = sorted({r[0] for r in want.values()})
     probes = [stamps[0] - 1, stamps[-1], stamps[-1] + 1, 0]
     probes += rng.sample(stamps, min(20, len(stamps)))
@@ -342,7 +397,8 @@ def check_read_arrow(store: mqcore.Store, topic: str, p: int, want: dict[int, Re
     assert rb.column("value").to_pylist() == [want[o][2] for o in offsets]
     assert rb.column("timestamp").cast("int64").to_pylist() == [want[o][0] * 1000 for o in offsets]
     assert rb.column("headers").to_pylist() == [
-        [{"key": k, "value": v} for k, v in want[o][3]] for o in offsets]
+        [{"key": k, "value": v} for k, v in want[o][3]] for o in offsets
+    ]
     assert set(rb.column("topic").to_pylist()) == {topic}
 
 
@@ -399,12 +455,14 @@ def test_kafka_dir_opens_writable_and_rebuilds_indexes(kafka_dir: KafkaLogDir) -
 def test_kafka_dir_opens_read_only_untouched(kafka_dir: KafkaLogDir) -> None:
     """A read-only open serves a bare Kafka directory and writes nothing into it."""
     root = kafka_dir.root
-    before = sorted((p.relative_to(root), p.stat().st_size, p.stat().st_mtime_ns)
-                    for p in root.rglob("*"))
+    before = sorted(
+        (p.relative_to(root), p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*")
+    )
     with mqcore.open(str(root), read_only=True) as store:
         check_store_serves(store, kafka_dir)
-    after = sorted((p.relative_to(root), p.stat().st_size, p.stat().st_mtime_ns)
-                   for p in root.rglob("*"))
+    after = sorted(
+        (p.relative_to(root), p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*")
+    )
     assert after == before
 
 
@@ -415,8 +473,9 @@ def test_kafka_dir_accepts_appends_after_open(kafka_dir: KafkaLogDir) -> None:
     shutil.copytree(root, copy)
     with mqcore.open(str(copy), flush="os") as store:
         end = store.end_offset("multi", 0)
-        md = store.append("multi", b"after", key=b"k", headers={"x": b"y"}, partition=0,
-                          timestamp=now_ms())
+        md = store.append(
+            "multi", b"after", key=b"k", headers={"x": b"y"}, partition=0, timestamp=now_ms()
+        )
         assert md.offset == end
     last_log = log_files(copy / "multi-0")[-1]
     rows = kafka_python_read_log(last_log)
@@ -469,8 +528,9 @@ class OneTopicCluster:
 
 
 def kafka_python_partition(key: bytes, partitions: int) -> int:
-    return DefaultPartitioner().partition("t", key, key, b"v", b"v",
-                                          OneTopicCluster("t", partitions))
+    return DefaultPartitioner().partition(
+        "t", key, key, b"v", b"v", OneTopicCluster("t", partitions)
+    )
 
 
 @settings(max_examples=300)
@@ -499,8 +559,9 @@ def test_store_append_batch_routes_by_kafka_partition(store: mqcore.Store) -> No
     assert isinstance(mds, list) and sum(md.count for md in mds) == 200
     for p in range(5):
         got = [(m.key, m.value) for m in store.read("routed", p, 0, 1000)]
-        want = [(k, v) for k, v in zip(keys, values, strict=True)
-                if kafka_python_partition(k, 5) == p]
+        want = [
+            (k, v) for k, v in zip(keys, values, strict=True) if kafka_python_partition(k, 5) == p
+        ]
         assert got == want
 
 
@@ -510,5 +571,8 @@ def test_store_route_matches_for_every_partition_count(store: mqcore.Store) -> N
     for n in (1, 2, 3, 16, 17, 100):
         store.create_topic(f"n{n}", partitions=n)
         md = store.append(f"n{n}", b"v", key=negative)
-        assert md.partition == kafka_python_partition(negative, n) == (
-            (murmur2_hash(negative) & 0x7FFFFFFF) % n)
+        assert (
+            md.partition
+            == kafka_python_partition(negative, n)
+            == ((murmur2_hash(negative) & 0x7FFFFFFF) % n)
+        )

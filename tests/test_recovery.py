@@ -37,8 +37,13 @@ CRC_COVERED_FROM = 16  # magic (16), crc (17..20), attributes.. end: bytes a fli
 
 # -- helpers shared with the writer child ------------------------------------------------------
 
-def message_digest(key: bytes | None, value: bytes | None,
-                   headers: Iterable[tuple[str, bytes | None]] | None, timestamp: int) -> str:
+
+def message_digest(
+    key: bytes | None,
+    value: bytes | None,
+    headers: Iterable[tuple[str, bytes | None]] | None,
+    timestamp: int,
+) -> str:
     """A digest of everything a message carries; the child prints it for each acknowledged
     message and the parent recomputes it from what it reads back."""
     norm = tuple((k, v) for k, v in headers) if headers else ()
@@ -70,10 +75,15 @@ def write_steps(store: mqcore.Store, seed: int) -> Iterator[list[tuple[int, int,
             yield [(p, md.offset, message_digest(key, value, headers, ts))]
         else:
             recs = [record() for _ in range(rng.randint(1, 25))]
-            bmd = store.append_batch(TOPIC, [r[1] for r in recs], keys=[r[0] for r in recs],
-                                     headers=[r[2] for r in recs], partition=p,
-                                     timestamps=[r[3] for r in recs],
-                                     compression=rng.choice(codecs))
+            bmd = store.append_batch(
+                TOPIC,
+                [r[1] for r in recs],
+                keys=[r[0] for r in recs],
+                headers=[r[2] for r in recs],
+                partition=p,
+                timestamps=[r[3] for r in recs],
+                compression=rng.choice(codecs),
+            )
             assert isinstance(bmd, mqcore.BatchMetadata)
             yield [(p, bmd.base_offset + j, message_digest(*r)) for j, r in enumerate(recs)]
 
@@ -85,22 +95,24 @@ def open_writer_store(path: str, flush: str) -> mqcore.Store:
     return store
 
 
-WRITER = "\n".join([
-    "from __future__ import annotations",
-    "import hashlib, random, sys",
-    "from collections.abc import Iterable, Iterator",
-    "import mqcore",
-    f"TOPIC, PARTITIONS = {TOPIC!r}, {PARTITIONS}",
-    inspect.getsource(message_digest),
-    inspect.getsource(write_steps),
-    inspect.getsource(open_writer_store),
-    "store = open_writer_store(sys.argv[1], sys.argv[2])",
-    "for acks in write_steps(store, int(sys.argv[3])):",
-    "    sys.stdout.write(''.join(f'{p} {o} {d}\\n' for p, o, d in acks))",
-    "    sys.stdout.flush()",
-])
+WRITER = "\n".join(
+    [
+        "from __future__ import annotations",
+        "import hashlib, random, sys",
+        "from collections.abc import Iterable, Iterator",
+        "import mqcore",
+        f"TOPIC, PARTITIONS = {TOPIC!r}, {PARTITIONS}",
+        inspect.getsource(message_digest),
+        inspect.getsource(write_steps),
+        inspect.getsource(open_writer_store),
+        "store = open_writer_store(sys.argv[1], sys.argv[2])",
+        "for acks in write_steps(store, int(sys.argv[3])):",
+        "    sys.stdout.write(''.join(f'{p} {o} {d}\\n' for p, o, d in acks))",
+        "    sys.stdout.flush()",
+    ]
+)
 
-HOLDER = r'''
+HOLDER = r"""
 import sys
 
 import mqcore
@@ -112,7 +124,7 @@ for i in range(50):
 print(store.end_offset("t", 0), flush=True)
 sys.stdin.read()
 store.close()
-'''
+"""
 
 
 def digest_of(m: mqcore.Message) -> str:
@@ -122,9 +134,13 @@ def digest_of(m: mqcore.Message) -> str:
 def kill_after_acks(path: str, flush: str, seed: int, acks: int) -> dict[tuple[int, int], str]:
     """Run a writer child, read its acknowledgements until `acks` arrived, SIGKILL it."""
     acked: dict[tuple[int, int], str] = {}
-    with subprocess.Popen([sys.executable, "-c", WRITER, path, flush, str(seed)],
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=child_env(),
-                          text=True) as proc:
+    with subprocess.Popen(
+        [sys.executable, "-c", WRITER, path, flush, str(seed)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=child_env(),
+        text=True,
+    ) as proc:
         assert proc.stdout is not None and proc.stderr is not None
         try:
             while len(acked) < acks:
@@ -213,9 +229,11 @@ def check_partition(store: mqcore.Store, p: int, expected: dict[int, str]) -> li
 
 # -- killed writers -----------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize(("flush", "iterations"), [("always", 20), ("interval", 6), ("os", 6)])
-def test_sigkill_keeps_every_acknowledged_message(store_path: str, flush: str,
-                                                  iterations: int) -> None:
+def test_sigkill_keeps_every_acknowledged_message(
+    store_path: str, flush: str, iterations: int
+) -> None:
     """SIGKILL a writer at random points, many times over the same store: every acknowledged
     message survives, identical, with dense offsets, and appending continues after it.
 
@@ -242,27 +260,48 @@ def test_sigkill_keeps_every_acknowledged_message(store_path: str, flush: str,
                 assert md.offset == end
                 expected[p][md.offset] = message_digest(None, b"after kill %d" % it, None, 7)
     with mqcore.open(store_path, flush="os") as store:
-        assert sum(len(logs(store_path, p)) for p in range(PARTITIONS)) > PARTITIONS, \
+        assert sum(len(logs(store_path, p)) for p in range(PARTITIONS)) > PARTITIONS, (
             "segments never rolled: the kills missed roll and recovery across segments"
+        )
         for p in range(PARTITIONS):
             check_partition(store, p, expected[p])
 
 
 # -- torn tails ---------------------------------------------------------------------------------
 
-def build_store(path: str, *, count: int = 40, compression: str = "none",
-                segment_bytes: int = 1 << 30, index_interval_bytes: int = 256) -> None:
+
+def build_store(
+    path: str,
+    *,
+    count: int = 40,
+    compression: str = "none",
+    segment_bytes: int = 1 << 30,
+    index_interval_bytes: int = 256,
+) -> None:
     """A closed store: single appends and one final batch (the tail the tests tear)."""
     with mqcore.open(path, flush="os") as store:
-        store.create_topic(TOPIC, partitions=1, segment_bytes=segment_bytes,
-                           index_interval_bytes=index_interval_bytes)
+        store.create_topic(
+            TOPIC,
+            partitions=1,
+            segment_bytes=segment_bytes,
+            index_interval_bytes=index_interval_bytes,
+        )
         for i in range(count):
-            store.append(TOPIC, b"value %03d " % i * (1 + i % 7), key=b"k%d" % i,
-                         headers=[("i", b"%d" % i)] if i % 3 == 0 else None,
-                         partition=0, timestamp=10_000 + 100 * i)
-        store.append_batch(TOPIC, [b"tail %d" % j * 5 for j in range(6)], partition=0,
-                           timestamps=[10_000 + 100 * count + j for j in range(6)],
-                           compression=compression)
+            store.append(
+                TOPIC,
+                b"value %03d " % i * (1 + i % 7),
+                key=b"k%d" % i,
+                headers=[("i", b"%d" % i)] if i % 3 == 0 else None,
+                partition=0,
+                timestamp=10_000 + 100 * i,
+            )
+        store.append_batch(
+            TOPIC,
+            [b"tail %d" % j * 5 for j in range(6)],
+            partition=0,
+            timestamps=[10_000 + 100 * count + j for j in range(6)],
+            compression=compression,
+        )
 
 
 def reference(path: str) -> list[mqcore.Message]:
@@ -274,8 +313,9 @@ def same_messages(a: list[mqcore.Message], b: list[mqcore.Message]) -> bool:
     return [(m.offset, digest_of(m)) for m in a] == [(m.offset, digest_of(m)) for m in b]
 
 
-def expect_recovered_tail(path: str, good: list[mqcore.Message], cut_bytes: int,
-                          valid_size: int) -> None:
+def expect_recovered_tail(
+    path: str, good: list[mqcore.Message], cut_bytes: int, valid_size: int
+) -> None:
     """Reopen writable: the tail is cut to `valid_size`, the rest reads back, appends continue."""
     with mqcore.open(path, flush="os") as store:
         assert store.recovery[(TOPIC, 0)].truncated_bytes == cut_bytes
@@ -314,9 +354,12 @@ def test_garbage_after_the_last_batch_is_cut(tmp_path: Path, garbage: str) -> No
     path = str(tmp_path / "s")
     build_store(path)
     full = reference(path)
-    tail = {"zeros": bytes(100), "zero-page": bytes(4096),
-            "random": random.Random(3).randbytes(3000),
-            "half-header": struct.pack(">qi", len(full), 500) + b"\x00\x00\x00\x00\x02"}[garbage]
+    tail = {
+        "zeros": bytes(100),
+        "zero-page": bytes(4096),
+        "random": random.Random(3).randbytes(3000),
+        "half-header": struct.pack(">qi", len(full), 500) + b"\x00\x00\x00\x00\x02",
+    }[garbage]
     size = logs(path)[-1].stat().st_size
     with open(logs(path)[-1], "ab") as f:
         f.write(tail)
@@ -362,6 +405,7 @@ def test_trusted_segment_with_a_torn_tail_is_not_appended_after(tmp_path: Path) 
 
 # -- damage before the tail ---------------------------------------------------------------------
 
+
 def test_mid_log_damage_refuses_to_open_and_leaves_the_file(tmp_path: Path) -> None:
     """A flipped byte in an earlier batch of the active segment, good batches after it: open
     raises CorruptRecordError naming the file and the damaged batch, and the log is untouched."""
@@ -401,8 +445,8 @@ def test_power_loss_hole_before_later_data_is_cut_not_refused(tmp_path: Path) ->
     full = reference(origin)
     log_batches = batches(logs(origin)[-1])
     pos, size, base, _last = log_batches[120]
-    hole_start = (pos + 511) // 512 * 512          # a whole sector inside the batches from 120 on
-    assert hole_start + 512 <= log_batches[-1][0]    # ... with whole batches after the hole
+    hole_start = (pos + 511) // 512 * 512  # a whole sector inside the batches from 120 on
+    assert hole_start + 512 <= log_batches[-1][0]  # ... with whole batches after the hole
     first_bad = max(i for i, b in enumerate(log_batches) if b[0] <= hole_start)
     bad_pos = log_batches[first_bad][0]
     for read_only in (True, False):
@@ -411,7 +455,7 @@ def test_power_loss_hole_before_later_data_is_cut_not_refused(tmp_path: Path) ->
         mark_unclean(path)
         log = logs(path)[-1]
         data = bytearray(log.read_bytes())
-        data[hole_start:hole_start + 512] = bytes(512)
+        data[hole_start : hole_start + 512] = bytes(512)
         log.write_bytes(bytes(data))
         with mqcore.open(path, flush="os", read_only=read_only) as store:
             report = store.recovery[(TOPIC, 0)]
@@ -461,10 +505,12 @@ def test_damage_in_a_sealed_segment_is_found_by_reads(tmp_path: Path) -> None:
     path = str(tmp_path / "s")
     log, pos, base, full = damaged_sealed_store(path)
     with mqcore.open(path, flush="os") as store:
-        for call in (lambda: store.read(TOPIC, 0, 0, 1 << 20),
-                     lambda: store.read(TOPIC, 0, base, 1),
-                     lambda: store.get(TOPIC, 0, base),
-                     lambda: store.read_arrow(TOPIC, 0)):
+        for call in (
+            lambda: store.read(TOPIC, 0, 0, 1 << 20),
+            lambda: store.read(TOPIC, 0, base, 1),
+            lambda: store.get(TOPIC, 0, base),
+            lambda: store.read_arrow(TOPIC, 0),
+        ):
             with pytest.raises(CorruptRecordError) as info:
                 call()
             assert info.value.path == str(log) and info.value.position == pos
@@ -476,8 +522,7 @@ def test_damage_in_a_sealed_segment_is_found_by_reads(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("checkpoint", ["missing", "zero"])
-def test_damage_in_a_sealed_segment_is_found_by_recovery(tmp_path: Path,
-                                                         checkpoint: str) -> None:
+def test_damage_in_a_sealed_segment_is_found_by_recovery(tmp_path: Path, checkpoint: str) -> None:
     """With the checkpoint behind the damage, recovery scans the sealed segment and refuses
     to open (later segments hold good data), naming the file and position."""
     path = str(tmp_path / "s")
@@ -495,9 +540,13 @@ def test_damage_in_a_sealed_segment_is_found_by_recovery(tmp_path: Path,
 
 # -- indexes ------------------------------------------------------------------------------------
 
+
 def index_files(path: str) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(part_dir(path).iterdir())
-            if p.suffix in (".index", ".timeindex")}
+    return {
+        p.name: p.read_bytes()
+        for p in sorted(part_dir(path).iterdir())
+        if p.suffix in (".index", ".timeindex")
+    }
 
 
 def brute_offset_for_time(msgs: list[mqcore.Message], ts: int) -> int | None:
@@ -520,8 +569,11 @@ def damage_indexes(path: str, how: str) -> None:
             continue
         data = p.read_bytes()
         entry = 8 if p.suffix == ".index" else 12
-        if how == "delete" or (how == "delete-offset" and entry == 8) \
-                or (how == "delete-time" and entry == 12):
+        if (
+            how == "delete"
+            or (how == "delete-offset" and entry == 8)
+            or (how == "delete-time" and entry == 12)
+        ):
             p.unlink()
         elif how == "empty":
             p.write_bytes(b"")
@@ -536,18 +588,30 @@ def damage_indexes(path: str, how: str) -> None:
         elif how == "zero-tail":
             p.write_bytes(data + bytes(10 << 20))
         elif how == "shifted" and entry == 8:  # plausible entries, each one byte off its batch
-            p.write_bytes(b"".join(struct.pack(">ii", rel, pos + 1)
-                                   for rel, pos in struct.iter_unpack(">ii", data)))
+            p.write_bytes(
+                b"".join(
+                    struct.pack(">ii", rel, pos + 1) for rel, pos in struct.iter_unpack(">ii", data)
+                )
+            )
 
 
-INDEX_DAMAGE = ["delete", "delete-offset", "delete-time", "empty", "truncate-entries",
-                "truncate-odd", "garbage", "garbage-entry", "zero-tail", "shifted"]
+INDEX_DAMAGE = [
+    "delete",
+    "delete-offset",
+    "delete-time",
+    "empty",
+    "truncate-entries",
+    "truncate-odd",
+    "garbage",
+    "garbage-entry",
+    "zero-tail",
+    "shifted",
+]
 
 
 @pytest.mark.parametrize("unclean", [False, True], ids=["clean", "crash"])
 @pytest.mark.parametrize("how", INDEX_DAMAGE)
-def test_damaged_indexes_are_rebuilt_byte_for_byte(tmp_path: Path, how: str,
-                                                   unclean: bool) -> None:
+def test_damaged_indexes_are_rebuilt_byte_for_byte(tmp_path: Path, how: str, unclean: bool) -> None:
     """Missing, short, garbage or untrimmed index files are rebuilt on open, and after a clean
     close they are byte-identical to what the append path wrote; lookups stay right."""
     path = str(tmp_path / "s")
@@ -618,12 +682,18 @@ def test_crashed_writer_files_match_a_clean_replay(tmp_path: Path) -> None:
 
 # -- read-only openers and the writer lock ------------------------------------------------------
 
+
 @pytest.fixture
 def holder(store_path: str) -> Iterator[subprocess.Popen[str]]:
     """A writer process that holds the store open (lock taken, 50 messages appended, clean
     marker gone) until its stdin closes."""
-    with subprocess.Popen([sys.executable, "-c", HOLDER, store_path], stdin=subprocess.PIPE,
-                          stdout=subprocess.PIPE, env=child_env(), text=True) as proc:
+    with subprocess.Popen(
+        [sys.executable, "-c", HOLDER, store_path],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env=child_env(),
+        text=True,
+    ) as proc:
         assert proc.stdout is not None and proc.stdin is not None
         assert proc.stdout.readline().strip() == "50"
         yield proc
@@ -631,8 +701,9 @@ def holder(store_path: str) -> Iterator[subprocess.Popen[str]]:
         assert proc.wait() == 0
 
 
-def test_read_only_beside_a_live_writer_writes_nothing(store_path: str,
-                                                       holder: subprocess.Popen[str]) -> None:
+def test_read_only_beside_a_live_writer_writes_nothing(
+    store_path: str, holder: subprocess.Popen[str]
+) -> None:
     """A read-only open while another process writes: no lock error, the data is there, and
     not one file (bytes or mtime) changes."""
     before = snapshot(store_path)
@@ -643,8 +714,9 @@ def test_read_only_beside_a_live_writer_writes_nothing(store_path: str,
     assert snapshot(store_path) == before
 
 
-def test_second_writer_in_another_process_is_locked_out(store_path: str,
-                                                        holder: subprocess.Popen[str]) -> None:
+def test_second_writer_in_another_process_is_locked_out(
+    store_path: str, holder: subprocess.Popen[str]
+) -> None:
     before = snapshot(store_path)
     with pytest.raises(StoreLockedError):
         mqcore.open(store_path, flush="os")
@@ -690,6 +762,7 @@ def test_read_only_open_of_a_store_needing_recovery_does_not_truncate(tmp_path: 
 
 # -- interrupted segment replacement ------------------------------------------------------------
 
+
 def compacted_copy(log: Path) -> tuple[bytes, set[int]]:
     """The segment's bytes without its odd-numbered batches (what a cleaner could write: the
     same offsets, with gaps) and the offsets that were dropped."""
@@ -700,7 +773,7 @@ def compacted_copy(log: Path) -> tuple[bytes, set[int]]:
         if i % 2:
             dropped.update(range(base, last + 1))
         else:
-            kept.append(data[pos:pos + size])
+            kept.append(data[pos : pos + size])
     return b"".join(kept), dropped
 
 
@@ -733,7 +806,8 @@ def test_interrupted_segment_swap_is_finished_at_load(tmp_path: Path, stage: str
             got = store.get(TOPIC, 0, off)
             assert (got is None) == (stage != "cleaned")
         assert store.end_offset(TOPIC, 0) == len(full)
-    leftovers = [p.name for p in part_dir(path).iterdir()
-                 if p.suffix in (".cleaned", ".swap", ".deleted")]
+    leftovers = [
+        p.name for p in part_dir(path).iterdir() if p.suffix in (".cleaned", ".swap", ".deleted")
+    ]
     assert leftovers == []
     assert first.read_bytes() == (old_bytes if stage == "cleaned" else new_bytes)

@@ -35,8 +35,10 @@ Record = tuple[bytes | None, bytes | None, Headers, int]
 
 keys = st.none() | st.binary(max_size=8)
 values = st.none() | st.binary(max_size=120)
-headers = st.lists(st.tuples(st.text("abcxyz", min_size=1, max_size=3),
-                             st.none() | st.binary(max_size=5)), max_size=2).map(tuple)
+headers = st.lists(
+    st.tuples(st.text("abcxyz", min_size=1, max_size=3), st.none() | st.binary(max_size=5)),
+    max_size=2,
+).map(tuple)
 timestamps = st.integers(min_value=0, max_value=6000)
 records = st.tuples(keys, values, headers, timestamps)
 partitions = st.integers(min_value=0, max_value=PARTITIONS - 1)
@@ -72,8 +74,13 @@ class LogMachine(RuleBasedStateMachine):
         self.generation = 0
         self.path = os.path.join(self.root, "g0")
         self.store = mqcore.open(self.path, flush="os")
-        self.store.create_topic(TOPIC, partitions=PARTITIONS, segment_bytes=1500,
-                                segment_ms=1000, index_interval_bytes=150)
+        self.store.create_topic(
+            TOPIC,
+            partitions=PARTITIONS,
+            segment_bytes=1500,
+            segment_ms=1000,
+            index_interval_bytes=150,
+        )
         self.model: dict[int, list[Record]] = {p: [] for p in range(PARTITIONS)}
         self.crashes = 0
 
@@ -88,17 +95,23 @@ class LogMachine(RuleBasedStateMachine):
     @rule(p=partitions, rec=records)
     def append(self, p: int, rec: Record) -> None:
         key, value, hdrs, ts = rec
-        md = self.store.append(TOPIC, value, key=key, headers=list(hdrs), partition=p,
-                               timestamp=ts)
+        md = self.store.append(TOPIC, value, key=key, headers=list(hdrs), partition=p, timestamp=ts)
         assert (md.partition, md.offset, md.timestamp) == (p, len(self.model[p]), ts)
         self.model[p].append(rec)
 
-    @rule(p=partitions, recs=st.lists(records, min_size=1, max_size=20),
-          codec=st.sampled_from(CODECS))
+    @rule(
+        p=partitions, recs=st.lists(records, min_size=1, max_size=20), codec=st.sampled_from(CODECS)
+    )
     def append_batch(self, p: int, recs: list[Record], codec: str) -> None:
-        md = self.store.append_batch(TOPIC, [r[1] for r in recs], keys=[r[0] for r in recs],
-                                     headers=[list(r[2]) for r in recs], partition=p,
-                                     timestamps=[r[3] for r in recs], compression=codec)
+        md = self.store.append_batch(
+            TOPIC,
+            [r[1] for r in recs],
+            keys=[r[0] for r in recs],
+            headers=[list(r[2]) for r in recs],
+            partition=p,
+            timestamps=[r[3] for r in recs],
+            compression=codec,
+        )
         assert md == mqcore.BatchMetadata(p, len(self.model[p]), len(recs))
         self.model[p].extend(recs)
 
@@ -133,12 +146,19 @@ class LogMachine(RuleBasedStateMachine):
         start = data.draw(st.integers(0, n), label="start")
         end = data.draw(st.integers(start, n), label="end")
         rb = self.store.read_arrow(TOPIC, p, start, end, include_headers=True)
-        rows = list(zip(rb.column("offset").to_pylist(), rb.column("key").to_pylist(),
-                        rb.column("value").to_pylist(),
-                        [tuple((h["key"], h["value"]) for h in hs)
-                         for hs in rb.column("headers").to_pylist()],
-                        [us // 1000 for us in rb.column("timestamp").cast("int64").to_pylist()],
-                        strict=True))
+        rows = list(
+            zip(
+                rb.column("offset").to_pylist(),
+                rb.column("key").to_pylist(),
+                rb.column("value").to_pylist(),
+                [
+                    tuple((h["key"], h["value"]) for h in hs)
+                    for hs in rb.column("headers").to_pylist()
+                ],
+                [us // 1000 for us in rb.column("timestamp").cast("int64").to_pylist()],
+                strict=True,
+            )
+        )
         assert rows == expected(self.model[p], start, end)
 
     @rule(p=partitions)
@@ -196,6 +216,9 @@ class LogMachine(RuleBasedStateMachine):
 
 
 LogMachine.TestCase.settings = settings(
-    max_examples=35, stateful_step_count=30, deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    max_examples=35,
+    stateful_step_count=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 test_log_against_model = LogMachine.TestCase

@@ -35,17 +35,26 @@ def _files(path: str) -> dict[str, bytes]:
     return out
 
 
-def test_append_read_get_round_trip(store):
+def test_append_read_get_round_trip(store: mqcore.Store) -> None:
     store.create_topic("orders", partitions=2)
     md = store.append("orders", b"v", key=b"k", headers={"h": b"x"}, partition=1, timestamp=42)
     assert (md.topic, md.partition, md.offset, md.timestamp) == ("orders", 1, 0, 42)
-    bm = store.append_batch("orders", [b"a", b"", None], keys=[None, b"k2", b"k3"],
-                            headers=[None, [("r", b"1"), ("r", None)], {}], partition=1,
-                            timestamps=[50, 40, 60])
+    bm = store.append_batch(
+        "orders",
+        [b"a", b"", None],
+        keys=[None, b"k2", b"k3"],
+        headers=[None, [("r", b"1"), ("r", None)], {}],
+        partition=1,
+        timestamps=[50, 40, 60],
+    )
     assert (bm.partition, bm.base_offset, bm.count, bm.last_offset) == (1, 1, 3, 3)
     msgs = store.read("orders", 1, 0)
     assert [(m.offset, m.key, m.value, m.timestamp) for m in msgs] == [
-        (0, b"k", b"v", 42), (1, None, b"a", 50), (2, b"k2", b"", 40), (3, b"k3", None, 60)]
+        (0, b"k", b"v", 42),
+        (1, None, b"a", 50),
+        (2, b"k2", b"", 40),
+        (3, b"k3", None, 60),
+    ]
     assert msgs[0].headers == (("h", b"x"),)
     assert msgs[2].headers == (("r", b"1"), ("r", None))
     assert msgs[2].header("r") is None and msgs[0].header("h") == b"x"
@@ -55,7 +64,7 @@ def test_append_read_get_round_trip(store):
     assert store.end_offset("orders", 0) == 0
 
 
-def test_tombstone_is_not_empty_value(store_path):
+def test_tombstone_is_not_empty_value(store_path: str) -> None:
     with mqcore.open(store_path, flush="os") as s:
         s.create_topic("t")
         s.append("t", None, key=b"gone")
@@ -67,7 +76,7 @@ def test_tombstone_is_not_empty_value(store_path):
         assert rb.column("value").to_pylist() == [None, b""]
 
 
-def test_offset_for_time_is_first_offset_at_or_after(store):
+def test_offset_for_time_is_first_offset_at_or_after(store: mqcore.Store) -> None:
     store.create_topic("t")
     store.append_batch("t", [b"0", b"1", b"2", b"3"], timestamps=[100, 300, 200, 400])
     assert store.offset_for_time("t", 0, 50) == 0
@@ -77,9 +86,10 @@ def test_offset_for_time_is_first_offset_at_or_after(store):
     assert store.offset_for_time("t", 0, 401) is None
 
 
-@pytest.mark.parametrize("name", ["", ".", "..", "a/b", "../escape", "x" * 250, "é", "a b",
-                                  "topic\0", "/abs"])
-def test_bad_topic_names_refused_and_nothing_created(store, name):
+@pytest.mark.parametrize(
+    "name", ["", ".", "..", "a/b", "../escape", "x" * 250, "é", "a b", "topic\0", "/abs"]
+)
+def test_bad_topic_names_refused_and_nothing_created(store: mqcore.Store, name: str) -> None:
     before, entries = _files(store.path), sorted(os.listdir(store.path))
     parent_entries = sorted(os.listdir(os.path.dirname(store.path)))
     with pytest.raises(InvalidTopicError):
@@ -91,18 +101,18 @@ def test_bad_topic_names_refused_and_nothing_created(store, name):
     assert sorted(os.listdir(os.path.dirname(store.path))) == parent_entries
 
 
-def test_legal_topic_names(store):
+def test_legal_topic_names(store: mqcore.Store) -> None:
     for name in ["a", "A.b_c-1", "x" * 249, "..."]:
         store.create_topic(name)
     assert set(store.topics()) == {"a", "A.b_c-1", "x" * 249, "..."}
 
 
-def test_non_str_topic_name(store):
+def test_non_str_topic_name(store: mqcore.Store) -> None:
     with pytest.raises(InvalidTopicError):
         store.create_topic(b"bytes")  # type: ignore[arg-type]
 
 
-def test_create_topic_idempotent_and_conflicting(store):
+def test_create_topic_idempotent_and_conflicting(store: mqcore.Store) -> None:
     store.create_topic("t", partitions=3)
     store.create_topic("t", partitions=3)
     with pytest.raises(TopicExistsError):
@@ -110,7 +120,7 @@ def test_create_topic_idempotent_and_conflicting(store):
     assert store.partitions("t") == 3
 
 
-def test_unknown_topic_and_auto_create(store_path):
+def test_unknown_topic_and_auto_create(store_path: str) -> None:
     with mqcore.open(store_path, flush="os") as s:
         with pytest.raises(UnknownTopicError, match="'nope' does not exist"):
             s.append("nope", b"v")
@@ -120,7 +130,7 @@ def test_unknown_topic_and_auto_create(store_path):
         assert md.offset == 0 and s.partitions("auto") == 2
 
 
-def test_unknown_partition(store):
+def test_unknown_partition(store: mqcore.Store) -> None:
     store.create_topic("t", partitions=2)
     for bad in (-1, 2, "0", True):
         with pytest.raises(UnknownPartitionError):
@@ -129,7 +139,7 @@ def test_unknown_partition(store):
             store.read("t", bad, 0)  # type: ignore[arg-type]
 
 
-def test_oversize_message_refused_before_writing(store):
+def test_oversize_message_refused_before_writing(store: mqcore.Store) -> None:
     store.create_topic("t", max_message_bytes=2048)
     store.append("t", b"x" * 100)
     before = _files(store.path)
@@ -142,7 +152,7 @@ def test_oversize_message_refused_before_writing(store):
     assert store.append("t", b"after").offset == 1
 
 
-def test_oversize_batch_is_split_into_fitting_batches(store):
+def test_oversize_batch_is_split_into_fitting_batches(store: mqcore.Store) -> None:
     store.create_topic("t", max_message_bytes=10_000)
     values = [os.urandom(1000) for _ in range(50)]
     md = store.append_batch("t", values)
@@ -152,23 +162,30 @@ def test_oversize_batch_is_split_into_fitting_batches(store):
     assert os.path.getsize(log) > 50_000  # several batches, each below the limit
 
 
-def test_default_limit_is_kafkas_and_1mib_values_need_a_larger_one(store):
+def test_default_limit_is_kafkas_and_1mib_values_need_a_larger_one(store: mqcore.Store) -> None:
     store.create_topic("small")
     with pytest.raises(RecordTooLargeError):
         store.append("small", b"x" * (1 << 20))
     store.create_topic("big", max_message_bytes=2 << 20)
     value = os.urandom(1 << 20)
     md = store.append("big", value)
-    assert store.get("big", 0, md.offset).value == value
+    got = store.get("big", 0, md.offset)
+    assert got is not None and got.value == value
 
 
-def test_bad_record_types(store):
+def test_bad_record_types(store: mqcore.Store) -> None:
     store.create_topic("t")
     before = _files(store.path)
-    for kwargs in ({"value": "str"}, {"value": 5}, {"value": b"v", "key": "str"},
-                   {"value": b"v", "headers": {"h": "str"}}, {"value": b"v", "headers": {1: b"x"}},
-                   {"value": b"v", "headers": [("only-one",)]}, {"value": b"v", "timestamp": -5},
-                   {"value": b"v", "timestamp": "now"}):
+    for kwargs in (
+        {"value": "str"},
+        {"value": 5},
+        {"value": b"v", "key": "str"},
+        {"value": b"v", "headers": {"h": "str"}},
+        {"value": b"v", "headers": {1: b"x"}},
+        {"value": b"v", "headers": [("only-one",)]},
+        {"value": b"v", "timestamp": -5},
+        {"value": b"v", "timestamp": "now"},
+    ):
         with pytest.raises(InvalidRecordError):
             store.append("t", **kwargs)
     with pytest.raises(InvalidRecordError):
@@ -178,7 +195,7 @@ def test_bad_record_types(store):
     assert _files(store.path) == before
 
 
-def test_offsets_out_of_range(store):
+def test_offsets_out_of_range(store: mqcore.Store) -> None:
     store.create_topic("t")
     store.append_batch("t", [b"a", b"b"])
     with pytest.raises(OffsetOutOfRangeError):
@@ -195,7 +212,7 @@ def test_offsets_out_of_range(store):
         store.read("t", 0, 0, max_records=-1)
 
 
-def test_second_writer_refused_readers_allowed(store_path):
+def test_second_writer_refused_readers_allowed(store_path: str) -> None:
     s = mqcore.open(store_path, flush="os")
     s.create_topic("t")
     s.append("t", b"v")
@@ -214,7 +231,7 @@ def test_second_writer_refused_readers_allowed(store_path):
         assert again.end_offset("t") == 1
 
 
-def test_closed_store_refuses_use(store_path):
+def test_closed_store_refuses_use(store_path: str) -> None:
     s = mqcore.open(store_path, flush="os")
     s.create_topic("t")
     s.close()
@@ -225,7 +242,7 @@ def test_closed_store_refuses_use(store_path):
         s.read("t", 0, 0)
 
 
-def test_keyed_partitioning_matches_kafka_and_null_keys_round_robin(store):
+def test_keyed_partitioning_matches_kafka_and_null_keys_round_robin(store: mqcore.Store) -> None:
     store.create_topic("t", partitions=5)
     for i in range(50):
         key = f"user-{i}".encode()
@@ -238,7 +255,7 @@ def test_keyed_partitioning_matches_kafka_and_null_keys_round_robin(store):
     assert {md.partition for md in routed} == {kafka_partition(b"a", 5), kafka_partition(b"b", 5)}
 
 
-def test_segments_roll_by_size_and_by_time(store):
+def test_segments_roll_by_size_and_by_time(store: mqcore.Store) -> None:
     store.create_topic("size", segment_bytes=4096)
     for i in range(40):
         store.append("size", os.urandom(500), timestamp=1000 + i)
@@ -253,25 +270,29 @@ def test_segments_roll_by_size_and_by_time(store):
         store.append("time", b"v", timestamp=ts)
     logs = sorted(n for n in os.listdir(os.path.join(store.path, "time-0")) if n.endswith(".log"))
     # a new segment when the record time runs past the first batch's by more than segment_ms
-    assert logs == ["00000000000000000000.log", "00000000000000000003.log",
-                    "00000000000000000004.log"]
+    assert logs == [
+        "00000000000000000000.log",
+        "00000000000000000003.log",
+        "00000000000000000004.log",
+    ]
 
 
-def test_reopen_keeps_everything(store_path):
+def test_reopen_keeps_everything(store_path: str) -> None:
     with mqcore.open(store_path, flush="always", segment_bytes=2048) as s:
         s.create_topic("t", partitions=2)
         for i in range(100):
             s.append("t", str(i).encode(), partition=i % 2, timestamp=i)
     with mqcore.open(store_path) as s:
         assert s.topics() == ["t"]
-        assert [m.value for m in s.read("t", 1, 0, 100)] == [str(i).encode()
-                                                             for i in range(1, 100, 2)]
+        assert [m.value for m in s.read("t", 1, 0, 100)] == [
+            str(i).encode() for i in range(1, 100, 2)
+        ]
         assert s.offset_for_time("t", 0, 51) == 26
         assert s.append("t", b"more", partition=0).offset == 50
         assert all(not r.recovered_segments for r in s.recovery.values())
 
 
-def test_invalid_config(store_path):
+def test_invalid_config(store_path: str) -> None:
     with pytest.raises(InvalidConfigError):
         mqcore.open(store_path, flush="sometimes")
     with mqcore.open(store_path, flush="os") as s:
@@ -284,7 +305,7 @@ def test_invalid_config(store_path):
         assert s.topics() == []
 
 
-def test_concurrent_appends_and_reads(store_path):
+def test_concurrent_appends_and_reads(store_path: str) -> None:
     """Writers in threads get dense, unique offsets; readers never see a partial batch."""
     with mqcore.open(store_path, flush="always", segment_bytes=64 << 10) as s:
         s.create_topic("t")
@@ -328,6 +349,7 @@ def test_concurrent_appends_and_reads(store_path):
         assert [m.offset for m in msgs] == list(range(writers * per_thread))
         by_thread: dict[str, list[int]] = {}
         for m in msgs:
+            assert m.value is not None
             tid, i = m.value.decode().split(":")
             by_thread.setdefault(tid, []).append(int(i))
         assert all(v == list(range(per_thread)) for v in by_thread.values())

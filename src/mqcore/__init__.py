@@ -1,10 +1,10 @@
 """mqcore: an embeddable, durable message log with Kafka-compatible segments.
 
-    import mqcore
-    with mqcore.open("data/") as store:
-        store.create_topic("orders", partitions=4)
-        md = store.append("orders", b"value", key=b"k")
-        msgs = store.read("orders", md.partition, md.offset)
+import mqcore
+with mqcore.open("data/") as store:
+    store.create_topic("orders", partitions=4)
+    md = store.append("orders", b"value", key=b"k")
+    msgs = store.read("orders", md.partition, md.offset)
 """
 
 from mqcore import errors

@@ -37,8 +37,12 @@ def kafka_schema(include_headers: bool = False) -> pa.Schema:
         pa.field("timestampType", pa.int32(), nullable=True),
     ]
     if include_headers:
-        header = pa.struct([pa.field("key", pa.string(), nullable=True),
-                            pa.field("value", pa.binary(), nullable=True)])
+        header = pa.struct(
+            [
+                pa.field("key", pa.string(), nullable=True),
+                pa.field("value", pa.binary(), nullable=True),
+            ]
+        )
         fields.append(pa.field("headers", pa.list_(pa.field("element", header)), nullable=True))
     return pa.schema(fields)
 
@@ -55,12 +59,25 @@ def to_record_batch(cols: ArrowColumns, topic: str, partition: int) -> pa.Record
     n = b["num_rows"]
     py = pa.py_buffer
     key = pa.Array.from_buffers(
-        pa.binary(), n, [py(b["key_validity"]) if b["key_nulls"] else None,
-                         py(b["key_offsets"]), py(b["key_data"])], null_count=b["key_nulls"])
+        pa.binary(),
+        n,
+        [
+            py(b["key_validity"]) if b["key_nulls"] else None,
+            py(b["key_offsets"]),
+            py(b["key_data"]),
+        ],
+        null_count=b["key_nulls"],
+    )
     value = pa.Array.from_buffers(
-        pa.binary(), n, [py(b["value_validity"]) if b["value_nulls"] else None,
-                         py(b["value_offsets"]), py(b["value_data"])],
-        null_count=b["value_nulls"])
+        pa.binary(),
+        n,
+        [
+            py(b["value_validity"]) if b["value_nulls"] else None,
+            py(b["value_offsets"]),
+            py(b["value_data"]),
+        ],
+        null_count=b["value_nulls"],
+    )
     topic_offsets, topic_data = repeated_string(topic.encode("utf-8"), n)
     arrays = [
         key,
@@ -79,13 +96,24 @@ def to_record_batch(cols: ArrowColumns, topic: str, partition: int) -> pa.Record
 def _headers_array(pa: Any, b: dict[str, Any], n: int) -> pa.Array:
     py = pa.py_buffer
     h = b["num_headers"]
-    keys = pa.Array.from_buffers(pa.string(), h, [None, py(b["header_key_offsets"]),
-                                                  py(b["header_key_data"])])
+    keys = pa.Array.from_buffers(
+        pa.string(), h, [None, py(b["header_key_offsets"]), py(b["header_key_data"])]
+    )
     values = pa.Array.from_buffers(
-        pa.binary(), h, [py(b["header_value_validity"]) if b["header_value_nulls"] else None,
-                         py(b["header_value_offsets"]), py(b["header_value_data"])],
-        null_count=b["header_value_nulls"])
+        pa.binary(),
+        h,
+        [
+            py(b["header_value_validity"]) if b["header_value_nulls"] else None,
+            py(b["header_value_offsets"]),
+            py(b["header_value_data"]),
+        ],
+        null_count=b["header_value_nulls"],
+    )
     struct_type = kafka_schema(True).field("headers").type.value_type
     structs = pa.StructArray.from_arrays([keys, values], fields=list(struct_type))
-    return pa.Array.from_buffers(kafka_schema(True).field("headers").type, n,
-                                 [None, py(b["header_lists"])], children=[structs])
+    return pa.Array.from_buffers(
+        kafka_schema(True).field("headers").type,
+        n,
+        [None, py(b["header_lists"])],
+        children=[structs],
+    )

@@ -35,11 +35,13 @@ def validate_name(name: object, what: str = "topic") -> str:
         raise InvalidTopicError(f"{what} name cannot be {name!r}")
     if len(name) > MAX_NAME_LENGTH:
         raise InvalidTopicError(
-            f"{what} name is {len(name)} characters long; the limit is {MAX_NAME_LENGTH}")
+            f"{what} name is {len(name)} characters long; the limit is {MAX_NAME_LENGTH}"
+        )
     if not _LEGAL_NAME.fullmatch(name):
         bad = sorted({c for c in name if not _LEGAL_NAME.fullmatch(c)})
         raise InvalidTopicError(
-            f"{what} name {name!r} has characters outside [a-zA-Z0-9._-]: {''.join(bad)!r}")
+            f"{what} name {name!r} has characters outside [a-zA-Z0-9._-]: {''.join(bad)!r}"
+        )
     return name
 
 

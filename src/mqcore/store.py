@@ -19,7 +19,7 @@ import time
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 from mqcore import compression as codecs
 from mqcore._ext.batch import EncodedBatch, Message, encode_batch
@@ -78,16 +78,26 @@ def _now_ms() -> int:
 class Store:
     """A directory of topics and partitions of Kafka v2 segments. Use `mqcore.open()`."""
 
-    def __init__(self, path: str, *, read_only: bool = False, flush: str = "interval",
-                 flush_interval_ms: int = 500, flush_messages: int = 10_000,
-                 auto_create_topics: bool = False, default_partitions: int = 1,
-                 verify_crc: bool = True, **topic_defaults: Any):
+    def __init__(
+        self,
+        path: str,
+        *,
+        read_only: bool = False,
+        flush: str = "interval",
+        flush_interval_ms: int = 500,
+        flush_messages: int = 10_000,
+        auto_create_topics: bool = False,
+        default_partitions: int = 1,
+        verify_crc: bool = True,
+        **topic_defaults: Any,
+    ):
         self.flush_policy = FlushPolicy(flush, flush_interval_ms, flush_messages)
         self.read_only = read_only
         self.auto_create_topics = auto_create_topics
         self.verify_crc = verify_crc
         self.topic_defaults = TopicConfig(partitions=default_partitions).with_changes(
-            **topic_defaults)
+            **topic_defaults
+        )
         self._dir = LogDirectory(path, writable=not read_only)
         self.path = self._dir.path
         self._lock = threading.RLock()
@@ -131,13 +141,20 @@ class Store:
             self._dir.save_topics(self._configs)
             self._checkpoint()
             if self.flush_policy.mode == "interval":
-                self._flusher = Flusher(self.flush_policy.interval_ms, self._flush_quietly,
-                                        self._checkpoint)
+                self._flusher = Flusher(
+                    self.flush_policy.interval_ms, self._flush_quietly, self._checkpoint
+                )
                 self._flusher.start()
 
     def _new_partition(self, topic: str, p: int, cfg: TopicConfig) -> Partition:
-        return Partition(topic, p, self._dir.partition_dir(topic, p), cfg, self.flush_policy,
-                         writable=not self.read_only)
+        return Partition(
+            topic,
+            p,
+            self._dir.partition_dir(topic, p),
+            cfg,
+            self.flush_policy,
+            writable=not self.read_only,
+        )
 
     def close(self) -> None:
         """Flush everything, seal active segments, write checkpoints and the clean marker."""
@@ -192,14 +209,16 @@ class Store:
         validate_name(name)
         cfg = self.topic_defaults.with_changes(
             partitions=self.topic_defaults.partitions if partitions is None else partitions,
-            **config)
+            **config,
+        )
         with self._lock:
             existing = self._configs.get(name)
             if existing is not None:
                 if existing.partitions != cfg.partitions:
                     raise TopicExistsError(
                         f"topic {name!r} exists with {existing.partitions} partitions, "
-                        f"not {cfg.partitions}")
+                        f"not {cfg.partitions}"
+                    )
                 return
             parts = [self._new_partition(name, p, cfg) for p in range(cfg.partitions)]
             for part in parts:
@@ -232,17 +251,27 @@ class Store:
 
     def _partition(self, topic: str, partition: int, create: bool = False) -> Partition:
         parts = self._parts(topic, create)
-        if isinstance(partition, bool) or not isinstance(partition, int) \
-                or not 0 <= partition < len(parts):
+        if (
+            isinstance(partition, bool)
+            or not isinstance(partition, int)
+            or not 0 <= partition < len(parts)
+        ):
             raise UnknownPartitionError(
-                f"partition {partition!r} is outside 0..{len(parts) - 1} of topic {topic!r}")
+                f"partition {partition!r} is outside 0..{len(parts) - 1} of topic {topic!r}"
+            )
         return parts[partition]
 
     # -- appending ------------------------------------------------------------------------------
 
-    def append(self, topic: str, value: bytes | None, key: bytes | None = None,
-               headers: HeadersArg = None, partition: int | None = None,
-               timestamp: int | None = None) -> RecordMetadata:
+    def append(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None = None,
+        headers: HeadersArg = None,
+        partition: int | None = None,
+        timestamp: int | None = None,
+    ) -> RecordMetadata:
         """Append one message; returns where it went. `value=None` writes a tombstone."""
         self._check_writable()
         parts = self._parts(topic, create=True)
@@ -252,19 +281,67 @@ class Store:
         cfg = part.config
         now = _now_ms()
         batch = encode_batch(
-            [value], None if key is None else [key], None if headers is None else [headers],
-            None if timestamp is None else [timestamp], now,
-            codecs.codec_id(cfg.compression), self._log_append_time(cfg, now),
-            compress=codecs.compress)
+            [value],
+            None if key is None else [key],
+            None if headers is None else [headers],
+            None if timestamp is None else [timestamp],
+            now,
+            codecs.codec_id(cfg.compression),
+            self._log_append_time(cfg, now),
+            compress=codecs.compress,
+        )
         self._check_size(batch, cfg, topic)
         base = self._write(part, batch)
         return RecordMetadata(topic, partition, base, batch.max_timestamp)
 
-    def append_batch(self, topic: str, values: Sequence[bytes | None],
-                     keys: Sequence[bytes | None] | None = None,
-                     headers: Sequence[HeadersArg] | None = None, partition: int | None = 0,
-                     timestamps: Sequence[int] | None = None,
-                     compression: str | None = None) -> BatchMetadata | list[BatchMetadata]:
+    @overload
+    def append_batch(
+        self,
+        topic: str,
+        values: Sequence[bytes | None],
+        keys: Sequence[bytes | None] | None = None,
+        headers: Sequence[HeadersArg] | None = None,
+        partition: int = 0,
+        timestamps: Sequence[int] | None = None,
+        compression: str | None = None,
+    ) -> BatchMetadata: ...
+
+    @overload
+    def append_batch(
+        self,
+        topic: str,
+        values: Sequence[bytes | None],
+        keys: None = None,
+        headers: Sequence[HeadersArg] | None = None,
+        *,
+        partition: None,
+        timestamps: Sequence[int] | None = None,
+        compression: str | None = None,
+    ) -> BatchMetadata: ...
+
+    @overload
+    def append_batch(
+        self,
+        topic: str,
+        values: Sequence[bytes | None],
+        keys: Sequence[bytes | None],
+        headers: Sequence[HeadersArg] | None = None,
+        *,
+        partition: None,
+        timestamps: Sequence[int] | None = None,
+        compression: str | None = None,
+    ) -> list[BatchMetadata]: ...
+
+    def append_batch(
+        self,
+        topic: str,
+        values: Sequence[bytes | None],
+        keys: Sequence[bytes | None] | None = None,
+        headers: Sequence[HeadersArg] | None = None,
+        partition: int | None = 0,
+        timestamps: Sequence[int] | None = None,
+        compression: str | None = None,
+    ) -> BatchMetadata | list[BatchMetadata]:
         """Append messages as one Kafka record batch with consecutive offsets.
 
         A batch above the topic's max_message_bytes is split into several batches (still
@@ -277,8 +354,9 @@ class Store:
         parts = self._parts(topic, create=True)
         values = list(values)
         if partition is None and keys is not None:
-            return self._append_routed(topic, values, keys, headers, timestamps, compression,
-                                       len(parts))
+            return self._append_routed(
+                topic, values, keys, headers, timestamps, compression, len(parts)
+            )
         if partition is None:
             partition = self._choose_partition(topic, None, len(parts))
         part = self._partition(topic, partition)
@@ -292,10 +370,16 @@ class Store:
                 self._write(part, extra)
         return BatchMetadata(partition, base, len(values))
 
-    def _append_routed(self, topic: str, values: list[bytes | None],
-                       keys: Sequence[bytes | None], headers: Sequence[HeadersArg] | None,
-                       timestamps: Sequence[int] | None, compression: str | None,
-                       count: int) -> list[BatchMetadata]:
+    def _append_routed(
+        self,
+        topic: str,
+        values: list[bytes | None],
+        keys: Sequence[bytes | None],
+        headers: Sequence[HeadersArg] | None,
+        timestamps: Sequence[int] | None,
+        compression: str | None,
+        count: int,
+    ) -> list[BatchMetadata]:
         if len(keys) != len(values):
             raise InvalidRecordError(f"{len(keys)} keys for {len(values)} values")
         groups: dict[int, list[int]] = {}
@@ -305,19 +389,39 @@ class Store:
         for p in sorted(groups):
             idx = groups[p]
             md = self.append_batch(
-                topic, [values[i] for i in idx], [keys[i] for i in idx],
-                None if headers is None else [headers[i] for i in idx], p,
-                None if timestamps is None else [timestamps[i] for i in idx], compression)
-            assert isinstance(md, BatchMetadata)
+                topic,
+                [values[i] for i in idx],
+                [keys[i] for i in idx],
+                None if headers is None else [headers[i] for i in idx],
+                p,
+                None if timestamps is None else [timestamps[i] for i in idx],
+                compression,
+            )
             out.append(md)
         return out
 
-    def _encode_fitting(self, values: list[Any], keys: Sequence[Any] | None,
-                        headers: Sequence[Any] | None, timestamps: Sequence[int] | None,
-                        now: int, codec: int, cfg: TopicConfig, topic: str) -> list[EncodedBatch]:
+    def _encode_fitting(
+        self,
+        values: list[Any],
+        keys: Sequence[Any] | None,
+        headers: Sequence[Any] | None,
+        timestamps: Sequence[int] | None,
+        now: int,
+        codec: int,
+        cfg: TopicConfig,
+        topic: str,
+    ) -> list[EncodedBatch]:
         """Encode; halve recursively while a batch is above max_message_bytes."""
-        batch = encode_batch(values, keys, headers, timestamps, now, codec,
-                             self._log_append_time(cfg, now), compress=codecs.compress)
+        batch = encode_batch(
+            values,
+            keys,
+            headers,
+            timestamps,
+            now,
+            codec,
+            self._log_append_time(cfg, now),
+            compress=codecs.compress,
+        )
         if batch.size <= cfg.max_message_bytes or len(values) == 1:
             self._check_size(batch, cfg, topic)
             return [batch]
@@ -328,17 +432,32 @@ class Store:
 
         if keys is not None and len(keys) != len(values):
             raise InvalidRecordError(f"{len(keys)} keys for {len(values)} values")
-        return (self._encode_fitting(values[:half], part(keys, 0, half), part(headers, 0, half),
-                                     part(timestamps, 0, half), now, codec, cfg, topic)
-                + self._encode_fitting(values[half:], part(keys, half, None),
-                                       part(headers, half, None), part(timestamps, half, None),
-                                       now, codec, cfg, topic))
+        return self._encode_fitting(
+            values[:half],
+            part(keys, 0, half),
+            part(headers, 0, half),
+            part(timestamps, 0, half),
+            now,
+            codec,
+            cfg,
+            topic,
+        ) + self._encode_fitting(
+            values[half:],
+            part(keys, half, None),
+            part(headers, half, None),
+            part(timestamps, half, None),
+            now,
+            codec,
+            cfg,
+            topic,
+        )
 
     def _check_size(self, batch: EncodedBatch, cfg: TopicConfig, topic: str) -> None:
         if batch.size > cfg.max_message_bytes:
             raise RecordTooLargeError(
                 f"message of {batch.size} bytes (as a record batch) exceeds max_message_bytes="
-                f"{cfg.max_message_bytes} of topic {topic!r}; nothing was written")
+                f"{cfg.max_message_bytes} of topic {topic!r}; nothing was written"
+            )
 
     @staticmethod
     def _log_append_time(cfg: TopicConfig, now: int) -> int:
@@ -346,8 +465,7 @@ class Store:
 
     def _write(self, part: Partition, batch: EncodedBatch) -> int:
         base = part.append(batch)
-        if (self._flusher is not None
-                and part.unflushed_messages >= self.flush_policy.messages):
+        if self._flusher is not None and part.unflushed_messages >= self.flush_policy.messages:
             self._flusher.wake()
         return base
 
@@ -360,14 +478,16 @@ class Store:
                 return int(kafka_partition(key, count))  # type: ignore[arg-type]
             except TypeError:
                 raise InvalidRecordError(
-                    f"keys must be bytes-like or None, not {type(key).__name__}") from None
+                    f"keys must be bytes-like or None, not {type(key).__name__}"
+                ) from None
         counter = self._round_robin.setdefault(topic, itertools.count())
         return next(counter) % count
 
     # -- reading --------------------------------------------------------------------------------
 
-    def read(self, topic: str, partition: int = 0, offset: int = 0,
-             max_records: int = 500) -> list[Message]:
+    def read(
+        self, topic: str, partition: int = 0, offset: int = 0, max_records: int = 500
+    ) -> list[Message]:
         """Up to max_records messages from `offset` on (offset == end_offset gives [])."""
         part = self._partition(topic, partition)
         if isinstance(max_records, bool) or not isinstance(max_records, int) or max_records < 0:
@@ -393,9 +513,17 @@ class Store:
     def end_offset(self, topic: str, partition: int = 0) -> int:
         return self._partition(topic, partition).end_offset
 
-    def iter_arrow(self, topic: str, partition: int = 0, start: int = 0, end: int | None = None,
-                   *, include_headers: bool = False, max_records: int = 65536,
-                   max_bytes: int = 64 << 20) -> Iterator[pa.RecordBatch]:
+    def iter_arrow(
+        self,
+        topic: str,
+        partition: int = 0,
+        start: int = 0,
+        end: int | None = None,
+        *,
+        include_headers: bool = False,
+        max_records: int = 65536,
+        max_bytes: int = 64 << 20,
+    ) -> Iterator[pa.RecordBatch]:
         """RecordBatches of offsets [start, end) in bounded pieces (Spark-sized)."""
         part = self._partition(topic, partition)
         stop = part.end_offset if end is None else end
@@ -412,13 +540,23 @@ class Store:
             if done:
                 break
 
-    def _fill(self, part: Partition, cols: Any, offset: int, last: int, max_rows: int,
-              max_bytes: int) -> tuple[int, bool]:
+    def _fill(
+        self, part: Partition, cols: Any, offset: int, last: int, max_rows: int, max_bytes: int
+    ) -> tuple[int, bool]:
         state: dict[str, Any] = {"next": offset, "done": True}
 
-        def decode(buf: bytes, file_pos: int, seg: Any) -> tuple[int, bool]:
-            pos, nxt, past, full = cols.add(buf, 0, state["next"], last, max_rows, max_bytes,
-                                            self.verify_crc, seg.log_path, file_pos)
+        def decode(buf: memoryview, file_pos: int, seg: Any) -> tuple[int, bool]:
+            pos, nxt, past, full = cols.add(
+                buf,
+                0,
+                state["next"],
+                last,
+                max_rows,
+                max_bytes,
+                self.verify_crc,
+                seg.log_path,
+                file_pos,
+            )
             state["next"] = nxt
             if full:
                 state["done"] = False
@@ -427,15 +565,31 @@ class Store:
         part.scan(offset, decode)
         return int(state["next"]), bool(state["done"]) or state["next"] > last
 
-    def read_arrow(self, topic: str, partition: int = 0, start: int = 0, end: int | None = None,
-                   *, include_headers: bool = False) -> pa.RecordBatch:
+    def read_arrow(
+        self,
+        topic: str,
+        partition: int = 0,
+        start: int = 0,
+        end: int | None = None,
+        *,
+        include_headers: bool = False,
+    ) -> pa.RecordBatch:
         """Offsets [start, end) as one RecordBatch in Spark's Kafka-source schema."""
         import pyarrow as pa
 
         from mqcore.arrow import kafka_schema
-        batches = list(self.iter_arrow(topic, partition, start, end,
-                                       include_headers=include_headers,
-                                       max_records=1 << 30, max_bytes=(1 << 31) - 2))
+
+        batches = list(
+            self.iter_arrow(
+                topic,
+                partition,
+                start,
+                end,
+                include_headers=include_headers,
+                max_records=1 << 30,
+                max_bytes=(1 << 31) - 2,
+            )
+        )
         if not batches:
             return pa.RecordBatch.from_pylist([], schema=kafka_schema(include_headers))
         if len(batches) == 1:
@@ -457,8 +611,11 @@ class Store:
                     part.flush()
 
     def _checkpoint(self) -> None:
-        points = {(t, p.partition): p.recovery_point
-                  for t, parts in self._partitions.items() for p in parts}
+        points = {
+            (t, p.partition): p.recovery_point
+            for t, parts in self._partitions.items()
+            for p in parts
+        }
         self._dir.save_recovery_points(points)
 
 

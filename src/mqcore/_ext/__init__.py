@@ -1,1 +1,1 @@
-"""Hot kernels over raw buffers (Cython). Only `mqcore`'s storage and records layers import these."""
+"""Hot kernels over raw buffers (Cython); only mqcore's storage and records layers import them."""

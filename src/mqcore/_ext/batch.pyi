@@ -1,6 +1,5 @@
 from collections.abc import Callable, Mapping, Sequence
 
-
 _Bytes = bytes | bytearray | memoryview
 _Headers = Mapping[str, _Bytes | None] | Sequence[tuple[str, _Bytes | None]] | None
 
@@ -108,4 +107,3 @@ def encode_batch(
     gather_threshold: int = ...,
     compress: Callable[[int, bytes], bytes] | None = None,
 ) -> EncodedBatch: ...
-

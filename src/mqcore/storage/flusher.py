@@ -15,8 +15,13 @@ class Flusher(threading.Thread):
     recovery points on disk.
     """
 
-    def __init__(self, interval_ms: int, flush_all: Callable[[], None],
-                 checkpoint: Callable[[], None], checkpoint_ms: int = 10_000):
+    def __init__(
+        self,
+        interval_ms: int,
+        flush_all: Callable[[], None],
+        checkpoint: Callable[[], None],
+        checkpoint_ms: int = 10_000,
+    ):
         super().__init__(name="mqcore-flusher", daemon=True)
         self.interval = interval_ms / 1000.0
         self.flush_all = flush_all

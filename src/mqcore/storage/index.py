@@ -99,7 +99,8 @@ class SparseIndex:
         """
         stored = min(len(raw), self.disk_bytes) // self.entry_size
         return self.entries >= stored or _all_zero(
-            raw[self.entries * self.entry_size : stored * self.entry_size])
+            raw[self.entries * self.entry_size : stored * self.entry_size]
+        )
 
     def _preallocate(self) -> None:
         """Stretch the file to max_entries and map all of it (Kafka's preallocated index)."""
@@ -135,7 +136,7 @@ class SparseIndex:
             try:
                 view = memoryview(packed)
                 while view:
-                    view = view[os.write(fd, view):]
+                    view = view[os.write(fd, view) :]
             finally:
                 os.close(fd)
             self.max_entries = max(self.max_entries, count)

@@ -18,6 +18,7 @@ import fcntl
 import json
 import os
 import re
+
 from mqcore.config import TopicConfig, validate_name
 from mqcore.errors import CorruptIndexError, StoreError, StoreLockedError
 
@@ -55,7 +56,8 @@ class LogDirectory:
             if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                 raise StoreLockedError(
                     f"{self.path} is open for writing elsewhere (lock {LOCK_FILE} is held); "
-                    f"open it with read_only=True to read alongside the writer") from None
+                    f"open it with read_only=True to read alongside the writer"
+                ) from None
             raise
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
@@ -71,8 +73,10 @@ class LogDirectory:
 
     def was_clean(self) -> bool:
         """True when the last writer closed cleanly (ours or Kafka's marker is present)."""
-        return any(os.path.exists(os.path.join(self.path, n))
-                   for n in (CLEAN_SHUTDOWN, KAFKA_CLEAN_SHUTDOWN))
+        return any(
+            os.path.exists(os.path.join(self.path, n))
+            for n in (CLEAN_SHUTDOWN, KAFKA_CLEAN_SHUTDOWN)
+        )
 
     def clear_clean_marker(self) -> None:
         """Deleted when a writer opens, so a crash while loading counts as unclean."""
@@ -156,7 +160,7 @@ class LogDirectory:
         try:
             view = memoryview(data)
             while view:
-                view = view[os.write(fd, view):]
+                view = view[os.write(fd, view) :]
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -180,7 +184,7 @@ def _read_checkpoint(path: str) -> dict[tuple[str, int], int]:
             raise ValueError(f"unknown checkpoint version {lines[0]!r}")
         count = int(lines[1])
         out: dict[tuple[str, int], int] = {}
-        for line in lines[2:2 + count]:
+        for line in lines[2 : 2 + count]:
             topic, part, off = line.split()
             out[(topic, int(part))] = int(off)
         if len(out) != count:
@@ -189,4 +193,3 @@ def _read_checkpoint(path: str) -> dict[tuple[str, int], int]:
     except (IndexError, ValueError) as e:
         # a damaged checkpoint only costs a longer recovery: scan everything
         raise CorruptIndexError(f"{path}: {e}") from e
-

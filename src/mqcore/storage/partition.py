@@ -2,8 +2,9 @@
 
 The partition assigns offsets, rolls segments, applies the flush policy, recovers after an
 unclean stop and serves reads. Appends hold the partition lock while they write; reads hold it
-only to pick a segment and a position, then read with pread() outside it, never past the size
-they saw, so they never meet a partial batch (docs/architecture.md "Concurrency").
+only to pick a segment, a position and a size, then decode from the segment's read-only mapping
+outside it, never past the size they saw, so they never meet a partial batch
+(docs/architecture.md "Concurrency").
 """
 
 from __future__ import annotations
@@ -20,11 +21,10 @@ from mqcore.config import FlushPolicy, TopicConfig
 from mqcore.errors import CorruptRecordError, OffsetOutOfRangeError, StoreClosedError
 from mqcore.storage.segment import LOG_SUFFIX, LogSegment, segment_name
 
-READ_CHUNK = 256 << 10
 MAX_DECOMPRESSED = 256 << 20
 
-# Decoders driven by Partition.scan(): (buffer, file position, segment) -> (bytes used, stop)
-Decoder = Callable[[bytes, int, LogSegment], tuple[int, bool]]
+# Decoders driven by Partition.scan(): (view, file position, segment) -> (bytes used, stop)
+Decoder = Callable[[memoryview, int, LogSegment], tuple[int, bool]]
 
 
 @dataclass
@@ -43,8 +43,15 @@ class RecoveryReport:
 class Partition:
     """Segments of `<topic>-<partition>/` and the rules that tie them into one log."""
 
-    def __init__(self, topic: str, partition: int, directory: str, config: TopicConfig,
-                 flush: FlushPolicy, writable: bool):
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        directory: str,
+        config: TopicConfig,
+        flush: FlushPolicy,
+        writable: bool,
+    ):
         self.topic = topic
         self.partition = partition
         self.directory = directory
@@ -106,22 +113,28 @@ class Partition:
                 raise CorruptRecordError(
                     f"segment base offset {seg.base_offset} overlaps the previous segment, "
                     f"which ends at offset {self.segments[i - 1].next_offset - 1}",
-                    path=seg.log_path)
+                    path=seg.log_path,
+                )
         for seg in self.segments[:-1]:
             # sealed segments: a rebuilt time index gets back its closing entry, and every
             # index goes back to its trimmed size at once, so a crash leaves only the active
             # segment's indexes preallocated (10 MiB of zeros each to check at the next open)
             seg.seal()
         report.segments = len(self.segments)
-        self.recovery_point = self.end_offset if not report.recovered_segments \
-            else self.segments[-1].base_offset
+        self.recovery_point = (
+            self.end_offset if not report.recovered_segments else self.segments[-1].base_offset
+        )
         return report
 
     def _segment(self, base: int) -> LogSegment:
-        return LogSegment(self.directory, base, writable=self.writable,
-                          index_interval_bytes=self.config.index_interval_bytes,
-                          max_index_bytes=self.config.segment_index_bytes,
-                          map_reserve=self.config.segment_bytes)
+        return LogSegment(
+            self.directory,
+            base,
+            writable=self.writable,
+            index_interval_bytes=self.config.index_interval_bytes,
+            max_index_bytes=self.config.segment_index_bytes,
+            map_reserve=self.config.segment_bytes,
+        )
 
     def _first_to_recover(self, recovery_point: int | None, clean: bool) -> int:
         """Index of the first segment to scan: the one holding the recovery point."""
@@ -148,7 +161,7 @@ class Partition:
         if outcome.valid_bytes == outcome.file_bytes and outcome.error is None:
             return
         bad = outcome.valid_bytes
-        later = [s for s in self.segments[i + 1:] if os.fstat(s.fd).st_size > 0]
+        later = [s for s in self.segments[i + 1 :] if os.fstat(s.fd).st_size > 0]
         good_after = seg.first_valid_batch_after(bad, seg.next_offset)
         if good_after is None and seg.has_valid_batch_at(bad):
             good_after = bad
@@ -158,14 +171,16 @@ class Partition:
                 raise CorruptRecordError(
                     (outcome.error or "batch cut short") + " (valid batches follow, so this is "
                     "not a torn tail; mqcore will not drop them silently)",
-                    path=seg.log_path, position=bad)
+                    path=seg.log_path,
+                    position=bad,
+                )
             report.unflushed_holes.append(f"{name}@{bad}")
-        for extra in self.segments[i + 1:]:
+        for extra in self.segments[i + 1 :]:
             report.deleted_segments.append(os.path.basename(extra.log_path))
             report.truncated_bytes += os.fstat(extra.fd).st_size
             extra.delete() if self.writable else extra.close()  # read-only: just stop there
-        del self.segments[i + 1:]
-        del self._bases[i + 1:]
+        del self.segments[i + 1 :]
+        del self._bases[i + 1 :]
         if self.writable:
             seg.truncate_to(bad)
         report.truncated_bytes += outcome.file_bytes - bad
@@ -213,8 +228,10 @@ class Partition:
             return False
         if seg.size + batch.size > self.config.segment_bytes:
             return True
-        if (seg.first_batch_timestamp >= 0
-                and batch.max_timestamp - seg.first_batch_timestamp > self.config.segment_ms):
+        if (
+            seg.first_batch_timestamp >= 0
+            and batch.max_timestamp - seg.first_batch_timestamp > self.config.segment_ms
+        ):
             return True
         if seg.indexes_full():
             return True
@@ -263,58 +280,65 @@ class Partition:
         start, end = self.start_offset, self.end_offset
         if offset < start or offset > end:
             raise OffsetOutOfRangeError(
-                f"offset {offset} is outside [{start}, {end}] of {self.topic}-{self.partition}")
+                f"offset {offset} is outside [{start}, {end}] of {self.topic}-{self.partition}"
+            )
 
-    def scan(self, offset: int, decode: Decoder, chunk: int = READ_CHUNK,
-             start: tuple[LogSegment, int] | None = None) -> None:
+    def scan(
+        self, offset: int, decode: Decoder, start: tuple[LogSegment, int] | None = None
+    ) -> None:
         """Feed the batches from the one holding `offset` (or from `start`, a known segment and
-        position) onwards to `decode`, chunk by chunk, until it says stop or the log, as it was
-        when the scan began, ends."""
+        position) onwards to `decode`, as one zero-copy view per segment, until it says stop or
+        the log, as it was when the scan began, ends."""
         with self._lock:
             i = self.segments.index(start[0]) if start else self._segment_index(offset)
             segs = self.segments[i:]
             sizes = [s.size for s in segs]
             pos = start[1] if start else segs[0].position_for(offset)
-        for seg, size in zip(segs, sizes):
+        for seg, size in zip(segs, sizes, strict=True):
             while pos < size:
-                buf = seg.view(pos, size)
-                used, stop = decode(buf, pos, seg)
+                used, stop = decode(seg.view(pos, size), pos, seg)
                 if stop:
                     return
                 if used == 0:
-                    # one batch is larger than the chunk: read exactly that batch
-                    need = _batch_size(buf, seg, pos)
-                    if pos + need > size:
-                        raise CorruptRecordError("batch runs past the end of the segment",
-                                                 path=seg.log_path, position=pos)
-                    used, stop = decode(seg.read_at(pos, need), pos, seg)
-                    if stop:
-                        return
-                    if used == 0:
-                        raise CorruptRecordError("batch could not be decoded",
-                                                 path=seg.log_path, position=pos)
+                    # the view ends where the log ended: a batch past it was never whole
+                    raise CorruptRecordError(
+                        "batch runs past the end of the segment", path=seg.log_path, position=pos
+                    )
                 pos += used
             pos = 0
 
-    def read(self, offset: int, max_records: int, verify_crc: bool = True,
-             max_offset: int | None = None) -> list[Message]:
+    def read(
+        self, offset: int, max_records: int, verify_crc: bool = True, max_offset: int | None = None
+    ) -> list[Message]:
         """Messages from `offset` on, at most max_records, in offset order."""
         self.check_offset(offset)
         out: list[Message] = []
         last = (1 << 63) - 1 if max_offset is None else max_offset
         state = [offset]
 
-        def decode(buf: bytes, file_pos: int, seg: LogSegment) -> tuple[int, bool]:
+        def decode(buf: memoryview, file_pos: int, seg: LogSegment) -> tuple[int, bool]:
             want = max_records - len(out)
             pos, next_offset = decode_messages(
-                buf, 0, self.topic, self.partition, state[0], want, out, verify_crc,
-                MAX_DECOMPRESSED, seg.log_path, file_pos, last)
+                buf,
+                0,
+                self.topic,
+                self.partition,
+                state[0],
+                want,
+                out,
+                verify_crc,
+                MAX_DECOMPRESSED,
+                seg.log_path,
+                file_pos,
+                last,
+            )
             state[0] = next_offset
             return pos, len(out) >= max_records or next_offset > last or (
-                pos < len(buf) and _batch_base(buf, pos) > last)
+                pos < len(buf) and _batch_base(buf, pos) > last
+            )
 
         if max_records > 0 and offset < self.end_offset:
-            self.scan(offset, decode, READ_CHUNK)
+            self.scan(offset, decode)
         return out
 
     def get(self, offset: int, verify_crc: bool = True) -> Message | None:
@@ -329,8 +353,17 @@ class Partition:
             seg = self.segments[self._segment_index(offset)]
             position = seg.position_for(offset)
             limit = seg.size
-        return read_record(seg.view(0, limit), position, offset, self.topic, self.partition,
-                           verify_crc, seg.verified_batches, seg.log_path, MAX_DECOMPRESSED)
+        return read_record(
+            seg.view(0, limit),
+            position,
+            offset,
+            self.topic,
+            self.partition,
+            verify_crc,
+            seg.verified_batches,
+            seg.log_path,
+            MAX_DECOMPRESSED,
+        )
 
     def offset_for_time(self, timestamp: int, verify_crc: bool = True) -> int | None:
         """Kafka's rule: the earliest offset whose timestamp is >= `timestamp`, or None.
@@ -340,16 +373,18 @@ class Partition:
         timestamps (they need not be monotonic, so the walk never stops early).
         """
         with self._lock:
-            first = next((i for i, s in enumerate(self.segments)
-                          if s.max_timestamp >= timestamp), None)
+            first = next(
+                (i for i, s in enumerate(self.segments) if s.max_timestamp >= timestamp), None
+            )
             if first is None:
                 return None
             segs = self.segments[first:]
             sizes = [s.size for s in segs]
             position = segs[0].position_for_time(timestamp)
-        for seg, size in zip(segs, sizes):
-            found = first_offset_at_or_after(seg.view(0, size), position, timestamp, verify_crc,
-                                             seg.log_path, MAX_DECOMPRESSED)
+        for seg, size in zip(segs, sizes, strict=True):
+            found = first_offset_at_or_after(
+                seg.view(0, size), position, timestamp, verify_crc, seg.log_path, MAX_DECOMPRESSED
+            )
             if found >= 0:
                 return int(found)
             position = 0
@@ -373,16 +408,7 @@ class Partition:
                 seg.close()
 
 
-def _batch_size(buf: bytes, seg: LogSegment, pos: int) -> int:
-    if len(buf) < 12:
-        raise CorruptRecordError("batch header cut short", path=seg.log_path, position=pos)
-    size = 12 + int.from_bytes(buf[8:12], "big", signed=True)
-    if size < 61:
-        raise CorruptRecordError("batch length out of range", path=seg.log_path, position=pos)
-    return size
-
-
-def _batch_base(buf: bytes, pos: int) -> int:
+def _batch_base(buf: memoryview, pos: int) -> int:
     info = peek_batch_header(buf, pos)
     return info.base_offset if info is not None else -1
 

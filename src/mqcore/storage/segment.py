@@ -11,8 +11,8 @@ import threading
 from dataclasses import dataclass
 
 from mqcore._ext.batch import EncodedBatch, peek_batch_header, read_batch_info
-from mqcore._ext.scan import CORRUPT, IndexPolicy, SegmentScanner
 from mqcore._ext.mapping import MappedFile
+from mqcore._ext.scan import CORRUPT, IndexPolicy, SegmentScanner
 from mqcore.errors import CorruptRecordError, StoreClosedError
 from mqcore.storage.index import OffsetIndex, TimeIndex
 
@@ -48,8 +48,16 @@ class ScanOutcome:
 class LogSegment:
     """Appends to and reads from one segment; the partition above decides when to roll."""
 
-    def __init__(self, directory: str, base_offset: int, *, writable: bool,
-                 index_interval_bytes: int, max_index_bytes: int, map_reserve: int = 0):
+    def __init__(
+        self,
+        directory: str,
+        base_offset: int,
+        *,
+        writable: bool,
+        index_interval_bytes: int,
+        max_index_bytes: int,
+        map_reserve: int = 0,
+    ):
         self.directory = directory
         self.base_offset = base_offset
         self.writable = writable
@@ -90,9 +98,12 @@ class LogSegment:
             self.offset_index.entries = self.time_index.entries = 0
             if self.writable or (self.offset_index.exists and self.time_index.exists):
                 return
-        ok = (self.offset_index.exists and self.time_index.exists
-              and self.offset_index.load(0x7FFFFFFF, max(self.size, 1))
-              and self.time_index.load(0x7FFFFFFF))
+        ok = (
+            self.offset_index.exists
+            and self.time_index.exists
+            and self.offset_index.load(0x7FFFFFFF, max(self.size, 1))
+            and self.time_index.load(0x7FFFFFFF)
+        )
         last = self.offset_index.last() if ok else None
         if ok and last is not None and not self._entry_points_at_batch(*last):
             ok = False
@@ -101,8 +112,11 @@ class LogSegment:
             scanner = SegmentScanner(self.base_offset, self.index_interval_bytes, False)
             self._scan(scanner, start)
             if scanner.stop == CORRUPT:
-                raise CorruptRecordError(scanner.error or "invalid batch", path=self.log_path,
-                                         position=scanner.error_position)
+                raise CorruptRecordError(
+                    scanner.error or "invalid batch",
+                    path=self.log_path,
+                    position=scanner.error_position,
+                )
             ok = self._indexes_cover_tail(scanner)
         if not ok:
             self.rebuild(verify_crc=False)
@@ -120,8 +134,13 @@ class LogSegment:
         self.first_batch_timestamp = self._first_batch_timestamp()
         last_index_offset = self.base_offset + last[0] if last is not None else -1
         self.policy = IndexPolicy(
-            self.index_interval_bytes, self.size - start if last is not None else self.size,
-            max_ts, max_off, time_last[0] if time_last is not None else -1, last_index_offset)
+            self.index_interval_bytes,
+            self.size - start if last is not None else self.size,
+            max_ts,
+            max_off,
+            time_last[0] if time_last is not None else -1,
+            last_index_offset,
+        )
 
     def _indexes_cover_tail(self, scanner: SegmentScanner) -> bool:
         """Whether the indexes of this sealed segment are complete, judged from the scan of
@@ -138,8 +157,7 @@ class LogSegment:
         time_last = self.time_index.last()
         if time_last is None:
             return scanner.max_timestamp < 0
-        return (time_last[0] >= scanner.max_timestamp
-                and self._time_entry_matches_batch(*time_last))
+        return time_last[0] >= scanner.max_timestamp and self._time_entry_matches_batch(*time_last)
 
     def _time_entry_matches_batch(self, timestamp: int, relative_offset: int) -> bool:
         """A time entry names the last offset of the first batch that reached its timestamp."""
@@ -195,11 +213,15 @@ class LogSegment:
         """Scan the whole log, rebuild both indexes from it, and cut nothing (see recover)."""
         scanner = SegmentScanner(self.base_offset, self.index_interval_bytes, verify_crc)
         self._scan(scanner, 0)
-        outcome = ScanOutcome(scanner.valid_bytes, os.fstat(self.fd).st_size, scanner.error,
-                              scanner.error_position)
+        outcome = ScanOutcome(
+            scanner.valid_bytes, os.fstat(self.fd).st_size, scanner.error, scanner.error_position
+        )
         if scanner.stop == CORRUPT and not verify_crc:
-            raise CorruptRecordError(scanner.error or "invalid batch", path=self.log_path,
-                                     position=scanner.error_position)
+            raise CorruptRecordError(
+                scanner.error or "invalid batch",
+                path=self.log_path,
+                position=scanner.error_position,
+            )
         self.size = scanner.valid_bytes
         self.next_offset = max(scanner.next_offset, self.base_offset)
         self.max_timestamp = scanner.max_timestamp
@@ -245,8 +267,9 @@ class LogSegment:
             return True
         first = -start % SECTOR
         zeros = bytes(SECTOR)
-        return any(data[i:i + SECTOR] == zeros for i in range(first, len(data) - SECTOR + 1,
-                                                              SECTOR))
+        return any(
+            data[i : i + SECTOR] == zeros for i in range(first, len(data) - SECTOR + 1, SECTOR)
+        )
 
     def has_valid_batch_at(self, position: int) -> bool:
         """Whether a whole, CRC-valid batch starts at `position`, whatever its offsets: a torn
@@ -299,8 +322,9 @@ class LogSegment:
         if bits & 1:
             self.offset_index.append(last_offset - self.base_offset, position)
         if bits & 2:
-            self.time_index.append(self.policy.max_timestamp,
-                                   self.policy.offset_of_max_timestamp - self.base_offset)
+            self.time_index.append(
+                self.policy.max_timestamp, self.policy.offset_of_max_timestamp - self.base_offset
+            )
         self.next_offset = last_offset + 1
         return position
 
