@@ -435,36 +435,54 @@ def test_mid_log_damage_refuses_to_open_and_leaves_the_file(tmp_path: Path) -> N
         shutil.rmtree(path)
 
 
+def zero_page_store(tmp_path: Path, name: str, drop_checkpoint: bool) -> tuple[str, Path, int]:
+    """A crashed store whose active segment has one whole 4 KiB page of zeros with whole batches
+    after it; returns (path, log, position of the first damaged batch)."""
+    origin = str(tmp_path / "origin")
+    if not os.path.exists(origin):
+        build_store(origin, count=300)
+    path = str(tmp_path / name)
+    shutil.copytree(origin, path)
+    mark_unclean(path, drop_checkpoint=drop_checkpoint)
+    log = logs(path)[-1]
+    log_batches = batches(log)
+    hole = (log_batches[150][0] + 4095) // 4096 * 4096
+    assert hole + 4096 <= log_batches[-1][0]  # whole batches after the hole
+    data = bytearray(log.read_bytes())
+    data[hole : hole + 4096] = bytes(4096)
+    log.write_bytes(bytes(data))
+    return path, log, max(b[0] for b in log_batches if b[0] <= hole)
+
+
 def test_power_loss_hole_before_later_data_is_cut_not_refused(tmp_path: Path) -> None:
     """A power loss can keep pages written after the last flush while losing earlier ones: a
-    sector-aligned run of zeros inside the unflushed tail, whole batches after it. Recovery cuts
-    at the first damaged batch (nothing after it was ever acknowledged as flushed) and says so,
-    where a flipped byte with good data after it is refused (the test above)."""
+    page of zeros past the recovery point, whole batches after it. Recovery cuts at the first
+    damaged batch (nothing from there on was known flushed) and reports it, where a flipped
+    byte with good data after it is refused (test_mid_log_damage_refuses_to_open...)."""
     origin = str(tmp_path / "origin")
-    build_store(origin, count=200)
+    build_store(origin, count=300)
     full = reference(origin)
-    log_batches = batches(logs(origin)[-1])
-    pos, size, base, _last = log_batches[120]
-    hole_start = (pos + 511) // 512 * 512  # a whole sector inside the batches from 120 on
-    assert hole_start + 512 <= log_batches[-1][0]  # ... with whole batches after the hole
-    first_bad = max(i for i, b in enumerate(log_batches) if b[0] <= hole_start)
-    bad_pos = log_batches[first_bad][0]
     for read_only in (True, False):
-        path = str(tmp_path / f"hole-{read_only}")
-        shutil.copytree(origin, path)
-        mark_unclean(path)
-        log = logs(path)[-1]
-        data = bytearray(log.read_bytes())
-        data[hole_start : hole_start + 512] = bytes(512)
-        log.write_bytes(bytes(data))
+        path, log, bad_pos = zero_page_store(tmp_path, f"hole-{read_only}", drop_checkpoint=True)
+        size = log.stat().st_size
+        kept = next(b[2] for b in batches(Path(origin) / log.relative_to(path)) if b[0] == bad_pos)
         with mqcore.open(path, flush="os", read_only=read_only) as store:
             report = store.recovery[(TOPIC, 0)]
             assert report.unflushed_holes == [f"{log.name}@{bad_pos}"]
-            assert report.truncated_bytes == len(data) - bad_pos
-            kept = log_batches[first_bad][2]
+            assert report.truncated_bytes == size - bad_pos
             assert store.end_offset(TOPIC, 0) == kept
             assert same_messages(store.read(TOPIC, 0, 0, 1 << 20), full[:kept])
-        assert log.stat().st_size == (len(data) if read_only else bad_pos)
+        assert log.stat().st_size == (size if read_only else bad_pos)
+
+
+def test_zero_page_below_the_recovery_point_is_damage(tmp_path: Path) -> None:
+    """The same page of zeros in data the checkpoint says was flushed cannot be a power-loss
+    hole: open refuses it and changes nothing."""
+    path, log, bad_pos = zero_page_store(tmp_path, "flushed", drop_checkpoint=False)
+    damaged = log.read_bytes()
+    with pytest.raises(CorruptRecordError) as info:
+        mqcore.open(path, flush="os")
+    assert info.value.position == bad_pos and log.read_bytes() == damaged
 
 
 def test_mid_log_damage_in_the_offset_field_is_not_cut_as_a_tail(tmp_path: Path) -> None:

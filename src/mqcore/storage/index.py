@@ -132,13 +132,17 @@ class SparseIndex:
                 return
             # the file becomes exactly the rebuilt entries; an append preallocates it again
             self._unmap()
-            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            # written beside and renamed over: a reader in another process that has the old
+            # file mapped keeps reading it and never sees a half-written or shrunk one
+            tmp = self.path + ".tmp"
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             try:
                 view = memoryview(packed)
                 while view:
                     view = view[os.write(fd, view) :]
             finally:
                 os.close(fd)
+            os.replace(tmp, self.path)
             self.max_entries = max(self.max_entries, count)
             self._map()
             self.entries = count

@@ -106,7 +106,7 @@ class Partition:
             if i >= start_recovery or seg.size < os.fstat(seg.fd).st_size:
                 # a trusted segment whose file goes on past its last whole batch gets the full
                 # check too: appends (O_APPEND) would land after those bytes, unreadable
-                self._recover_segment(i, report)
+                self._recover_segment(i, report, recovery_point or 0)
                 if len(self.segments) <= i + 1:
                     break
             if i and seg.base_offset < self.segments[i - 1].next_offset:
@@ -144,14 +144,16 @@ class Partition:
             return 0
         return max(0, bisect.bisect_right(self._bases, recovery_point) - 1)
 
-    def _recover_segment(self, i: int, report: RecoveryReport) -> None:
+    def _recover_segment(self, i: int, report: RecoveryReport, recovery_point: int) -> None:
         """Scan segment i; cut a torn tail, refuse damage that has good data after it.
 
-        Good data after bad bytes is damage, never a tail, unless the bad bytes hold a zero hole:
-        the mark of a power loss that kept some pages written after the last flush and lost
-        earlier ones. Every acknowledged append under flush="always" was fdatasync'd with all the
-        pages before it, so such a hole lies after the last acknowledged message and cutting
-        there loses nothing that was acknowledged (docs/operations.md "Recovery").
+        Good data after bad bytes is damage, never a tail, unless (a) the bad batch lies at or
+        past the recovery point (offsets below it were flushed, so damage there is always
+        refused) and (b) the bad bytes hold a zero hole, a whole 4 KiB page of zeros: the mark of
+        a power loss that kept some pages written after the last flush and lost earlier ones.
+        Every acknowledged append under flush="always" was fdatasync'd with all the pages before
+        it, so such a hole lies after the last acknowledged message and cutting there loses
+        nothing that was acknowledged (docs/operations.md "Recovery").
         """
         seg = self.segments[i]
         outcome = seg.recover()
@@ -167,7 +169,11 @@ class Partition:
             good_after = bad
         if later or good_after is not None:
             end = good_after if good_after is not None else outcome.file_bytes
-            if good_after == bad or not seg.has_zero_hole(bad, end):
+            if (
+                good_after == bad
+                or seg.next_offset < recovery_point
+                or not seg.has_zero_hole(bad, end)
+            ):
                 raise CorruptRecordError(
                     (outcome.error or "batch cut short") + " (valid batches follow, so this is "
                     "not a torn tail; mqcore will not drop them silently)",
@@ -219,7 +225,7 @@ class Partition:
             end = seg.size
             self.unflushed_messages += batch.count
         if self.flush_policy.mode == "always":
-            self._sync(seg, end)
+            self._sync(seg, end, batch.last_offset + 1)
         return base
 
     def _should_roll(self, seg: LogSegment, batch: EncodedBatch) -> bool:
@@ -251,13 +257,17 @@ class Partition:
             self.recovery_point = new.base_offset
         return new
 
-    def _sync(self, seg: LogSegment, upto: int) -> None:
-        """Group commit: one fdatasync covers every append that finished before it started."""
-        if seg.flushed_size >= upto:
-            return
-        with self._sync_lock:
-            if seg.flushed_size < upto and seg.fd >= 0:
-                seg.flush()
+    def _sync(self, seg: LogSegment, upto: int, durable_offset: int) -> None:
+        """Group commit: one fdatasync covers every append that finished before it started.
+
+        The offsets below `durable_offset` are then on disk: the recovery point advances (it
+        reaches the checkpoint file at the next roll, flush() or close()).
+        """
+        if seg.flushed_size < upto:
+            with self._sync_lock:
+                if seg.flushed_size < upto and seg.fd >= 0:
+                    seg.flush()
+        self.recovery_point = max(self.recovery_point, durable_offset)
 
     def flush(self) -> int:
         """fdatasync every segment with unflushed bytes; returns the offset now durable."""
@@ -432,7 +442,7 @@ def _finish_interrupted_swaps(directory: str) -> None:
     complete `.swap` renames (docs/format.md "Segment replacement")."""
     for name in sorted(os.listdir(directory)):
         path = os.path.join(directory, name)
-        if name.endswith(".cleaned") or name.endswith(".deleted"):
+        if name.endswith((".cleaned", ".deleted", ".index.tmp", ".timeindex.tmp")):
             os.unlink(path)
     for name in sorted(os.listdir(directory)):
         if name.endswith(".swap"):

@@ -21,7 +21,7 @@ INDEX_SUFFIX = ".index"
 TIMEINDEX_SUFFIX = ".timeindex"
 SCAN_CHUNK = 8 << 20
 HEADER_BYTES = 61
-SECTOR = 512
+PAGE = 4096
 
 _fdatasync = getattr(os, "fdatasync", os.fsync)
 
@@ -257,19 +257,17 @@ class LogSegment:
         return None
 
     def has_zero_hole(self, start: int, end: int) -> bool:
-        """Whether [start, end) holds a sector-aligned 512-byte run of zeros (or is all zeros).
+        """Whether [start, end) holds a whole page-aligned 4 KiB page of zeros.
 
         That is what a power loss leaves where written pages never reached the disk while later
-        ones did; a flipped bit or overwritten bytes never look like it.
+        ones did (page-cache writeback is page by page); a flipped bit or overwritten bytes never
+        look like it. Data that itself holds a zero page can still look like it: the caller only
+        asks past the recovery point, where nothing was known flushed.
         """
         data = os.pread(self.fd, max(0, end - start), start)
-        if data and not data.strip(b"\x00"):
-            return True
-        first = -start % SECTOR
-        zeros = bytes(SECTOR)
-        return any(
-            data[i : i + SECTOR] == zeros for i in range(first, len(data) - SECTOR + 1, SECTOR)
-        )
+        first = -start % PAGE
+        zeros = bytes(PAGE)
+        return any(data[i : i + PAGE] == zeros for i in range(first, len(data) - PAGE + 1, PAGE))
 
     def has_valid_batch_at(self, position: int) -> bool:
         """Whether a whole, CRC-valid batch starts at `position`, whatever its offsets: a torn
@@ -344,10 +342,6 @@ class LogSegment:
         if entry is None:
             return 0
         return self.position_for(self.base_offset + entry[1])
-
-    def read_at(self, position: int, size: int) -> bytes:
-        """pread (recovery and scans of files that may still be damaged use this, not view)."""
-        return os.pread(self.fd, size, position)
 
     def view(self, start: int, limit: int) -> memoryview:
         """Zero-copy bytes [start, limit) of the log; `limit` must be a size this process saw
