@@ -352,7 +352,7 @@ class Store:
         """
         self._check_writable()
         parts = self._parts(topic, create=True)
-        values = list(values)
+        values = values if type(values) is list else list(values)
         if partition is None and keys is not None:
             return self._append_routed(
                 topic, values, keys, headers, timestamps, compression, len(parts)

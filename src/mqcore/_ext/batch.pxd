@@ -91,7 +91,9 @@ cdef class Message:
     cdef readonly int timestamp_type
     cdef readonly object key
     cdef readonly object value
-    cdef readonly tuple headers
+    cdef tuple _headers           # None until first read, then decoded from _raw_headers
+    cdef bytes _raw_headers
+    cdef Py_ssize_t _header_count
 
 cdef Message make_message(str topic, int partition, const BatchHeader* h, const RecordView* r)
 cdef object records_area(const unsigned char* batch, const BatchHeader* h, Py_ssize_t max_size)

@@ -309,7 +309,18 @@ cdef class Message:
         self.timestamp_type = timestamp_type
         self.key = key
         self.value = value
-        self.headers = tuple(headers)
+        self._headers = tuple(headers)
+
+    @property
+    def headers(self):
+        """((key, value), ...) in record order. Decoded on first use: the record cursor already
+        checked their structure, and many readers never look at them."""
+        if self._headers is None:
+            self._headers = decode_header_bytes(
+                <const unsigned char*>PyBytes_AS_STRING(self._raw_headers),
+                PyBytes_GET_SIZE(self._raw_headers), self._header_count)
+            self._raw_headers = None
+        return self._headers
 
     def header(self, str name, default=None):
         """Value of the last header called `name` (Kafka allows repeats), else `default`."""
@@ -366,17 +377,17 @@ cdef inline str header_key(const unsigned char* p, Py_ssize_t n):
     return key
 
 
-cdef tuple decode_headers(const RecordView* r):
+cdef tuple decode_header_bytes(const unsigned char* p, Py_ssize_t n, Py_ssize_t count):
+    """The headers of a record from its encoded header area (count headers in n bytes)."""
     cdef HeaderView hv
-    cdef const unsigned char* p = r.headers
-    cdef const unsigned char* end = r.headers + r.headers_len
+    cdef const unsigned char* end = p + n
     cdef Py_ssize_t i
     cdef int rc
     cdef tuple out, pair
-    if r.header_count == 0:
+    if count == 0:
         return ()
-    out = PyTuple_New(r.header_count)
-    for i in range(r.header_count):
+    out = PyTuple_New(count)
+    for i in range(count):
         rc = next_header(&p, end, &hv)
         if rc != OK:
             raise CorruptRecordError(error_text(rc) + " (record header)")
@@ -402,7 +413,11 @@ cdef Message make_message(str topic, int partition, const BatchHeader* h, const 
         m.timestamp_type = 0
     m.key = bytes_or_none(r.key, r.key_len)
     m.value = bytes_or_none(r.value, r.value_len)
-    m.headers = decode_headers(r)
+    if r.header_count == 0:
+        m._headers = ()
+    else:
+        m._raw_headers = PyBytes_FromStringAndSize(<const char*>r.headers, r.headers_len)
+        m._header_count = r.header_count
     return m
 
 

@@ -36,6 +36,9 @@ cdef inline int read_varint(const unsigned char* buf, Py_ssize_t avail, int64_t*
     cdef int shift = 0
     cdef int i = 0
     cdef unsigned char b
+    if avail > 0 and buf[0] < 0x80:                  # most record fields fit one byte
+        out[0] = <int64_t>(buf[0] >> 1) ^ -(<int64_t>(buf[0] & 1))
+        return 1
     while True:
         if i >= avail or i >= MAX_VARINT_BYTES:
             return -1
