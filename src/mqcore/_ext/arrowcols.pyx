@@ -18,7 +18,7 @@ from libc.string cimport memcpy, memset
 from mqcore._ext.batch cimport (
     ATTR_CONTROL, ATTR_LOG_APPEND_TIME, BATCH_HEADER_SIZE, E_SHORT, LOG_OVERHEAD, OK, BatchHeader,
     HeaderView, RecordCursor, RecordView, check_batch, cursor_finish, cursor_init, error_text,
-    next_header, next_record, records_area,
+    next_header, next_record, open_records,
 )
 
 from mqcore.errors import CorruptRecordError
@@ -257,8 +257,6 @@ cdef class ArrowColumns:
         cdef int rc
         cdef Py_ssize_t n = buf.shape[0]
         cdef const unsigned char* batch
-        cdef const unsigned char* records
-        cdef Py_ssize_t records_size
         cdef int64_t offset, next_offset = min_offset
         cdef int32_t ts_type
         cdef bint stop = False, done = False, full = False
@@ -282,15 +280,8 @@ cdef class ArrowColumns:
                 if h.base_offset + h.last_offset_delta + 1 > next_offset:
                     next_offset = h.base_offset + h.last_offset_delta + 1
                 continue
-            area = records_area(batch, &h, self.max_decompressed)
-            if area is None:
-                records = batch + BATCH_HEADER_SIZE
-                records_size = LOG_OVERHEAD + h.batch_length - BATCH_HEADER_SIZE
-            else:
-                records = <const unsigned char*>PyBytes_AS_STRING(area)
-                records_size = PyBytes_GET_SIZE(area)
+            area = open_records(batch, &h, self.max_decompressed, &c)
             ts_type = 1 if h.attributes & ATTR_LOG_APPEND_TIME else 0
-            cursor_init(&c, records, records_size, &h)
             while True:
                 rc = next_record(&c, &r)
                 if rc == 0:

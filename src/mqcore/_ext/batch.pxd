@@ -97,3 +97,5 @@ cdef class Message:
 
 cdef Message make_message(str topic, int partition, const BatchHeader* h, const RecordView* r)
 cdef object records_area(const unsigned char* batch, const BatchHeader* h, Py_ssize_t max_size)
+cdef object open_records(const unsigned char* batch, const BatchHeader* h, Py_ssize_t max_size,
+                         RecordCursor* c)

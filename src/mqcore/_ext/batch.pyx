@@ -271,6 +271,22 @@ cdef str error_text(int code):
 cdef object _decompress = None
 
 
+cdef object open_records(const unsigned char* batch, const BatchHeader* h, Py_ssize_t max_size,
+                         RecordCursor* c):
+    """Point cursor c at the batch's records, decompressing them if the batch is compressed.
+
+    Returns the object that owns the decompressed bytes (None when the cursor points into the
+    batch itself); the caller keeps it alive while it uses the cursor.
+    """
+    area = records_area(batch, h, max_size)
+    if area is None:
+        cursor_init(c, batch + BATCH_HEADER_SIZE, LOG_OVERHEAD + h.batch_length - BATCH_HEADER_SIZE,
+                    h)
+    else:
+        cursor_init(c, <const unsigned char*>PyBytes_AS_STRING(area), PyBytes_GET_SIZE(area), h)
+    return area
+
+
 cdef object records_area(const unsigned char* batch, const BatchHeader* h, Py_ssize_t max_size):
     """The decompressed records stream of a compressed batch, or None when uncompressed."""
     global _decompress
@@ -546,8 +562,6 @@ def decode_messages(const unsigned char[::1] buf not None, Py_ssize_t pos, str t
     cdef int rc
     cdef Py_ssize_t n = buf.shape[0]
     cdef const unsigned char* batch
-    cdef const unsigned char* records
-    cdef Py_ssize_t records_size
     cdef int64_t offset, next_offset = min_offset
     cdef Py_ssize_t produced = 0
     cdef bint stop = False
@@ -569,14 +583,7 @@ def decode_messages(const unsigned char[::1] buf not None, Py_ssize_t pos, str t
             pos += LOG_OVERHEAD + h.batch_length
             next_offset = max(next_offset, h.base_offset + h.last_offset_delta + 1)
             continue
-        area = records_area(batch, &h, max_decompressed)
-        if area is None:
-            records = batch + BATCH_HEADER_SIZE
-            records_size = LOG_OVERHEAD + h.batch_length - BATCH_HEADER_SIZE
-        else:
-            records = <const unsigned char*>PyBytes_AS_STRING(area)
-            records_size = PyBytes_GET_SIZE(area)
-        cursor_init(&c, records, records_size, &h)
+        area = open_records(batch, &h, max_decompressed, &c)
         while True:
             rc = next_record(&c, &r)
             if rc == 0:

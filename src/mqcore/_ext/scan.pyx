@@ -16,7 +16,7 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from mqcore._ext.batch cimport (
     ATTR_CODEC_MASK, ATTR_CONTROL, ATTR_LOG_APPEND_TIME, BATCH_HEADER_SIZE, BatchHeader,
     E_OFFSET_ORDER, E_SHORT, LOG_OVERHEAD, OK, RecordCursor, RecordView, check_batch,
-    cursor_init, error_text, make_message, next_record, records_area,
+    cursor_init, error_text, make_message, next_record, open_records,
 )
 from mqcore._ext.bytes_be cimport store_be32, store_be64
 
@@ -356,8 +356,6 @@ def first_offset_at_or_after(const unsigned char[::1] buf not None, Py_ssize_t p
     cdef RecordView r
     cdef int rc
     cdef Py_ssize_t n = buf.shape[0]
-    cdef const unsigned char* records
-    cdef Py_ssize_t records_size
     if pos < 0 or pos > n:
         raise ValueError(f"position {pos} outside a buffer of {n} bytes")
     while pos < n:
@@ -368,14 +366,7 @@ def first_offset_at_or_after(const unsigned char[::1] buf not None, Py_ssize_t p
         if rc != OK:
             raise CorruptRecordError(error_text(rc), path=source, position=pos)
         if h.max_timestamp >= timestamp and not h.attributes & ATTR_CONTROL:
-            area = records_area(&buf[pos], &h, max_decompressed)
-            if area is None:
-                records = &buf[pos] + BATCH_HEADER_SIZE
-                records_size = LOG_OVERHEAD + h.batch_length - BATCH_HEADER_SIZE
-            else:
-                records = <const unsigned char*>PyBytes_AS_STRING(area)
-                records_size = PyBytes_GET_SIZE(area)
-            cursor_init(&c, records, records_size, &h)
+            area = open_records(&buf[pos], &h, max_decompressed, &c)
             while True:
                 rc = next_record(&c, &r)
                 if rc == 0:
