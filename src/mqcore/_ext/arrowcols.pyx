@@ -18,7 +18,7 @@ from libc.string cimport memcpy, memset
 from mqcore._ext.batch cimport (
     ATTR_CONTROL, ATTR_LOG_APPEND_TIME, BATCH_HEADER_SIZE, E_SHORT, LOG_OVERHEAD, OK, BatchHeader,
     HeaderView, RecordCursor, RecordView, check_batch, cursor_finish, cursor_init, error_text,
-    next_header, next_record, open_records,
+    next_header, next_record, open_records, walk_batch,
 )
 
 from mqcore.errors import CorruptRecordError
@@ -266,12 +266,8 @@ cdef class ArrowColumns:
             max_bytes = INT32_MAX - 1                  # int32 Arrow offsets
         while pos < n and not stop:
             batch = &buf[pos]
-            with nogil:
-                rc = check_batch(batch, n - pos, &h, verify_crc)
-            if rc == E_SHORT:
+            if not walk_batch(batch, n - pos, &h, verify_crc, source, file_pos + pos):
                 break
-            if rc != OK:
-                raise CorruptRecordError(error_text(rc), path=source, position=file_pos + pos)
             if h.base_offset > max_offset:
                 done = True
                 break

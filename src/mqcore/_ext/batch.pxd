@@ -74,6 +74,8 @@ cdef struct HeaderView:
 cdef int parse_batch_header(const unsigned char* p, Py_ssize_t avail, BatchHeader* h) noexcept nogil
 cdef int check_batch(const unsigned char* p, Py_ssize_t avail, BatchHeader* h,
                      bint verify_crc) noexcept nogil
+cdef int walk_batch(const unsigned char* p, Py_ssize_t avail, BatchHeader* h, bint verify_crc,
+                    object source, int64_t position) except -1
 cdef void cursor_init(RecordCursor* c, const unsigned char* records, Py_ssize_t size,
                       const BatchHeader* h) noexcept nogil
 cdef int next_record(RecordCursor* c, RecordView* r) noexcept nogil

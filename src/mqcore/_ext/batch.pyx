@@ -268,6 +268,21 @@ cdef str error_text(int code):
     return f"error {code}"
 
 
+cdef int walk_batch(const unsigned char* p, Py_ssize_t avail, BatchHeader* h, bint verify_crc,
+                    object source, int64_t position) except -1:
+    """Check the batch at p (without the GIL): 1 when it is whole and valid, 0 when the bytes end
+    first (the end of the data); anything else raises CorruptRecordError naming `source` and
+    `position`, the batch's place in its file."""
+    cdef int rc
+    with nogil:
+        rc = check_batch(p, avail, h, verify_crc)
+    if rc == OK:
+        return 1
+    if rc == E_SHORT:
+        return 0
+    raise CorruptRecordError(error_text(rc), path=source, position=position)
+
+
 cdef object _decompress = None
 
 
@@ -518,12 +533,8 @@ def read_batch_info(const unsigned char[::1] buf not None, Py_ssize_t pos=0, bin
         raise ValueError(f"position {pos} outside a buffer of {buf.shape[0]} bytes")
     if pos == buf.shape[0]:
         return None
-    with nogil:
-        rc = check_batch(&buf[pos], buf.shape[0] - pos, &h, verify_crc)
-    if rc == E_SHORT:
+    if not walk_batch(&buf[pos], buf.shape[0] - pos, &h, verify_crc, source, file_pos + pos):
         return None
-    if rc != OK:
-        raise corrupt(rc, source, file_pos + pos)
     return make_info(&h)
 
 
@@ -570,12 +581,8 @@ def decode_messages(const unsigned char[::1] buf not None, Py_ssize_t pos, str t
         raise ValueError(f"position {pos} outside a buffer of {n} bytes")
     while pos < n and produced < max_records:
         batch = &buf[pos]
-        with nogil:
-            rc = check_batch(batch, n - pos, &h, verify_crc)
-        if rc == E_SHORT:
+        if not walk_batch(batch, n - pos, &h, verify_crc, source, file_pos + pos):
             break
-        if rc != OK:
-            raise corrupt(rc, source, file_pos + pos)
         if h.base_offset > max_offset:
             break
         if (h.base_offset + h.last_offset_delta < min_offset

@@ -16,7 +16,7 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from mqcore._ext.batch cimport (
     ATTR_CODEC_MASK, ATTR_CONTROL, ATTR_LOG_APPEND_TIME, BATCH_HEADER_SIZE, BatchHeader,
     E_OFFSET_ORDER, E_SHORT, LOG_OVERHEAD, OK, RecordCursor, RecordView, check_batch,
-    cursor_init, error_text, make_message, next_record, open_records,
+    cursor_init, error_text, make_message, next_record, open_records, walk_batch,
 )
 from mqcore._ext.bytes_be cimport store_be32, store_be64
 
@@ -224,12 +224,8 @@ def find_batch(const unsigned char[::1] buf not None, Py_ssize_t pos, int64_t ta
     if pos < 0 or pos > n:
         raise ValueError(f"position {pos} outside a buffer of {n} bytes")
     while pos < n:
-        with nogil:
-            rc = check_batch(&buf[pos], n - pos, &h, verify_crc)
-        if rc == E_SHORT:
+        if not walk_batch(&buf[pos], n - pos, &h, verify_crc, source, file_pos + pos):
             break
-        if rc != OK:
-            raise CorruptRecordError(error_text(rc), path=source, position=file_pos + pos)
         if h.base_offset < 0:
             # not an offset the log assigns, and -1 is this function's "not found"
             raise CorruptRecordError(f"negative base offset {h.base_offset}", path=source,
@@ -292,10 +288,7 @@ def read_record(const unsigned char[::1] buf not None, Py_ssize_t position, int6
         return None
     memo = None if verified is None else verified.get(pos)
     check = verify_crc and memo is None
-    with nogil:
-        rc = check_batch(&buf[pos], n - pos, &h, check)
-    if rc != OK:
-        raise CorruptRecordError(error_text(rc), path=source, position=pos)
+    walk_batch(&buf[pos], n - pos, &h, check, source, pos)  # whole: find_batch found it
     if h.attributes & ATTR_CODEC_MASK or h.attributes & ATTR_CONTROL:
         out = []
         decode_messages(buf, pos, topic, partition, offset, 1, out, False, max_decompressed,
@@ -359,12 +352,8 @@ def first_offset_at_or_after(const unsigned char[::1] buf not None, Py_ssize_t p
     if pos < 0 or pos > n:
         raise ValueError(f"position {pos} outside a buffer of {n} bytes")
     while pos < n:
-        with nogil:
-            rc = check_batch(&buf[pos], n - pos, &h, verify_crc)
-        if rc == E_SHORT:
+        if not walk_batch(&buf[pos], n - pos, &h, verify_crc, source, pos):
             break
-        if rc != OK:
-            raise CorruptRecordError(error_text(rc), path=source, position=pos)
         if h.max_timestamp >= timestamp and not h.attributes & ATTR_CONTROL:
             area = open_records(&buf[pos], &h, max_decompressed, &c)
             while True:
