@@ -397,10 +397,6 @@ class LogSegment:
             _fdatasync(self.fd)
             self.flushed_size = size
 
-    def sync_indexes(self) -> None:
-        self.offset_index.flush()
-        self.time_index.flush()
-
     def close(self) -> None:
         if self.fd < 0:
             return
