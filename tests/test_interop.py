@@ -7,6 +7,7 @@ indexes rebuilt as Kafka's rule says); and keys land on the partition Kafka's pr
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
 import struct
@@ -23,6 +24,7 @@ import mqcore
 from mqcore import compression
 from mqcore._ext.batch import Message, decode_messages, encode_batch
 from mqcore._ext.hashing import kafka_partition, murmur2_hash
+from mqcore.errors import UnknownPartitionError
 
 with warnings.catch_warnings():
     # kafka-python 3.0's protocol package loads its schemas with importlib.resources' legacy
@@ -576,3 +578,27 @@ def test_store_route_matches_for_every_partition_count(store: mqcore.Store) -> N
             == kafka_python_partition(negative, n)
             == ((murmur2_hash(negative) & 0x7FFFFFFF) % n)
         )
+
+
+def test_broker_dir_with_some_partitions_of_a_topic(tmp_path: Path) -> None:
+    """A broker's log directory holds only some partitions of a topic (here 1 and 3 of 4): a
+    read-only open serves those and names the absent ones in a clear error."""
+    rng = random.Random(11)
+    kd = KafkaLogDir(tmp_path / "broker-logs")
+    kd.write_segment("orders", 1, 0, kafka_dir_batches(rng, 5, now_ms()))
+    kd.write_segment("orders", 3, 0, kafka_dir_batches(rng, 3, now_ms()))
+    with mqcore.open(str(kd.root), read_only=True) as store:
+        assert store.partitions("orders") == 4
+        assert store.available_partitions("orders") == [1, 3]
+        for p in (1, 3):
+            msgs = store.read("orders", p, 0, 10_000)
+            assert [m.offset for m in msgs] == sorted(kd.records[("orders", p)])
+            assert [message_record(m) for m in msgs] == [
+                kd.records[("orders", p)][m.offset] for m in msgs
+            ]
+        for p in (0, 2):
+            with pytest.raises(UnknownPartitionError, match=f"partition {p} of topic 'orders'"):
+                store.read("orders", p, 0)
+        with pytest.raises(UnknownPartitionError, match="outside 0..3"):
+            store.get("orders", 4, 0)
+    assert sorted(os.listdir(kd.root)) == ["orders-1", "orders-3"]  # nothing added

@@ -104,7 +104,7 @@ def cmd_topics(args: argparse.Namespace, out: TextIO) -> int:
         rows = [
             (t, p, store.start_offset(t, p), store.end_offset(t, p))
             for t in store.topics()
-            for p in range(store.partitions(t))
+            for p in store.available_partitions(t)
         ]
     if args.json:
         doc: dict[str, list[dict[str, int]]] = {}
@@ -134,8 +134,9 @@ def cmd_dump(args: argparse.Namespace, out: TextIO) -> int:
     if args.count is not None and args.count < 0:
         raise InvalidConfigError(f"--count must be >= 0, not {args.count}")
     with mqcore.open(args.store, read_only=True) as store:
-        count = store.partitions(args.topic)
-        parts = range(count) if args.partition is None else [args.partition]
+        parts = (
+            store.available_partitions(args.topic) if args.partition is None else [args.partition]
+        )
         left = args.count
         for p in parts:
             if left == 0:

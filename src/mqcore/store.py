@@ -40,7 +40,7 @@ from mqcore.errors import (
 )
 from mqcore.storage.flusher import Flusher
 from mqcore.storage.logdir import LogDirectory
-from mqcore.storage.partition import Partition, RecoveryReport
+from mqcore.storage.partition import Partition, RecoveryReport, has_segments
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -102,7 +102,9 @@ class Store:
         self.path = self._dir.path
         self._lock = threading.RLock()
         self._round_robin: dict[str, itertools.count[int]] = {}
-        self._partitions: dict[str, list[Partition]] = {}
+        # topic -> partition number -> Partition; a read-only store of a Kafka log directory
+        # may lack some numbers (a broker holds only some partitions of a topic)
+        self._partitions: dict[str, dict[int, Partition]] = {}
         self._closed = False
         self._flusher: Flusher | None = None
         self.recovery: dict[tuple[str, int], RecoveryReport] = {}
@@ -113,7 +115,7 @@ class Store:
             # marker over a store that was never recovered
             self._closed = True
             for parts in self._partitions.values():
-                for part in parts:
+                for part in parts.values():
                     part.abandon()
             self._dir.release()
             raise
@@ -130,13 +132,15 @@ class Store:
             self._dir.clear_clean_marker()
         self._configs = self._dir.load_topics()
         for topic, cfg in self._configs.items():
-            parts = []
+            parts: dict[int, Partition] = {}
+            self._partitions[topic] = parts
             for p in range(cfg.partitions):
+                if self.read_only and not has_segments(self._dir.partition_dir(topic, p)):
+                    continue  # not in this directory: reads of it raise UnknownPartitionError
                 part = self._new_partition(topic, p, cfg)
                 point = None if points is None else points.get((topic, p), 0)
+                parts[p] = part
                 self.recovery[(topic, p)] = part.open(point, clean)
-                parts.append(part)
-            self._partitions[topic] = parts
         if not self.read_only:
             self._dir.save_topics(self._configs)
             self._checkpoint()
@@ -165,7 +169,7 @@ class Store:
             if self._flusher is not None:
                 self._flusher.stop()
             for parts in self._partitions.values():
-                for part in parts:
+                for part in parts.values():
                     part.close()
             if not self.read_only:
                 self._checkpoint()
@@ -220,8 +224,8 @@ class Store:
                         f"not {cfg.partitions}"
                     )
                 return
-            parts = [self._new_partition(name, p, cfg) for p in range(cfg.partitions)]
-            for part in parts:
+            parts = {p: self._new_partition(name, p, cfg) for p in range(cfg.partitions)}
+            for part in parts.values():
                 part.open(0, clean=True)
             self._configs[name] = cfg
             self._partitions[name] = parts
@@ -232,13 +236,20 @@ class Store:
         return sorted(self._partitions)
 
     def partitions(self, topic: str) -> int:
-        return len(self._parts(topic))
+        """The topic's partition count (some may be absent from a Kafka log directory)."""
+        self._parts(topic)
+        return self._configs[topic].partitions
+
+    def available_partitions(self, topic: str) -> list[int]:
+        """Partition numbers this store holds: all of them, except in a read-only store of a
+        Kafka log directory that has only some partitions of the topic."""
+        return sorted(self._parts(topic))
 
     def topic_config(self, topic: str) -> TopicConfig:
         self._parts(topic)
         return self._configs[topic]
 
-    def _parts(self, topic: str, create: bool = False) -> list[Partition]:
+    def _parts(self, topic: str, create: bool = False) -> dict[int, Partition]:
         self._check_open()
         parts = self._partitions.get(topic)
         if parts is None:
@@ -251,15 +262,22 @@ class Store:
 
     def _partition(self, topic: str, partition: int, create: bool = False) -> Partition:
         parts = self._parts(topic, create)
+        count = self._configs[topic].partitions
         if (
             isinstance(partition, bool)
             or not isinstance(partition, int)
-            or not 0 <= partition < len(parts)
+            or not 0 <= partition < count
         ):
             raise UnknownPartitionError(
-                f"partition {partition!r} is outside 0..{len(parts) - 1} of topic {topic!r}"
+                f"partition {partition!r} is outside 0..{count - 1} of topic {topic!r}"
             )
-        return parts[partition]
+        part = parts.get(partition)
+        if part is None:
+            raise UnknownPartitionError(
+                f"partition {partition} of topic {topic!r} is not in {self.path} (it holds "
+                f"partitions {sorted(parts)} of {count})"
+            )
+        return part
 
     # -- appending ------------------------------------------------------------------------------
 
@@ -274,9 +292,9 @@ class Store:
     ) -> RecordMetadata:
         """Append one message; returns where it went. `value=None` writes a tombstone."""
         self._check_writable()
-        parts = self._parts(topic, create=True)
+        self._parts(topic, create=True)  # auto-creates the topic when allowed
         if partition is None:
-            partition = self._choose_partition(topic, key, len(parts))
+            partition = self._choose_partition(topic, key, self._configs[topic].partitions)
         part = self._partition(topic, partition)
         cfg = part.config
         now = _now_ms()
@@ -351,14 +369,20 @@ class Store:
         goes to the next partition in round robin.
         """
         self._check_writable()
-        parts = self._parts(topic, create=True)
+        self._parts(topic, create=True)  # auto-creates the topic when allowed
         values = values if type(values) is list else list(values)
         if partition is None and keys is not None:
             return self._append_routed(
-                topic, values, keys, headers, timestamps, compression, len(parts)
+                topic,
+                values,
+                keys,
+                headers,
+                timestamps,
+                compression,
+                self._configs[topic].partitions,
             )
         if partition is None:
-            partition = self._choose_partition(topic, None, len(parts))
+            partition = self._choose_partition(topic, None, self._configs[topic].partitions)
         part = self._partition(topic, partition)
         cfg = part.config
         codec = codecs.codec_id(compression if compression is not None else cfg.compression)
@@ -606,7 +630,7 @@ class Store:
 
     def _flush_quietly(self) -> None:
         for parts in list(self._partitions.values()):
-            for part in parts:
+            for part in list(parts.values()):
                 if not part.closed:
                     part.flush()
 
@@ -614,7 +638,7 @@ class Store:
         points = {
             (t, p.partition): p.recovery_point
             for t, parts in self._partitions.items()
-            for p in parts
+            for p in parts.values()
         }
         self._dir.save_recovery_points(points)
 

@@ -423,6 +423,11 @@ def _batch_base(buf: memoryview, pos: int) -> int:
     return info.base_offset if info is not None else -1
 
 
+def has_segments(directory: str) -> bool:
+    """Whether a partition directory exists and holds at least one `.log` segment."""
+    return bool(_segment_bases(directory))
+
+
 def _segment_bases(directory: str) -> list[int]:
     """Base offsets of the `.log` files in a partition directory, ascending."""
     bases = []
@@ -457,4 +462,4 @@ def _fsync_dir(directory: str) -> None:
         os.close(fd)
 
 
-__all__ = ["Partition", "RecoveryReport", "segment_name"]
+__all__ = ["Partition", "RecoveryReport", "has_segments", "segment_name"]
