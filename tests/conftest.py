@@ -40,6 +40,17 @@ def no_unraisable_errors(capfd: pytest.CaptureFixture[str]) -> Iterator[None]:
     assert "Exception ignored" not in err, err
 
 
+def file_bytes(path: str) -> dict[str, bytes]:
+    """Every file under `path` with its content: proves that an error or a reader wrote nothing."""
+    files = {}
+    for root, _dirs, names in os.walk(path):
+        for name in names:
+            full = os.path.join(root, name)
+            with open(full, "rb") as f:
+                files[os.path.relpath(full, path)] = f.read()
+    return files
+
+
 def child_env() -> dict[str, str]:
     """Environment for subprocesses that import mqcore (writer processes killed by tests)."""
     env = dict(os.environ)

@@ -11,7 +11,7 @@ import pytest
 
 import mqcore
 from mqcore.cli import main
-from tests.conftest import child_env
+from tests.conftest import child_env, file_bytes
 
 T0 = 1_700_000_000_000
 
@@ -246,17 +246,6 @@ def test_errors_are_one_line_and_exit_1(
     assert needle in err
 
 
-def _snapshot(path: str) -> dict[str, bytes]:
-    """Every file under `path` with its content: proves a command wrote nothing."""
-    files = {}
-    for root, _dirs, names in os.walk(path):
-        for name in names:
-            full = os.path.join(root, name)
-            with open(full, "rb") as f:
-                files[os.path.relpath(full, path)] = f.read()
-    return files
-
-
 def test_reads_beside_a_live_writer_and_changes_nothing(
     store_path: str, capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -264,13 +253,13 @@ def test_reads_beside_a_live_writer_and_changes_nothing(
     try:
         writer.create_topic("live", partitions=2)
         writer.append_batch("live", [b"a", b"b", b"c"], partition=1)
-        before = _snapshot(store_path)
+        before = file_bytes(store_path)
         rc, out, err = run(capfd, "dump", store_path, "live", "-p", "1")
         assert rc == 0, err
         assert [line.split("\t")[4] for line in out.splitlines()] == ["a", "b", "c"]
         rc, out, _ = run(capfd, "topics", store_path)
         assert rc == 0 and "live" in out
-        assert _snapshot(store_path) == before
+        assert file_bytes(store_path) == before
         # the writer kept its lock and goes on writing
         assert writer.append("live", b"d", partition=1).offset == 3
         with pytest.raises(mqcore.errors.StoreLockedError):

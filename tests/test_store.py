@@ -6,6 +6,7 @@ import os
 import threading
 
 import pytest
+from conftest import file_bytes
 
 import mqcore
 from mqcore._ext.hashing import kafka_partition
@@ -22,17 +23,6 @@ from mqcore.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
-
-
-def _files(path: str) -> dict[str, bytes]:
-    """Every file under path with its bytes (to prove an error changed nothing)."""
-    out = {}
-    for root, _dirs, names in os.walk(path):
-        for n in names:
-            p = os.path.join(root, n)
-            with open(p, "rb") as f:
-                out[os.path.relpath(p, path)] = f.read()
-    return out
 
 
 def test_append_read_get_round_trip(store: mqcore.Store) -> None:
@@ -90,13 +80,13 @@ def test_offset_for_time_is_first_offset_at_or_after(store: mqcore.Store) -> Non
     "name", ["", ".", "..", "a/b", "../escape", "x" * 250, "é", "a b", "topic\0", "/abs"]
 )
 def test_bad_topic_names_refused_and_nothing_created(store: mqcore.Store, name: str) -> None:
-    before, entries = _files(store.path), sorted(os.listdir(store.path))
+    before, entries = file_bytes(store.path), sorted(os.listdir(store.path))
     parent_entries = sorted(os.listdir(os.path.dirname(store.path)))
     with pytest.raises(InvalidTopicError):
         store.create_topic(name)
     with pytest.raises(InvalidTopicError):
         store.append(name, b"v")
-    assert _files(store.path) == before
+    assert file_bytes(store.path) == before
     assert sorted(os.listdir(store.path)) == entries  # no directory was made, not even empty
     assert sorted(os.listdir(os.path.dirname(store.path))) == parent_entries
 
@@ -142,12 +132,12 @@ def test_unknown_partition(store: mqcore.Store) -> None:
 def test_oversize_message_refused_before_writing(store: mqcore.Store) -> None:
     store.create_topic("t", max_message_bytes=2048)
     store.append("t", b"x" * 100)
-    before = _files(store.path)
+    before = file_bytes(store.path)
     with pytest.raises(RecordTooLargeError, match="max_message_bytes=2048"):
         store.append("t", b"x" * 2048)
     with pytest.raises(RecordTooLargeError):
         store.append_batch("t", [b"small", b"x" * 4096])
-    assert _files(store.path) == before
+    assert file_bytes(store.path) == before
     assert store.end_offset("t", 0) == 1
     assert store.append("t", b"after").offset == 1
 
@@ -175,7 +165,7 @@ def test_default_limit_is_kafkas_and_1mib_values_need_a_larger_one(store: mqcore
 
 def test_bad_record_types(store: mqcore.Store) -> None:
     store.create_topic("t")
-    before = _files(store.path)
+    before = file_bytes(store.path)
     for kwargs in (
         {"value": "str"},
         {"value": 5},
@@ -192,7 +182,7 @@ def test_bad_record_types(store: mqcore.Store) -> None:
         store.append_batch("t", [])
     with pytest.raises(InvalidRecordError):
         store.append_batch("t", [b"a", b"b"], keys=[b"k"])
-    assert _files(store.path) == before
+    assert file_bytes(store.path) == before
 
 
 def test_offsets_out_of_range(store: mqcore.Store) -> None:
@@ -216,7 +206,7 @@ def test_second_writer_refused_readers_allowed(store_path: str) -> None:
     s = mqcore.open(store_path, flush="os")
     s.create_topic("t")
     s.append("t", b"v")
-    before = _files(store_path)
+    before = file_bytes(store_path)
     with pytest.raises(StoreLockedError):
         mqcore.open(store_path)
     with mqcore.open(store_path, read_only=True) as r:
@@ -225,7 +215,7 @@ def test_second_writer_refused_readers_allowed(store_path: str) -> None:
             r.append("t", b"w")
         with pytest.raises(ReadOnlyStoreError):
             r.create_topic("u")
-    assert _files(store_path) == before
+    assert file_bytes(store_path) == before
     s.close()
     with mqcore.open(store_path) as again:
         assert again.end_offset("t") == 1

@@ -852,8 +852,6 @@ cdef class EncodedBatch:
         """
         cdef Py_ssize_t klen = -1 if key is None else PyBytes_GET_SIZE(key)
         cdef Py_ssize_t vlen = -1 if value is None else PyBytes_GET_SIZE(value)
-        cdef bint gather_value = vlen >= gather_threshold
-        cdef bint gather_key = klen >= gather_threshold
         cdef Py_ssize_t body = (1 + varint_size(ts_delta) + varint_size(offset_delta)
                                 + varint_size(klen) + (klen if klen > 0 else 0)
                                 + varint_size(vlen) + (vlen if vlen > 0 else 0) + 1)
@@ -866,27 +864,26 @@ cdef class EncodedBatch:
         at += 1
         at += write_varint(g + at, ts_delta)
         at += write_varint(g + at, offset_delta)
-        at += write_varint(g + at, klen)
-        if klen > 0:
-            if gather_key:
-                at = self.flush_glue(at, key, klen)
-                g = self.glue + self.glue_len
-            else:
-                memcpy(g + at, PyBytes_AS_STRING(key), klen)
-                at += klen
-        at += write_varint(g + at, vlen)
-        if vlen > 0:
-            if gather_value:
-                at = self.flush_glue(at, value, vlen)
-                g = self.glue + self.glue_len
-            else:
-                memcpy(g + at, PyBytes_AS_STRING(value), vlen)
-                at += vlen
-        g[at] = 0                                                 # header count
+        at = self.put_pending_field(at, key, klen, gather_threshold)
+        at = self.put_pending_field(at, value, vlen, gather_threshold)
+        (self.glue + self.glue_len)[at] = 0                       # header count
         at += 1
         self.add_piece(NULL, self.glue_len, at)
         self.glue_len += at
         return 0
+
+    cdef Py_ssize_t put_pending_field(self, Py_ssize_t at, object field, Py_ssize_t n,
+                                      Py_ssize_t gather_threshold) except -1:
+        """keyLen/valueLen varint + bytes of a `bytes` (or None, n = -1) field, written after the
+        `at` pending glue bytes (room reserved by the caller); returns the new pending count."""
+        cdef unsigned char* g = self.glue + self.glue_len
+        at += write_varint(g + at, n)
+        if n <= 0:
+            return at
+        if n >= gather_threshold:
+            return self.flush_glue(at, field, n)
+        memcpy(g + at, PyBytes_AS_STRING(field), n)
+        return at + n
 
     cdef Py_ssize_t flush_glue(self, Py_ssize_t pending, object ref, Py_ssize_t n) except -1:
         """Close the `pending` glue bytes written at glue_len as a piece, then reference `ref`."""
