@@ -287,7 +287,7 @@ def test_tombstones_and_empty_values_stay_distinct(store: mqcore.Store) -> None:
 
 
 def test_headers_keep_order_repeats_and_nulls(store: mqcore.Store) -> None:
-    store.create_topic("hdr")
+    store.create_topic("hdr", unique_ids=False)  # exactly the headers written, no generated uid
     hdrs = [("a", b"1"), ("a", None), ("\u00e9", b""), ("a", b"3")]
     store.append_batch("hdr", [b"v", b"w"], headers=[hdrs, None], compression="zstd")
     rb = store.read_arrow("hdr", 0, include_headers=True)
@@ -295,11 +295,26 @@ def test_headers_keep_order_repeats_and_nulls(store: mqcore.Store) -> None:
     assert rb.column("headers").to_pylist() == [[{"key": k, "value": v} for k, v in hdrs], []]
 
 
+def test_generated_uid_header_is_the_last_arrow_header(store: mqcore.Store) -> None:
+    """A topic with unique IDs (the default) shows the generated ("uid", 16 bytes) header last,
+    after the caller's, with the bytes Store.read's unique_id names."""
+    store.create_topic("uids")
+    hdrs = [("a", b"1"), ("a", None)]
+    store.append_batch("uids", [b"v", b"w"], headers=[hdrs, None], compression="zstd")
+    rows = store.read_arrow("uids", 0, include_headers=True).column("headers").to_pylist()
+    msgs = store.read("uids", 0, 0)
+    assert [row[:-1] for row in rows] == [[{"key": k, "value": v} for k, v in hdrs], []]
+    assert [row[-1]["key"] for row in rows] == ["uid", "uid"]
+    assert [row[-1]["value"].hex() for row in rows] == [
+        m.unique_id.replace("-", "") for m in msgs if m.unique_id is not None
+    ]
+
+
 def test_header_keys_that_are_not_utf8(store: mqcore.Store) -> None:
     """Header keys are UTF-8 strings in Arrow (Spark's schema); bytes that are not valid UTF-8
     read as U+FFFD replacements, as Java's String decoding shows them, and the array is valid.
     Store.read keeps them losslessly as surrogate escapes."""
-    store.create_topic("badkeys")
+    store.create_topic("badkeys", unique_ids=False)  # only the header keys under test
     keys = ["ok", "\udcff\udcfe", "a\udce9b", "\u00e9"]
     store.append("badkeys", b"v", headers=[(k, b"x") for k in keys])
     rb = store.read_arrow("badkeys", 0, include_headers=True)

@@ -126,6 +126,8 @@ def test_dump_json_envelopes(populated: str, capfd: pytest.CaptureFixture[str]) 
     assert rc == 0, err
     docs = [json.loads(line) for line in out.splitlines()]
     assert len(docs) == len(ORDERS)
+    with mqcore.open(populated, read_only=True) as s:
+        uids = [m.header("uid") for m in s.read("orders", 0, 0)]
     for offset, (doc, (key, value, headers, ts)) in enumerate(zip(docs, ORDERS, strict=True)):
         assert set(doc) == {
             "topic",
@@ -140,7 +142,10 @@ def test_dump_json_envelopes(populated: str, capfd: pytest.CaptureFixture[str]) 
         assert (doc["topic"], doc["partition"], doc["offset"]) == ("orders", 0, offset)
         assert (doc["tstype"], doc["ts"]) == ("create", ts)
         flat = [x for k, v in headers for x in (k, None if v is None else v.decode())]
-        assert doc["headers"] == flat
+        # then the store's generated unique ID header: 16 random bytes, non-UTF-8 ones as \xNN
+        uid = uids[offset]
+        assert uid is not None and len(uid) == 16
+        assert doc["headers"] == [*flat, "uid", uid.decode("utf-8", "backslashreplace")]
         if offset < 5:  # the last record holds bytes that are not UTF-8
             assert doc["key"] == (None if key is None else key.decode())
             assert doc["payload"] == (None if value is None else value.decode())

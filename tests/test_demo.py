@@ -6,26 +6,67 @@ import os
 import random
 import re
 from collections import Counter
+from typing import Any
 
 import pytest
 
 import mqcore
 from mqcore import demo
+from mqcore._ext.batch import decode_messages, read_batch_info
 from mqcore._ext.hashing import kafka_partition
 
 MESSAGES = 400
 SEED = 7
 
 
-def _logs(path: str) -> dict[str, bytes]:
-    """Every .log file of a store with its bytes."""
-    out = {}
+def _without_uid(headers: tuple[tuple[str, bytes | None], ...]) -> tuple[Any, ...]:
+    """A stored message's headers minus the ("uid", 16 bytes) header the store appends last."""
+    assert headers, "no generated uid header"
+    name, uid = headers[-1]
+    assert name == "uid" and uid is not None and len(uid) == 16
+    return headers[:-1]
+
+
+def _contents(path: str) -> tuple[dict[str, Any], list[bytes]]:
+    """A store's files, all but the unique IDs: (what must be the same for the same seed, the
+    uid of every message in file order).
+
+    Each .log becomes its batches (header fields but the CRC, and the records with the uid
+    header dropped); .keyindex files (they hold the uids), .index files (byte positions: a
+    compressed batch's size follows its random uids) and the lock file (the writer's pid) appear
+    by name only; other files by bytes.
+    """
+    same: dict[str, Any] = {}
+    uids: list[bytes] = []
     for root, _dirs, names in os.walk(path):
-        for name in names:
-            if name.endswith(".log"):
-                with open(os.path.join(root, name), "rb") as f:
-                    out[os.path.relpath(os.path.join(root, name), path)] = f.read()
-    return out
+        for name in sorted(names):
+            full = os.path.join(root, name)
+            rel = os.path.relpath(full, path)
+            if name.endswith((".keyindex", ".index")) or name == ".mqcore.lock":
+                same[rel] = None
+                continue
+            with open(full, "rb") as f:
+                data = f.read()
+            if not name.endswith(".log"):
+                same[rel] = data
+                continue
+            topic, part = os.path.basename(root).rsplit("-", 1)
+            batches, pos = [], 0
+            while pos < len(data):
+                info = read_batch_info(data, pos)
+                assert info is not None, (rel, pos)
+                msgs: list[mqcore.Message] = []
+                decode_messages(data, pos, topic, int(part), 0, info.records_count, msgs)
+                uids += [m.headers[-1][1] or b"" for m in msgs]
+                records = [
+                    (m.offset, m.timestamp, m.key, m.value, _without_uid(m.headers)) for m in msgs
+                ]
+                fields = (info.base_offset, info.attributes, info.last_offset_delta)
+                times = (info.base_timestamp, info.max_timestamp, info.records_count)
+                batches.append((fields, times, records))
+                pos += info.size
+            same[rel] = batches
+    return same, uids
 
 
 @pytest.fixture
@@ -75,7 +116,7 @@ def test_store_holds_exactly_the_generated_messages(ran: tuple[str, str]) -> Non
             for part in range(store.partitions(topic)):
                 msgs = store.read(topic, part, 0, max_records=MESSAGES)
                 assert len(msgs) == store.end_offset(topic, part)
-                stored.update((m.key, m.value, m.timestamp, m.headers) for m in msgs)
+                stored.update((m.key, m.value, m.timestamp, _without_uid(m.headers)) for m in msgs)
             headers = stream.headers or [[] for _ in stream.values]
             wanted = Counter(
                 zip(
@@ -124,15 +165,23 @@ def test_crash_step_cut_only_the_torn_bytes(ran: tuple[str, str]) -> None:
 def test_same_seed_same_bytes(
     ran: tuple[str, str], tmp_path: os.PathLike[str], capfd: pytest.CaptureFixture[str]
 ) -> None:
+    """The seed fixes the data, its routing and its batching, so every file but the unique IDs.
+
+    The store gives each message a fresh random UUIDv7 `uid` header (the demo's topics keep
+    unique_ids on), so the .log bytes (uid, CRC, zstd output) and the .keyindex differ from run
+    to run: everything else is compared, and the uids are checked to be new."""
     path, _ = ran
     again = os.path.join(tmp_path, "again")
     demo.main(["--path", again, "--messages", str(MESSAGES), "--seed", str(SEED)])
     capfd.readouterr()
-    assert _logs(again) == _logs(path)
+    first, first_uids = _contents(path)
+    second, second_uids = _contents(again)
+    assert second == first
+    assert len(set(first_uids) | set(second_uids)) == 2 * MESSAGES
     other = os.path.join(tmp_path, "other")
     demo.main(["--path", other, "--messages", str(MESSAGES), "--seed", str(SEED + 1)])
     capfd.readouterr()
-    assert _logs(other) != _logs(path)
+    assert _contents(other)[0] != first
 
 
 def test_rerun_wipes_its_own_store(ran: tuple[str, str], capfd: pytest.CaptureFixture[str]) -> None:

@@ -12,6 +12,7 @@ import random
 import shutil
 import struct
 import time
+import uuid
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -123,7 +124,8 @@ def test_mqcore_segments_parse_with_kafka_python(store_path: str, codec: str) ->
     base_ts = now_ms() - 3_600_000
     expected: dict[int, Record] = {}
     with mqcore.open(store_path, flush="os") as store:
-        store.create_topic("interop", partitions=1, segment_bytes=6000)
+        # no generated uid header: the records read back are exactly the ones sent
+        store.create_topic("interop", partitions=1, segment_bytes=6000, unique_ids=False)
         for _ in range(40):
             recs = random_records(rng, rng.randrange(1, 15), base_ts)
             as_dict = rng.random() < 0.5  # a dict keeps the last value of a repeated key
@@ -163,7 +165,7 @@ def test_kafka_python_reads_exact_headers_and_codecs(store_path: str) -> None:
     """List headers with repeats keep order and duplicates; each batch carries its codec."""
     headers = [("a", b"1"), ("a", None), ("b", b""), ("a", b"3")]
     with mqcore.open(store_path, flush="os") as store:
-        store.create_topic("h")
+        store.create_topic("h", unique_ids=False)  # only the headers given, in order
         for codec in CODEC_NAMES:
             store.append_batch(
                 "h",
@@ -178,6 +180,27 @@ def test_kafka_python_reads_exact_headers_and_codecs(store_path: str) -> None:
     assert [r[0] for r in rows] == list(range(10))
     for i, (_, _, _, rec) in enumerate(rows):
         assert rec == ((10, b"k", b"v" * 200, headers) if i % 2 == 0 else (9, None, None, []))
+
+
+def test_kafka_python_reads_generated_uid_headers(store_path: str) -> None:
+    """With unique IDs on (the default) kafka-python sees each record's ("uid", 16 bytes)
+    header after the given ones, in every codec, holding the ID the append returned."""
+    headers = [("a", b"1"), ("a", None)]
+    uids: list[bytes] = []
+    with mqcore.open(store_path, flush="os") as store:
+        store.create_topic("u")
+        for codec in CODEC_NAMES:
+            md = store.append_batch(
+                "u", [b"v" * 200, None], headers=[headers, None], compression=codec
+            )
+            assert isinstance(md, mqcore.BatchMetadata)
+            uids += [uuid.UUID(u).bytes for u in md.unique_ids if u is not None]
+    rows = kafka_python_read_log(Path(store_path) / "u-0" / "00000000000000000000.log")
+    assert [r[2] for r in rows] == [0, 0, 1, 1, 2, 2, 3, 3, 4, 4]
+    assert len(set(uids)) == len(rows) == 10
+    for i, (_, _, _, rec) in enumerate(rows):
+        assert rec[3] == (headers if i % 2 == 0 else []) + [("uid", uids[i])]
+        assert uids[i][6] >> 4 == 7  # UUID version 7
 
 
 def test_log_append_time_reads_in_kafka_python(store_path: str) -> None:
@@ -481,7 +504,9 @@ def test_kafka_dir_accepts_appends_after_open(kafka_dir: KafkaLogDir) -> None:
         assert md.offset == end
     last_log = log_files(copy / "multi-0")[-1]
     rows = kafka_python_read_log(last_log)
-    assert rows[-1][0] == end and rows[-1][3][1:] == (b"k", b"after", [("x", b"y")])
+    assert md.unique_id is not None  # the topic takes the store defaults: unique IDs on
+    uid = ("uid", uuid.UUID(md.unique_id).bytes)
+    assert rows[-1][0] == end and rows[-1][3][1:] == (b"k", b"after", [("x", b"y"), uid])
 
 
 # ---------------------------------------------------------------------------------------------

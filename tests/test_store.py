@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+import uuid
 
 import pytest
 from conftest import file_bytes
@@ -26,7 +27,7 @@ from mqcore.errors import (
 
 
 def test_append_read_get_round_trip(store: mqcore.Store) -> None:
-    store.create_topic("orders", partitions=2)
+    store.create_topic("orders", partitions=2, unique_ids=False)  # headers exactly as given
     md = store.append("orders", b"v", key=b"k", headers={"h": b"x"}, partition=1, timestamp=42)
     assert (md.topic, md.partition, md.offset, md.timestamp) == ("orders", 1, 0, 42)
     bm = store.append_batch(
@@ -52,6 +53,22 @@ def test_append_read_get_round_trip(store: mqcore.Store) -> None:
     assert store.read("orders", 1, 2, max_records=1) == [msgs[2]]
     assert store.start_offset("orders", 1) == 0 and store.end_offset("orders", 1) == 4
     assert store.end_offset("orders", 0) == 0
+
+
+def test_generated_unique_id_is_the_last_header(store: mqcore.Store) -> None:
+    """By default every record gets a ("uid", 16 bytes) header after the caller's headers: a
+    UUIDv7 whose text is the message's unique_id."""
+    store.create_topic("t")
+    md = store.append("t", b"v", headers=[("h", b"x"), ("h", None)])
+    bm = store.append_batch("t", [b"a", b"b"], headers=[None, {"r": b"1"}])
+    msgs = store.read("t", 0, 0)
+    assert [m.headers[:-1] for m in msgs] == [(("h", b"x"), ("h", None)), (), (("r", b"1"),)]
+    uids = [m.headers[-1] for m in msgs]
+    assert all(name == "uid" and len(raw) == 16 for name, raw in uids)
+    assert all(raw[6] >> 4 == 7 and raw[8] >> 6 == 0b10 for _name, raw in uids)  # v7, RFC variant
+    assert len({raw for _name, raw in uids}) == 3
+    assert [m.unique_id for m in msgs] == [md.unique_id, *bm.unique_ids]
+    assert msgs[0].unique_id == str(uuid.UUID(bytes=uids[0][1]))
 
 
 def test_tombstone_is_not_empty_value(store_path: str) -> None:

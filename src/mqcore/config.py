@@ -60,6 +60,10 @@ class TopicConfig:
     retention_ms: int = 7 * DAY_MS
     retention_bytes: int = -1
     cleanup_policy: str = "delete"
+    # query support (docs/format.md "Unique IDs", "Key index")
+    unique_ids: bool = True
+    key_index: bool = True
+    key_index_entries: int = 1 << 20
 
     def __post_init__(self) -> None:
         _positive_int("partitions", self.partitions, 1, 1_000_000)
@@ -73,6 +77,9 @@ class TopicConfig:
         _choice("timestamp_type", self.timestamp_type, TIMESTAMP_TYPES)
         _choice("compression", self.compression, COMPRESSION_TYPES)
         _choice("cleanup_policy", self.cleanup_policy, ("delete", "compact", "compact,delete"))
+        _flag("unique_ids", self.unique_ids)
+        _flag("key_index", self.key_index)
+        _positive_int("key_index_entries", self.key_index_entries, 16, 0xFFFFFFFF)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -109,6 +116,11 @@ def _positive_int(name: str, value: object, low: int, high: int) -> None:
         raise InvalidConfigError(f"{name} must be an int, not {type(value).__name__}")
     if not low <= value <= high:
         raise InvalidConfigError(f"{name}={value} is outside [{low}, {high}]")
+
+
+def _flag(name: str, value: object) -> None:
+    if not isinstance(value, bool):
+        raise InvalidConfigError(f"{name} must be True or False, not {value!r}")
 
 
 def _choice(name: str, value: object, allowed: tuple[str, ...]) -> None:

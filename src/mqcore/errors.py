@@ -25,6 +25,8 @@ __all__ = [
     "CorruptIndexError",
     "UnsupportedCodecError",
     "CodecError",
+    "SelectorSyntaxError",
+    "InvalidMessageIdError",
 ]
 
 
@@ -108,3 +110,16 @@ class UnsupportedCodecError(MQCoreError, ValueError):
 
 class CodecError(MQCoreError):
     """A compressed payload could not be decompressed (corrupt or truncated stream)."""
+
+
+class SelectorSyntaxError(MQCoreError, ValueError):
+    """A SQL92 property selector does not parse; `column` (1-based) is where the mistake is."""
+
+    def __init__(self, message: str, text: str = "", column: int = 1):
+        super().__init__(f"{message} at column {column} of selector {text!r}")
+        self.text = text
+        self.column = column
+
+
+class InvalidMessageIdError(MQCoreError, ValueError):
+    """A store ID (msg_id) or unique ID text that does not decode."""

@@ -18,7 +18,7 @@ import threading
 import time
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, overload
 
 from mqcore import compression as codecs
@@ -40,22 +40,31 @@ from mqcore.errors import (
 )
 from mqcore.storage.flusher import Flusher
 from mqcore.storage.logdir import LogDirectory
+from mqcore.query.ids import encode_msg_id, parse_uid, uid_text
 from mqcore.storage.partition import Partition, RecoveryReport, has_segments
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+    from mqcore.query.engine import QueryResult
 
 HeadersArg = Mapping[str, bytes | None] | Sequence[tuple[str, bytes | None]] | None
 
 
 @dataclass(frozen=True, slots=True)
 class RecordMetadata:
-    """Where `append` put a message."""
+    """Where `append` put a message, and its IDs (docs/format.md "Message IDs")."""
 
     topic: str
     partition: int
     offset: int
     timestamp: int
+    unique_id: str | None = None
+
+    @property
+    def msg_id(self) -> str:
+        """The store ID: decodes to (topic, partition, offset) with no index."""
+        return encode_msg_id(self.topic, self.partition, self.offset)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,10 +74,76 @@ class BatchMetadata:
     partition: int
     base_offset: int
     count: int
+    topic: str = ""
+    uids: bytes | None = field(default=None, repr=False)  # 16 bytes a message, zeros: none
 
     @property
     def last_offset(self) -> int:
         return self.base_offset + self.count - 1
+
+    def msg_id(self, i: int) -> str:
+        """The store ID of the batch's i-th message."""
+        if not 0 <= i < self.count:
+            raise IndexError(f"message {i} of a batch of {self.count}")
+        return encode_msg_id(self.topic, self.partition, self.base_offset + i)
+
+    def unique_id(self, i: int) -> str | None:
+        """The unique ID of the batch's i-th message (made as strings only when asked for)."""
+        if not 0 <= i < self.count:
+            raise IndexError(f"message {i} of a batch of {self.count}")
+        if self.uids is None:
+            return None
+        raw = self.uids[16 * i : 16 * i + 16]
+        return None if raw == bytes(16) else uid_text(raw)
+
+    @property
+    def unique_ids(self) -> list[str | None]:
+        return [self.unique_id(i) for i in range(self.count)]
+
+    @property
+    def msg_ids(self) -> list[str]:
+        return [self.msg_id(i) for i in range(self.count)]
+
+
+RESERVED_HEADERS = ("tag", "keys", "uid")
+
+
+def message_headers(
+    headers: HeadersArg,
+    tag: str | None = None,
+    properties: Mapping[str, object] | None = None,
+    keys: Sequence[str | bytes] | None = None,
+    unique_id: str | None = None,
+) -> list[tuple[str, bytes | None]] | HeadersArg:
+    """The record headers of one message: the caller's headers, then its tag, properties,
+    extra keys and unique ID as the reserved headers `tag`, `keys` and `uid`."""
+    if tag is None and not properties and not keys and unique_id is None:
+        return headers
+    out: list[tuple[str, bytes | None]] = []
+    if headers is not None:
+        out.extend(headers.items() if isinstance(headers, Mapping) else headers)
+    if tag is not None:
+        if not isinstance(tag, str) or not tag or " " in tag:
+            raise InvalidRecordError(f"a tag must be a non-empty str without spaces, not {tag!r}")
+        out.append(("tag", tag.encode()))
+    for name, value in (properties or {}).items():
+        if not isinstance(name, str) or not name or name in RESERVED_HEADERS:
+            raise InvalidRecordError(
+                f"property name {name!r} is empty, not a str, or reserved ({RESERVED_HEADERS})"
+            )
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise InvalidRecordError(
+                f"property {name!r} must be a str, int or float, not {type(value).__name__}"
+            )
+        out.append((name, str(value).encode()))
+    if keys:
+        words = [k.encode() if isinstance(k, str) else bytes(k) for k in keys]
+        if any(not w or b" " in w for w in words):
+            raise InvalidRecordError(f"extra keys must be non-empty and without spaces: {keys!r}")
+        out.append(("keys", b" ".join(words)))
+    if unique_id is not None:
+        out.append(("uid", parse_uid(unique_id)))
+    return out
 
 
 def _now_ms() -> int:
@@ -289,9 +364,17 @@ class Store:
         headers: HeadersArg = None,
         partition: int | None = None,
         timestamp: int | None = None,
+        *,
+        tag: str | None = None,
+        properties: Mapping[str, object] | None = None,
+        keys: Sequence[str | bytes] | None = None,
+        unique_id: str | None = None,
     ) -> RecordMetadata:
-        """Append one message; returns where it went. `value=None` writes a tombstone."""
+        """Append one message; returns where it went and its IDs. `value=None` writes a
+        tombstone. `tag`, `properties`, extra `keys` (indexed like the key) and a producer's
+        `unique_id` travel as record headers (message_headers)."""
         self._check_writable()
+        headers = message_headers(headers, tag, properties, keys, unique_id)
         self._parts(topic, create=True)  # auto-creates the topic when allowed
         if partition is None:
             partition = self._choose_partition(topic, key, self._configs[topic].partitions)
@@ -307,10 +390,14 @@ class Store:
             codecs.codec_id(cfg.compression),
             self._log_append_time(cfg, now),
             compress=codecs.compress,
+            uid_ms=now if cfg.unique_ids else -1,
+            index=cfg.key_index,
         )
         self._check_size(batch, cfg, topic)
         base = self._write(part, batch)
-        return RecordMetadata(topic, partition, base, batch.max_timestamp)
+        uids = batch.uids
+        uid = uid_text(uids) if uids is not None and uids != bytes(16) else None
+        return RecordMetadata(topic, partition, base, batch.max_timestamp, uid)
 
     @overload
     def append_batch(
@@ -322,6 +409,10 @@ class Store:
         partition: int = 0,
         timestamps: Sequence[int] | None = None,
         compression: str | None = None,
+        *,
+        tags: Sequence[str | None] | None = None,
+        properties: Sequence[Mapping[str, object] | None] | None = None,
+        unique_ids: Sequence[str | None] | None = None,
     ) -> BatchMetadata: ...
 
     @overload
@@ -335,6 +426,9 @@ class Store:
         partition: None,
         timestamps: Sequence[int] | None = None,
         compression: str | None = None,
+        tags: Sequence[str | None] | None = None,
+        properties: Sequence[Mapping[str, object] | None] | None = None,
+        unique_ids: Sequence[str | None] | None = None,
     ) -> BatchMetadata: ...
 
     @overload
@@ -348,6 +442,9 @@ class Store:
         partition: None,
         timestamps: Sequence[int] | None = None,
         compression: str | None = None,
+        tags: Sequence[str | None] | None = None,
+        properties: Sequence[Mapping[str, object] | None] | None = None,
+        unique_ids: Sequence[str | None] | None = None,
     ) -> list[BatchMetadata]: ...
 
     def append_batch(
@@ -359,6 +456,10 @@ class Store:
         partition: int | None = 0,
         timestamps: Sequence[int] | None = None,
         compression: str | None = None,
+        *,
+        tags: Sequence[str | None] | None = None,
+        properties: Sequence[Mapping[str, object] | None] | None = None,
+        unique_ids: Sequence[str | None] | None = None,
     ) -> BatchMetadata | list[BatchMetadata]:
         """Append messages as one Kafka record batch with consecutive offsets.
 
@@ -371,6 +472,8 @@ class Store:
         self._check_writable()
         self._parts(topic, create=True)  # auto-creates the topic when allowed
         values = values if type(values) is list else list(values)
+        if tags is not None or properties is not None or unique_ids is not None:
+            headers = self._merged_headers(len(values), headers, tags, properties, unique_ids)
         if partition is None and keys is not None:
             return self._append_routed(
                 topic,
@@ -392,7 +495,34 @@ class Store:
             base = self._write(part, batches[0])
             for extra in batches[1:]:
                 self._write(part, extra)
-        return BatchMetadata(partition, base, len(values))
+        uids = batches[0].uids
+        if uids is not None and len(batches) > 1:
+            uids = b"".join(b.uids or b"" for b in batches)
+        return BatchMetadata(partition, base, len(values), topic, uids)
+
+    @staticmethod
+    def _merged_headers(
+        n: int,
+        headers: Sequence[HeadersArg] | None,
+        tags: Sequence[str | None] | None,
+        properties: Sequence[Mapping[str, object] | None] | None,
+        unique_ids: Sequence[str | None] | None,
+    ) -> list[Any]:
+        for name, seq in (("headers", headers), ("tags", tags), ("properties", properties)):
+            if seq is not None and len(seq) != n:
+                raise InvalidRecordError(f"{len(seq)} {name} for {n} values")
+        if unique_ids is not None and len(unique_ids) != n:
+            raise InvalidRecordError(f"{len(unique_ids)} unique_ids for {n} values")
+        return [
+            message_headers(
+                None if headers is None else headers[i],
+                None if tags is None else tags[i],
+                None if properties is None else properties[i],
+                None,
+                None if unique_ids is None else unique_ids[i],
+            )
+            for i in range(n)
+        ]
 
     def _append_routed(
         self,
@@ -445,6 +575,8 @@ class Store:
             codec,
             self._log_append_time(cfg, now),
             compress=codecs.compress,
+            uid_ms=now if cfg.unique_ids else -1,
+            index=cfg.key_index,
         )
         if batch.size <= cfg.max_message_bytes or len(values) == 1:
             self._check_size(batch, cfg, topic)
@@ -506,6 +638,111 @@ class Store:
                 ) from None
         counter = self._round_robin.setdefault(topic, itertools.count())
         return next(counter) % count
+
+    # -- querying (mqcore/query/engine.py) ------------------------------------------------------
+
+    def _query_parts(self, topic: str, partition: int | None) -> list[Partition]:
+        self._check_open()
+        parts = self._parts(topic)
+        if partition is None:
+            return [parts[p] for p in sorted(parts)]
+        return [self._partition(topic, partition)]
+
+    def _part_or_none(self, topic: str, partition: int) -> Partition | None:
+        return self._partitions.get(topic, {}).get(partition)
+
+    def get_by_id(self, msg_id: str) -> Message | None:
+        """The message a store ID names, or None when it is not (or no longer) there."""
+        from mqcore.query import engine
+
+        self._check_open()
+        return engine.get_by_id(self._part_or_none, msg_id)
+
+    def find_by_unique_id(
+        self, unique_id: str, *, start: int | None = None, end: int | None = None, limit: int = 1
+    ) -> QueryResult:
+        """Messages carrying this unique ID, in any topic (normally one)."""
+        from mqcore.query import engine
+
+        self._check_open()
+        parts = [self._partitions[t][p] for t in sorted(self._partitions)
+                 for p in sorted(self._partitions[t])]  # fmt: skip
+        return engine.find_unique(parts, unique_id, start, end, limit)
+
+    def find_by_key(
+        self,
+        topic: str,
+        key: bytes | str,
+        *,
+        start: int | None = None,
+        end: int | None = None,
+        limit: int = 1000,
+        partition: int | None = None,
+        cursor: str | None = None,
+    ) -> QueryResult:
+        """Messages whose key (or a word of their `keys` header) equals `key`, from the key
+        index, each checked against the stored record."""
+        from mqcore.query import engine
+
+        raw, hashed = engine.key_hash(key)
+        return engine.find_indexed(
+            self._query_parts(topic, partition),
+            hashed,
+            lambda m: engine.key_matches(m, raw),
+            start,
+            end,
+            limit,
+            cursor,
+        )
+
+    def range(
+        self,
+        topic: str,
+        start_ts: int,
+        end_ts: int,
+        partition: int | None = None,
+        *,
+        limit: int = 1000,
+        max_scan: int = 10_000_000,
+        timeout: float | None = None,
+        cursor: str | None = None,
+    ) -> QueryResult:
+        """Messages with start_ts <= timestamp < end_ts (any order of timestamps in the log)."""
+        return self.search(
+            topic,
+            partition=partition,
+            start=start_ts,
+            end=end_ts,
+            limit=limit,
+            max_scan=max_scan,
+            timeout=timeout,
+            cursor=cursor,
+        )
+
+    def search(
+        self,
+        topic: str,
+        contains: bytes | str | None = None,
+        regex: str | bytes | None = None,
+        tag: str | None = None,
+        where: str | None = None,
+        partition: int | None = None,
+        *,
+        start: int | None = None,
+        end: int | None = None,
+        limit: int = 1000,
+        max_scan: int = 10_000_000,
+        timeout: float | None = None,
+        cursor: str | None = None,
+    ) -> QueryResult:
+        """Messages whose value contains `contains` / matches `regex`, with tag `tag`, whose
+        properties satisfy the SQL92 selector `where`, within [start, end) ms."""
+        from mqcore.query import engine
+
+        spec = engine.make_spec(start, end, contains, regex, tag, where)
+        return engine.run_scan(
+            self._query_parts(topic, partition), spec, limit, max_scan, timeout, cursor
+        )
 
     # -- reading --------------------------------------------------------------------------------
 

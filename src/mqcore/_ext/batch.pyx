@@ -28,6 +28,15 @@
 # pieces. Smaller ones are copied: measured on 1000 x 1 KiB, copying and checksumming one
 # contiguous run (3-way interleaved CRC) costs 121 us against 141 us for 2000 iovecs checksummed
 # piece by piece. `EncodedBatch.write_to(fd)` hands the pieces to writev() without the GIL.
+#
+# Query support (docs/format.md "Unique IDs", "Key index"): with `uid_ms >= 0` every record
+# without a producer-supplied `uid` header gets one: header key "uid", value 16 bytes, a UUIDv7
+#   bytes 0-5  unix ms (big-endian) | 6: 0x70 | counter bits 31-28 | 7: counter bits 27-20
+#   8: 0x80 | counter bits 19-14    | 9: counter bits 13-6 | 10: counter bits 5-0, node bits 41-40
+#   11-15: node bits 39-0
+# (counter: per process, +1 a record; node: 42 random bits per process, redrawn after fork).
+# With `index=True` the encoder also lists the record's indexable strings as KeyHits: its key,
+# its uid, each space-separated word of a `keys` header, and its `tag` header.
 cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE
@@ -39,11 +48,13 @@ from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.errno cimport EAGAIN, EINTR, ENOSPC, errno
 from libc.stdint cimport INT32_MAX, INT64_MAX, int16_t, int32_t, int64_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc, realloc
-from libc.string cimport memcmp, memcpy, memmove
+from libc.string cimport memcmp, memcpy, memmove, memset
 from posix.uio cimport iovec, writev
 
 from mqcore._ext.bytes_be cimport load_be16, load_be32, load_be64, store_be16, store_be32, store_be64
 from mqcore._ext.crc32c cimport crc32c_extend
+from mqcore._ext.hashing cimport (KIND_KEY, KIND_TAG, KIND_UID, SEED_KEY, SEED_TAG, SEED_UID,
+                                  KeyHit, xxh64)
 from mqcore._ext.varint cimport MAX_VARINT_BYTES, read_varint, varint_size, write_varint
 
 from mqcore.errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError
@@ -53,6 +64,7 @@ cdef extern from "Python.h":
 
 cdef extern from "<unistd.h>" nogil:
     ssize_t c_write "write"(int fd, const void* buf, size_t n)
+    int getpid()
 
 cdef enum:
     IOV_BATCH = 512                # iovecs handed to one writev() call (IOV_MAX is >= 1024)
@@ -359,6 +371,41 @@ cdef class Message:
             if k == name:
                 return v
         return default
+
+    @property
+    def msg_id(self):
+        """The store ID: where this message lives (mqcore.query.ids)."""
+        from mqcore.query.ids import encode_msg_id
+        return encode_msg_id(self.topic, self.partition, self.offset)
+
+    @property
+    def unique_id(self):
+        """The unique ID from the `uid` header as a UUID string, or None."""
+        raw = self.header("uid")
+        if raw is None or len(raw) != 16:
+            return None
+        from mqcore.query.ids import uid_text
+        return uid_text(raw)
+
+    @property
+    def tag(self):
+        """The `tag` header as text, or None."""
+        raw = self.header("tag")
+        return None if raw is None else raw.decode("utf-8", "replace")
+
+    @property
+    def properties(self):
+        """Headers whose values are UTF-8 text, as {name: value} (the last one of a name
+        wins); the binary `uid` header is left out. SQL92 selectors match these."""
+        out = {}
+        for k, v in self.headers:
+            if v is None or k == "uid":
+                continue
+            try:
+                out[k] = v.decode("utf-8")
+            except UnicodeDecodeError:
+                pass
+        return out
 
     def __eq__(self, other):
         if not isinstance(other, Message):
@@ -667,6 +714,35 @@ cdef void give_glue(unsigned char* g, Py_ssize_t cap) noexcept:
         free(g)
 
 
+cdef uint64_t uid_node = 0       # 42 random bits of this process (see the schema above)
+cdef uint32_t uid_counter = 0
+cdef int uid_pid = -1
+
+
+cdef int new_uid(unsigned char* out, int64_t ms) except -1:
+    """Write a fresh 16-byte UUIDv7 for time `ms` (layout in the comment atop this module)."""
+    global uid_node, uid_counter, uid_pid
+    cdef uint32_t c
+    if uid_pid != getpid():                     # first use, or a forked child: new node bits
+        import os
+        seed = int.from_bytes(os.urandom(10), "big")
+        uid_node = <uint64_t>(seed & ((1 << 42) - 1))
+        uid_counter = <uint32_t>((seed >> 42) & 0xFFFFFFFF)
+        uid_pid = getpid()
+    uid_counter += 1
+    c = uid_counter
+    store_be16(out, <uint16_t>(<uint64_t>ms >> 32))
+    store_be32(out + 2, <uint32_t><uint64_t>ms)
+    out[6] = 0x70 | ((c >> 28) & 0x0F)
+    out[7] = (c >> 20) & 0xFF
+    out[8] = 0x80 | ((c >> 14) & 0x3F)
+    out[9] = (c >> 6) & 0xFF
+    out[10] = ((c & 0x3F) << 2) | <unsigned char>((uid_node >> 40) & 0x03)
+    out[11] = (uid_node >> 32) & 0xFF
+    store_be32(out + 12, <uint32_t>uid_node)
+    return 0
+
+
 cdef struct Piece:
     const unsigned char* ptr      # NULL: the piece lives in the glue buffer at `off`
     Py_ssize_t off
@@ -695,6 +771,14 @@ cdef class EncodedBatch:
     cdef readonly int64_t base_offset
     cdef readonly uint32_t crc
     cdef readonly int attributes
+    cdef KeyHit* hits               # indexable strings of the records (index=True)
+    cdef Py_ssize_t n_hits
+    cdef Py_ssize_t hits_cap
+    cdef bint collect_hits
+    cdef int64_t record_ts          # the record being encoded: its timestamp and offset delta
+    cdef int64_t uid_ms             # the time generated unique IDs carry
+    cdef bytes uid_bytes            # 16 bytes a record: its unique ID (zeros: none or not 16 bytes)
+    cdef int32_t record_delta
 
     def __cinit__(self):
         self.refs = []
@@ -708,6 +792,73 @@ cdef class EncodedBatch:
     def __dealloc__(self):
         give_glue(self.glue, self.glue_cap)
         PyMem_Free(self.pieces)
+        PyMem_Free(self.hits)
+
+    cdef int add_hit(self, const void* p, Py_ssize_t n, int kind) except -1:
+        """Note one indexable string (key, uid word or tag) of the current record."""
+        cdef KeyHit* grown
+        cdef uint64_t seed = SEED_KEY if kind == KIND_KEY else (SEED_UID if kind == KIND_UID
+                                                                 else SEED_TAG)
+        if self.n_hits == self.hits_cap:
+            self.hits_cap = 64 if self.hits_cap == 0 else 2 * self.hits_cap
+            grown = <KeyHit*>PyMem_Realloc(self.hits, self.hits_cap * sizeof(KeyHit))
+            if grown == NULL:
+                raise MemoryError()
+            self.hits = grown
+        self.hits[self.n_hits].hash = xxh64(p, n, seed)
+        self.hits[self.n_hits].timestamp = self.record_ts
+        self.hits[self.n_hits].offset_delta = self.record_delta
+        self.hits[self.n_hits].kind = kind
+        self.n_hits += 1
+        return 0
+
+    cdef int add_key_words(self, const unsigned char* p, Py_ssize_t n) except -1:
+        """A `keys` header: every space-separated word is a key."""
+        cdef Py_ssize_t i = 0, start
+        while i < n:
+            while i < n and p[i] == 32:
+                i += 1
+            start = i
+            while i < n and p[i] != 32:
+                i += 1
+            if i > start:
+                self.add_hit(p + start, i - start, KIND_KEY)
+        return 0
+
+    cdef int note_header(self, const char* kp, Py_ssize_t klen, object hv) except -1:
+        """Index the value of a `tag`, `keys` or `uid` header (others are not indexed)."""
+        cdef const unsigned char* vp
+        cdef Py_ssize_t vlen
+        if hv is None or klen < 3 or klen > 4:
+            return 0
+        view = hv if type(hv) is bytes else bytes(hv)
+        vp = <const unsigned char*>PyBytes_AS_STRING(view)
+        vlen = PyBytes_GET_SIZE(view)
+        if klen == 3 and memcmp(kp, b"uid", 3) == 0:
+            self.keep_uid(vp, vlen)
+            return self.add_hit(vp, vlen, KIND_UID) if self.collect_hits else 0
+        if not self.collect_hits:
+            return 0
+        if klen == 3 and memcmp(kp, b"tag", 3) == 0:
+            return self.add_hit(vp, vlen, KIND_TAG)
+        if klen == 4 and memcmp(kp, b"keys", 4) == 0:
+            return self.add_key_words(vp, vlen)
+        return 0
+
+    cdef void keep_uid(self, const unsigned char* p, Py_ssize_t n) noexcept:
+        """Remember the current record's unique ID for the append's metadata."""
+        if self.uid_bytes is not None and n == 16:
+            memcpy(PyBytes_AS_STRING(self.uid_bytes) + 16 * <Py_ssize_t>self.record_delta, p, 16)
+
+    @property
+    def uids(self):
+        """16 bytes per record, its unique ID (zeros: none); None unless IDs were generated."""
+        return self.uid_bytes
+
+    @property
+    def key_hits(self):
+        """The KeyHits (hashing.pxd) of every record, packed in native order, for the index."""
+        return PyBytes_FromStringAndSize(<const char*>self.hits, self.n_hits * sizeof(KeyHit))
 
     cdef int reserve(self, Py_ssize_t extra) except -1:
         """Room for `extra` more glue bytes."""
@@ -819,34 +970,55 @@ cdef class EncodedBatch:
             raise InvalidRecordError(f"header keys must be str, not {type(hk).__name__}")
         self.put_varint(klen)
         self.put_raw(<const unsigned char*>kp, klen)
-        return self.put_field(hv, gather_threshold)
+        self.put_field(hv, gather_threshold)          # validates hv before it is indexed
+        if self.collect_hits or self.uid_bytes is not None:
+            self.note_header(kp, klen, hv)
+        return 0
 
-    cdef int put_headers(self, object hdrs, Py_ssize_t gather_threshold) except -1:
-        if hdrs is None:
-            return self.put_varint(0)
-        if type(hdrs) is dict:
-            self.put_varint(len(<dict>hdrs))
-            for hk, hv in (<dict>hdrs).items():
-                self.put_header(hk, hv, gather_threshold)
-            return 0
-        try:
-            items = list(hdrs.items()) if isinstance(hdrs, dict) else list(hdrs)
-        except TypeError:
-            raise InvalidRecordError(
-                f"headers must be a dict or (str, bytes|None) pairs, not {hdrs!r}") from None
-        self.put_varint(len(items))
-        for item in items:
+    cdef int put_uid_header(self, unsigned char* g) except -1:
+        """Write the 21-byte `uid` header (key "uid", a fresh 16-byte UUIDv7) at g."""
+        g[0] = 6                                                   # varint(3)
+        memcpy(g + 1, b"uid", 3)
+        g[4] = 32                                                  # varint(16)
+        new_uid(g + 5, self.uid_ms)
+        self.keep_uid(g + 5, 16)
+        if self.collect_hits:
+            self.add_hit(g + 5, 16, KIND_UID)
+        return 0
+
+    cdef int put_headers(self, object hdrs, Py_ssize_t gather_threshold, bint add_uid) except -1:
+        """The header count and headers; `add_uid` appends a fresh `uid` header unless the
+        producer already supplied one."""
+        cdef list pairs = []
+        if hdrs is not None:
             try:
-                hk, hv = item
-            except (TypeError, ValueError):
+                items = list(hdrs.items()) if isinstance(hdrs, dict) else list(hdrs)
+            except (TypeError, AttributeError):
                 raise InvalidRecordError(
-                    f"a header must be a (str, bytes|None) pair, not {item!r}") from None
+                    f"headers must be a dict or (str, bytes|None) pairs, not {hdrs!r}") from None
+            for item in items:
+                try:
+                    hk, hv = item
+                except (TypeError, ValueError):
+                    raise InvalidRecordError(
+                        f"a header must be a (str, bytes|None) pair, not {item!r}") from None
+                if add_uid and hk == "uid":
+                    add_uid = False
+                pairs.append((hk, hv))
+        self.put_varint(len(pairs) + (1 if add_uid else 0))
+        for hk, hv in pairs:
             self.put_header(hk, hv, gather_threshold)
+        if add_uid:
+            self.reserve(21)
+            self.put_uid_header(self.glue + self.glue_len)
+            self.add_piece(NULL, self.glue_len, 21)
+            self.glue_len += 21
         return 0
 
     cdef int put_simple_record(self, int64_t ts_delta, int64_t offset_delta, object key,
-                               object value, Py_ssize_t gather_threshold) except -1:
-        """The common shape, written in one pass: key and value `bytes` or None, no headers.
+                               object value, Py_ssize_t gather_threshold, bint add_uid) except -1:
+        """The common shape, written in one pass: key and value `bytes` or None, no headers
+        but an optional generated `uid`.
 
         The body size is known up front, so the length prefix goes first and nothing moves.
         """
@@ -854,7 +1026,8 @@ cdef class EncodedBatch:
         cdef Py_ssize_t vlen = -1 if value is None else PyBytes_GET_SIZE(value)
         cdef Py_ssize_t body = (1 + varint_size(ts_delta) + varint_size(offset_delta)
                                 + varint_size(klen) + (klen if klen > 0 else 0)
-                                + varint_size(vlen) + (vlen if vlen > 0 else 0) + 1)
+                                + varint_size(vlen) + (vlen if vlen > 0 else 0) + 1
+                                + (21 if add_uid else 0))
         cdef unsigned char* g
         cdef Py_ssize_t at
         self.reserve(body + MAX_VARINT_BYTES)
@@ -864,10 +1037,15 @@ cdef class EncodedBatch:
         at += 1
         at += write_varint(g + at, ts_delta)
         at += write_varint(g + at, offset_delta)
+        if self.collect_hits and klen >= 0:
+            self.add_hit(PyBytes_AS_STRING(key), klen, KIND_KEY)
         at = self.put_pending_field(at, key, klen, gather_threshold)
         at = self.put_pending_field(at, value, vlen, gather_threshold)
-        (self.glue + self.glue_len)[at] = 0                       # header count
+        (self.glue + self.glue_len)[at] = 2 if add_uid else 0     # header count (varint 1 / 0)
         at += 1
+        if add_uid:
+            self.put_uid_header(self.glue + self.glue_len + at)
+            at += 21
         self.add_piece(NULL, self.glue_len, at)
         self.glue_len += at
         return 0
@@ -894,7 +1072,7 @@ cdef class EncodedBatch:
         return 0
 
     cdef int put_record(self, int64_t ts_delta, int64_t offset_delta, object key, object value,
-                        object hdrs, Py_ssize_t gather_threshold) except -1:
+                        object hdrs, Py_ssize_t gather_threshold, bint add_uid) except -1:
         """Encode one record; its length prefix is written once the body size is known."""
         cdef Py_ssize_t len_at, piece_at, body, gap, j
         cdef int lsize
@@ -909,8 +1087,11 @@ cdef class EncodedBatch:
         self.put_varint(ts_delta)
         self.put_varint(offset_delta)
         self.put_field(key, gather_threshold)
+        if self.collect_hits and key is not None:
+            kb = key if type(key) is bytes else bytes(key)
+            self.add_hit(PyBytes_AS_STRING(kb), PyBytes_GET_SIZE(kb), KIND_KEY)
         self.put_field(value, gather_threshold)
-        self.put_headers(hdrs, gather_threshold)
+        self.put_headers(hdrs, gather_threshold, add_uid)
         body = self.glue_size_since(piece_at, len_at) - MAX_VARINT_BYTES
         lsize = write_varint(self.glue + len_at, body)
         gap = MAX_VARINT_BYTES - lsize
@@ -1079,11 +1260,13 @@ def encode_batch(values, keys=None, headers=None, timestamps=None, int64_t now_m
                  int codec=0, int64_t log_append_time=-1, int64_t producer_id=-1,
                  int producer_epoch=-1, int32_t base_sequence=-1, bint transactional=False,
                  int32_t leader_epoch=-1, Py_ssize_t gather_threshold=DEFAULT_GATHER_THRESHOLD,
-                 compress=None):
+                 compress=None, int64_t uid_ms=-1, bint index=False):
     """Encode one v2 batch from parallel sequences; returns an EncodedBatch (base offset -1).
 
     `timestamps` None stamps every record with `now_ms`. With a codec, the records are built in
     the glue buffer and `compress(codec, records) -> bytes` makes the one compressed stream.
+    `uid_ms >= 0` gives every record without a `uid` header a generated one of that time;
+    `index` collects the records' KeyHits (`key_hits`) for the segment's key index.
     """
     cdef EncodedBatch eb = EncodedBatch.__new__(EncodedBatch)
     cdef Py_ssize_t n, i
@@ -1114,7 +1297,13 @@ def encode_batch(values, keys=None, headers=None, timestamps=None, int64_t now_m
         max_ts = base_ts
     if codec != 0:
         gather_threshold = MAX_BATCH_BYTES              # compressors need one contiguous stream
-    eb.reserve(BATCH_HEADER_SIZE + estimate_glue(values_list, keys, gather_threshold))
+    eb.collect_hits = index
+    eb.uid_ms = uid_ms
+    if uid_ms >= 0:
+        eb.uid_bytes = PyBytes_FromStringAndSize(NULL, 16 * n)   # filled record by record
+        memset(PyBytes_AS_STRING(eb.uid_bytes), 0, 16 * n)
+    eb.reserve(BATCH_HEADER_SIZE + estimate_glue(values_list, keys, gather_threshold)
+               + (21 * n if uid_ms >= 0 else 0))
     eb.add_piece(NULL, 0, BATCH_HEADER_SIZE)
     eb.glue_len = BATCH_HEADER_SIZE
     for i in range(n):
@@ -1127,11 +1316,13 @@ def encode_batch(values, keys=None, headers=None, timestamps=None, int64_t now_m
         key = None if keys is None else keys[i]
         value = values[i]
         hdrs = None if headers is None else headers[i]
-        if (hdrs is None and (key is None or type(key) is bytes)
+        eb.record_ts = ts if log_append_time < 0 else log_append_time
+        eb.record_delta = <int32_t>i
+        if ((hdrs is None or (type(hdrs) is list and not hdrs)) and (key is None or type(key) is bytes)
                 and (value is None or type(value) is bytes)):
-            eb.put_simple_record(ts - base_ts, i, key, value, gather_threshold)
+            eb.put_simple_record(ts - base_ts, i, key, value, gather_threshold, uid_ms >= 0)
         else:
-            eb.put_record(ts - base_ts, i, key, value, hdrs, gather_threshold)
+            eb.put_record(ts - base_ts, i, key, value, hdrs, gather_threshold, uid_ms >= 0)
     eb.count = <int32_t>n
     eb.last_offset_delta = <int32_t>(n - 1)
     eb.base_timestamp = base_ts

@@ -1,4 +1,25 @@
-# Hashes over raw bytes: Kafka's murmur2 (default partitioner).
-from libc.stdint cimport int32_t
+# Hashes over raw bytes: Kafka's murmur2 (default partitioner) and xxHash64 (the query indexes).
+from libc.stdint cimport int32_t, int64_t, uint64_t
+
+cdef extern from "xxh64_impl.h" nogil:
+    uint64_t xxh64 "mq_xxh64"(const void* data, size_t n, uint64_t seed)
+
+# Each kind of indexed string hashes with its own seed, so a key never shares a hash with a
+# unique ID or a tag of the same bytes (docs/format.md "Key index").
+cdef enum:
+    SEED_KEY = 0                 # record keys and the words of a `keys` header
+    SEED_UID = 1                 # the 16 bytes of a unique ID
+    SEED_TAG = 2                 # a `tag` header value
+
+    KIND_KEY = 1
+    KIND_UID = 2
+    KIND_TAG = 3
+
+# One indexable string of one record, as the encoder (or a rebuild) finds it.
+cdef struct KeyHit:
+    uint64_t hash
+    int64_t timestamp
+    int32_t offset_delta
+    int32_t kind
 
 cdef int32_t murmur2(const unsigned char* data, Py_ssize_t n) noexcept nogil

@@ -2,7 +2,9 @@
 # r 24, little-endian 4-byte words, tail bytes mixed in reverse. The default partitioner maps a
 # key to (murmur2(key) & 0x7fffffff) % partitions, so keyed messages land on the partition Kafka's
 # producer would pick.
-from libc.stdint cimport int32_t, uint32_t
+#
+# xxHash64 (xxh64_impl.h) hashes message keys, unique IDs and tags for the query indexes.
+from libc.stdint cimport int32_t, uint32_t, uint64_t
 
 
 cdef int32_t murmur2(const unsigned char* data, Py_ssize_t n) noexcept nogil:
@@ -45,3 +47,10 @@ def kafka_partition(const unsigned char[::1] key not None, int partitions):
         raise ValueError(f"partitions must be > 0, not {partitions}")
     cdef int32_t h = murmur2(&key[0] if key.shape[0] else NULL, key.shape[0])
     return (h & 0x7FFFFFFF) % partitions
+
+
+def xxh64_hash(const unsigned char[::1] data not None, uint64_t seed=0):
+    """xxHash64 of `data` with `seed` (equal to the reference XXH64)."""
+    if data.shape[0] == 0:
+        return xxh64(NULL, 0, seed)
+    return xxh64(&data[0], data.shape[0], seed)

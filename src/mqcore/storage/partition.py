@@ -19,9 +19,8 @@ from mqcore._ext.batch import EncodedBatch, Message, decode_messages, peek_batch
 from mqcore._ext.scan import first_offset_at_or_after, read_record
 from mqcore.config import FlushPolicy, TopicConfig
 from mqcore.errors import CorruptRecordError, OffsetOutOfRangeError, StoreClosedError
-from mqcore.storage.segment import LOG_SUFFIX, LogSegment, segment_name
+from mqcore.storage.segment import MAX_DECOMPRESSED, LOG_SUFFIX, LogSegment, segment_name
 
-MAX_DECOMPRESSED = 256 << 20
 
 # Decoders driven by Partition.scan(): (view, file position, segment) -> (bytes used, stop)
 Decoder = Callable[[memoryview, int, LogSegment], tuple[int, bool]]
@@ -115,6 +114,9 @@ class Partition:
                     f"which ends at offset {self.segments[i - 1].next_offset - 1}",
                     path=seg.log_path,
                 )
+        last = len(self.segments) - 1
+        for i, seg in enumerate(self.segments):
+            seg.attach_key_index(trust=i < start_recovery, active=i == last)
         for seg in self.segments[:-1]:
             # sealed segments: a rebuilt time index gets back its closing entry, and every
             # index goes back to its trimmed size at once, so a crash leaves only the active
@@ -134,6 +136,7 @@ class Partition:
             index_interval_bytes=self.config.index_interval_bytes,
             max_index_bytes=self.config.segment_index_bytes,
             map_reserve=self.config.segment_bytes,
+            key_index_capacity=self.config.key_index_entries if self.config.key_index else 0,
         )
 
     def _first_to_recover(self, recovery_point: int | None, clean: bool) -> int:
@@ -239,16 +242,17 @@ class Partition:
             and batch.max_timestamp - seg.first_batch_timestamp > self.config.segment_ms
         ):
             return True
-        if seg.indexes_full():
+        if seg.indexes_full() or not seg.key_index_has_room(batch):
             return True
         return seg.next_offset + batch.count - 1 - seg.base_offset > 0x7FFFFFFF
 
     def _roll(self) -> LogSegment:
         old = self.active
-        old.seal()
+        old.seal(durable=self.flush_policy.mode != "os")
         if self.flush_policy.mode != "os":
             old.flush()
         new = self._segment(old.next_offset)
+        new.attach_key_index(trust=True, active=True)
         new.first_batch_timestamp = -1
         self.segments.append(new)
         self._bases.append(new.base_offset)

@@ -11,10 +11,12 @@ import threading
 from dataclasses import dataclass
 
 from mqcore._ext.batch import EncodedBatch, peek_batch_header, read_batch_info
+from mqcore._ext.keyindex import KeyTable, batch_hits
 from mqcore._ext.mapping import MappedFile
 from mqcore._ext.scan import CORRUPT, IndexPolicy, SegmentScanner
 from mqcore.errors import CorruptRecordError, StoreClosedError
 from mqcore.storage.index import OffsetIndex, TimeIndex
+from mqcore.storage.keyindex import KEYINDEX_SUFFIX, BatchHits, KeyIndexFile
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -22,6 +24,7 @@ TIMEINDEX_SUFFIX = ".timeindex"
 SCAN_CHUNK = 8 << 20
 HEADER_BYTES = 61
 PAGE = 4096
+MAX_DECOMPRESSED = 256 << 20  # a compressed batch may inflate to at most this many bytes
 
 _fdatasync = getattr(os, "fdatasync", os.fsync)
 
@@ -57,6 +60,7 @@ class LogSegment:
         index_interval_bytes: int,
         max_index_bytes: int,
         map_reserve: int = 0,
+        key_index_capacity: int = 0,
     ):
         self.directory = directory
         self.base_offset = base_offset
@@ -69,6 +73,12 @@ class LogSegment:
         self.size = os.fstat(self.fd).st_size
         self.offset_index = OffsetIndex(stem + INDEX_SUFFIX, max_index_bytes, writable)
         self.time_index = TimeIndex(stem + TIMEINDEX_SUFFIX, max_index_bytes, writable)
+        # keys, unique IDs and tags for queries (storage/keyindex.py); None when turned off
+        self.key_index = (
+            KeyIndexFile(stem + KEYINDEX_SUFFIX, writable, key_index_capacity)
+            if key_index_capacity > 0
+            else None
+        )
         self.next_offset = base_offset
         self.max_timestamp = -1
         self.offset_of_max_timestamp = -1
@@ -304,12 +314,16 @@ class LogSegment:
         On a failed write the file is cut back, so no partial batch stays behind.
         """
         position = self.size
+        if self.key_index is not None:
+            self.key_index.make_room(batch.key_hits, position)
         try:
             batch.write_to(self.fd)
         except BaseException:
             self.truncate_to(position)
             raise
         self.size = position + batch.size
+        if self.key_index is not None:
+            self.key_index.add(batch.key_hits, batch.base_offset - self.base_offset, position)
         last_offset = batch.last_offset
         if self.first_batch_timestamp < 0 and position == 0:
             self.first_batch_timestamp = batch.max_timestamp
@@ -328,6 +342,39 @@ class LogSegment:
 
     def indexes_full(self) -> bool:
         return self.offset_index.is_full() or self.time_index.is_full()
+
+    def key_index_has_room(self, batch: EncodedBatch) -> bool:
+        return self.key_index is None or self.key_index.has_room(batch.key_hits)
+
+    # -- the key index ------------------------------------------------------------------------
+
+    def attach_key_index(self, trust: bool, active: bool) -> None:
+        """Open the writable store's key index, rebuilding it unless it covers the log."""
+        if self.key_index is not None and self.writable:
+            self.key_index.open(self.size, trust, active, self._all_batch_hits)
+
+    def key_table(self) -> KeyTable | None:
+        """The key index's table, built in memory on first use when the store is read-only."""
+        if self.key_index is None:
+            return None
+        return self.key_index.ensure(self.size, self._all_batch_hits)
+
+    def _all_batch_hits(self) -> BatchHits:
+        """Every batch's key hits, for a rebuild (the log was validated when it was opened)."""
+        out: BatchHits = []
+        size = self.size
+        if size == 0:
+            return out
+        view = self.view(0, size)
+        try:
+            pos = 0
+            while pos < size:
+                hits, base, n = batch_hits(view, pos, MAX_DECOMPRESSED, self.log_path)
+                out.append((hits, base - self.base_offset, pos))
+                pos += n
+        finally:
+            view.release()
+        return out
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -374,13 +421,16 @@ class LogSegment:
 
     # -- sealing, flushing, closing -----------------------------------------------------------
 
-    def seal(self) -> None:
-        """Roll or close: write the closing time entry and trim both indexes to their entries."""
+    def seal(self, durable: bool = False) -> None:
+        """Roll or close: write the closing time entry and trim both indexes to their entries;
+        the key index's header records the log bytes it covers (msync'd first when durable)."""
         if not self.writable:
             return
         self._append_closing_time_entry()
         self.offset_index.trim()
         self.time_index.trim()
+        if self.key_index is not None:
+            self.key_index.flush(self.size, durable)
 
     def _append_closing_time_entry(self) -> None:
         """The .timeindex entry of a sealed segment: its largest timestamp (Kafka's rule)."""
@@ -403,6 +453,11 @@ class LogSegment:
         self._unmap()
         self.offset_index.close(trim=self.writable)
         self.time_index.close(trim=self.writable)
+        if self.key_index is not None:
+            if self.writable:
+                self.key_index.close(self.size)
+            else:
+                self.key_index.close_map()
         os.close(self.fd)
         self.fd = -1
 
@@ -411,6 +466,8 @@ class LogSegment:
         self._unmap()
         self.offset_index.delete()
         self.time_index.delete()
+        if self.key_index is not None:
+            self.key_index.delete()
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1

@@ -1,0 +1,387 @@
+# The per-segment query index (.keyindex; docs/format.md "Key index"): a chained hash table of
+# the segment's keys and unique IDs, plus the tag column. Big-endian, like Kafka's indexes.
+#
+#   header, 64 bytes:
+#      0  magic "MQKI"            4
+#      4  version                 u16   1
+#      6  flags                   u16   bit 0: complete (counts and covered_position are final)
+#      8  slot_count              u32   a power of two
+#     12  key_capacity            u32   key entries the file has room for
+#     16  tag_capacity            u32   tag entries the file has room for
+#     20  key_count               u32
+#     24  tag_count               u32
+#     28  reserved                u32   0
+#     32  base_timestamp          i64   origin of the entries' timestamp deltas (-1: none yet)
+#     40  covered_position        i64   .log bytes the entries describe
+#     48  min_timestamp           i64   smallest record timestamp in the segment (-1: none)
+#     56  max_timestamp           i64   largest (-1: none)
+#   slots at 64: slot_count x u32     newest entry of the chain + 1 (0: empty chain)
+#   key entries: key_capacity x 24    hash u64 | relative offset u32 | batch position u32
+#                                     | timestamp delta i32 | previous entry + 1 u32
+#   tag entries: tag_capacity x 16    relative offset u32 | batch position u32 | tag hash u64
+#
+# A hash goes to slot hash & (slot_count - 1); chains run newest first and every link points to
+# an older entry, so a walk ends after at most key_count steps even on damaged bytes. Deltas
+# outside int32 are stored as INT32_MIN/INT32_MAX ("at most"/"at least"), never wrapped. Tag
+# entries are in offset order (appends only), so a tag read binary-searches its start.
+cimport cython
+from libc.stdint cimport INT32_MAX, INT32_MIN, int32_t, int64_t, uint32_t, uint64_t
+from libc.string cimport memcmp, memcpy, memset
+
+from mqcore._ext.batch cimport (ATTR_CONTROL, ATTR_LOG_APPEND_TIME, BatchHeader, HeaderView,
+                                 RecordCursor, RecordView, OK, check_batch,
+                                 cursor_finish, error_text, next_header, next_record,
+                                 open_records)
+from mqcore._ext.bytes_be cimport load_be16, load_be32, load_be64, store_be16, store_be32, store_be64
+from mqcore._ext.hashing cimport (KIND_KEY, KIND_TAG, KIND_UID, SEED_KEY, SEED_TAG, SEED_UID,
+                                  KeyHit, xxh64)
+
+from mqcore.errors import CorruptIndexError, CorruptRecordError
+
+cdef enum:
+    HEADER_SIZE = 64
+    KEY_ENTRY = 24
+    TAG_ENTRY = 16
+    VERSION = 1
+
+HEADER_BYTES = HEADER_SIZE
+KEY_ENTRY_BYTES = KEY_ENTRY
+TAG_ENTRY_BYTES = TAG_ENTRY
+HIT_BYTES = sizeof(KeyHit)
+
+
+def file_size(uint32_t slot_count, uint32_t key_capacity, uint32_t tag_capacity):
+    """Bytes of a key index file with this geometry."""
+    return HEADER_SIZE + 4 * <int64_t>slot_count + KEY_ENTRY * <int64_t>key_capacity \
+        + TAG_ENTRY * <int64_t>tag_capacity
+
+
+def init_header(unsigned char[::1] buf not None, uint32_t slot_count, uint32_t key_capacity,
+                uint32_t tag_capacity):
+    """Write an empty index's header into a zeroed buffer of file_size(...) bytes."""
+    if slot_count == 0 or slot_count & (slot_count - 1):
+        raise ValueError(f"slot_count must be a power of two, not {slot_count}")
+    if buf.shape[0] != file_size(slot_count, key_capacity, tag_capacity):
+        raise ValueError("buffer size does not match the index geometry")
+    cdef unsigned char* p = &buf[0]
+    memcpy(p, b"MQKI", 4)
+    store_be16(p + 4, VERSION)
+    store_be16(p + 6, 0)
+    store_be32(p + 8, slot_count)
+    store_be32(p + 12, key_capacity)
+    store_be32(p + 16, tag_capacity)
+    store_be32(p + 20, 0)
+    store_be32(p + 24, 0)
+    store_be32(p + 28, 0)
+    store_be64(p + 32, <uint64_t>-1)
+    store_be64(p + 40, 0)
+    store_be64(p + 48, <uint64_t>-1)
+    store_be64(p + 56, <uint64_t>-1)
+
+
+@cython.final
+cdef class KeyTable:
+    """The hash table and tag column over one index buffer (an mmap or a bytearray).
+
+    Holds a buffer export until release(). The header is checked against the buffer's size on
+    open; counts are kept here and written back by store_header().
+    """
+
+    cdef const unsigned char[::1] view
+    cdef unsigned char* base
+    cdef bint writable
+    cdef readonly uint32_t slot_count
+    cdef readonly uint32_t key_capacity
+    cdef readonly uint32_t tag_capacity
+    cdef readonly uint32_t key_count
+    cdef readonly uint32_t tag_count
+    cdef readonly bint complete
+    cdef readonly int64_t base_timestamp
+    cdef readonly int64_t covered_position
+    cdef readonly int64_t min_timestamp
+    cdef readonly int64_t max_timestamp
+    cdef unsigned char* slots
+    cdef unsigned char* keys
+    cdef unsigned char* tags
+
+    def __init__(self, buf, bint writable):
+        cdef const unsigned char[::1] v = buf
+        cdef const unsigned char* p
+        self.view = v
+        self.writable = writable
+        if v.shape[0] < HEADER_SIZE:
+            raise CorruptIndexError(f"key index of {v.shape[0]} bytes is shorter than its header")
+        p = &v[0]
+        self.base = <unsigned char*>p
+        if memcmp(p, b"MQKI", 4) != 0 or load_be16(p + 4) != VERSION:
+            raise CorruptIndexError("not a version 1 key index (bad magic or version)")
+        self.complete = load_be16(p + 6) & 1
+        self.slot_count = load_be32(p + 8)
+        self.key_capacity = load_be32(p + 12)
+        self.tag_capacity = load_be32(p + 16)
+        self.key_count = load_be32(p + 20)
+        self.tag_count = load_be32(p + 24)
+        self.base_timestamp = <int64_t>load_be64(p + 32)
+        self.covered_position = <int64_t>load_be64(p + 40)
+        self.min_timestamp = <int64_t>load_be64(p + 48)
+        self.max_timestamp = <int64_t>load_be64(p + 56)
+        if self.slot_count == 0 or self.slot_count & (self.slot_count - 1):
+            raise CorruptIndexError(f"key index slot count {self.slot_count} is not a power of two")
+        if v.shape[0] != file_size(self.slot_count, self.key_capacity, self.tag_capacity):
+            raise CorruptIndexError(f"key index of {v.shape[0]} bytes does not match its header")
+        if self.key_count > self.key_capacity or self.tag_count > self.tag_capacity:
+            raise CorruptIndexError("key index counts exceed its capacity")
+        self.slots = self.base + HEADER_SIZE
+        self.keys = self.slots + 4 * <Py_ssize_t>self.slot_count
+        self.tags = self.keys + KEY_ENTRY * <Py_ssize_t>self.key_capacity
+
+    def release(self):
+        """Drop the buffer export (before the mmap under it is closed)."""
+        self.view = None
+        self.base = NULL
+
+    cdef int check_open(self, bint write) except -1:
+        if self.base == NULL:
+            raise ValueError("the key index was released")
+        if write and not self.writable:
+            raise ValueError("the key index is read-only")
+        return 0
+
+    def store_header(self, bint complete, int64_t covered_position):
+        """Write the counts, bounds and `complete` flag back into the header."""
+        self.check_open(True)
+        self.complete = complete
+        self.covered_position = covered_position
+        store_be16(self.base + 6, 1 if complete else 0)
+        store_be32(self.base + 20, self.key_count)
+        store_be32(self.base + 24, self.tag_count)
+        store_be64(self.base + 32, <uint64_t>self.base_timestamp)
+        store_be64(self.base + 40, <uint64_t>covered_position)
+        store_be64(self.base + 48, <uint64_t>self.min_timestamp)
+        store_be64(self.base + 56, <uint64_t>self.max_timestamp)
+
+    def chains_valid(self):
+        """Every slot and link points below key_count and links go to older entries.
+
+        False means entries were written after the header's counts (an unclean stop): rebuild.
+        """
+        self.check_open(False)
+        cdef uint32_t i, head, prev
+        for i in range(self.slot_count):
+            head = load_be32(self.slots + 4 * <Py_ssize_t>i)
+            if head > self.key_count:
+                return False
+        for i in range(self.key_count):
+            prev = load_be32(self.keys + KEY_ENTRY * <Py_ssize_t>i + 20)
+            if prev > i:
+                return False
+        return True
+
+    def room_for(self, Py_ssize_t key_entries, Py_ssize_t tag_entries):
+        """Whether that many more entries fit (a full index rolls the segment)."""
+        return (self.key_count + key_entries <= self.key_capacity
+                and self.tag_count + tag_entries <= self.tag_capacity)
+
+    @staticmethod
+    def count_hits(const unsigned char[::1] hits not None):
+        """(key entries, tag entries) a packed KeyHit array will add."""
+        cdef const KeyHit* h = <const KeyHit*>&hits[0] if hits.shape[0] else NULL
+        cdef Py_ssize_t i, n = hits.shape[0] // sizeof(KeyHit), tags = 0
+        for i in range(n):
+            if h[i].kind == KIND_TAG:
+                tags += 1
+        return n - tags, tags
+
+    cdef void note_time(self, int64_t ts) noexcept:
+        if self.base_timestamp < 0:
+            self.base_timestamp = ts
+        if self.min_timestamp < 0 or ts < self.min_timestamp:
+            self.min_timestamp = ts
+        if ts > self.max_timestamp:
+            self.max_timestamp = ts
+
+    cdef int insert_hit(self, const KeyHit* h, int64_t rel_offset, int64_t position) except -1:
+        cdef unsigned char* e
+        cdef unsigned char* slot
+        cdef int64_t delta
+        if rel_offset < 0 or rel_offset > 0xFFFFFFFF or position < 0 or position > 0xFFFFFFFF:
+            raise ValueError(f"offset {rel_offset} or position {position} outside the index range")
+        self.note_time(h.timestamp)
+        if h.kind == KIND_TAG:
+            if self.tag_count >= self.tag_capacity:
+                raise OverflowError("the key index's tag column is full")
+            e = self.tags + TAG_ENTRY * <Py_ssize_t>self.tag_count
+            store_be32(e, <uint32_t>rel_offset)
+            store_be32(e + 4, <uint32_t>position)
+            store_be64(e + 8, h.hash)
+            self.tag_count += 1
+            return 0
+        if self.key_count >= self.key_capacity:
+            raise OverflowError("the key index is full")
+        delta = h.timestamp - self.base_timestamp
+        delta = INT32_MIN if delta < INT32_MIN else (INT32_MAX if delta > INT32_MAX else delta)
+        e = self.keys + KEY_ENTRY * <Py_ssize_t>self.key_count
+        slot = self.slots + 4 * <Py_ssize_t>(h.hash & (self.slot_count - 1))
+        store_be64(e, h.hash)
+        store_be32(e + 8, <uint32_t>rel_offset)
+        store_be32(e + 12, <uint32_t>position)
+        store_be32(e + 16, <uint32_t><int32_t>delta)
+        store_be32(e + 20, load_be32(slot))
+        self.key_count += 1
+        store_be32(slot, self.key_count)
+        return 0
+
+    def insert(self, const unsigned char[::1] hits not None, int64_t first_rel_offset,
+               int64_t position):
+        """Add a batch's packed KeyHits: the batch starts at `position`, its first record at
+        relative offset `first_rel_offset`. Check room_for() first."""
+        self.check_open(True)
+        cdef const KeyHit* h = <const KeyHit*>&hits[0] if hits.shape[0] else NULL
+        cdef Py_ssize_t i, n = hits.shape[0] // sizeof(KeyHit)
+        for i in range(n):
+            self.insert_hit(&h[i], first_rel_offset + h[i].offset_delta, position)
+
+    def probe(self, uint64_t hash, Py_ssize_t max_entries):
+        """Entries with this full hash, newest first: [(relative offset, position, ts_lo, ts_hi)]
+        where the record's timestamp lies in [ts_lo, ts_hi] (equal unless the delta saturated).
+        Stops after walking max_entries matches; a link that does not go to an older entry
+        raises CorruptIndexError."""
+        self.check_open(False)
+        cdef list out = []
+        cdef uint32_t cur = load_be32(self.slots + 4 * <Py_ssize_t>(hash & (self.slot_count - 1)))
+        cdef uint32_t prev
+        cdef const unsigned char* e
+        cdef int32_t d
+        cdef int64_t lo, hi
+        if cur > self.key_count:
+            raise CorruptIndexError("a key index slot points past its entries")
+        while cur != 0 and len(out) < max_entries:
+            e = self.keys + KEY_ENTRY * <Py_ssize_t>(cur - 1)
+            prev = load_be32(e + 20)
+            if prev >= cur:
+                raise CorruptIndexError("a key index chain does not go to older entries")
+            if load_be64(e) == hash:
+                d = <int32_t>load_be32(e + 16)
+                lo = self.base_timestamp + d
+                hi = lo
+                if d == INT32_MIN:
+                    lo = -1
+                elif d == INT32_MAX:
+                    hi = 0x7FFFFFFFFFFFFFFF
+                out.append((load_be32(e + 8), load_be32(e + 12), lo, hi))
+            cur = prev
+        return out
+
+    def tag_entries(self, uint64_t tag_hash, int64_t from_rel_offset, Py_ssize_t max_entries):
+        """Tag entries with this hash at relative offsets >= from_rel_offset, in offset order,
+        at most max_entries: ([(relative offset, position)], entries examined)."""
+        self.check_open(False)
+        cdef Py_ssize_t lo = 0, hi = self.tag_count, mid, i, examined = 0
+        cdef const unsigned char* e
+        cdef list out = []
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if <int64_t>load_be32(self.tags + TAG_ENTRY * mid) < from_rel_offset:
+                lo = mid + 1
+            else:
+                hi = mid
+        i = lo
+        while i < self.tag_count and len(out) < max_entries:
+            e = self.tags + TAG_ENTRY * i
+            examined += 1
+            if load_be64(e + 8) == tag_hash:
+                out.append((load_be32(e), load_be32(e + 4)))
+            i += 1
+        return out, examined
+
+    def clear(self):
+        """Forget every entry (before a rebuild)."""
+        self.check_open(True)
+        memset(self.slots, 0, 4 * <Py_ssize_t>self.slot_count)
+        self.key_count = 0
+        self.tag_count = 0
+        self.base_timestamp = -1
+        self.min_timestamp = -1
+        self.max_timestamp = -1
+
+
+# ---------------------------------------------------------------------------------------------
+# Rebuild: the same KeyHits the encoder lists, found in stored batches
+# ---------------------------------------------------------------------------------------------
+
+cdef int hit_append(bytearray out, uint64_t hash, int64_t ts, int32_t delta, int32_t kind) except -1:
+    cdef KeyHit h
+    h.hash = hash
+    h.timestamp = ts
+    h.offset_delta = delta
+    h.kind = kind
+    out.extend((<unsigned char*>&h)[:sizeof(KeyHit)])
+    return 0
+
+
+cdef int record_hits(bytearray out, const RecordView* r, int64_t ts, int32_t delta) except -1:
+    """The KeyHits of one stored record: key, uid, `keys` words, tag (as the encoder lists)."""
+    cdef const unsigned char* p = r.headers
+    cdef const unsigned char* end = r.headers + r.headers_len
+    cdef HeaderView hv
+    cdef Py_ssize_t i, j, start
+    if r.key_len >= 0:
+        hit_append(out, xxh64(r.key, r.key_len, SEED_KEY), ts, delta, KIND_KEY)
+    for i in range(r.header_count):
+        if next_header(&p, end, &hv) != OK:
+            raise CorruptRecordError("bad record header while indexing")
+        if hv.value_len < 0:
+            continue
+        if hv.key_len == 3 and memcmp(hv.key, b"tag", 3) == 0:
+            hit_append(out, xxh64(hv.value, hv.value_len, SEED_TAG), ts, delta, KIND_TAG)
+        elif hv.key_len == 3 and memcmp(hv.key, b"uid", 3) == 0:
+            hit_append(out, xxh64(hv.value, hv.value_len, SEED_UID), ts, delta, KIND_UID)
+        elif hv.key_len == 4 and memcmp(hv.key, b"keys", 4) == 0:
+            j = 0
+            while j < hv.value_len:
+                while j < hv.value_len and hv.value[j] == 32:
+                    j += 1
+                start = j
+                while j < hv.value_len and hv.value[j] != 32:
+                    j += 1
+                if j > start:
+                    hit_append(out, xxh64(hv.value + start, j - start, SEED_KEY), ts, delta,
+                               KIND_KEY)
+    return 0
+
+
+def batch_hits(const unsigned char[::1] buf not None, Py_ssize_t pos, Py_ssize_t max_decompressed,
+               object source=None):
+    """(packed KeyHits of the batch at `pos`, its base offset, its size) for a rebuild; the
+    batch must be whole and valid (the caller scanned the segment already)."""
+    cdef BatchHeader h
+    cdef RecordCursor c
+    cdef RecordView r
+    cdef int rc
+    cdef int64_t ts
+    cdef bytearray out = bytearray()
+    if pos < 0 or pos > buf.shape[0]:
+        raise ValueError(f"position {pos} outside the buffer")
+    rc = check_batch(&buf[0] + pos if buf.shape[0] else NULL, buf.shape[0] - pos, &h, False)
+    if rc != OK:
+        raise CorruptRecordError(error_text(rc), path=source, position=pos)
+    size = 12 + h.batch_length
+    if h.attributes & ATTR_CONTROL:
+        return bytes(out), h.base_offset, size
+    owner = open_records(&buf[0] + pos, &h, max_decompressed, &c)
+    while True:
+        rc = next_record(&c, &r)
+        if rc == 0:
+            break
+        if rc < 0:
+            raise CorruptRecordError(error_text(rc), path=source, position=pos)
+        if h.attributes & ATTR_LOG_APPEND_TIME:
+            ts = h.max_timestamp
+        else:
+            ts = h.base_timestamp + r.timestamp_delta
+        record_hits(out, &r, ts, <int32_t>r.offset_delta)
+    rc = cursor_finish(&c)
+    if rc != OK:
+        raise CorruptRecordError(error_text(rc), path=source, position=pos)
+    del owner
+    return bytes(out), h.base_offset, size

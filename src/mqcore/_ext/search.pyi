@@ -1,0 +1,31 @@
+from .batch import Message
+
+_Bytes = bytes | bytearray | memoryview
+
+class ScanResult:
+    messages: list[Message]
+    next_position: int
+    next_offset: int
+    records_scanned: int
+    bytes_scanned: int
+    reason: str
+
+def scan_records(
+    buf: _Bytes,
+    pos: int,
+    topic: str,
+    partition: int,
+    min_offset: int,
+    max_offset: int,
+    min_ts: int,
+    max_ts: int,
+    needle: bytes | None = None,
+    in_key: bool = False,
+    tag: bytes | None = None,
+    limit: int = 1000,
+    max_records: int = ...,
+    verify_crc: bool = True,
+    max_decompressed: int = ...,
+    source: str | None = None,
+    file_pos: int = 0,
+) -> ScanResult: ...

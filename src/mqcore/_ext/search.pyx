@@ -1,0 +1,324 @@
+# Message search: one pass over a segment's mapped bytes (whole Kafka v2 batches back to back
+# from index 0) that returns the records passing a filter, without materialising the others.
+#
+# scan_records(buf, pos, ...) starts at the batch at `pos` and walks batches in order:
+#   - a batch whose bytes are incomplete ends the scan (the end of valid data, reason "end");
+#     any other invalid batch or record raises CorruptRecordError naming `source` and
+#     `file_pos + position` of its batch;
+#   - every batch reached is checked in full first (lengths, magic, codec, counts, the CRC when
+#     verify_crc); one whose base offset is >= max_offset then ends the scan (reason "end");
+#   - a whole batch is skipped without decoding its records when it is a control batch
+#     (attribute bit 5: no user messages), when its last offset < min_offset, when its
+#     maxTimestamp < min_ts (the max bounds every record's timestamp), or, under LogAppendTime
+#     (bit 3, every record carries maxTimestamp), when maxTimestamp >= max_ts;
+#   - otherwise its records are decoded (compressed batches are decompressed first). Records
+#     below min_offset are passed over (not counted as scanned); a record at or past max_offset
+#     ends the scan (reason "end"); every other record is scanned and matches when its
+#     timestamp is in [min_ts, max_ts) AND (no needle, or the needle occurs in its value
+#     (memmem; a null value never matches; an empty needle matches every non-null value), or
+#     in_key and it occurs in its key) AND (no tag, or one of its headers has the key b"tag"
+#     and a value equal to tag).
+# The scan stops right after the record that makes `limit` matches (reason "limit") or uses up
+# the `max_records` budget (reason "max_records"). The result says where to resume: the batch
+# position `next_position` and the first offset not yet examined `next_offset`; a later call
+# with pos=next_position, min_offset=next_offset continues exactly where this one stopped.
+# After max_offset ended a scan, next_offset >= max_offset. records_scanned counts the records
+# tested against the filter; bytes_scanned sums the sizes of the batches whose records were
+# walked (skipped batches cost a header check only).
+#
+# The walk runs without the GIL; it comes back only to decompress a batch, to build the
+# Message of a match and to raise.
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from libc.stdint cimport INT64_MAX, int64_t, uint64_t
+from libc.string cimport memcmp
+
+from mqcore._ext.batch cimport (
+    ATTR_CODEC_MASK, ATTR_CONTROL, ATTR_LOG_APPEND_TIME, BATCH_HEADER_SIZE, BatchHeader,
+    E_SHORT, HeaderView, LOG_OVERHEAD, OK, RecordCursor, RecordView, check_batch, cursor_finish,
+    cursor_init, error_text, make_message, next_header, next_record, open_records,
+)
+
+from mqcore.errors import CorruptRecordError, InvalidConfigError
+
+cdef extern from *:
+    """
+    #ifndef _GNU_SOURCE
+    #define _GNU_SOURCE 1  /* glibc declares memmem under it; CPython's pyconfig.h sets it too */
+    #endif
+    #include <string.h>
+    /* repeated in case Python.h included string.h before _GNU_SOURCE was defined */
+    void *memmem(const void *, size_t, const void *, size_t);
+    """
+    void* memmem(const void* haystack, size_t n, const void* needle, size_t m) nogil
+
+# What advance() stops for. EV_NEXT (keep walking) is 0 like OK, so a helper that returns OK
+# or an error code can be returned as an event; error codes (E_*) are negative.
+cdef enum:
+    EV_NEXT = 0
+    EV_END = 1          # end of the data, or an offset >= max_offset
+    EV_MATCH = 2        # the RecordView holds a match
+    EV_BUDGET = 3       # max_records records scanned; the last one did not match
+    EV_OPEN = 4         # a compressed batch at pos: decompress it (needs the GIL)
+
+cdef struct ScanState:
+    const unsigned char* buf
+    Py_ssize_t n
+    Py_ssize_t pos                # position of the current batch
+    bint in_batch                 # the cursor walks the records of the batch at pos
+    bint verify_crc
+    BatchHeader h
+    RecordCursor c
+    int64_t next_offset
+    int64_t scanned
+    int64_t budget
+    int64_t bytes
+
+
+cdef inline int64_t wrap_add(int64_t a, int64_t b) noexcept nogil:
+    """a + b wrapping on overflow (lying headers must not reach signed-overflow UB)."""
+    return <int64_t>(<uint64_t>a + <uint64_t>b)
+
+
+cdef inline int64_t max64(int64_t a, int64_t b) noexcept nogil:
+    return a if a > b else b
+
+
+cdef inline int64_t last_offset(const BatchHeader* h) noexcept nogil:
+    return wrap_add(h.base_offset, h.last_offset_delta)
+
+
+cdef inline bint contains(const unsigned char* hay, Py_ssize_t n, const unsigned char* needle,
+                          Py_ssize_t m) noexcept nogil:
+    """needle occurs in hay[:n]; never in a null field (n == -1)."""
+    if n < 0:
+        return False
+    if m == 0:
+        return True
+    return memmem(hay, <size_t>n, needle, <size_t>m) != NULL
+
+
+cdef bint has_tag(const RecordView* r, const unsigned char* tag, Py_ssize_t tag_len) noexcept nogil:
+    """One of r's headers is ("tag", tag) exactly."""
+    cdef const unsigned char* p = r.headers
+    cdef const unsigned char* end = r.headers + r.headers_len
+    cdef HeaderView hv
+    cdef Py_ssize_t i
+    for i in range(r.header_count):
+        if next_header(&p, end, &hv) != OK:
+            return False
+        if (hv.key_len == 3 and memcmp(hv.key, b"tag", 3) == 0 and hv.value_len == tag_len
+                and memcmp(hv.value, tag, <size_t>tag_len) == 0):
+            return True
+    return False
+
+
+cdef int record_matches(const BatchHeader* h, const RecordView* r,
+                        const SearchFilter* f) noexcept nogil:
+    cdef int64_t ts
+    if h.attributes & ATTR_LOG_APPEND_TIME:
+        ts = h.max_timestamp
+    else:
+        ts = wrap_add(h.base_timestamp, r.timestamp_delta)
+    if ts < f.min_ts or ts >= f.max_ts:
+        return 0
+    if f.needle_len >= 0 and not (
+            contains(r.value, r.value_len, f.needle, f.needle_len)
+            or (f.in_key and contains(r.key, r.key_len, f.needle, f.needle_len))):
+        return 0
+    if f.tag_len >= 0 and not has_tag(r, f.tag, f.tag_len):
+        return 0
+    return 1
+
+
+cdef inline bint skip_batch(const BatchHeader* h, const SearchFilter* f) noexcept nogil:
+    """No record of the batch can match: control, below min_offset or outside the time window."""
+    if h.attributes & ATTR_CONTROL or last_offset(h) < f.min_offset or h.max_timestamp < f.min_ts:
+        return True
+    return h.attributes & ATTR_LOG_APPEND_TIME and h.max_timestamp >= f.max_ts
+
+
+cdef inline int past_window(ScanState* s, const SearchFilter* f) noexcept nogil:
+    """An offset >= max_offset: the scan ends at the batch holding it."""
+    s.next_offset = max64(s.next_offset, f.max_offset)
+    return EV_END
+
+
+cdef inline void leave_batch(ScanState* s) noexcept nogil:
+    s.next_offset = max64(s.next_offset, wrap_add(last_offset(&s.h), 1))
+    s.pos += LOG_OVERHEAD + s.h.batch_length
+    s.in_batch = False
+
+
+cdef int finish_batch(ScanState* s) noexcept nogil:
+    """After the batch's last record: its records area must be used up exactly; move past it."""
+    cdef int rc = cursor_finish(&s.c)
+    if rc != OK:
+        return rc
+    leave_batch(s)
+    return OK
+
+
+cdef int enter_batch(ScanState* s, const SearchFilter* f) noexcept nogil:
+    """Check the batch at pos and skip it, end the scan, or point the cursor at its records."""
+    cdef int rc
+    if s.pos >= s.n:
+        return EV_END
+    rc = check_batch(s.buf + s.pos, s.n - s.pos, &s.h, s.verify_crc)
+    if rc == E_SHORT:
+        return EV_END
+    if rc != OK:
+        return rc
+    if s.h.base_offset >= f.max_offset:
+        return past_window(s, f)
+    if skip_batch(&s.h, f):
+        if last_offset(&s.h) >= f.max_offset:
+            return past_window(s, f)
+        leave_batch(s)
+        return EV_NEXT
+    s.in_batch = True
+    s.bytes += LOG_OVERHEAD + s.h.batch_length
+    if s.h.attributes & ATTR_CODEC_MASK:
+        return EV_OPEN
+    cursor_init(&s.c, s.buf + s.pos + BATCH_HEADER_SIZE,
+                LOG_OVERHEAD + s.h.batch_length - BATCH_HEADER_SIZE, &s.h)
+    return EV_NEXT
+
+
+cdef int scan_batch(ScanState* s, const SearchFilter* f, RecordView* r) noexcept nogil:
+    """Walk the current batch's records to the next match, the budget's end or the batch's end."""
+    cdef int rc
+    cdef int64_t offset
+    while True:
+        rc = next_record(&s.c, r)
+        if rc == 0:
+            return finish_batch(s)
+        if rc < 0:
+            return rc
+        offset = wrap_add(s.h.base_offset, r.offset_delta)
+        if offset < f.min_offset:
+            continue
+        if offset >= f.max_offset:
+            return past_window(s, f)
+        s.scanned += 1
+        s.next_offset = max64(s.next_offset, wrap_add(offset, 1))
+        if record_matches(&s.h, r, f):
+            return EV_MATCH
+        if s.scanned >= s.budget:
+            return EV_BUDGET
+
+
+cdef int advance(ScanState* s, const SearchFilter* f, RecordView* r) noexcept nogil:
+    """Walk to the next event (EV_*) or error code."""
+    cdef int ev
+    while True:
+        ev = scan_batch(s, f, r) if s.in_batch else enter_batch(s, f)
+        if ev != EV_NEXT:
+            return ev
+
+
+cdef int settle(ScanState* s) noexcept nogil:
+    """After stopping on a record: when it was its batch's last, resume past the batch."""
+    if s.in_batch and s.c.remaining == 0:
+        return finish_batch(s)
+    return OK
+
+
+cdef class ScanResult:
+    """What one scan_records call found, how much it read, and where the next call resumes."""
+
+    cdef readonly list messages
+    cdef readonly Py_ssize_t next_position
+    cdef readonly int64_t next_offset
+    cdef readonly int64_t records_scanned
+    cdef readonly int64_t bytes_scanned
+    cdef readonly str reason
+
+    def __repr__(self):
+        return (f"ScanResult({len(self.messages)} messages, reason={self.reason!r}, "
+                f"next_position={self.next_position}, next_offset={self.next_offset}, "
+                f"records_scanned={self.records_scanned}, bytes_scanned={self.bytes_scanned})")
+
+
+cdef int set_filter(SearchFilter* f, int64_t min_offset, int64_t max_offset, int64_t min_ts,
+                    int64_t max_ts, bytes needle, bint in_key, bytes tag) except -1:
+    """Fill f; its pointers borrow needle's and tag's bytes (the caller keeps them alive)."""
+    f.min_offset = min_offset
+    f.max_offset = max_offset
+    f.min_ts = min_ts
+    f.max_ts = max_ts
+    f.in_key = in_key
+    f.needle = NULL
+    f.needle_len = -1
+    f.tag = NULL
+    f.tag_len = -1
+    if needle is not None:
+        f.needle = <const unsigned char*>PyBytes_AS_STRING(needle)
+        f.needle_len = PyBytes_GET_SIZE(needle)
+    if tag is not None:
+        f.tag = <const unsigned char*>PyBytes_AS_STRING(tag)
+        f.tag_len = PyBytes_GET_SIZE(tag)
+    return 0
+
+
+cdef ScanResult make_result(const ScanState* s, list messages, str reason):
+    cdef ScanResult out = ScanResult.__new__(ScanResult)
+    out.messages = messages
+    out.next_position = s.pos
+    out.next_offset = s.next_offset
+    out.records_scanned = s.scanned
+    out.bytes_scanned = s.bytes
+    out.reason = reason
+    return out
+
+
+def scan_records(const unsigned char[::1] buf not None, Py_ssize_t pos, str topic not None,
+                 int partition, int64_t min_offset, int64_t max_offset, int64_t min_ts,
+                 int64_t max_ts, bytes needle=None, bint in_key=False, bytes tag=None,
+                 Py_ssize_t limit=1000, int64_t max_records=INT64_MAX, bint verify_crc=True,
+                 Py_ssize_t max_decompressed=256 << 20, object source=None, int64_t file_pos=0):
+    """The Messages of buf[pos:] (whole batches from a batch boundary) that match, in offset
+    order, with offsets in [min_offset, max_offset) and timestamps in [min_ts, max_ts): see the
+    module comment for the rules. Returns a ScanResult; resume with pos=next_position,
+    min_offset=next_offset unless its reason is "end"."""
+    cdef ScanState s
+    cdef SearchFilter f
+    cdef RecordView r
+    cdef int ev = EV_NEXT, rc
+    cdef list found = []
+    if limit < 1:
+        raise InvalidConfigError(f"limit must be >= 1, not {limit}")
+    if max_records < 1:
+        raise InvalidConfigError(f"max_records must be >= 1, not {max_records}")
+    if pos < 0 or pos > buf.shape[0]:
+        raise ValueError(f"position {pos} outside a buffer of {buf.shape[0]} bytes")
+    set_filter(&f, min_offset, max_offset, min_ts, max_ts, needle, in_key, tag)
+    s.buf = &buf[0] if buf.shape[0] else NULL
+    s.n = buf.shape[0]
+    s.pos = pos
+    s.in_batch = False
+    s.verify_crc = verify_crc
+    s.next_offset = min_offset
+    s.scanned = 0
+    s.budget = max_records
+    s.bytes = 0
+    area = None                        # owns the decompressed records the cursor walks
+    while True:
+        with nogil:
+            ev = advance(&s, &f, &r)
+        if ev == EV_OPEN:
+            area = open_records(s.buf + s.pos, &s.h, max_decompressed, &s.c)
+            continue
+        if ev < 0:
+            raise CorruptRecordError(error_text(ev), path=source, position=file_pos + s.pos)
+        if ev != EV_MATCH:
+            break
+        found.append(make_message(topic, partition, &s.h, &r))
+        if len(found) >= limit or s.scanned >= s.budget:
+            break
+    if ev == EV_END:
+        return make_result(&s, found, "end")
+    with nogil:
+        rc = settle(&s)
+    if rc != OK:
+        raise CorruptRecordError(error_text(rc), path=source, position=file_pos + s.pos)
+    return make_result(&s, found, "limit" if len(found) >= limit else "max_records")

@@ -1,0 +1,411 @@
+"""The queries behind Store.get_by_id / find_by_key / find_by_unique_id / range / search.
+
+Keys and unique IDs go through each segment's key index (storage/keyindex.py): every hit is
+checked against the stored record before it counts, and `limit` applies after that check.
+Scans (time ranges, content, tags, selectors) walk batches in Cython (_ext/search.pyx), start at
+the time index's answer, and skip segments whose timestamps cannot match. Results come in
+(partition, offset) order; a result always says why it ended and where to resume.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from mqcore._ext.batch import Message
+from mqcore._ext.hashing import xxh64_hash
+from mqcore._ext.search import scan_records
+from mqcore.errors import InvalidConfigError
+from mqcore.query.ids import decode_msg_id, parse_uid, uid_time_ms
+from mqcore.query.selector import Selector, compile_selector
+from mqcore.storage.partition import Partition
+from mqcore.storage.segment import MAX_DECOMPRESSED, LogSegment
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+SEED_KEY, SEED_UID, SEED_TAG = 0, 1, 2  # _ext/hashing.pxd
+MAX_LIMIT = 100_000  # results one query may return (caps user limits before allocating)
+MAX_PROBE = 1 << 20  # index entries one segment probe may walk
+SCAN_CHUNK = 4096  # records a scan kernel call may return before Python filters them
+NO_END = (1 << 63) - 1
+CURSOR_PREFIX = "c1-"
+
+EXHAUSTED, LIMIT, MAX_SCAN, TIMEOUT = "exhausted", "limit", "max_scan", "timeout"
+
+
+@dataclass
+class QueryResult:
+    """Messages a query found, in (partition, offset) order, and why it stopped.
+
+    `reason`: "exhausted" (everything was examined), "limit", "max_scan" or "timeout"; unless
+    exhausted, `cursor` resumes the query where it stopped (pass it back as `cursor=`).
+    """
+
+    messages: list[Message] = field(default_factory=list)
+    reason: str = EXHAUSTED
+    scanned_records: int = 0
+    scanned_bytes: int = 0
+    cursor: str | None = None
+
+    def __iter__(self) -> Iterator[Message]:
+        return iter(self.messages)
+
+    def __len__(self) -> int:
+        return len(self.messages)
+
+    @property
+    def complete(self) -> bool:
+        return self.reason == EXHAUSTED
+
+    def to_arrow(self) -> pa.Table:
+        """The messages as a table with Spark's Kafka source columns (plus headers)."""
+        import pyarrow as pa
+
+        from mqcore.arrow import kafka_schema
+
+        schema = kafka_schema(include_headers=True)
+        rows = {
+            "key": [m.key for m in self.messages],
+            "value": [m.value for m in self.messages],
+            "topic": [m.topic for m in self.messages],
+            "partition": [m.partition for m in self.messages],
+            "offset": [m.offset for m in self.messages],
+            "timestamp": [m.timestamp * 1000 for m in self.messages],
+            "timestampType": [m.timestamp_type for m in self.messages],
+            "headers": [[{"key": k, "value": v} for k, v in m.headers] for m in self.messages],
+        }
+        return pa.Table.from_pydict(rows, schema=schema)
+
+
+def encode_cursor(partition: int, offset: int) -> str:
+    return f"{CURSOR_PREFIX}{partition}-{offset}"
+
+
+def decode_cursor(cursor: str | None) -> tuple[int, int]:
+    """(partition, offset) to resume at; (-1, 0) for no cursor."""
+    if cursor is None:
+        return -1, 0
+    try:
+        if not cursor.startswith(CURSOR_PREFIX):
+            raise ValueError
+        p, o = cursor[len(CURSOR_PREFIX) :].split("-")
+        partition, offset = int(p), int(o)
+        if partition < 0 or offset < 0:
+            raise ValueError
+        return partition, offset
+    except (AttributeError, ValueError):
+        raise InvalidConfigError(f"{cursor!r} is not a query cursor") from None
+
+
+def check_limit(name: str, value: object, cap: int) -> int:
+    """A user limit as an int in [1, cap] (capped before anything is allocated)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidConfigError(f"{name} must be an int >= 1, not {value!r}")
+    return min(value, cap)
+
+
+def time_bounds(start: int | None, end: int | None) -> tuple[int, int]:
+    lo = 0 if start is None else start
+    hi = NO_END if end is None else end
+    for name, v in (("start", lo), ("end", hi)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise InvalidConfigError(f"{name} must be a timestamp in ms >= 0, not {v!r}")
+    return lo, hi
+
+
+def segments_of(part: Partition) -> list[tuple[LogSegment, int]]:
+    """The partition's segments with the size each had when the query started."""
+    with part._lock:
+        return [(s, s.size) for s in part.segments]
+
+
+# -- lookups by ID and key ---------------------------------------------------------------------
+
+
+def get_by_id(parts: Callable[[str, int], Partition | None], msg_id: str) -> Message | None:
+    topic, partition, offset = decode_msg_id(msg_id)
+    part = parts(topic, partition)
+    return None if part is None else part.get(offset)
+
+
+def key_matches(m: Message, key: bytes) -> bool:
+    """The stored record really carries `key`: as its key or a word of its `keys` header."""
+    if m.key == key:
+        return True
+    words = m.header("keys")
+    return words is not None and key in words.split(b" ")
+
+
+def uid_matches(m: Message, uid: bytes) -> bool:
+    return m.header("uid") == uid
+
+
+def probe_partition(
+    part: Partition,
+    hashed: int,
+    lo: int,
+    hi: int,
+    verify: Callable[[Message], bool],
+    from_offset: int,
+) -> tuple[list[Message], int]:
+    """Verified messages of one partition whose index entries carry `hashed`, offset order;
+    also returns how many candidates were read."""
+    candidates: list[int] = []
+    read = 0
+    for seg, _size in segments_of(part):
+        table = seg.key_table()
+        if table is None:
+            continue
+        for rel, _pos, ts_lo, ts_hi in table.probe(hashed, MAX_PROBE):
+            offset = seg.base_offset + rel
+            if offset >= from_offset and ts_hi >= lo and ts_lo < hi:
+                candidates.append(offset)
+    out = []
+    for offset in sorted(set(candidates)):
+        m = part.get(offset)
+        read += 1
+        if m is not None and lo <= m.timestamp < hi and verify(m):
+            out.append(m)
+    return out, read
+
+
+def find_indexed(
+    parts: Sequence[Partition],
+    hashed: int,
+    verify: Callable[[Message], bool],
+    start: int | None,
+    end: int | None,
+    limit: int,
+    cursor: str | None,
+) -> QueryResult:
+    lo, hi = time_bounds(start, end)
+    limit = check_limit("limit", limit, MAX_LIMIT)
+    resume_p, resume_o = decode_cursor(cursor)
+    result = QueryResult()
+    for part in parts:
+        if part.partition < resume_p:
+            continue
+        from_offset = resume_o if part.partition == resume_p else 0
+        found, read = probe_partition(part, hashed, lo, hi, verify, from_offset)
+        result.scanned_records += read
+        room = limit - len(result.messages)
+        if len(found) > room:
+            result.messages.extend(found[:room])
+            result.reason = LIMIT
+            result.cursor = encode_cursor(part.partition, found[room - 1].offset + 1)
+            return result
+        result.messages.extend(found)
+    return result
+
+
+def key_hash(key: bytes | str) -> tuple[bytes, int]:
+    raw = key.encode() if isinstance(key, str) else bytes(key)
+    return raw, xxh64_hash(raw, SEED_KEY)
+
+
+def uid_hash(uid: str) -> tuple[bytes, int]:
+    raw = parse_uid(uid)
+    return raw, xxh64_hash(raw, SEED_UID)
+
+
+def find_unique(
+    parts: Sequence[Partition], uid: str, start: int | None, end: int | None, limit: int
+) -> QueryResult:
+    """Messages carrying unique ID `uid` in any of `parts`. A UUIDv7's time orders the search:
+    segments whose timestamps span it are probed first, and the search stops at `limit`."""
+    raw, hashed = uid_hash(uid)
+    lo, hi = time_bounds(start, end)
+    limit = check_limit("limit", limit, MAX_LIMIT)
+    t = uid_time_ms(raw)
+    segs = [(part, seg) for part in parts for seg, _ in segments_of(part)]
+    if t is not None:
+        segs.sort(key=lambda ps: not (ps[1].max_timestamp >= t >= _min_ts(ps[1])))
+    result = QueryResult()
+    for part, seg in segs:
+        table = seg.key_table()
+        if table is None:
+            continue
+        for rel, _pos, ts_lo, ts_hi in table.probe(hashed, MAX_PROBE):
+            if ts_hi < lo or ts_lo >= hi:
+                continue
+            m = part.get(seg.base_offset + rel)
+            result.scanned_records += 1
+            if m is not None and lo <= m.timestamp < hi and uid_matches(m, raw):
+                result.messages.append(m)
+        if len(result.messages) >= limit:
+            del result.messages[limit:]
+            result.reason = LIMIT
+            break
+    result.messages.sort(key=lambda m: (m.topic, m.partition, m.offset))
+    return result
+
+
+def _min_ts(seg: LogSegment) -> int:
+    table = seg.key_table()
+    return table.min_timestamp if table is not None and table.key_count else 0
+
+
+# -- scans: time range, content, tag, selector -------------------------------------------------
+
+
+@dataclass
+class ScanSpec:
+    """What a scan looks for; Python-side filters run on the kernel's candidates."""
+
+    lo: int = 0
+    hi: int = NO_END
+    needle: bytes | None = None
+    tag: bytes | None = None
+    pattern: re.Pattern[bytes] | None = None
+    selector: Selector | None = None
+
+    def accepts(self, m: Message) -> bool:
+        if self.pattern is not None and (m.value is None or not self.pattern.search(m.value)):
+            return False
+        return self.selector is None or self.selector.matches(selector_view(m))
+
+
+def selector_view(m: Message) -> dict[str, str]:
+    """The properties a selector sees: the text headers, plus TAGS for the tag (RocketMQ)."""
+    props = m.properties
+    if "tag" in props:
+        props.setdefault("TAGS", props["tag"])
+    return props
+
+
+def make_spec(
+    start: int | None,
+    end: int | None,
+    contains: bytes | str | None = None,
+    regex: str | bytes | None = None,
+    tag: str | None = None,
+    where: str | None = None,
+) -> ScanSpec:
+    lo, hi = time_bounds(start, end)
+    spec = ScanSpec(lo, hi)
+    if contains is not None:
+        spec.needle = contains.encode() if isinstance(contains, str) else bytes(contains)
+    if regex is not None:
+        try:
+            spec.pattern = re.compile(regex.encode() if isinstance(regex, str) else regex)
+        except re.error as e:
+            raise InvalidConfigError(f"bad regex {regex!r}: {e}") from None
+    if tag is not None:
+        spec.tag = tag.encode()
+    if where is not None:
+        spec.selector = compile_selector(where)
+    return spec
+
+
+@dataclass
+class ScanBudget:
+    limit: int
+    max_scan: int
+    deadline: float
+
+    def spent(self, result: QueryResult) -> str | None:
+        if len(result.messages) >= self.limit:
+            return LIMIT
+        if result.scanned_records >= self.max_scan:
+            return MAX_SCAN
+        if time.monotonic() >= self.deadline:
+            return TIMEOUT
+        return None
+
+
+def scan_partition(
+    part: Partition, spec: ScanSpec, budget: ScanBudget, result: QueryResult, from_offset: int
+) -> str | None:
+    """Scan one partition into `result`; returns why it stopped early (None: exhausted)."""
+    start_offset = max(from_offset, part.start_offset)
+    if spec.lo > 0:
+        first = part.offset_for_time(spec.lo)
+        if first is None:
+            return None
+        start_offset = max(start_offset, first)
+    next_offset = start_offset
+    for seg, size in segments_of(part):
+        if size == 0 or seg.next_offset <= next_offset:
+            continue
+        if seg.max_timestamp < spec.lo:
+            continue
+        table = seg.key_table()
+        if table is not None and table.key_count and table.min_timestamp >= spec.hi:
+            continue
+        stop, next_offset = scan_segment(part, seg, size, spec, budget, result, next_offset)
+        if stop is not None:
+            result.cursor = encode_cursor(part.partition, next_offset)
+            return stop
+    return None
+
+
+def scan_segment(
+    part: Partition,
+    seg: LogSegment,
+    size: int,
+    spec: ScanSpec,
+    budget: ScanBudget,
+    result: QueryResult,
+    from_offset: int,
+) -> tuple[str | None, int]:
+    view = seg.view(0, size)
+    try:
+        pos = seg.position_for(max(from_offset, seg.base_offset))
+        offset = from_offset
+        while True:
+            room = min(SCAN_CHUNK, budget.limit - len(result.messages))
+            if spec.pattern is not None or spec.selector is not None:
+                room = SCAN_CHUNK  # Python filters follow: the limit counts after them
+            r = scan_records(
+                view, pos, part.topic, part.partition, offset, NO_END, spec.lo, spec.hi,
+                spec.needle, False, spec.tag, room,
+                max(1, budget.max_scan - result.scanned_records), True, MAX_DECOMPRESSED,
+                seg.log_path, 0,
+            )  # fmt: skip
+            result.scanned_records += r.records_scanned
+            result.scanned_bytes += r.bytes_scanned
+            for m in r.messages:
+                if spec.accepts(m):
+                    result.messages.append(m)
+                    if len(result.messages) >= budget.limit:
+                        return LIMIT, m.offset + 1
+            pos, offset = r.next_position, r.next_offset
+            if r.reason == "end":
+                return None, offset
+            stop = budget.spent(result)
+            if stop is not None:
+                return stop, offset
+    finally:
+        view.release()
+
+
+def run_scan(
+    parts: Sequence[Partition],
+    spec: ScanSpec,
+    limit: int,
+    max_scan: int,
+    timeout: float | None,
+    cursor: str | None,
+) -> QueryResult:
+    budget = ScanBudget(
+        check_limit("limit", limit, MAX_LIMIT),
+        check_limit("max_scan", max_scan, NO_END),
+        time.monotonic() + (timeout if timeout is not None else 1e18),
+    )
+    resume_p, resume_o = decode_cursor(cursor)
+    result = QueryResult()
+    for part in parts:
+        if part.partition < resume_p:
+            continue
+        from_offset = resume_o if part.partition == resume_p else 0
+        stop = scan_partition(part, spec, budget, result, from_offset)
+        if stop is not None:
+            result.reason = stop
+            if result.cursor is None:
+                result.cursor = encode_cursor(part.partition, from_offset)
+            return result
+    return result

@@ -1,0 +1,102 @@
+"""Message IDs (docs/format.md "Message IDs"): the store ID and the unique ID, told apart by text.
+
+Store ID (`msg_id`): where a message lives, decodable with no index.
+    "m1-" + base64url, unpadded, of: uvarint partition | uvarint offset | UTF-8 topic
+Unique ID (`unique_id`): 16 bytes carried by the record's `uid` header (a UUIDv7 when mqcore
+assigns it, see _ext/batch.pyx), written as a canonical UUID: 8-4-4-4-12 lowercase hex.
+A store ID always starts with "m1-"; a unique ID never holds anything but hex and hyphens.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+
+from mqcore.config import validate_name
+from mqcore.errors import InvalidMessageIdError, InvalidTopicError
+
+STORE_ID_PREFIX = "m1-"
+MAX_OFFSET = (1 << 63) - 1
+
+
+def _uvarint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _read_uvarint(data: bytes, at: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if at >= len(data) or shift > 63:
+            raise InvalidMessageIdError("store ID is truncated or has an overlong number")
+        b = data[at]
+        at += 1
+        value |= (b & 0x7F) << shift
+        shift += 7
+        if not b & 0x80:
+            return value, at
+
+
+def encode_msg_id(topic: str, partition: int, offset: int) -> str:
+    """The store ID of the message at (topic, partition, offset)."""
+    raw = _uvarint(partition) + _uvarint(offset) + topic.encode()
+    return STORE_ID_PREFIX + base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+
+
+def decode_msg_id(text: object) -> tuple[str, int, int]:
+    """(topic, partition, offset) of a store ID; InvalidMessageIdError names what is wrong."""
+    if not isinstance(text, str) or not text.startswith(STORE_ID_PREFIX):
+        raise InvalidMessageIdError(f"{text!r} is not a store ID (they start with 'm1-')")
+    body = text[len(STORE_ID_PREFIX) :]
+    try:
+        raw = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
+    except (binascii.Error, ValueError):
+        raise InvalidMessageIdError(f"store ID {text!r} is not valid base64url") from None
+    partition, at = _read_uvarint(raw, 0)
+    offset, at = _read_uvarint(raw, at)
+    if partition > 0x7FFFFFFF or offset > MAX_OFFSET:
+        raise InvalidMessageIdError(f"store ID {text!r} names an impossible partition or offset")
+    try:
+        topic = validate_name(raw[at:].decode())
+    except (UnicodeDecodeError, InvalidTopicError):
+        raise InvalidMessageIdError(f"store ID {text!r} does not name a valid topic") from None
+    if encode_msg_id(topic, partition, offset) != text:
+        raise InvalidMessageIdError(f"store ID {text!r} is not in canonical form")
+    return topic, partition, offset
+
+
+def uid_text(raw: bytes) -> str:
+    """The canonical text of a 16-byte unique ID."""
+    h = raw.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def parse_uid(text: object) -> bytes:
+    """The 16 bytes of a unique ID written as a UUID (hyphens optional, any case)."""
+    if isinstance(text, str) and text.startswith(STORE_ID_PREFIX):
+        raise InvalidMessageIdError(f"{text!r} is a store ID, not a unique ID (use get_by_id)")
+    if not isinstance(text, str):
+        raise InvalidMessageIdError(f"a unique ID must be a str, not {type(text).__name__}")
+    digits = text.replace("-", "")
+    if len(digits) != 32 or (len(text) != 32 and len(text) != 36):
+        raise InvalidMessageIdError(f"{text!r} is not a unique ID (a UUID of 32 hex digits)")
+    try:
+        return bytes.fromhex(digits)
+    except ValueError:
+        raise InvalidMessageIdError(f"{text!r} is not a unique ID (non-hex digits)") from None
+
+
+def uid_time_ms(raw: bytes) -> int | None:
+    """The unix milliseconds a UUIDv7 carries; None for other versions."""
+    if len(raw) != 16 or raw[6] >> 4 != 7:
+        return None
+    return int.from_bytes(raw[:6], "big")
+
+
+def id_kind(text: str) -> str:
+    """'store' or 'unique' from the text alone."""
+    return "store" if text.startswith(STORE_ID_PREFIX) else "unique"

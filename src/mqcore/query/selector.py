@@ -1,0 +1,698 @@
+# SQL92 property selectors in the style of RocketMQ's message filter.
+# Source of the dialect: docs: RocketMQ SQL92 filter (REFERENCE.md).
+#
+# Grammar (EBNF). Keywords are case-insensitive, identifiers case-sensitive.
+#
+#   selector   = or_expr EOF ;
+#   or_expr    = and_expr { "OR" and_expr } ;
+#   and_expr   = not_expr { "AND" not_expr } ;
+#   not_expr   = { "NOT" } primary ;
+#   primary    = "(" or_expr ")" | operand predicate ;
+#   predicate  = cmp_op operand
+#              | [ "NOT" ] "BETWEEN" operand "AND" operand
+#              | [ "NOT" ] "IN" "(" in_item { "," in_item } ")"
+#              | "IS" [ "NOT" ] "NULL"
+#              | [ "NOT" ] ( "CONTAINS" | "STARTSWITH" | "ENDSWITH" ) string ;
+#   cmp_op     = "=" | "<>" | "!=" | "<" | "<=" | ">" | ">=" ;
+#   operand    = identifier | literal ;
+#   literal    = string | integer | float | "TRUE" | "FALSE" | "NULL" ;
+#   in_item    = string | integer | float ;
+#   identifier = ( letter | "_" | "$" ) { letter | digit | "_" | "$" | "." } ;  (not a keyword)
+#   integer    = [ "-" ] digit { digit } ;                    (must fit a signed 64-bit integer)
+#   float      = [ "-" ] ( digits "." [ digits ] [ exp ] | "." digits [ exp ] | digits exp ) ;
+#   exp        = ( "e" | "E" ) [ "+" | "-" ] digits ;
+#   string     = "'" { any character but "'" | "''" } "'" ;   ("''" is one quote)
+#
+# Precedence: NOT binds tighter than AND, AND tighter than OR. TRUE/FALSE only take = and <>.
+#
+# Coercion. Properties are strings; a missing property is NULL (the empty string is not NULL).
+#   - property vs integer literal: the stripped text must be [+-]digits, else no coercion;
+#   - property vs float literal: the stripped text must be a finite decimal number (ints qualify;
+#     nan/inf do not);
+#   - property vs TRUE/FALSE: the stripped text must be 'true' or 'false', any case;
+#   - property vs string literal: compared as strings (code point order);
+#   - property vs property: numerically when both coerce to numbers, else as strings;
+#   - literal vs literal: integers and floats compare numerically; a string literal is coerced
+#     like a property; a boolean against a number never compares.
+# Three-valued logic (Kleene). A NULL operand, a NULL literal or a failed coercion makes a
+# comparison UNKNOWN (None). NOT UNKNOWN = UNKNOWN; FALSE AND x = FALSE; TRUE OR x = TRUE;
+# otherwise an UNKNOWN operand makes AND/OR UNKNOWN. Only IS [NOT] NULL tests nullness.
+# BETWEEN x AND y is (v >= x AND v <= y). IN is TRUE on any equal element, FALSE when every
+# comparison was definitely unequal, else UNKNOWN. A message matches only on TRUE.
+"""RocketMQ-style SQL92 property selectors compiled once into a tree of closures.
+
+`compile_selector(text)` parses the selector and returns a `Selector` whose `evaluate(props)`
+gives True, False or None (UNKNOWN) for a mapping of property name to string value. Nothing is
+parsed or evaluated as Python source; evaluation never raises on any property value.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from mqcore.errors import SelectorSyntaxError
+
+__all__ = ["Selector", "compile_selector"]
+
+Props = Mapping[str, object]
+Predicate = Callable[[Props], bool | None]
+Value = str | int | float | bool | None
+Compare = Callable[[Any, Any], bool]
+
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+MAX_DEPTH = 64
+
+KEYWORDS = frozenset(
+    "AND OR NOT BETWEEN IN IS NULL TRUE FALSE CONTAINS STARTSWITH ENDSWITH".split()
+)
+STRING_TESTS = ("CONTAINS", "STARTSWITH", "ENDSWITH")
+OPERATORS: dict[str, Compare] = {
+    "=": operator.eq,
+    "<>": operator.ne,
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
+}
+MIRRORED = {"=": "=", "<>": "<>", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
+
+# --------------------------------------------------------------------------------------------
+# Coercion of property text
+# --------------------------------------------------------------------------------------------
+
+_INT_TEXT = re.compile(r"[+-]?[0-9]+")
+_FLOAT_TEXT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+_BOOL_TEXT = {"true": True, "false": False}
+
+
+def _fetch(props: Props, name: str) -> str | None:
+    """The property's text, or None when it is missing (or has no text form)."""
+    raw = props.get(name)
+    if raw is None or isinstance(raw, str):
+        return raw
+    try:
+        return str(raw)
+    except Exception:
+        return None
+
+
+def _as_str(text: str) -> str:
+    """String comparison needs no coercion."""
+    return text
+
+
+def _as_int(text: str) -> int | None:
+    """`text` as an integer, or None when it is not [+-]digits (after stripping)."""
+    if not (text.isascii() and text.isdigit()):  # the common case skips the regex
+        text = text.strip()
+        if _INT_TEXT.fullmatch(text) is None:
+            return None
+    try:
+        return int(text)
+    except ValueError:  # more digits than int() converts
+        return None
+
+
+def _as_float(text: str) -> float | None:
+    """`text` as a finite float, or None when it is not a decimal number."""
+    stripped = text.strip()
+    if _FLOAT_TEXT.fullmatch(stripped) is None:
+        return None
+    number = float(stripped)
+    return number if math.isfinite(number) else None
+
+
+def _as_bool(text: str) -> bool | None:
+    """`text` as a boolean when it reads 'true' or 'false' in any case, else None."""
+    return _BOOL_TEXT.get(text.strip().lower())
+
+
+def _as_number(text: str) -> int | float | None:
+    """`text` as an integer if it is one, else as a finite float, else None."""
+    number = _as_int(text)
+    return number if number is not None else _as_float(text)
+
+
+COERCERS: dict[type, Callable[[str], Value]] = {
+    str: _as_str,
+    int: _as_int,
+    float: _as_float,
+    bool: _as_bool,
+}
+
+# --------------------------------------------------------------------------------------------
+# Predicate builders (each returns a closure over pre-coerced literals)
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Ident:
+    """A property reference in the parsed selector."""
+
+    name: str
+    column: int
+
+
+@dataclass(frozen=True)
+class Lit:
+    """A literal in the parsed selector, already converted to its Python value."""
+
+    value: Value
+    column: int
+
+
+Operand = Ident | Lit
+
+
+def _constant(result: bool | None) -> Predicate:
+    """A predicate whose answer does not depend on the properties."""
+    return lambda props: result
+
+
+def _compare_literals(compare: Compare, left: Value, right: Value) -> bool | None:
+    """Compare two literal values under the coercion rules (used for folding constants)."""
+    if isinstance(left, str) and not isinstance(right, str) and right is not None:
+        left = COERCERS[type(right)](left)
+    elif isinstance(right, str) and not isinstance(left, str) and left is not None:
+        right = COERCERS[type(left)](right)
+    elif isinstance(left, bool) != isinstance(right, bool):
+        return None
+    if left is None or right is None:
+        return None
+    return bool(compare(left, right))
+
+
+def _compare_property(compare: Compare, name: str, literal: Value) -> Predicate:
+    """`name <op> literal`: the property is coerced to the literal's type."""
+    if literal is None:
+        return _constant(None)
+    coerce = COERCERS[type(literal)]
+
+    def predicate(props: Props) -> bool | None:
+        text = _fetch(props, name)
+        if text is None:
+            return None
+        value = coerce(text)
+        return None if value is None else compare(value, literal)
+
+    return predicate
+
+
+def _compare_properties(compare: Compare, left: str, right: str) -> Predicate:
+    """`a <op> b`: numerically when both are numbers, else as strings."""
+
+    def predicate(props: Props) -> bool | None:
+        a = _fetch(props, left)
+        b = _fetch(props, right)
+        if a is None or b is None:
+            return None
+        x = _as_number(a)
+        y = _as_number(b)
+        if x is not None and y is not None:
+            return compare(x, y)
+        return compare(a, b)
+
+    return predicate
+
+
+def _comparison(op: str, left: Operand, right: Operand) -> Predicate:
+    """Dispatch a comparison on whether each side is a property or a literal."""
+    if isinstance(left, Ident):
+        if isinstance(right, Ident):
+            return _compare_properties(OPERATORS[op], left.name, right.name)
+        return _compare_property(OPERATORS[op], left.name, right.value)
+    if isinstance(right, Ident):
+        return _compare_property(OPERATORS[MIRRORED[op]], right.name, left.value)
+    return _constant(_compare_literals(OPERATORS[op], left.value, right.value))
+
+
+def _any_of(results: list[bool | None]) -> bool | None:
+    """Kleene OR of already computed results."""
+    if True in results:
+        return True
+    return None if None in results else False
+
+
+def _membership(left: Operand, items: list[Lit]) -> Predicate:
+    """`left IN (items)`: set lookups per literal type, UNKNOWN when a coercion fails."""
+    if isinstance(left, Lit):
+        return _constant(
+            _any_of([_compare_literals(operator.eq, left.value, i.value) for i in items])
+        )
+    name = left.name
+    strings = frozenset(i.value for i in items if isinstance(i.value, str))
+    ints = frozenset(i.value for i in items if isinstance(i.value, int))
+    floats = frozenset(i.value for i in items if isinstance(i.value, float))
+
+    def predicate(props: Props) -> bool | None:
+        text = _fetch(props, name)
+        if text is None:
+            return None
+        if text in strings:
+            return True
+        unknown = False
+        if ints:
+            number = _as_int(text)
+            if number is not None and number in ints:
+                return True
+            unknown = number is None
+        if floats:
+            real = _as_float(text)
+            if real is not None and real in floats:
+                return True
+            unknown = unknown or real is None
+        return None if unknown else False
+
+    return predicate
+
+
+def _contains(text: str, needle: str) -> bool:
+    """Substring test with the argument order of str.startswith."""
+    return needle in text
+
+
+STRING_CHECKS: dict[str, Callable[[str, str], bool]] = {
+    "CONTAINS": _contains,
+    "STARTSWITH": str.startswith,
+    "ENDSWITH": str.endswith,
+}
+
+
+def _string_test(keyword: str, left: Operand, needle: str) -> Predicate:
+    """`left CONTAINS|STARTSWITH|ENDSWITH 'needle'`; UNKNOWN on NULL or a non-string literal."""
+    check = STRING_CHECKS[keyword]
+    if isinstance(left, Lit):
+        value = left.value
+        return _constant(check(value, needle) if isinstance(value, str) else None)
+    name = left.name
+
+    def predicate(props: Props) -> bool | None:
+        text = _fetch(props, name)
+        return None if text is None else check(text, needle)
+
+    return predicate
+
+
+def _is_null(left: Operand) -> Predicate:
+    """`left IS NULL` (the only test that is never UNKNOWN)."""
+    if isinstance(left, Lit):
+        return _constant(left.value is None)
+    name = left.name
+    return lambda props: props.get(name) is None
+
+
+def _negate(inner: Predicate) -> Predicate:
+    """Kleene NOT: UNKNOWN stays UNKNOWN."""
+
+    def predicate(props: Props) -> bool | None:
+        result = inner(props)
+        return None if result is None else not result
+
+    return predicate
+
+
+def _all_of(parts: list[Predicate]) -> Predicate:
+    """Kleene AND over `parts`, stopping at the first FALSE."""
+    if len(parts) == 1:
+        return parts[0]
+    chain = tuple(parts)
+
+    def predicate(props: Props) -> bool | None:
+        outcome: bool | None = True
+        for part in chain:
+            result = part(props)
+            if result is False:
+                return False
+            if result is None:
+                outcome = None
+        return outcome
+
+    return predicate
+
+
+def _either_of(parts: list[Predicate]) -> Predicate:
+    """Kleene OR over `parts`, stopping at the first TRUE."""
+    if len(parts) == 1:
+        return parts[0]
+    chain = tuple(parts)
+
+    def predicate(props: Props) -> bool | None:
+        outcome: bool | None = False
+        for part in chain:
+            result = part(props)
+            if result is True:
+                return True
+            if result is None:
+                outcome = None
+        return outcome
+
+    return predicate
+
+
+# --------------------------------------------------------------------------------------------
+# Tokenizer
+# --------------------------------------------------------------------------------------------
+
+EOF, IDENT, KEYWORD, INT, FLOAT, STRING, OP, PUNCT = (
+    "eof",
+    "ident",
+    "keyword",
+    "int",
+    "float",
+    "string",
+    "op",
+    "punct",
+)
+
+_EXP = r"(?:[eE][+-]?[0-9]+)"
+_LEXEME = re.compile(
+    rf"(?P<space>\s+)"
+    rf"|(?P<float>-?(?:[0-9]+\.[0-9]*{_EXP}?|\.[0-9]+{_EXP}?|[0-9]+{_EXP}))"
+    r"|(?P<int>-?[0-9]+)"
+    r"|(?P<name>[A-Za-z_$][A-Za-z0-9_$.]*)"
+    r"|(?P<op><>|!=|<=|>=|=|<|>)"
+    r"|(?P<punct>[(),])"
+)
+_NAME_CHAR = re.compile(r"[A-Za-z0-9_$.]")
+
+
+class Token(NamedTuple):
+    """One lexeme: its kind, converted value, 1-based column and source text."""
+
+    kind: str
+    value: Value
+    column: int
+    source: str
+
+
+def _fail(message: str, text: str, column: int) -> SelectorSyntaxError:
+    """The error for `message` at `column` of `text`."""
+    return SelectorSyntaxError(message, text, column)
+
+
+def _scan_string(text: str, start: int) -> tuple[str, int]:
+    """The string literal opening at `start` (its value, the index after it); '' is a quote."""
+    parts = []
+    position = start + 1
+    while True:
+        end = text.find("'", position)
+        if end < 0:
+            raise _fail("unterminated string", text, start + 1)
+        parts.append(text[position:end])
+        if not text.startswith("'", end + 1):
+            return "".join(parts), end + 1
+        parts.append("'")
+        position = end + 2
+
+
+def _number_token(kind: str, source: str, text: str, start: int) -> Token:
+    """An INT or FLOAT token, rejecting values outside int64 / the finite doubles."""
+    column = start + 1
+    if kind == INT:
+        integer = int(source)
+        if not INT64_MIN <= integer <= INT64_MAX:
+            raise _fail("integer literal out of range", text, column)
+        return Token(INT, integer, column, source)
+    real = float(source)
+    if not math.isfinite(real):
+        raise _fail("float literal out of range", text, column)
+    return Token(FLOAT, real, column, source)
+
+
+def _word_token(source: str, start: int) -> Token:
+    """A KEYWORD (value upper-cased) or an IDENT token."""
+    upper = source.upper()
+    if upper in KEYWORDS:
+        return Token(KEYWORD, upper, start + 1, source)
+    return Token(IDENT, source, start + 1, source)
+
+
+def _lex_one(text: str, start: int) -> tuple[Token | None, int]:
+    """The token at `start` (None for whitespace) and the index after it."""
+    if text[start] == "'":
+        value, end = _scan_string(text, start)
+        return Token(STRING, value, start + 1, text[start:end]), end
+    match = _LEXEME.match(text, start)
+    if match is None:
+        raise _fail(f"unexpected character {text[start]!r}", text, start + 1)
+    kind, source, end = match.lastgroup, match.group(), match.end()
+    if kind == "space":
+        return None, end
+    if kind in (INT, FLOAT):
+        if end < len(text) and _NAME_CHAR.match(text, end):
+            raise _fail("malformed number literal", text, start + 1)
+        return _number_token(str(kind), source, text, start), end
+    if kind == "name":
+        return _word_token(source, start), end
+    value = "<>" if source == "!=" else source
+    return Token(str(kind), value, start + 1, source), end
+
+
+def tokenize(text: str) -> list[Token]:
+    """All tokens of `text`, ending with an EOF token one column past the last character."""
+    tokens = []
+    position = 0
+    while position < len(text):
+        token, position = _lex_one(text, position)
+        if token is not None:
+            tokens.append(token)
+    tokens.append(Token(EOF, None, len(text) + 1, ""))
+    return tokens
+
+
+# --------------------------------------------------------------------------------------------
+# Parser
+# --------------------------------------------------------------------------------------------
+
+
+def _describe(token: Token) -> str:
+    """How an error message names `token`."""
+    if token.kind == EOF:
+        return "end of selector"
+    if token.kind == STRING:
+        return "string literal"
+    if token.kind == IDENT:
+        return f"identifier {token.source!r}"
+    if token.kind == KEYWORD:
+        return str(token.value)
+    return repr(token.source)
+
+
+class _Parser:
+    """Recursive descent over the token list, building predicates as it goes."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.tokens = tokenize(text)
+        self.index = 0
+        self.depth = 0
+        self.names: set[str] = set()
+
+    def error(self, message: str, token: Token) -> SelectorSyntaxError:
+        return _fail(message, self.text, token.column)
+
+    def peek(self) -> Token:
+        return self.tokens[self.index]
+
+    def advance(self) -> Token:
+        token = self.tokens[self.index]
+        if token.kind != EOF:
+            self.index += 1
+        return token
+
+    def accept(self, kind: str, *values: str) -> Token | None:
+        """Consume and return the next token if it has `kind` (and one of `values`)."""
+        token = self.peek()
+        if token.kind == kind and (not values or token.value in values):
+            return self.advance()
+        return None
+
+    def expect(self, kind: str, value: str, message: str) -> Token:
+        """Consume the next token, which must be `kind`/`value`, else raise `message`."""
+        token = self.accept(kind, value)
+        if token is None:
+            found = self.peek()
+            raise self.error(f"{message}, found {_describe(found)}", found)
+        return token
+
+    def parse(self) -> Predicate:
+        predicate = self.parse_or()
+        token = self.peek()
+        if token.kind != EOF:
+            raise self.error(
+                f"unexpected {_describe(token)}; expected AND, OR or the end of the selector",
+                token,
+            )
+        return predicate
+
+    def parse_or(self) -> Predicate:
+        parts = [self.parse_and()]
+        while self.accept(KEYWORD, "OR"):
+            parts.append(self.parse_and())
+        return _either_of(parts)
+
+    def parse_and(self) -> Predicate:
+        parts = [self.parse_not()]
+        while self.accept(KEYWORD, "AND"):
+            parts.append(self.parse_not())
+        return _all_of(parts)
+
+    def parse_not(self) -> Predicate:
+        negations = 0
+        while self.accept(KEYWORD, "NOT"):
+            negations += 1
+        predicate = self.parse_primary()
+        return _negate(predicate) if negations % 2 else predicate
+
+    def parse_primary(self) -> Predicate:
+        opening = self.accept(PUNCT, "(")
+        if opening is None:
+            return self.parse_predicate(self.parse_operand())
+        if self.depth >= MAX_DEPTH:
+            raise self.error(f"parentheses nested deeper than {MAX_DEPTH}", opening)
+        self.depth += 1
+        predicate = self.parse_or()
+        self.expect(PUNCT, ")", "expected ')'")
+        self.depth -= 1
+        return predicate
+
+    def parse_operand(self) -> Operand:
+        token = self.advance()
+        if token.kind == IDENT:
+            self.names.add(str(token.value))
+            return Ident(str(token.value), token.column)
+        if token.kind in (STRING, INT, FLOAT):
+            return Lit(token.value, token.column)
+        if token.kind == KEYWORD and token.value in ("TRUE", "FALSE", "NULL"):
+            literal = {"TRUE": True, "FALSE": False, "NULL": None}[str(token.value)]
+            return Lit(literal, token.column)
+        raise self.error(
+            f"unexpected {_describe(token)}; expected an identifier or a literal", token
+        )
+
+    def parse_predicate(self, left: Operand) -> Predicate:
+        token = self.peek()
+        if token.kind == OP:
+            self.advance()
+            return self.parse_comparison(str(token.value), left)
+        if self.accept(KEYWORD, "IS"):
+            return self.parse_is_null(left)
+        negated = self.accept(KEYWORD, "NOT") is not None
+        predicate = self.parse_keyword_predicate(left, negated)
+        return _negate(predicate) if negated else predicate
+
+    def parse_keyword_predicate(self, left: Operand, negated: bool) -> Predicate:
+        token = self.advance()
+        if token.kind == KEYWORD and token.value == "BETWEEN":
+            return self.parse_between(left)
+        if token.kind == KEYWORD and token.value == "IN":
+            return self.parse_in(left)
+        if token.kind == KEYWORD and token.value in STRING_TESTS:
+            return self.parse_string_test(str(token.value), left)
+        if negated:
+            raise self.error(
+                "expected BETWEEN, IN, CONTAINS, STARTSWITH or ENDSWITH after NOT, "
+                f"found {_describe(token)}",
+                token,
+            )
+        raise self.error(
+            f"unexpected {_describe(token)}; expected a comparison operator, BETWEEN, IN, IS, "
+            "CONTAINS, STARTSWITH or ENDSWITH",
+            token,
+        )
+
+    def reject_boolean(self, operand: Operand, message: str) -> None:
+        """Raise `message` at `operand` when it is TRUE or FALSE (they are not ordered)."""
+        if isinstance(operand, Lit) and isinstance(operand.value, bool):
+            raise _fail(message, self.text, operand.column)
+
+    def parse_comparison(self, op: str, left: Operand) -> Predicate:
+        right = self.parse_operand()
+        if op not in ("=", "<>"):
+            for side in (left, right):
+                self.reject_boolean(side, "TRUE/FALSE can only be compared with = or <>")
+        return _comparison(op, left, right)
+
+    def parse_between(self, left: Operand) -> Predicate:
+        low = self.parse_operand()
+        self.expect(KEYWORD, "AND", "expected AND in BETWEEN")
+        high = self.parse_operand()
+        for side in (left, low, high):
+            self.reject_boolean(side, "TRUE/FALSE cannot be used with BETWEEN")
+        return _all_of([_comparison(">=", left, low), _comparison("<=", left, high)])
+
+    def parse_in(self, left: Operand) -> Predicate:
+        self.expect(PUNCT, "(", "expected '(' after IN")
+        items = [self.parse_in_item()]
+        while not self.accept(PUNCT, ")"):
+            self.expect(PUNCT, ",", "expected ',' or ')' in the IN list")
+            items.append(self.parse_in_item())
+        return _membership(left, items)
+
+    def parse_in_item(self) -> Lit:
+        token = self.advance()
+        if token.kind not in (STRING, INT, FLOAT):
+            raise self.error(
+                f"expected a string or numeric literal in the IN list, found {_describe(token)}",
+                token,
+            )
+        return Lit(token.value, token.column)
+
+    def parse_is_null(self, left: Operand) -> Predicate:
+        negated = self.accept(KEYWORD, "NOT") is not None
+        message = "expected NULL after IS NOT" if negated else "expected NULL after IS"
+        self.expect(KEYWORD, "NULL", message)
+        predicate = _is_null(left)
+        return _negate(predicate) if negated else predicate
+
+    def parse_string_test(self, keyword: str, left: Operand) -> Predicate:
+        token = self.advance()
+        if token.kind != STRING:
+            raise self.error(
+                f"expected a string literal after {keyword}, found {_describe(token)}", token
+            )
+        return _string_test(keyword, left, str(token.value))
+
+
+# --------------------------------------------------------------------------------------------
+# Public API
+# --------------------------------------------------------------------------------------------
+
+
+class Selector:
+    """A compiled selector: `evaluate` gives True/False/None, `matches` only True."""
+
+    __slots__ = ("text", "properties", "_predicate")
+
+    def __init__(self, text: str, properties: frozenset[str], predicate: Predicate) -> None:
+        self.text = text
+        self.properties = properties
+        self._predicate = predicate
+
+    def evaluate(self, props: Mapping[str, str]) -> bool | None:
+        """TRUE, FALSE or None (UNKNOWN) for `props`; a missing name is NULL."""
+        return self._predicate(props)
+
+    def matches(self, props: Mapping[str, str]) -> bool:
+        """Whether the selector is TRUE for `props` (FALSE and UNKNOWN do not match)."""
+        return self._predicate(props) is True
+
+    def __repr__(self) -> str:
+        return f"Selector({self.text!r})"
+
+
+def compile_selector(text: str) -> Selector:
+    """Parse `text` once into a `Selector`; SelectorSyntaxError names the mistake and column."""
+    if not isinstance(text, str):
+        raise SelectorSyntaxError(f"selector must be a str, not {type(text).__name__}", "", 1)
+    if not text.strip():
+        raise SelectorSyntaxError("selector is empty", text, 1)
+    parser = _Parser(text)
+    predicate = parser.parse()
+    return Selector(text, frozenset(parser.names), predicate)

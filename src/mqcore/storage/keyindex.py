@@ -1,0 +1,216 @@
+"""A segment's `.keyindex`: its keys, unique IDs and tags, for the query layer.
+
+The file (format in docs/format.md "Key index", kernel in `_ext/keyindex.pyx`) is derived data,
+like Kafka's indexes. It is created at its full capacity as a sparse file (untouched slots and
+entries take no disk; `du` shows the real size) and mapped read-write; one rebuilt for a sealed
+segment is sized to its entries. When it is missing, damaged or does not cover the
+log exactly, it is rebuilt from the log: at open for a writable store, in memory on first use
+for a read-only one (which never writes files).
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from collections.abc import Callable
+
+from mqcore._ext.keyindex import (
+    HEADER_BYTES,
+    KeyTable,
+    batch_hits,
+    file_size,
+    init_header,
+)
+from mqcore.errors import CorruptIndexError
+
+KEYINDEX_SUFFIX = ".keyindex"
+MIN_SLOTS = 16
+
+
+# (hits, first relative offset, batch position) for every batch of a segment, in log order
+BatchHits = list[tuple[bytes, int, int]]
+
+
+def slots_for(key_capacity: int) -> int:
+    """A power of two near half the capacity: chains of about two entries when full."""
+    slots = MIN_SLOTS
+    while slots * 2 < key_capacity:
+        slots *= 2
+    return slots
+
+
+class KeyIndexFile:
+    """The key table of one segment and the file (or memory) holding it."""
+
+    def __init__(self, path: str, writable: bool, capacity: int):
+        self.path = path
+        self.writable = writable
+        self.capacity = capacity
+        self.table: KeyTable | None = None
+        self._map: mmap.mmap | None = None
+        self._memory: bytearray | None = None
+
+    # -- opening ------------------------------------------------------------------------------
+
+    def open(self, covered: int, trust: bool, active: bool, scan: Callable[[], BatchHits]) -> None:
+        """Map the file if it describes exactly `covered` log bytes, else rebuild it.
+
+        `trust` (a clean stop, or a segment below the recovery point) skips the check that no
+        entry was written after the header's counts; `scan` lists the log's batch hits for a
+        rebuild. The active segment's table keeps room for `capacity` entries; a sealed one's is
+        built to its size.
+        """
+        if self._open_existing(covered, trust):
+            return
+        self.rebuild(scan(), covered, sealed=not active)
+
+    def _open_existing(self, covered: int, trust: bool) -> bool:
+        try:
+            fd = os.open(self.path, os.O_RDWR if self.writable else os.O_RDONLY)
+        except FileNotFoundError:
+            return False
+        try:
+            size = os.fstat(fd).st_size
+            if size < HEADER_BYTES:
+                return False
+            access = mmap.ACCESS_WRITE if self.writable else mmap.ACCESS_READ
+            m = mmap.mmap(fd, size, access=access)
+        finally:
+            os.close(fd)
+        try:
+            table = KeyTable(m, self.writable)
+        except CorruptIndexError:
+            m.close()
+            return False
+        if table.covered_position != covered or (not trust and not table.chains_valid()):
+            table.release()
+            m.close()
+            return False
+        self._map, self.table = m, table
+        return True
+
+    def ensure(self, covered: int, scan: Callable[[], BatchHits]) -> KeyTable:
+        """The table, opened or built (in memory when read-only) on first use."""
+        if self.table is None:
+            if not self._open_existing(covered, trust=True):
+                self.rebuild(scan(), covered, sealed=True)
+        assert self.table is not None
+        return self.table
+
+    # -- building -----------------------------------------------------------------------------
+
+    def rebuild(self, hits: BatchHits, covered: int, sealed: bool) -> None:
+        """Build the table from a segment's batch hits; written to the file when writable."""
+        self.close_map()
+        keys = tags = 0
+        for h, _, _ in hits:
+            k, t = KeyTable.count_hits(h)
+            keys, tags = keys + k, tags + t
+        if sealed:
+            key_cap, tag_cap = keys, tags
+        else:
+            key_cap = tag_cap = max(self.capacity, keys, tags)
+        slots = slots_for(max(key_cap, self.capacity if not sealed else key_cap))
+        size = file_size(slots, key_cap, tag_cap)
+        if self.writable and self._reuse_file(size):
+            assert self._map is not None
+            self.table = KeyTable(self._map, True)
+            self.table.clear()
+        elif self.writable:
+            self._create_file(size)
+            assert self._map is not None
+            init_header(memoryview(self._map).cast("B"), slots, key_cap, tag_cap)
+            self.table = KeyTable(self._map, True)
+        else:
+            self._memory = bytearray(size)
+            init_header(self._memory, slots, key_cap, tag_cap)
+            self.table = KeyTable(self._memory, True)
+        for h, rel, pos in hits:
+            self.table.insert(h, rel, pos)
+        self.table.store_header(True, covered)
+
+    def _reuse_file(self, size: int) -> bool:
+        """Map an existing file of exactly this geometry for a rebuild in place."""
+        try:
+            fd = os.open(self.path, os.O_RDWR)
+        except FileNotFoundError:
+            return False
+        try:
+            if os.fstat(fd).st_size != size:
+                return False
+            m = mmap.mmap(fd, size, access=mmap.ACCESS_WRITE)
+        finally:
+            os.close(fd)
+        try:
+            KeyTable(m, False).release()  # a header of this geometry, or we start afresh
+        except CorruptIndexError:
+            m.close()
+            return False
+        self._map = m
+        return True
+
+    def _create_file(self, size: int) -> None:
+        tmp = self.path + ".tmp"
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.ftruncate(fd, size)  # sparse: untouched slots and entries take no disk
+            self._map = mmap.mmap(fd, size, access=mmap.ACCESS_WRITE)
+        finally:
+            os.close(fd)
+        os.replace(tmp, self.path)
+
+    # -- appending ----------------------------------------------------------------------------
+
+    def has_room(self, hits: bytes) -> bool:
+        if self.table is None or not hits:
+            return True
+        return self.table.room_for(*KeyTable.count_hits(hits))
+
+    def make_room(self, hits: bytes, covered: int) -> None:
+        """Before a batch is written: an empty table too small for it (one batch with more
+        entries than `capacity`) is recreated large enough; a non-empty one rolled already."""
+        if self.has_room(hits) or self.table is None:
+            return
+        keys, tags = KeyTable.count_hits(hits)
+        if self.table.key_count or self.table.tag_count:
+            raise OverflowError("the key index is full (the segment should have rolled)")
+        self.capacity = max(self.capacity, keys, tags)
+        self.rebuild([], covered, sealed=False)
+
+    def add(self, hits: bytes, first_rel_offset: int, position: int) -> None:
+        if self.table is not None and hits:
+            self.table.insert(hits, first_rel_offset, position)
+
+    # -- flushing, sealing, closing -------------------------------------------------------------
+
+    def flush(self, covered: int, durable: bool) -> None:
+        """Record that the entries describe `covered` log bytes (msync'd first when durable)."""
+        if self.table is None or not self.writable or self._map is None:
+            return
+        if durable:
+            self._map.flush()
+        self.table.store_header(True, covered)
+        if durable:
+            self._map.flush(0, min(mmap.PAGESIZE, len(self._map)))
+
+    def close_map(self) -> None:
+        if self.table is not None:
+            self.table.release()
+            self.table = None
+        if self._map is not None:
+            self._map.close()
+            self._map = None
+        self._memory = None
+
+    def close(self, covered: int) -> None:
+        self.flush(covered, durable=False)
+        self.close_map()
+
+    def delete(self) -> None:
+        self.close_map()
+        for path in (self.path, self.path + ".tmp"):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+

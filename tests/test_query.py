@@ -1,0 +1,266 @@
+"""Queries against brute force: key and unique-ID lookups through the key index, store IDs,
+time ranges and searches; the key index across crashes, deletion and damage."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import mqcore
+from mqcore.errors import InvalidConfigError, InvalidMessageIdError
+from mqcore.query.ids import decode_msg_id, encode_msg_id, parse_uid, uid_time_ms
+
+TOPIC = "q"
+PARTS = 3
+KEYS = [b"k%d" % i for i in range(12)]
+
+
+def build(path: str, n: int = 1500, seed: int = 7, **config: object) -> list[mqcore.Message]:
+    """A store with duplicate keys, shuffled timestamps, tags, properties, extra keys, several
+    codecs and small segments; returns every message read back."""
+    rng = random.Random(seed)
+    cfg = {"segment_bytes": 16 << 10, "key_index_entries": 64, **config}
+    with mqcore.open(path) as s:
+        s.create_topic(TOPIC, partitions=PARTS, **cfg)
+        i = 0
+        while i < n:
+            count = rng.randint(1, 40)
+            s.append_batch(
+                TOPIC,
+                [b"value %d %s" % (j, rng.choice([b"red", b"green", b"blue"])) for j in range(i, i + count)],
+                keys=[rng.choice(KEYS + [None]) for _ in range(count)],
+                partition=rng.randrange(PARTS),
+                timestamps=[1_000_000 + rng.randrange(100_000) for _ in range(count)],
+                tags=[rng.choice(["TagA", "TagB", None]) for _ in range(count)],
+                properties=[{"amount": str(rng.randrange(100)), "region": rng.choice("ab")} for _ in range(count)],
+                compression=rng.choice(["none", "gzip", "lz4", "zstd", "snappy"]),
+            )  # fmt: skip
+            i += count
+        s.append(TOPIC, b"extra", key=b"main", keys=["alias-1", "alias-2"], partition=0)
+        return [m for p in range(PARTS) for m in s.read(TOPIC, p, 0, 1 << 20)]
+
+
+class Built(tuple):  # type: ignore[type-arg]
+    """(path, messages) with a short repr, so hypothesis does not print every message."""
+
+    def __repr__(self) -> str:
+        return f"Built({self[0]!r})"
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, list[mqcore.Message]]:
+    path = str(tmp_path_factory.mktemp("query") / "store")
+    return Built((path, build(path)))
+
+
+def ids(msgs: object) -> list[tuple[int, int]]:
+    return [(m.partition, m.offset) for m in msgs]  # type: ignore[attr-defined]
+
+
+def test_store_has_many_segments_and_full_key_indexes(
+    built: tuple[str, list[mqcore.Message]],
+) -> None:
+    path, _ = built
+    names = os.listdir(os.path.join(path, f"{TOPIC}-0"))
+    assert sum(n.endswith(".keyindex") for n in names) == sum(n.endswith(".log") for n in names) > 3
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    key=st.sampled_from(KEYS + [b"absent", b"alias-1", b"alias-2", b"main"]),
+    window=st.tuples(st.integers(990_000, 1_110_000), st.integers(0, 120_000)),
+    limit=st.integers(1, 400),
+)
+def test_find_by_key_equals_brute_force(
+    built: tuple[str, list[mqcore.Message]], key: bytes, window: tuple[int, int], limit: int
+) -> None:
+    path, msgs = built
+    lo, hi = window[0], window[0] + window[1]
+    expected = [
+        m for m in msgs
+        if lo <= m.timestamp < hi
+        and (m.key == key or key in (m.header("keys") or b"").split(b" "))
+    ]  # fmt: skip
+    with mqcore.open(path, read_only=True) as s:
+        got, cursor, rounds = [], None, 0
+        while True:
+            r = s.find_by_key(TOPIC, key, start=lo, end=hi, limit=limit, cursor=cursor)
+            got.extend(r)
+            rounds += 1
+            if r.reason == "exhausted":
+                break
+            assert r.reason == "limit" and len(r) == limit and r.cursor
+            cursor = r.cursor
+        assert ids(got) == ids(expected)
+        assert rounds <= len(expected) // limit + 1
+
+
+def test_ids_find_every_message(built: tuple[str, list[mqcore.Message]]) -> None:
+    path, msgs = built
+    with mqcore.open(path, read_only=True) as s:
+        for m in random.Random(3).sample(msgs, 150):
+            assert m.unique_id is not None
+            assert s.get_by_id(m.msg_id) == m
+            found = s.find_by_unique_id(m.unique_id)
+            assert found.messages == [m]
+        assert s.get_by_id(encode_msg_id(TOPIC, 0, 10**9)) is None
+        assert s.get_by_id(encode_msg_id("nope", 0, 0)) is None
+        assert len(s.find_by_unique_id("01234567-89ab-7def-8123-456789abcdef")) == 0
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    lo=st.integers(990_000, 1_110_000),
+    width=st.integers(0, 50_000),
+    contains=st.sampled_from([None, b"red", b"value 1", b"nothing"]),
+    tag=st.sampled_from([None, "TagA", "TagB"]),
+    where=st.sampled_from([None, "amount > 50", "region = 'a' AND amount BETWEEN 10 AND 20"]),
+    partition=st.sampled_from([None, 0, 2]),
+)
+def test_search_and_range_equal_brute_force(
+    built: tuple[str, list[mqcore.Message]],
+    lo: int,
+    width: int,
+    contains: bytes | None,
+    tag: str | None,
+    where: str | None,
+    partition: int | None,
+) -> None:
+    path, msgs = built
+    hi = lo + width
+
+    def match(m: mqcore.Message) -> bool:
+        if not lo <= m.timestamp < hi or (partition is not None and m.partition != partition):
+            return False
+        if contains is not None and (m.value is None or contains not in m.value):
+            return False
+        if tag is not None and m.tag != tag:
+            return False
+        if where is not None:
+            amount, region = int(m.properties.get("amount", "-1")), m.properties.get("region")
+            ok = amount > 50 if where == "amount > 50" else region == "a" and 10 <= amount <= 20
+            return ok and "amount" in m.properties
+        return True
+
+    with mqcore.open(path, read_only=True) as s:
+        r = s.search(TOPIC, contains, None, tag, where, partition, start=lo, end=hi, limit=100_000)
+        assert r.reason == "exhausted"
+        assert ids(r) == ids([m for m in msgs if match(m)])
+        if contains is None and tag is None and where is None:
+            assert ids(s.range(TOPIC, lo, hi, partition, limit=100_000)) == ids(r)
+
+
+def test_search_budget_stops_with_a_cursor(built: tuple[str, list[mqcore.Message]]) -> None:
+    path, msgs = built
+    with mqcore.open(path, read_only=True) as s:
+        r = s.search(TOPIC, contains=b"value", max_scan=100)
+        assert r.reason == "max_scan" and r.cursor and r.scanned_records >= 100
+        rest = s.search(TOPIC, contains=b"value", cursor=r.cursor, limit=100_000)
+        assert ids(list(r) + list(rest)) == ids([m for m in msgs if b"value" in (m.value or b"")])
+        assert s.search(TOPIC, regex=rb"value \d+ gre+n", limit=5).reason == "limit"
+        with pytest.raises(InvalidConfigError):
+            s.search(TOPIC, limit=0)
+        with pytest.raises(InvalidConfigError):
+            s.search(TOPIC, cursor="bogus")
+        table = s.search(TOPIC, tag="TagA", limit=10).to_arrow()
+        assert table.num_rows == 10 and table.column_names[:3] == ["key", "value", "topic"]
+
+
+def test_id_texts_are_told_apart_and_checked() -> None:
+    mid = encode_msg_id("orders.eu", 7, 123456789)
+    assert mid.startswith("m1-") and decode_msg_id(mid) == ("orders.eu", 7, 123456789)
+    for bad in ["", "m1-", "m1-!!", "x1-AQB0", mid + "A", 5]:
+        with pytest.raises(InvalidMessageIdError):
+            decode_msg_id(bad)
+    with pytest.raises(InvalidMessageIdError):
+        parse_uid(mid)
+    for bad in ["", "xyz", "0123456789abcdef0123456789abcdeg", "0123"]:
+        with pytest.raises(InvalidMessageIdError):
+            parse_uid(bad)
+    raw = parse_uid("01a2044d-1a45-7260-8267-32790a7e7511")
+    assert uid_time_ms(raw) == 0x01A2044D1A45
+    assert uid_time_ms(bytes(16)) is None
+
+
+def test_generated_unique_ids_are_v7_ordered_and_distinct(store: mqcore.Store) -> None:
+    store.create_topic("u")
+    bm = store.append_batch("u", [b"x"] * 500)
+    uids = bm.unique_ids
+    assert len(set(uids)) == 500 and uids == sorted(uids)  # type: ignore[type-var]
+    assert all(u is not None and u[14] == "7" and u[19] in "89ab" for u in uids)
+    md = store.append("u", b"y", unique_id="01234567-89ab-7def-8123-456789abcdef")
+    assert md.unique_id == "01234567-89ab-7def-8123-456789abcdef"
+    assert store.get("u", 0, md.offset).unique_id == md.unique_id  # type: ignore[union-attr]
+    assert store.find_by_unique_id(md.unique_id).messages[0].value == b"y"
+
+
+def _query_state(path: str) -> list[object]:
+    with mqcore.open(path, read_only=True) as s:
+        return [ids(s.find_by_key(TOPIC, k, limit=100_000)) for k in KEYS]
+
+
+def test_deleted_or_damaged_key_index_is_rebuilt(tmp_path: object) -> None:
+    path = os.path.join(str(tmp_path), "s")
+    build(path, n=600)
+    before = _query_state(path)
+    d = os.path.join(path, f"{TOPIC}-1")
+    files = sorted(n for n in os.listdir(d) if n.endswith(".keyindex"))
+    os.unlink(os.path.join(d, files[0]))
+    with open(os.path.join(d, files[-1]), "r+b") as f:
+        f.write(b"garbage!")
+    with mqcore.open(path, read_only=True) as s:  # read-only: rebuilt in memory, not written
+        assert [ids(s.find_by_key(TOPIC, k, limit=100_000)) for k in KEYS] == before
+    assert not os.path.exists(os.path.join(d, files[0]))
+    mqcore.open(path).close()  # writable: recovery rebuilds the files
+    assert os.path.exists(os.path.join(d, files[0]))
+    assert _query_state(path) == before
+
+
+WRITER = textwrap.dedent(
+    """
+    import sys, mqcore
+    s = mqcore.open(sys.argv[1], flush="always")
+    s.create_topic("q", partitions=1, key_index_entries=256, segment_bytes=1 << 16)
+    i = 0
+    while True:
+        md = s.append("q", b"v%d" % i, key=b"k%d" % (i % 5))
+        print(md.offset, md.unique_id, flush=True)
+        i += 1
+    """
+)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_key_index_survives_sigkill(tmp_path: object, seed: int) -> None:
+    path = os.path.join(str(tmp_path), "s")
+    acked: list[tuple[int, str]] = []
+    rng = random.Random(seed)
+    for _ in range(3):
+        with subprocess.Popen(
+            [sys.executable, "-c", WRITER, path], stdout=subprocess.PIPE, text=True
+        ) as p:
+            assert p.stdout is not None
+            for _ in range(rng.randint(50, 600)):
+                off, uid = p.stdout.readline().split()
+                acked.append((int(off), uid))
+            p.send_signal(signal.SIGKILL)
+            p.wait()
+    with mqcore.open(path) as s:
+        msgs = s.read(TOPIC, 0, 0, 1 << 20)
+        for k in range(5):
+            want = [m.offset for m in msgs if m.key == b"k%d" % k]
+            assert [m.offset for m in s.find_by_key(TOPIC, b"k%d" % k, limit=100_000)] == want
+        for off, uid in acked[-50:]:
+            assert [m.offset for m in s.find_by_unique_id(uid)] == [off]
