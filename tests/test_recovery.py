@@ -18,6 +18,7 @@ import signal
 import struct
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -50,10 +51,21 @@ def message_digest(
     return hashlib.sha1(repr((key, value, norm, timestamp)).encode()).hexdigest()
 
 
+def stored_headers(
+    headers: list[tuple[str, bytes | None]] | None, unique_id: str | None
+) -> list[tuple[str, bytes | None]] | None:
+    """The headers a message is stored with: the appended ones, then the ("uid", 16 bytes)
+    header of the unique ID the append returned (none when the topic generates no IDs)."""
+    if unique_id is None:
+        return headers
+    return [*(headers or []), ("uid", uuid.UUID(unique_id).bytes)]
+
+
 def write_steps(store: mqcore.Store, seed: int) -> Iterator[list[tuple[int, int, str]]]:
     """Endless deterministic appends to three partitions (single messages and batches in every
     codec, null keys and values, headers, jittered timestamps); yields each step's acks as
-    (partition, offset, digest). The killed child runs it; a replay in-process reruns it."""
+    (partition, offset, digest), the digest covering the generated unique ID too. The killed
+    child runs it; a replay in-process reruns it."""
     rng = random.Random(seed)
     codecs = ["none", "gzip", "snappy", "lz4", "zstd"]
     n = 0
@@ -72,7 +84,8 @@ def write_steps(store: mqcore.Store, seed: int) -> Iterator[list[tuple[int, int,
         if rng.random() < 0.5:
             key, value, headers, ts = record()
             md = store.append(TOPIC, value, key=key, headers=headers, partition=p, timestamp=ts)
-            yield [(p, md.offset, message_digest(key, value, headers, ts))]
+            stored = stored_headers(headers, md.unique_id)
+            yield [(p, md.offset, message_digest(key, value, stored, ts))]
         else:
             recs = [record() for _ in range(rng.randint(1, 25))]
             bmd = store.append_batch(
@@ -85,27 +98,41 @@ def write_steps(store: mqcore.Store, seed: int) -> Iterator[list[tuple[int, int,
                 compression=rng.choice(codecs),
             )
             assert isinstance(bmd, mqcore.BatchMetadata)
-            yield [(p, bmd.base_offset + j, message_digest(*r)) for j, r in enumerate(recs)]
+            yield [
+                (
+                    p,
+                    bmd.base_offset + j,
+                    message_digest(k, v, stored_headers(h, bmd.unique_id(j)), t),
+                )
+                for j, (k, v, h, t) in enumerate(recs)
+            ]
 
 
-def open_writer_store(path: str, flush: str) -> mqcore.Store:
+def open_writer_store(path: str, flush: str, unique_ids: bool) -> mqcore.Store:
     """The store the writer child appends to: small segments so that rolls happen."""
     store = mqcore.open(path, flush=flush, flush_interval_ms=3, flush_messages=7)
-    store.create_topic(TOPIC, partitions=PARTITIONS, segment_bytes=2500, index_interval_bytes=200)
+    store.create_topic(
+        TOPIC,
+        partitions=PARTITIONS,
+        segment_bytes=2500,
+        index_interval_bytes=200,
+        unique_ids=unique_ids,
+    )
     return store
 
 
 WRITER = "\n".join(
     [
         "from __future__ import annotations",
-        "import hashlib, random, sys",
+        "import hashlib, random, sys, uuid",
         "from collections.abc import Iterable, Iterator",
         "import mqcore",
         f"TOPIC, PARTITIONS = {TOPIC!r}, {PARTITIONS}",
         inspect.getsource(message_digest),
+        inspect.getsource(stored_headers),
         inspect.getsource(write_steps),
         inspect.getsource(open_writer_store),
-        "store = open_writer_store(sys.argv[1], sys.argv[2])",
+        "store = open_writer_store(sys.argv[1], sys.argv[2], sys.argv[4] == 'uids')",
         "for acks in write_steps(store, int(sys.argv[3])):",
         "    sys.stdout.write(''.join(f'{p} {o} {d}\\n' for p, o, d in acks))",
         "    sys.stdout.flush()",
@@ -131,11 +158,14 @@ def digest_of(m: mqcore.Message) -> str:
     return message_digest(m.key, m.value, m.headers, m.timestamp)
 
 
-def kill_after_acks(path: str, flush: str, seed: int, acks: int) -> dict[tuple[int, int], str]:
+def kill_after_acks(
+    path: str, flush: str, seed: int, acks: int, unique_ids: bool = True
+) -> dict[tuple[int, int], str]:
     """Run a writer child, read its acknowledgements until `acks` arrived, SIGKILL it."""
     acked: dict[tuple[int, int], str] = {}
+    uids = "uids" if unique_ids else "no-uids"
     with subprocess.Popen(
-        [sys.executable, "-c", WRITER, path, flush, str(seed)],
+        [sys.executable, "-c", WRITER, path, flush, str(seed), uids],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=child_env(),
@@ -258,7 +288,8 @@ def test_sigkill_keeps_every_acknowledged_message(
                 end = store.end_offset(TOPIC, p)
                 md = store.append(TOPIC, b"after kill %d" % it, partition=p, timestamp=7)
                 assert md.offset == end
-                expected[p][md.offset] = message_digest(None, b"after kill %d" % it, None, 7)
+                stored = stored_headers(None, md.unique_id)
+                expected[p][md.offset] = message_digest(None, b"after kill %d" % it, stored, 7)
     with mqcore.open(store_path, flush="os") as store:
         assert sum(len(logs(store_path, p)) for p in range(PARTITIONS)) > PARTITIONS, (
             "segments never rolled: the kills missed roll and recovery across segments"
@@ -678,13 +709,14 @@ def test_full_scan_without_marker_and_checkpoint(tmp_path: Path) -> None:
 def test_crashed_writer_files_match_a_clean_replay(tmp_path: Path) -> None:
     """After a SIGKILL, recovery plus a clean close leaves every file (logs and the rebuilt,
     trimmed indexes of sealed and active segments) byte-identical to what the append path
-    writes when the same appends run in-process and close cleanly."""
+    writes when the same appends run in-process and close cleanly. Without generated unique
+    IDs: random ones would make the two runs' bytes differ."""
     killed = str(tmp_path / "killed")
-    kill_after_acks(killed, "os", 11, 700)
+    kill_after_acks(killed, "os", 11, 700, unique_ids=False)
     with mqcore.open(killed, flush="os") as store:
         total = sum(store.end_offset(TOPIC, p) for p in range(PARTITIONS))
     replay = str(tmp_path / "replay")
-    with open_writer_store(replay, "os") as store:
+    with open_writer_store(replay, "os", unique_ids=False) as store:
         steps = write_steps(store, 11)
         while sum(store.end_offset(TOPIC, p) for p in range(PARTITIONS)) < total:
             next(steps)

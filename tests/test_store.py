@@ -63,12 +63,12 @@ def test_generated_unique_id_is_the_last_header(store: mqcore.Store) -> None:
     bm = store.append_batch("t", [b"a", b"b"], headers=[None, {"r": b"1"}])
     msgs = store.read("t", 0, 0)
     assert [m.headers[:-1] for m in msgs] == [(("h", b"x"), ("h", None)), (), (("r", b"1"),)]
-    uids = [m.headers[-1] for m in msgs]
-    assert all(name == "uid" and len(raw) == 16 for name, raw in uids)
-    assert all(raw[6] >> 4 == 7 and raw[8] >> 6 == 0b10 for _name, raw in uids)  # v7, RFC variant
-    assert len({raw for _name, raw in uids}) == 3
+    assert [m.headers[-1][0] for m in msgs] == ["uid"] * 3
+    raws = [m.headers[-1][1] or b"" for m in msgs]
+    assert [len(raw) for raw in raws] == [16] * 3 and len(set(raws)) == 3
+    assert all(raw[6] >> 4 == 7 and raw[8] >> 6 == 0b10 for raw in raws)  # v7, RFC variant
     assert [m.unique_id for m in msgs] == [md.unique_id, *bm.unique_ids]
-    assert msgs[0].unique_id == str(uuid.UUID(bytes=uids[0][1]))
+    assert [m.unique_id for m in msgs] == [str(uuid.UUID(bytes=raw)) for raw in raws]
 
 
 def test_tombstone_is_not_empty_value(store_path: str) -> None:
