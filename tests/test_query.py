@@ -33,16 +33,20 @@ def build(path: str, n: int = 1500, seed: int = 7, **config: object) -> list[mqc
         i = 0
         while i < n:
             count = rng.randint(1, 40)
+            colours = [rng.choice([b"red", b"green", b"blue"]) for _ in range(count)]
+            props = [
+                {"amount": str(rng.randrange(100)), "region": rng.choice("ab")} for _ in colours
+            ]
             s.append_batch(
                 TOPIC,
-                [b"value %d %s" % (j, rng.choice([b"red", b"green", b"blue"])) for j in range(i, i + count)],
-                keys=[rng.choice(KEYS + [None]) for _ in range(count)],
+                [b"value %d %s" % (i + j, c) for j, c in enumerate(colours)],
+                keys=[rng.choice([*KEYS, None]) for _ in colours],
                 partition=rng.randrange(PARTS),
-                timestamps=[1_000_000 + rng.randrange(100_000) for _ in range(count)],
-                tags=[rng.choice(["TagA", "TagB", None]) for _ in range(count)],
-                properties=[{"amount": str(rng.randrange(100)), "region": rng.choice("ab")} for _ in range(count)],
+                timestamps=[1_000_000 + rng.randrange(100_000) for _ in colours],
+                tags=[rng.choice(["TagA", "TagB", None]) for _ in colours],
+                properties=props,
                 compression=rng.choice(["none", "gzip", "lz4", "zstd", "snappy"]),
-            )  # fmt: skip
+            )
             i += count
         s.append(TOPIC, b"extra", key=b"main", keys=["alias-1", "alias-2"], partition=0)
         return [m for p in range(PARTS) for m in s.read(TOPIC, p, 0, 1 << 20)]

@@ -38,9 +38,9 @@ from mqcore.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
+from mqcore.query.ids import encode_msg_id, parse_uid, uid_text
 from mqcore.storage.flusher import Flusher
 from mqcore.storage.logdir import LogDirectory
-from mqcore.query.ids import encode_msg_id, parse_uid, uid_text
 from mqcore.storage.partition import Partition, RecoveryReport, has_segments
 
 if TYPE_CHECKING:

@@ -196,7 +196,10 @@ def find_indexed(
         if len(found) > room:
             result.messages.extend(found[:room])
             result.reason = LIMIT
-            result.cursor = encode_cursor(part.partition, found[room - 1].offset + 1)
+            # resume after the last message returned, or at this partition's start
+            result.cursor = encode_cursor(
+                part.partition, found[room - 1].offset + 1 if room else from_offset
+            )
             return result
         result.messages.extend(found)
     return result

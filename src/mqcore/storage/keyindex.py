@@ -17,7 +17,6 @@ from collections.abc import Callable
 from mqcore._ext.keyindex import (
     HEADER_BYTES,
     KeyTable,
-    batch_hits,
     file_size,
     init_header,
 )
@@ -213,4 +212,3 @@ class KeyIndexFile:
                 os.unlink(path)
             except FileNotFoundError:
                 pass
-

@@ -19,8 +19,7 @@ from mqcore._ext.batch import EncodedBatch, Message, decode_messages, peek_batch
 from mqcore._ext.scan import first_offset_at_or_after, read_record
 from mqcore.config import FlushPolicy, TopicConfig
 from mqcore.errors import CorruptRecordError, OffsetOutOfRangeError, StoreClosedError
-from mqcore.storage.segment import MAX_DECOMPRESSED, LOG_SUFFIX, LogSegment, segment_name
-
+from mqcore.storage.segment import LOG_SUFFIX, MAX_DECOMPRESSED, LogSegment, segment_name
 
 # Decoders driven by Partition.scan(): (view, file position, segment) -> (bytes used, stop)
 Decoder = Callable[[memoryview, int, LogSegment], tuple[int, bool]]
