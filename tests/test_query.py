@@ -11,10 +11,12 @@ import sys
 import textwrap
 
 import pytest
+import xxhash
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import mqcore
+from mqcore._ext.hashing import xxh64_hash
 from mqcore.errors import InvalidConfigError, InvalidMessageIdError
 from mqcore.query.ids import decode_msg_id, encode_msg_id, parse_uid, uid_time_ms
 
@@ -180,6 +182,11 @@ def test_search_budget_stops_with_a_cursor(built: tuple[str, list[mqcore.Message
             s.search(TOPIC, cursor="bogus")
         table = s.search(TOPIC, tag="TagA", limit=10).to_arrow()
         assert table.num_rows == 10 and table.column_names[:3] == ["key", "value", "topic"]
+
+
+@given(data=st.binary(max_size=300), seed=st.integers(0, 2**64 - 1))
+def test_xxh64_equals_the_reference(data: bytes, seed: int) -> None:
+    assert xxh64_hash(data, seed) == xxhash.xxh64_intdigest(data, seed)
 
 
 def test_id_texts_are_told_apart_and_checked() -> None:

@@ -54,7 +54,7 @@ from posix.uio cimport iovec, writev
 from mqcore._ext.bytes_be cimport load_be16, load_be32, load_be64, store_be16, store_be32, store_be64
 from mqcore._ext.crc32c cimport crc32c_extend
 from mqcore._ext.hashing cimport (KIND_KEY, KIND_TAG, KIND_UID, SEED_KEY, SEED_TAG, SEED_UID,
-                                  KeyHit, xxh64)
+                                  KeyHit, next_word, xxh64)
 from mqcore._ext.varint cimport MAX_VARINT_BYTES, read_varint, varint_size, write_varint
 
 from mqcore.errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError
@@ -743,6 +743,14 @@ cdef int new_uid(unsigned char* out, int64_t ms) except -1:
     return 0
 
 
+cdef bint has_uid_header(object items) except -1:
+    """Whether the producer's headers already carry a `uid` (malformed pairs are refused later)."""
+    for item in items:
+        if isinstance(item, (tuple, list)) and len(item) == 2 and item[0] == "uid":
+            return True
+    return False
+
+
 cdef struct Piece:
     const unsigned char* ptr      # NULL: the piece lives in the glue buffer at `off`
     Py_ssize_t off
@@ -778,6 +786,7 @@ cdef class EncodedBatch:
     cdef int64_t record_ts          # the record being encoded: its timestamp and offset delta
     cdef int64_t uid_ms             # the time generated unique IDs carry
     cdef bytes uid_bytes            # 16 bytes a record: its unique ID (zeros: none or not 16 bytes)
+    cdef bytes packed_hits          # key_hits, made once
     cdef int32_t record_delta
 
     def __cinit__(self):
@@ -814,16 +823,12 @@ cdef class EncodedBatch:
 
     cdef int add_key_words(self, const unsigned char* p, Py_ssize_t n) except -1:
         """A `keys` header: every space-separated word is a key."""
-        cdef Py_ssize_t i = 0, start
-        while i < n:
-            while i < n and p[i] == 32:
-                i += 1
-            start = i
-            while i < n and p[i] != 32:
-                i += 1
-            if i > start:
-                self.add_hit(p + start, i - start, KIND_KEY)
-        return 0
+        cdef Py_ssize_t at = 0, w
+        while True:
+            w = next_word(p, n, &at)
+            if w == 0:
+                return 0
+            self.add_hit(p + at - w, w, KIND_KEY)
 
     cdef int note_header(self, const char* kp, Py_ssize_t klen, object hv) except -1:
         """Index the value of a `tag`, `keys` or `uid` header (others are not indexed)."""
@@ -858,7 +863,10 @@ cdef class EncodedBatch:
     @property
     def key_hits(self):
         """The KeyHits (hashing.pxd) of every record, packed in native order, for the index."""
-        return PyBytes_FromStringAndSize(<const char*>self.hits, self.n_hits * sizeof(KeyHit))
+        if self.packed_hits is None:
+            self.packed_hits = PyBytes_FromStringAndSize(<const char*>self.hits,
+                                                         self.n_hits * sizeof(KeyHit))
+        return self.packed_hits
 
     cdef int reserve(self, Py_ssize_t extra) except -1:
         """Room for `extra` more glue bytes."""
@@ -989,24 +997,24 @@ cdef class EncodedBatch:
     cdef int put_headers(self, object hdrs, Py_ssize_t gather_threshold, bint add_uid) except -1:
         """The header count and headers; `add_uid` appends a fresh `uid` header unless the
         producer already supplied one."""
-        cdef list pairs = []
-        if hdrs is not None:
+        cdef object items = ()
+        if type(hdrs) is dict:
+            items = (<dict>hdrs).items()
+        elif hdrs is not None:
             try:
                 items = list(hdrs.items()) if isinstance(hdrs, dict) else list(hdrs)
             except (TypeError, AttributeError):
                 raise InvalidRecordError(
                     f"headers must be a dict or (str, bytes|None) pairs, not {hdrs!r}") from None
-            for item in items:
-                try:
-                    hk, hv = item
-                except (TypeError, ValueError):
-                    raise InvalidRecordError(
-                        f"a header must be a (str, bytes|None) pair, not {item!r}") from None
-                if add_uid and hk == "uid":
-                    add_uid = False
-                pairs.append((hk, hv))
-        self.put_varint(len(pairs) + (1 if add_uid else 0))
-        for hk, hv in pairs:
+        if add_uid and has_uid_header(items):
+            add_uid = False
+        self.put_varint(len(items) + (1 if add_uid else 0))
+        for item in items:
+            try:
+                hk, hv = item
+            except (TypeError, ValueError):
+                raise InvalidRecordError(
+                    f"a header must be a (str, bytes|None) pair, not {item!r}") from None
             self.put_header(hk, hv, gather_threshold)
         if add_uid:
             self.reserve(21)

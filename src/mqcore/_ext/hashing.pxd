@@ -23,3 +23,16 @@ cdef struct KeyHit:
     int32_t kind
 
 cdef int32_t murmur2(const unsigned char* data, Py_ssize_t n) noexcept nogil
+
+
+cdef inline Py_ssize_t next_word(const unsigned char* p, Py_ssize_t n, Py_ssize_t* at) noexcept nogil:
+    """Length of the next space-separated word of p[:n] from *at (0: none left); *at moves past
+    it and the word starts at *at - length. A `keys` header lists its keys this way."""
+    cdef Py_ssize_t i = at[0], start
+    while i < n and p[i] == 32:
+        i += 1
+    start = i
+    while i < n and p[i] != 32:
+        i += 1
+    at[0] = i
+    return i - start

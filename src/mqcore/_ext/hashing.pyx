@@ -48,6 +48,11 @@ def kafka_partition(const unsigned char[::1] key not None, int partitions):
     cdef int32_t h = murmur2(&key[0] if key.shape[0] else NULL, key.shape[0])
     return (h & 0x7FFFFFFF) % partitions
 
+# the seeds of hashing.pxd, for the query layer's lookups
+KEY_SEED = SEED_KEY
+UID_SEED = SEED_UID
+TAG_SEED = SEED_TAG
+
 
 def xxh64_hash(const unsigned char[::1] data not None, uint64_t seed=0):
     """xxHash64 of `data` with `seed` (equal to the reference XXH64)."""

@@ -34,7 +34,7 @@ from mqcore._ext.batch cimport (ATTR_CONTROL, ATTR_LOG_APPEND_TIME, BatchHeader,
                                  open_records)
 from mqcore._ext.bytes_be cimport load_be16, load_be32, load_be64, store_be16, store_be32, store_be64
 from mqcore._ext.hashing cimport (KIND_KEY, KIND_TAG, KIND_UID, SEED_KEY, SEED_TAG, SEED_UID,
-                                  KeyHit, xxh64)
+                                  KeyHit, next_word, xxh64)
 
 from mqcore.errors import CorruptIndexError, CorruptRecordError
 
@@ -324,7 +324,7 @@ cdef int record_hits(bytearray out, const RecordView* r, int64_t ts, int32_t del
     cdef const unsigned char* p = r.headers
     cdef const unsigned char* end = r.headers + r.headers_len
     cdef HeaderView hv
-    cdef Py_ssize_t i, j, start
+    cdef Py_ssize_t i, at, w
     if r.key_len >= 0:
         hit_append(out, xxh64(r.key, r.key_len, SEED_KEY), ts, delta, KIND_KEY)
     for i in range(r.header_count):
@@ -337,16 +337,12 @@ cdef int record_hits(bytearray out, const RecordView* r, int64_t ts, int32_t del
         elif hv.key_len == 3 and memcmp(hv.key, b"uid", 3) == 0:
             hit_append(out, xxh64(hv.value, hv.value_len, SEED_UID), ts, delta, KIND_UID)
         elif hv.key_len == 4 and memcmp(hv.key, b"keys", 4) == 0:
-            j = 0
-            while j < hv.value_len:
-                while j < hv.value_len and hv.value[j] == 32:
-                    j += 1
-                start = j
-                while j < hv.value_len and hv.value[j] != 32:
-                    j += 1
-                if j > start:
-                    hit_append(out, xxh64(hv.value + start, j - start, SEED_KEY), ts, delta,
-                               KIND_KEY)
+            at = 0
+            while True:
+                w = next_word(hv.value, hv.value_len, &at)
+                if w == 0:
+                    break
+                hit_append(out, xxh64(hv.value + at - w, w, SEED_KEY), ts, delta, KIND_KEY)
     return 0
 
 

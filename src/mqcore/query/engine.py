@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from mqcore._ext.batch import Message
-from mqcore._ext.hashing import xxh64_hash
+from mqcore._ext.hashing import KEY_SEED, UID_SEED, xxh64_hash
 from mqcore._ext.search import scan_records
 from mqcore.errors import InvalidConfigError
 from mqcore.query.ids import decode_msg_id, parse_uid, uid_time_ms
@@ -27,7 +27,6 @@ from mqcore.storage.segment import MAX_DECOMPRESSED, LogSegment
 if TYPE_CHECKING:
     import pyarrow as pa
 
-SEED_KEY, SEED_UID, SEED_TAG = 0, 1, 2  # _ext/hashing.pxd
 MAX_LIMIT = 100_000  # results one query may return (caps user limits before allocating)
 MAX_PROBE = 1 << 20  # index entries one segment probe may walk
 SCAN_CHUNK = 4096  # records a scan kernel call may return before Python filters them
@@ -207,12 +206,12 @@ def find_indexed(
 
 def key_hash(key: bytes | str) -> tuple[bytes, int]:
     raw = key.encode() if isinstance(key, str) else bytes(key)
-    return raw, xxh64_hash(raw, SEED_KEY)
+    return raw, xxh64_hash(raw, KEY_SEED)
 
 
 def uid_hash(uid: str) -> tuple[bytes, int]:
     raw = parse_uid(uid)
-    return raw, xxh64_hash(raw, SEED_UID)
+    return raw, xxh64_hash(raw, UID_SEED)
 
 
 def find_unique(

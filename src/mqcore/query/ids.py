@@ -1,7 +1,8 @@
 """Message IDs (docs/format.md "Message IDs"): the store ID and the unique ID, told apart by text.
 
 Store ID (`msg_id`): where a message lives, decodable with no index.
-    "m1-" + base64url, unpadded, of: uvarint partition | uvarint offset | UTF-8 topic
+    "m1-" + base64url, unpadded, of: varint partition | varint offset | UTF-8 topic
+    (Kafka's zigzag varints, _ext/varint.pyx)
 Unique ID (`unique_id`): 16 bytes carried by the record's `uid` header (a UUIDv7 when mqcore
 assigns it, see _ext/batch.pyx), written as a canonical UUID: 8-4-4-4-12 lowercase hex.
 A store ID always starts with "m1-"; a unique ID never holds anything but hex and hyphens.
@@ -12,38 +13,16 @@ from __future__ import annotations
 import base64
 import binascii
 
+from mqcore._ext.varint import decode_varint, encode_varint
 from mqcore.config import validate_name
-from mqcore.errors import InvalidMessageIdError, InvalidTopicError
+from mqcore.errors import CorruptRecordError, InvalidMessageIdError, InvalidTopicError
 
 STORE_ID_PREFIX = "m1-"
-MAX_OFFSET = (1 << 63) - 1
-
-
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def _read_uvarint(data: bytes, at: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        if at >= len(data) or shift > 63:
-            raise InvalidMessageIdError("store ID is truncated or has an overlong number")
-        b = data[at]
-        at += 1
-        value |= (b & 0x7F) << shift
-        shift += 7
-        if not b & 0x80:
-            return value, at
 
 
 def encode_msg_id(topic: str, partition: int, offset: int) -> str:
     """The store ID of the message at (topic, partition, offset)."""
-    raw = _uvarint(partition) + _uvarint(offset) + topic.encode()
+    raw = encode_varint(partition) + encode_varint(offset) + topic.encode()
     return STORE_ID_PREFIX + base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
 
 
@@ -56,9 +35,12 @@ def decode_msg_id(text: object) -> tuple[str, int, int]:
         raw = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
     except (binascii.Error, ValueError):
         raise InvalidMessageIdError(f"store ID {text!r} is not valid base64url") from None
-    partition, at = _read_uvarint(raw, 0)
-    offset, at = _read_uvarint(raw, at)
-    if partition > 0x7FFFFFFF or offset > MAX_OFFSET:
+    try:
+        partition, at = decode_varint(raw, 0)
+        offset, at = decode_varint(raw, at)
+    except CorruptRecordError:
+        raise InvalidMessageIdError(f"store ID {text!r} is truncated") from None
+    if not 0 <= partition <= 0x7FFFFFFF or offset < 0:
         raise InvalidMessageIdError(f"store ID {text!r} names an impossible partition or offset")
     try:
         topic = validate_name(raw[at:].decode())
