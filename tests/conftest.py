@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -56,3 +57,19 @@ def child_env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = SRC + os.pathsep + env.get("PYTHONPATH", "")
     return env
+
+
+def run_cli(*argv: str, stdin: bytes | None = None) -> tuple[int, str, str]:
+    """Run the `mqcore` command as a subprocess: (exit status, stdout, stderr). No run may
+    end in a traceback: every failure is a one-line error or a usage message."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "mqcore.cli", *argv],
+        env=child_env(),
+        input=stdin if stdin is not None else b"",
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    out, err = proc.stdout.decode(), proc.stderr.decode()
+    assert "Traceback" not in err, err
+    return proc.returncode, out, err

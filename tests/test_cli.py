@@ -1,4 +1,4 @@
-"""The `mqcore` command: topics, dump (text and kcat JSON), offsets, errors, read-only safety."""
+"""The `mqcore` command: topics, consume (text and kcat JSON), offsets, errors, read-only safety."""
 
 from __future__ import annotations
 
@@ -103,8 +103,8 @@ def test_topics_json_matches_the_store(populated: str, capfd: pytest.CaptureFixt
                 assert p["end_offset"] == s.end_offset(topic, p["partition"])
 
 
-def test_dump_text_lines(populated: str, capfd: pytest.CaptureFixture[str]) -> None:
-    rc, out, err = run(capfd, "dump", populated, "orders", "-p", "0")
+def test_consume_text_lines(populated: str, capfd: pytest.CaptureFixture[str]) -> None:
+    rc, out, err = run(capfd, "consume", populated, "orders", "-p", "0")
     assert rc == 0, err
     lines = out.splitlines()
     assert len(lines) == len(ORDERS)
@@ -121,8 +121,8 @@ def test_dump_text_lines(populated: str, capfd: pytest.CaptureFixture[str]) -> N
     assert fields[5][3] == "\\xff\\xfe"
 
 
-def test_dump_json_envelopes(populated: str, capfd: pytest.CaptureFixture[str]) -> None:
-    rc, out, err = run(capfd, "dump", populated, "orders", "-p", "0", "--json")
+def test_consume_json_envelopes(populated: str, capfd: pytest.CaptureFixture[str]) -> None:
+    rc, out, err = run(capfd, "consume", populated, "orders", "-p", "0", "--json")
     assert rc == 0, err
     docs = [json.loads(line) for line in out.splitlines()]
     assert len(docs) == len(ORDERS)
@@ -153,16 +153,18 @@ def test_dump_json_envelopes(populated: str, capfd: pytest.CaptureFixture[str]) 
     assert docs[5]["payload"] == "café \x00\\xff"
 
 
-def test_dump_log_append_time(populated: str, capfd: pytest.CaptureFixture[str]) -> None:
-    rc, out, _ = run(capfd, "dump", populated, "clicks", "--json")
+def test_consume_log_append_time(populated: str, capfd: pytest.CaptureFixture[str]) -> None:
+    rc, out, _ = run(capfd, "consume", populated, "clicks", "--json")
     assert rc == 0
     doc = json.loads(out)
     assert doc["tstype"] == "logappend"
     assert doc["ts"] != T0  # the log's clock, not the producer's timestamp
 
 
-def test_dump_every_partition_in_order(populated: str, capfd: pytest.CaptureFixture[str]) -> None:
-    rc, out, _ = run(capfd, "dump", populated, "orders")
+def test_consume_every_partition_in_order(
+    populated: str, capfd: pytest.CaptureFixture[str]
+) -> None:
+    rc, out, _ = run(capfd, "consume", populated, "orders")
     assert rc == 0
     got = [tuple(map(int, line.split("\t")[:2])) for line in out.splitlines()]
     assert got == [(0, o) for o in range(len(ORDERS))] + [(1, o) for o in range(5)]
@@ -183,14 +185,14 @@ def test_dump_every_partition_in_order(populated: str, capfd: pytest.CaptureFixt
         ("0", 0, []),
     ],
 )
-def test_dump_offsets_and_count(
+def test_consume_offsets_and_count(
     populated: str,
     capfd: pytest.CaptureFixture[str],
     spec: str,
     count: int | None,
     expected: list[int],
 ) -> None:
-    argv = ["dump", populated, "orders", "-p", "1", "-o", spec]
+    argv = ["consume", populated, "orders", "-p", "1", "-o", spec]
     if count is not None:
         argv += ["-n", str(count)]
     rc, out, err = run(capfd, *argv)
@@ -198,10 +200,10 @@ def test_dump_offsets_and_count(
     assert [int(line.split("\t")[1]) for line in out.splitlines()] == expected
 
 
-def test_dump_count_is_a_total_across_partitions(
+def test_consume_count_is_a_total_across_partitions(
     populated: str, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    rc, out, _ = run(capfd, "dump", populated, "orders", "-o", "-1", "-n", "2")
+    rc, out, _ = run(capfd, "consume", populated, "orders", "-o", "-1", "-n", "2")
     assert rc == 0
     assert [tuple(map(int, line.split("\t")[:2])) for line in out.splitlines()] == [
         (0, len(ORDERS) - 1),
@@ -209,7 +211,7 @@ def test_dump_count_is_a_total_across_partitions(
     ]
 
 
-def test_dump_pages_through_long_partitions(
+def test_consume_pages_through_long_partitions(
     store_path: str, capfd: pytest.CaptureFixture[str]
 ) -> None:
     n = 2500  # more than one read() page
@@ -217,7 +219,7 @@ def test_dump_pages_through_long_partitions(
         s.create_topic("t")
         for i in range(0, n, 700):
             s.append_batch("t", [b"%d" % j for j in range(i, min(n, i + 700))])
-    rc, out, _ = run(capfd, "dump", store_path, "t", "-o", "3")
+    rc, out, _ = run(capfd, "consume", store_path, "t", "-o", "3")
     assert rc == 0
     assert [line.split("\t")[4] for line in out.splitlines()] == [str(j) for j in range(3, n)]
 
@@ -226,13 +228,13 @@ def test_dump_pages_through_long_partitions(
     ("argv", "needle"),
     [
         (["topics", "{missing}"], "does not exist"),
-        (["dump", "{store}", "nope"], "topic 'nope' does not exist"),
-        (["dump", "{store}", "bad/name"], "characters outside"),
-        (["dump", "{store}", "orders", "-p", "7"], "partition 7"),
-        (["dump", "{store}", "orders", "-p", "1", "-o", "6"], "offset 6 is outside [0, 5]"),
-        (["dump", "{store}", "orders", "-o", "soon"], "'soon' is not beginning, end"),
-        (["dump", "{store}", "orders", "-o", "s@later"], "'s@later'"),
-        (["dump", "{store}", "orders", "-n", "-1"], "--count must be >= 0"),
+        (["consume", "{store}", "nope"], "topic 'nope' does not exist"),
+        (["consume", "{store}", "bad/name"], "characters outside"),
+        (["consume", "{store}", "orders", "-p", "7"], "partition 7"),
+        (["consume", "{store}", "orders", "-p", "1", "-o", "6"], "offset 6 is outside [0, 5]"),
+        (["consume", "{store}", "orders", "-o", "soon"], "'soon' is not beginning, end"),
+        (["consume", "{store}", "orders", "-o", "s@later"], "'s@later'"),
+        (["consume", "{store}", "orders", "-n", "-1"], "--count must be >= 0"),
     ],
 )
 def test_errors_are_one_line_and_exit_1(
@@ -259,7 +261,7 @@ def test_reads_beside_a_live_writer_and_changes_nothing(
         writer.create_topic("live", partitions=2)
         writer.append_batch("live", [b"a", b"b", b"c"], partition=1)
         before = file_bytes(store_path)
-        rc, out, err = run(capfd, "dump", store_path, "live", "-p", "1")
+        rc, out, err = run(capfd, "consume", store_path, "live", "-p", "1")
         assert rc == 0, err
         assert [line.split("\t")[4] for line in out.splitlines()] == ["a", "b", "c"]
         rc, out, _ = run(capfd, "topics", store_path)
@@ -271,5 +273,5 @@ def test_reads_beside_a_live_writer_and_changes_nothing(
             mqcore.open(store_path)
     finally:
         writer.close()
-    rc, out, _ = run(capfd, "dump", store_path, "live", "-p", "1", "-o", "-1")
+    rc, out, _ = run(capfd, "consume", store_path, "live", "-p", "1", "-o", "-1")
     assert out.split("\t")[4] == "d\n"

@@ -123,3 +123,11 @@ class SelectorSyntaxError(MQCoreError, ValueError):
 
 class InvalidMessageIdError(MQCoreError, ValueError):
     """A store ID (msg_id) or unique ID text that does not decode."""
+
+
+class MessageNotFoundError(MQCoreError, LookupError):
+    """No message at the offset asked for (the `mqcore get` command exits 1 with it)."""
+
+
+class SegmentDamagedError(MQCoreError):
+    """`mqcore dump` met damage in the file it dumps (listed in its output; exit status 1)."""

@@ -1,0 +1,90 @@
+"""The `mqcore` command: write, read, query and inspect a store from the shell.
+
+    mqcore --version
+    mqcore produce STORE TOPIC [--value V ... | --file PATH] [-k KEY | -K SEP] [-p N]
+                   [--tag T] [--property K=V ...] [-H K[=V] ...] [--keys "W1 W2"]
+                   [--create] [--partitions N] [--compression CODEC] [--json]
+    mqcore consume STORE TOPIC [-p N] [-o beginning|end|N|-N|s@MS] [-n COUNT] [--json]
+    mqcore get STORE TOPIC PARTITION OFFSET [--json]
+    mqcore query STORE [TOPIC] (--id MSG_ID | --unique-id UID | --key KEY | scan filters)
+                 [--from TIME] [--to TIME] [-p N] [--limit N] [--max-scan N]
+                 [--timeout S] [--cursor C] [--json] [--progress | --no-progress]
+                 scan filters: --tag T, --where SQL92, --contains TEXT, --regex RE, --from, --to
+    mqcore topics STORE [--json]
+    mqcore stats STORE [TOPIC] [--json] [--progress | --no-progress]
+    mqcore dump FILE.log|.index|.timeindex|.keyindex [--records] [--index] [--json]
+
+Every command but `produce` opens the store with `read_only=True`: no lock is taken and nothing
+is written, so it is safe beside a running writer. `produce` takes the writer lock and fails
+with StoreLockedError while another process holds it. `--json` prints one JSON object per line;
+bytes that are not UTF-8 appear as {"base64": "..."} there (kcat's \\xNN escapes in `consume
+--json`, which writes kcat -J envelopes) and as \\xNN in text. Errors mqcore raises on purpose
+print one line, `mqcore: error: ...`, to stderr and exit with status 1; usage errors exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+import mqcore
+from mqcore.cli import dump, produce, query, reading, stats
+from mqcore.cli.options import UsageError
+from mqcore.errors import MQCoreError
+
+__all__ = ["build_parser", "main"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line `argv` (default: sys.argv[1:]); returns the exit status."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # --help, --version and usage errors: keep main() callable in-process
+        return e.code if isinstance(e.code, int) else 0 if e.code is None else 2
+    try:
+        return int(args.run(args, sys.stdout))
+    except UsageError as e:
+        args.parser.print_usage(sys.stderr)
+        print(f"{args.parser.prog}: error: {e}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        # `mqcore consume ... | head`: the reader went away; stop quietly like other Unix tools
+        _silence_stdout()
+        return 0
+    except KeyboardInterrupt:
+        print(file=sys.stderr)
+        return 130
+    except (MQCoreError, OSError) as e:
+        print(f"mqcore: error: {e}", file=sys.stderr)
+        return 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mqcore",
+        description="Write, read, query and inspect an mqcore store (or a Kafka log "
+        "directory). Only `produce` writes.",
+    )
+    parser.add_argument("--version", action="version", version=f"mqcore {mqcore.__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    produce.add_parsers(sub)
+    reading.add_parsers(sub)
+    query.add_parsers(sub)
+    stats.add_parsers(sub)
+    dump.add_parsers(sub)
+    for command in sub.choices.values():
+        command.set_defaults(parser=command)  # for usage errors a command finds late
+    return parser
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush cannot fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass

@@ -1,0 +1,112 @@
+"""Arguments shared by several commands, and the parsing of their values."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from datetime import datetime, timezone
+
+from mqcore.errors import InvalidConfigError
+
+
+class UsageError(Exception):
+    """Options that do not go together: printed with the command's usage, exit status 2."""
+
+
+def add_json(parser: argparse.ArgumentParser, what: str = "") -> None:
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="one JSON object per line"
+        + (f" ({what})" if what else "")
+        + '; bytes that are not UTF-8 appear as {"base64": "..."}',
+    )
+
+
+def add_progress(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument(
+        "--progress",
+        dest="progress",
+        action="store_const",
+        const=True,
+        default=None,
+        help="draw a progress bar on stderr even when it is not a terminal",
+    )
+    group.add_argument(
+        "--no-progress",
+        dest="progress",
+        action="store_const",
+        const=False,
+        help="never draw the progress bar (default: drawn when stderr is a terminal)",
+    )
+
+
+def progress_enabled(args: argparse.Namespace) -> bool:
+    if args.progress is not None:
+        return bool(args.progress)
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def arg_bytes(text: str) -> bytes:
+    """A command-line string as the bytes the user typed (undecodable bytes survive argv)."""
+    return os.fsencode(text)
+
+
+def parse_time(text: str, what: str) -> int:
+    """Milliseconds since the epoch from `123456789000` or an ISO-8601 date or datetime
+    (`2024-05-01`, `2024-05-01T12:30:00.5+02:00`, a trailing `Z`); no zone means UTC."""
+    s = text.strip()
+    if s.lstrip("-").isdigit():
+        ms = int(s)
+    else:
+        if s.endswith(("Z", "z")):
+            s = s[:-1] + "+00:00"
+        try:
+            dt = datetime.fromisoformat(s)
+        except ValueError:
+            raise InvalidConfigError(
+                f"{what} {text!r} is neither milliseconds nor an ISO-8601 datetime"
+            ) from None
+        if dt.tzinfo is None:
+            dt = dt.replace(tzinfo=timezone.utc)
+        delta = dt - datetime(1970, 1, 1, tzinfo=timezone.utc)
+        ms = delta.days * 86_400_000 + delta.seconds * 1000 + delta.microseconds // 1000
+    if ms < 0:
+        raise InvalidConfigError(f"{what} {text!r} is before 1970")
+    return ms
+
+
+def parse_pair(text: str, what: str, need_value: bool = True) -> tuple[str, str | None]:
+    """`name=value` -> (name, value); a bare `name` gives (name, None) unless `need_value`."""
+    name, sep, value = text.partition("=")
+    if not name:
+        raise InvalidConfigError(f"{what} {text!r} has no name (expected name=value)")
+    if not sep:
+        if need_value:
+            raise InvalidConfigError(f"{what} {text!r} is not name=value")
+        return name, None
+    return name, value
+
+
+def non_negative(text: str) -> int:
+    """argparse type: an int >= 0."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"{text} is negative")
+    return n
+
+
+def positive(text: str) -> int:
+    """argparse type: an int >= 1."""
+    n = non_negative(text)
+    if n == 0:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return n
