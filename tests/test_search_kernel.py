@@ -5,7 +5,9 @@ without "tag", CreateTime and LogAppendTime) and their .log bytes scanned; every
 against a brute force over Store.read(): single scans, resumed scans with limits and record
 budgets, whole-batch skipping (proved by corrupting a batch the filter must never decode),
 control batches, corruption, torn tails, and fuzzed bytes over a buffer that ends right before an
-inaccessible page. A throughput figure against a Python loop is printed, not asserted.
+inaccessible page. Content search (the batch-wide needle search fused with the CRC, batches
+passed over when they hold no occurrence) is checked with both needle-search implementations
+against decode_messages. A throughput figure against a Python loop is printed, not asserted.
 """
 
 from __future__ import annotations
@@ -23,14 +25,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import mqcore
 import mqcore.store
 from mqcore._ext.batch import BatchInfo, Message, decode_messages, encode_batch, read_batch_info
 from mqcore._ext.crc32c import crc32c
-from mqcore._ext.search import ScanResult, scan_records
+from mqcore._ext.search import (
+    ScanResult,
+    _select_implementation,
+    implementation,
+    scan_records,
+)
+from mqcore.compression import compress
 from mqcore.errors import CorruptRecordError, InvalidConfigError, MQCoreError
 
 INT64_MIN = -(2**63)
@@ -621,6 +629,267 @@ def test_damaged_segments_never_crash(
             assert full is not None, "scan_records refused what decode_messages accepted"
             want = [m for m in out if m.timestamp < INT64_MAX and m.offset < INT64_MAX]
             assert full.messages == want
+
+
+# ---------------------------------------------------------------------------------------------
+# Content search: one needle search per batch (fused with the CRC), batches passed over
+# ---------------------------------------------------------------------------------------------
+
+IMPLEMENTATIONS = pytest.mark.parametrize("fast", [True, False], ids=["fast", "generic"])
+
+
+@contextmanager
+def search_implementation(fast: bool) -> Iterator[str]:
+    """Scans in the block use the CPU's best needle search (fast) or the generic one."""
+    name = _select_implementation(fast)
+    try:
+        yield name
+    finally:
+        _select_implementation(True)
+
+
+def batch_bytes(
+    values: list[bytes | None],
+    base_offset: int,
+    *,
+    keys: list[bytes | None] | None = None,
+    headers: list[list[tuple[str, bytes | None]] | None] | None = None,
+    codec: int = 0,
+) -> bytes:
+    """One encoded batch at `base_offset` (outside the CRC, so patching it keeps the CRC)."""
+    encoded = encode_batch(
+        values, keys=keys, headers=headers, now_ms=T0, codec=codec,
+        compress=compress if codec else None,
+    )  # fmt: skip
+    raw = bytearray(encoded.tobytes())
+    raw[0:8] = struct.pack(">q", base_offset)
+    return bytes(raw)
+
+
+def decoded(buf: Any) -> list[Message]:
+    out: list[Message] = []
+    decode_messages(buf, 0, TOPIC, 0, INT64_MIN, 1 << 30, out)
+    return out
+
+
+def test_implementation_names() -> None:
+    assert implementation() in ("avx2", "generic")
+    with search_implementation(False) as name:
+        assert name == implementation() == "generic"
+    assert implementation() in ("avx2", "generic")
+
+
+@IMPLEMENTATIONS
+@pytest.mark.parametrize("codec", [0, 3], ids=["none", "lz4"])
+def test_needle_spanning_two_records_matches_neither(fast: bool, codec: int) -> None:
+    """Bytes that occur in the records area only across a record boundary (value tail, the
+    framing between, the next value's head) are in no key or value."""
+    values: list[bytes | None] = [b"first value ends in ABC", b"XYZ starts the second"]
+    area = batch_bytes(values, 0)[61:]
+    end1, start2 = area.index(b"ABC") + 3, area.index(b"XYZ")
+    buf = batch_bytes(values, 0, codec=codec)
+    for needle in (
+        area[end1 - 3 : start2 + 3],
+        area[end1 - 1 : start2 + 1],
+        area[end1 - 2 : end1 + 1],
+    ):
+        assert needle in area
+        with search_implementation(fast):
+            r = Query(needle=needle, in_key=True).scan(buf)
+        assert r.messages == [] and r.records_scanned == 2 and r.reason == "end"
+    with search_implementation(fast):
+        r = Query(needle=b"ABC").scan(buf)
+    assert [m.offset for m in r.messages] == [0]
+
+
+@IMPLEMENTATIONS
+def test_needle_in_a_key_or_header_only(fast: bool) -> None:
+    """A needle in the records area but only in keys or headers: the batch is walked, nothing
+    matches on values; in_key finds the key; headers never match."""
+    buf = batch_bytes(
+        [b"plain value", b"other value", None],
+        0,
+        keys=[b"key-NEEDLE", None, b"NEEDLE"],
+        headers=[[("h", b"NEEDLE in a header")], [("NEEDLE", b"x")], None],
+    )
+    with search_implementation(fast):
+        values_only = Query(needle=b"NEEDLE").scan(buf)
+        with_keys = Query(needle=b"NEEDLE", in_key=True).scan(buf)
+        header_only = Query(needle=b"in a header", in_key=True).scan(buf)
+    assert values_only.messages == [] and values_only.records_scanned == 3
+    assert [m.offset for m in with_keys.messages] == [0, 2]
+    assert header_only.messages == []
+
+
+@IMPLEMENTATIONS
+@pytest.mark.parametrize("m", [1, 2, 3, 8, 33, 70])
+def test_needle_across_chunk_borders_in_one_big_value(fast: bool, m: int) -> None:
+    """One ~100 KB value holding the needle once, placed across every border the search works
+    at (the 768-byte and 24 KiB rounds of the fused CRC, the generic search's 32 KiB chunks,
+    the end of the area), with the batch at every alignment. The needle's first and last bytes
+    are common in the filler, so most 32-byte steps have candidates to confirm."""
+    needle = b"Q" * m if m < 3 else b"a" + b"Q" * (m - 2) + b"b"
+    filler = (
+        random.Random(m)
+        .randbytes(100_000)
+        .translate(bytes.maketrans(bytes(range(256)), b"abcdefgh" * 32))
+    )
+    absent = batch_bytes([b"x", filler], 0)
+    value_start = len(absent) - 61 - 1 - len(filler)  # in the records area; then 0 headers
+    borders = [*range(768, len(absent), 768), *range(32768, len(absent), 32768), len(absent) - 61]
+    places = {0, len(filler) - m, len(filler) - m - 1}
+    for border in borders:
+        places |= {border - value_start - j for j in (0, 1, m - 1, m)}
+    shifts = range(8) if m in (1, 8) else (0, 3)
+    guard = Guarded(len(absent) + 8)  # a read past the batch faults
+    with search_implementation(fast):
+        for verify in (True, False):
+            with guard.place(absent) as view:
+                r = Query(needle=needle).scan(view, verify_crc=verify)
+            assert r.messages == [] and r.records_scanned == 2
+        for at in sorted(p for p in places if 0 <= p <= len(filler) - m):
+            value = filler[:at] + needle + filler[at + m :]
+            raw = batch_bytes([b"x", value], 0)
+            for shift in shifts:
+                with guard.place(b"\0" * shift + raw) as whole, whole[shift:] as view:
+                    r = Query(needle=needle).scan(view, verify_crc=shift % 2 == 0)
+                    assert [msg.offset for msg in r.messages] == [1], (at, shift)
+    guard.map.close()
+
+
+@IMPLEMENTATIONS
+@pytest.mark.parametrize("codec", [0, 1, 2, 3, 4], ids=CODECS)
+def test_every_codec_against_the_brute_force(fast: bool, codec: int) -> None:
+    """Batches of one codec where the needle is in no record, in one, or in many."""
+    rng = random.Random(codec)
+    buf, base = b"", 0
+    for i in range(12):
+        words = [
+            b" ".join(rng.choice(WORDS) for _ in range(rng.randrange(1, 30))) for _ in range(40)
+        ]
+        if i % 3 == 1:
+            words[rng.randrange(40)] += b" needle-here"
+        if i % 3 == 2:
+            words = [v + b" needle-here" if j % 2 else v for j, v in enumerate(words)]
+        values: list[bytes | None] = [*words, None]
+        buf += batch_bytes(values, base, codec=codec)
+        base += len(values)
+    messages = decoded(buf)
+    for q in (Query(needle=b"needle-here"), Query(needle=b"never there"), Query(needle=b"e")):
+        with search_implementation(fast):
+            r = q.scan(buf, limit=1 << 30)
+        assert r.messages == q.expected(messages)
+        assert r.records_scanned == len(messages) and r.bytes_scanned == len(buf)
+
+
+@IMPLEMENTATIONS
+@pytest.mark.parametrize("codec", [0, 1, 3], ids=["none", "gzip", "lz4"])
+@pytest.mark.parametrize("where", ["attributes", "header", "records-first", "middle", "last"])
+def test_corrupt_batch_without_the_needle_still_raises(fast: bool, codec: int, where: str) -> None:
+    """A flipped byte anywhere under the CRC of a batch the needle is absent from: the CRC check
+    (fused with the search for uncompressed batches) raises before any result is returned."""
+    batches = [batch_bytes([b"value %d" % (i * 10 + j) for j in range(10)], i * 10, codec=codec)
+               for i in range(3)]  # fmt: skip
+    pos, size = len(batches[0]), len(batches[1])
+    at = {
+        "attributes": 22,
+        "header": 45,
+        "records-first": 61,
+        "middle": size // 2,
+        "last": size - 1,
+    }
+    buf = bytearray(b"".join(batches))
+    buf[pos + at[where]] ^= 0x10  # the transactional bit in attributes: still a valid header
+    with search_implementation(fast), pytest.raises(CorruptRecordError, match="CRC") as err:
+        Query(needle=b"absent").scan(bytes(buf), source="c.log", limit=1 << 30)
+    assert err.value.position == pos and err.value.path == "c.log"
+
+
+@IMPLEMENTATIONS
+def test_what_a_passed_over_batch_is_checked_for(fast: bool) -> None:
+    """The module comment's rule: a CRC-valid batch whose records are malformed is passed over
+    by a search whose needle it does not hold; every walk of it raises (verify_crc=False
+    scans, a needle it holds, no needle, an offset window cutting it)."""
+    raw = bytearray(batch_bytes([b"has the word gamma", b"second"], 0))
+    raw[61] = 0x7F  # first record's length varint: -64
+    struct.pack_into(">I", raw, 17, crc32c(bytes(raw[21:])))
+    buf = bytes(raw)
+    with search_implementation(fast):
+        passed = Query(needle=b"absent").scan(buf)
+        assert passed.messages == [] and passed.records_scanned == 2 and passed.reason == "end"
+        for q, kw in [
+            (Query(needle=b"absent"), {"verify_crc": False}),
+            (Query(needle=b"gamma"), {}),
+            (Query(), {}),
+            (Query(min_offset=1, needle=b"absent"), {}),
+        ]:
+            with pytest.raises(CorruptRecordError, match="varint|length"):
+                q.scan(buf, **kw)
+
+
+@st.composite
+def small_segments(draw: st.DrawFn) -> bytes:
+    """A few batches of random codecs, values over a small alphabet (so needles occur inside
+    values, across fields and across records), keys, tags and null values."""
+    text = st.binary(min_size=0, max_size=40).map(lambda b: b.translate(_SMALL_ALPHABET))
+    out, base = b"", 0
+    for _ in range(draw(st.integers(1, 6))):
+        n = draw(st.integers(1, 12))
+        values = draw(st.lists(st.one_of(st.none(), text), min_size=n, max_size=n))
+        keys = draw(st.lists(st.one_of(st.none(), text), min_size=n, max_size=n))
+        tags = draw(st.lists(st.sampled_from([None, b"TagA", b"ab"]), min_size=n, max_size=n))
+        headers: list[list[tuple[str, bytes | None]] | None] = [
+            None if t is None else [("tag", t)] for t in tags
+        ]
+        codec = draw(st.sampled_from([0, 0, 0, 1, 2, 3, 4]))
+        out += batch_bytes(values, base, keys=keys, headers=headers, codec=codec)
+        base += n + draw(st.integers(0, 2))
+    return out
+
+
+_SMALL_ALPHABET = bytes.maketrans(bytes(range(256)), b"abc\x00\x01" * 51 + b"a")
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    buf=small_segments(),
+    needle=st.binary(min_size=1, max_size=4).map(lambda b: b.translate(_SMALL_ALPHABET)),
+    in_key=st.booleans(),
+    tag=st.sampled_from([None, b"TagA"]),
+    window=st.tuples(st.integers(-1, 80), st.integers(0, 90)),
+    limit=st.integers(1, 5),
+    budget=st.one_of(st.just(INT64_MAX), st.integers(1, 20)),
+)
+def test_content_search_matches_a_brute_force_over_decode_messages(
+    buf: bytes,
+    needle: bytes,
+    in_key: bool,
+    tag: bytes | None,
+    window: tuple[int, int],
+    limit: int,
+    budget: int,
+) -> None:
+    """Resumed scans over random batches give the brute force's matches with both needle
+    searches, and every record of the offset window is counted as scanned exactly once,
+    whether its batch was walked or passed over."""
+    messages = decoded(buf)
+    lo, hi = min(window), max(window)
+    want = Query(lo, hi, needle=needle, in_key=in_key, tag=tag).expected(messages)
+    in_window = sum(lo <= m.offset < hi for m in messages)
+    for fast in (True, False):
+        got: list[Message] = []
+        scanned, pos, start = 0, 0, lo
+        with search_implementation(fast):
+            while True:
+                q = Query(start, hi, needle=needle, in_key=in_key, tag=tag)
+                r = q.scan(buf, pos, limit=limit, max_records=budget)
+                got += r.messages
+                scanned += r.records_scanned
+                if r.reason == "end":
+                    break
+                pos, start = r.next_position, r.next_offset
+        assert got == want
+        assert scanned == in_window
 
 
 # ---------------------------------------------------------------------------------------------

@@ -8,7 +8,8 @@ segments so the log rolls) and JSON application events with `service`/`level` he
 simulated hour. Then it reads them back by offset (`read`, `get`), by time
 (`offset_for_time`), as Arrow (`read_arrow`), closes and reopens the store, and finally
 simulates a crash mid-write to show recovery cutting the torn tail. Every step prints what it
-found and how long it took. The data is deterministic for a given seed; the timings are not.
+found and how long it took. The messages are deterministic for a given seed; their generated
+unique IDs and the timings are not.
 """
 
 from __future__ import annotations

@@ -15,27 +15,55 @@
 #     below min_offset are passed over (not counted as scanned); a record at or past max_offset
 #     ends the scan (reason "end"); every other record is scanned and matches when its
 #     timestamp is in [min_ts, max_ts) AND (no needle, or the needle occurs in its value
-#     (memmem; a null value never matches; an empty needle matches every non-null value), or
-#     in_key and it occurs in its key) AND (no tag, or one of its headers has the key b"tag"
-#     and a value equal to tag).
+#     (a null value never matches; an empty needle matches every non-null value), or in_key
+#     and it occurs in its key) AND (no tag, or one of its headers has the key b"tag" and a
+#     value equal to tag).
 # The scan stops right after the record that makes `limit` matches (reason "limit") or uses up
 # the `max_records` budget (reason "max_records"). The result says where to resume: the batch
 # position `next_position` and the first offset not yet examined `next_offset`; a later call
 # with pos=next_position, min_offset=next_offset continues exactly where this one stopped.
 # After max_offset ended a scan, next_offset >= max_offset. records_scanned counts the records
 # tested against the filter; bytes_scanned sums the sizes of the batches whose records were
-# walked (skipped batches cost a header check only).
+# walked or passed over as below (skipped batches cost a header check only).
+#
+# Content search (a non-empty needle) reads each batch once, not once per record:
+#   - the batch's records area (the decompressed one for a compressed batch) is searched for
+#     the needle as a whole. For an uncompressed batch this search runs in the same pass as
+#     the CRC (see mqs_crc_find below): each byte comes into cache once for both. A compressed
+#     batch's CRC covers its compressed bytes and is checked before they are decompressed.
+#   - a record's key or value contains the needle only if the area does, so when the area
+#     holds no occurrence, no record of the batch can match. Such a batch is passed over: when
+#     its CRC was verified and its records all lie in [min_offset, max_offset) and within what
+#     is left of the budget, its recordsCount is added to records_scanned and the scan moves on
+#     without decoding a record. Otherwise (verify_crc=False, or a batch cut by the offset
+#     window or the budget) its records are walked as usual, so that the offset bookkeeping and
+#     the errors stay exact; none of them matches.
+#   - in a batch that holds the needle, each record is decoded as before; its fields are tested
+#     against the first occurrence at or after them (found by one search that goes on from
+#     there), so the area is searched once in total whatever the number of records.
+#   What a passed-over batch is checked for: everything check_batch checks (lengths, magic,
+#   codec, counts) and its CRC. What it is not checked for: the framing of its records (record
+#   and field lengths, varints, offset deltas, headers, the records area being used up exactly),
+#   which next_record checks when Store.read decodes it. So a CRC-valid batch whose records are
+#   malformed, which only a faulty writer makes (the CRC proves the bytes are the ones written,
+#   and recovery validates batches at the same level), raises under Store.read but is passed
+#   over silently by a search whose needle it does not hold. Checking the framing costs more
+#   than it is worth here, measured on 47-68 MB segments of 512-record batches (CRC on, median of
+#   best-of-3 runs): a walk of the record length varints alone took 12 % of the scan's speed
+#   with 1 KiB values (11.0 -> 9.6 GB/s) and 40 % with ~200-byte log lines (11.0 -> 6.7 GB/s);
+#   decoding every record (next_record) took 27 % and 70 %. verify_crc=False scans always walk,
+#   so nothing changes there: without the CRC nothing vouches for the bytes.
 #
 # The walk runs without the GIL; it comes back only to decompress a batch, to build the
 # Message of a match and to raise.
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
-from libc.stdint cimport INT64_MAX, int64_t, uint64_t
+from libc.stdint cimport INT64_MAX, int64_t, uint32_t, uint64_t
 from libc.string cimport memcmp
 
 from mqcore._ext.batch cimport (
-    ATTR_CODEC_MASK, ATTR_CONTROL, ATTR_LOG_APPEND_TIME, BATCH_HEADER_SIZE, BatchHeader,
-    E_SHORT, HeaderView, LOG_OVERHEAD, OK, RecordCursor, RecordView, check_batch, cursor_finish,
-    cursor_init, error_text, make_message, next_header, next_record, open_records,
+    ATTR_CODEC_MASK, ATTR_CONTROL, ATTR_LOG_APPEND_TIME, BATCH_HEADER_SIZE, CRC_START, E_CRC,
+    E_SHORT, BatchHeader, HeaderView, LOG_OVERHEAD, OK, RecordCursor, RecordView, check_batch,
+    cursor_finish, cursor_init, error_text, make_message, next_header, next_record, open_records,
 )
 
 from mqcore.errors import CorruptRecordError, InvalidConfigError
@@ -48,8 +76,216 @@ cdef extern from *:
     #include <string.h>
     /* repeated in case Python.h included string.h before _GNU_SOURCE was defined */
     void *memmem(const void *, size_t, const void *, size_t);
+    /* this module's own copy of the CRC-32C kernels and tables (static): mqs_select inits it */
+    #include "crc32c_impl.h"
+
+    /* Needle search for the scan. Both functions need m >= 1 and return the first occurrence
+       of nd[0:m] in p[0:n], or NULL:
+         mqs_find(p, n, nd, m)
+         mqs_crc_find(&crc, p, n, nd, m)  also extends the finished CRC-32C *crc over p[0:n]
+       "generic": glibc memmem; the CRC and the search alternate over MQS_CHUNK-byte chunks so
+       the search reads what the CRC just brought into cache.
+       "avx2" (x86_64 with AVX2 and SSE4.2): 32 starts per step are candidates when the
+       needle's first byte is at the start and its last byte m - 1 further (two compares, an
+       AND, a movemask); the middle bytes of candidates are compared with memcmp. The CRC
+       variant runs that search inside the CRC's three-chain loop (crc32c_impl.h): 96 starts
+       per 12 CRC instructions, so the vector compares fill issue slots the CRC chains leave
+       idle and each byte is loaded into L1 once for both. */
+    #define MQS_CHUNK 32768
+
+    typedef const unsigned char *(*mqs_find_fn)(const unsigned char *, size_t,
+                                                const unsigned char *, size_t);
+    typedef const unsigned char *(*mqs_crc_find_fn)(uint32_t *, const unsigned char *, size_t,
+                                                    const unsigned char *, size_t);
+
+    static const unsigned char *mqs_find_generic(const unsigned char *p, size_t n,
+                                                 const unsigned char *nd, size_t m)
+    {
+        return (const unsigned char *)memmem(p, n, nd, m);
+    }
+
+    static mqs_find_fn mqs_find = mqs_find_generic;
+
+    static const unsigned char *mqs_crc_find_generic(uint32_t *crc, const unsigned char *p,
+                                                     size_t n, const unsigned char *nd, size_t m)
+    {
+        const unsigned char *hit = NULL;
+        size_t done = 0, k, back;
+        while (done < n) {
+            k = n - done < MQS_CHUNK ? n - done : MQS_CHUNK;
+            *crc = mq_crc32c_extend(*crc, p + done, k);
+            if (hit == NULL) {
+                /* occurrences that end in this chunk: starts from m - 1 bytes before it */
+                back = done < m - 1 ? done : m - 1;
+                hit = mqs_find(p + done - back, k + back, nd, m);
+            }
+            done += k;
+        }
+        return hit;
+    }
+
+    static mqs_crc_find_fn mqs_crc_find = mqs_crc_find_generic;
+    static const char *mqs_name = "generic";
+
+    #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    #include <immintrin.h>
+    #define MQS_AVX2 __attribute__((target("avx2,sse4.2")))
+
+    /* Bit i: q[i] is the needle's first byte and q[i + m - 1] its last. Reads q[0, 31 + m). */
+    static inline MQS_AVX2 uint32_t mqs_candidates(const unsigned char *q, size_t m,
+                                                   __m256i first, __m256i last)
+    {
+        __m256i a = _mm256_cmpeq_epi8(_mm256_loadu_si256((const __m256i *)q), first);
+        __m256i b = _mm256_cmpeq_epi8(_mm256_loadu_si256((const __m256i *)(q + m - 1)), last);
+        return (uint32_t)_mm256_movemask_epi8(_mm256_and_si256(a, b));
+    }
+
+    /* The first candidate of mask (bits for q[0..31]) whose middle bytes match, or NULL. */
+    static inline const unsigned char *mqs_confirm(const unsigned char *q, uint32_t mask,
+                                                   const unsigned char *nd, size_t m)
+    {
+        const unsigned char *at;
+        while (mask) {
+            at = q + __builtin_ctz(mask);
+            if (m <= 2 || memcmp(at + 1, nd + 1, m - 2) == 0)
+                return at;
+            mask &= mask - 1;
+        }
+        return NULL;
+    }
+
+    static MQS_AVX2 const unsigned char *mqs_find_avx2(const unsigned char *p, size_t n,
+                                                       const unsigned char *nd, size_t m)
+    {
+        __m256i first, last;
+        const unsigned char *hit;
+        uint32_t mask;
+        size_t i, starts;
+        if (m > n)
+            return NULL;
+        starts = n - m + 1;
+        if (starts < 32) {
+            for (i = 0; i < starts; i++)
+                if (p[i] == nd[0] && memcmp(p + i, nd, m) == 0)
+                    return p + i;
+            return NULL;
+        }
+        first = _mm256_set1_epi8((char)nd[0]);
+        last = _mm256_set1_epi8((char)nd[m - 1]);
+        for (i = 0; i + 32 <= starts; i += 32) {
+            mask = mqs_candidates(p + i, m, first, last);
+            if (mask && (hit = mqs_confirm(p + i, mask, nd, m)) != NULL)
+                return hit;
+        }
+        if (i < starts) {
+            /* the last starts: one vector ending flush with them, overlapping starts already
+               found empty, so its first confirmed candidate is still the first occurrence */
+            i = starts - 32;
+            mask = mqs_candidates(p + i, m, first, last);
+            if (mask && (hit = mqs_confirm(p + i, mask, nd, m)) != NULL)
+                return hit;
+        }
+        return NULL;
+    }
+
+    /* One round of crc32c_impl.h's three-chain CRC over c[0, 3 * block) and, alongside, the
+       search over the starts q[0, 3 * block); q may lie a few bytes before c. Reads
+       q[0, 3 * block + m - 1). Sets *hit to the first occurrence unless it is already set. */
+    static inline MQS_AVX2 mq_crc32c_reg mqs_crc_find_round(
+        mq_crc32c_reg crc, const unsigned char *c, const unsigned char *q, size_t block,
+        uint32_t shift[4][256], const unsigned char *nd, size_t m, __m256i first,
+        __m256i last, const unsigned char **hit)
+    {
+        mq_crc32c_reg crc1 = 0, crc2 = 0;
+        const unsigned char *end = c + block;
+        uint32_t m0, m1, m2;
+        do {
+            crc = mq_crc32c_hw_word(crc, c);
+            crc1 = mq_crc32c_hw_word(crc1, c + block);
+            crc2 = mq_crc32c_hw_word(crc2, c + 2 * block);
+            crc = mq_crc32c_hw_word(crc, c + 8);
+            crc1 = mq_crc32c_hw_word(crc1, c + block + 8);
+            crc2 = mq_crc32c_hw_word(crc2, c + 2 * block + 8);
+            crc = mq_crc32c_hw_word(crc, c + 16);
+            crc1 = mq_crc32c_hw_word(crc1, c + block + 16);
+            crc2 = mq_crc32c_hw_word(crc2, c + 2 * block + 16);
+            crc = mq_crc32c_hw_word(crc, c + 24);
+            crc1 = mq_crc32c_hw_word(crc1, c + block + 24);
+            crc2 = mq_crc32c_hw_word(crc2, c + 2 * block + 24);
+            /* keeps GCC from splitting the chains into separate loops (see crc32c_impl.h) */
+            __asm__("" : "+r"(crc), "+r"(crc1), "+r"(crc2));
+            m0 = mqs_candidates(q, m, first, last);
+            m1 = mqs_candidates(q + 32, m, first, last);
+            m2 = mqs_candidates(q + 64, m, first, last);
+            if (__builtin_expect((m0 | m1 | m2) != 0, 0) && *hit == NULL) {
+                if ((*hit = mqs_confirm(q, m0, nd, m)) == NULL &&
+                    (*hit = mqs_confirm(q + 32, m1, nd, m)) == NULL)
+                    *hit = mqs_confirm(q + 64, m2, nd, m);
+            }
+            c += 32;
+            q += 96;
+        } while (c < end);
+        crc = mq_crc32c_shift(shift, (uint32_t)crc) ^ crc1;
+        return mq_crc32c_shift(shift, (uint32_t)crc) ^ crc2;
+    }
+
+    static MQS_AVX2 const unsigned char *mqs_crc_find_avx2(uint32_t *crc32,
+                                                           const unsigned char *p, size_t n,
+                                                           const unsigned char *nd, size_t m)
+    {
+        const unsigned char *end = p + n, *hit = NULL;
+        const unsigned char *c = p, *q = p;  /* CRC'd up to c; starts before q searched */
+        mq_crc32c_reg crc = (uint32_t)~*crc32;
+        __m256i first = _mm256_set1_epi8((char)nd[0]), last = _mm256_set1_epi8((char)nd[m - 1]);
+        /* the CRC's words aligned to 8 bytes; the search lags by up to 7 bytes */
+        while (c < end && ((uintptr_t)c & 7))
+            crc = mq_crc32c_hw_byte(crc, *c++);
+        while (hit == NULL && (size_t)(end - q) >= 3 * MQ_CRC32C_LONG + m + 7) {
+            crc = mqs_crc_find_round(crc, c, q, MQ_CRC32C_LONG, mq_crc32c_long_shift, nd, m,
+                                     first, last, &hit);
+            c += 3 * MQ_CRC32C_LONG;
+            q += 3 * MQ_CRC32C_LONG;
+        }
+        while (hit == NULL && (size_t)(end - q) >= 3 * MQ_CRC32C_SHORT + m + 7) {
+            crc = mqs_crc_find_round(crc, c, q, MQ_CRC32C_SHORT, mq_crc32c_short_shift, nd, m,
+                                     first, last, &hit);
+            c += 3 * MQ_CRC32C_SHORT;
+            q += 3 * MQ_CRC32C_SHORT;
+        }
+        if (hit == NULL)
+            hit = mqs_find_avx2(q, (size_t)(end - q), nd, m);
+        *crc32 = ~mq_crc32c_hw((uint32_t)crc, c, (size_t)(end - c));
+        return hit;
+    }
+    #endif
+
+    /* Pick the kernels: the fastest this CPU runs when fast, else the generic ones (tests).
+       Call with the GIL, before any scan can run concurrently. */
+    static void mqs_select(int fast)
+    {
+        mq_crc32c_init();
+        mqs_find = mqs_find_generic;
+        mqs_crc_find = mqs_crc_find_generic;
+        mqs_name = "generic";
+    #ifdef MQS_AVX2
+        __builtin_cpu_init();
+        if (fast && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("sse4.2")) {
+            mqs_find = mqs_find_avx2;
+            mqs_crc_find = mqs_crc_find_avx2;
+            mqs_name = "avx2";
+        }
+    #endif
+    }
     """
-    void* memmem(const void* haystack, size_t n, const void* needle, size_t m) nogil
+    const unsigned char* mqs_find(const unsigned char* p, size_t n, const unsigned char* nd,
+                                  size_t m) nogil
+    const unsigned char* mqs_crc_find(uint32_t* crc, const unsigned char* p, size_t n,
+                                      const unsigned char* nd, size_t m) nogil
+    uint32_t mq_crc32c_extend(uint32_t crc, const unsigned char* p, size_t n) nogil
+    void mqs_select(int fast)
+    const char* mqs_name
+
+mqs_select(1)
 
 # What advance() stops for. EV_NEXT (keep walking) is 0 like OK, so a helper that returns OK
 # or an error code can be returned as an event; error codes (E_*) are negative.
@@ -65,6 +301,7 @@ cdef struct ScanState:
     Py_ssize_t n
     Py_ssize_t pos                # position of the current batch
     bint in_batch                 # the cursor walks the records of the batch at pos
+    bint fresh                    # ... and has not read any of them yet
     bint verify_crc
     BatchHeader h
     RecordCursor c
@@ -72,6 +309,11 @@ cdef struct ScanState:
     int64_t scanned
     int64_t budget
     int64_t bytes
+    # The needle's first occurrence at or after hit_from in the records area the cursor walks
+    # (NULL: none before area_end); set by the batch's search, moved on by occurs_in.
+    const unsigned char* area_end
+    const unsigned char* hit_from
+    const unsigned char* hit
 
 
 cdef inline int64_t wrap_add(int64_t a, int64_t b) noexcept nogil:
@@ -94,7 +336,21 @@ cdef inline bint contains(const unsigned char* hay, Py_ssize_t n, const unsigned
         return False
     if m == 0:
         return True
-    return memmem(hay, <size_t>n, needle, <size_t>m) != NULL
+    return mqs_find(hay, <size_t>n, needle, <size_t>m) != NULL
+
+
+cdef inline bint occurs_in(ScanState* s, const SearchFilter* f, const unsigned char* field,
+                           Py_ssize_t n) noexcept nogil:
+    """contains() for a field of the record the cursor just read, from the area's hit cache:
+    the fields come in increasing order, so every byte is searched at most once per batch."""
+    if n < 0:
+        return False
+    if f.needle_len == 0:
+        return True
+    if field < s.hit_from or (s.hit != NULL and s.hit < field):
+        s.hit = mqs_find(field, <size_t>(s.area_end - field), f.needle, <size_t>f.needle_len)
+        s.hit_from = field
+    return s.hit != NULL and s.hit + f.needle_len <= field + n
 
 
 cdef bint has_tag(const RecordView* r, const unsigned char* tag, Py_ssize_t tag_len) noexcept nogil:
@@ -112,14 +368,19 @@ cdef bint has_tag(const RecordView* r, const unsigned char* tag, Py_ssize_t tag_
     return False
 
 
-cdef int record_matches(const BatchHeader* h, const RecordView* r,
-                        const SearchFilter* f) noexcept nogil:
+cdef inline bint in_time(const BatchHeader* h, const RecordView* r,
+                         const SearchFilter* f) noexcept nogil:
     cdef int64_t ts
     if h.attributes & ATTR_LOG_APPEND_TIME:
         ts = h.max_timestamp
     else:
         ts = wrap_add(h.base_timestamp, r.timestamp_delta)
-    if ts < f.min_ts or ts >= f.max_ts:
+    return f.min_ts <= ts < f.max_ts
+
+
+cdef int record_matches(const BatchHeader* h, const RecordView* r,
+                        const SearchFilter* f) noexcept nogil:
+    if not in_time(h, r, f):
         return 0
     if f.needle_len >= 0 and not (
             contains(r.value, r.value_len, f.needle, f.needle_len)
@@ -128,6 +389,19 @@ cdef int record_matches(const BatchHeader* h, const RecordView* r,
     if f.tag_len >= 0 and not has_tag(r, f.tag, f.tag_len):
         return 0
     return 1
+
+
+cdef inline bint scan_matches(ScanState* s, const RecordView* r,
+                              const SearchFilter* f) noexcept nogil:
+    """record_matches() for the record the cursor just read, with the hit cache (asked for
+    the key before the value: the order of the bytes)."""
+    if not in_time(&s.h, r, f):
+        return False
+    if f.needle_len >= 0 and not (
+            (f.in_key and occurs_in(s, f, r.key, r.key_len))
+            or occurs_in(s, f, r.value, r.value_len)):
+        return False
+    return f.tag_len < 0 or has_tag(r, f.tag, f.tag_len)
 
 
 cdef inline bint skip_batch(const BatchHeader* h, const SearchFilter* f) noexcept nogil:
@@ -158,36 +432,83 @@ cdef int finish_batch(ScanState* s) noexcept nogil:
     return OK
 
 
+cdef int check_crc_and_find(ScanState* s, const SearchFilter* f, bint search) noexcept nogil:
+    """The batch's CRC when verify_crc, and when `search` the needle's first occurrence in its
+    (uncompressed) records area into the hit cache, in one pass over the bytes."""
+    cdef const unsigned char* batch = s.buf + s.pos
+    cdef const unsigned char* records = batch + BATCH_HEADER_SIZE
+    cdef size_t size = LOG_OVERHEAD + s.h.batch_length - BATCH_HEADER_SIZE
+    cdef uint32_t crc
+    if search:
+        s.area_end = records + size
+        s.hit_from = records
+        if not s.verify_crc:
+            s.hit = mqs_find(records, size, f.needle, <size_t>f.needle_len)
+            return OK
+        crc = mq_crc32c_extend(0, batch + CRC_START, BATCH_HEADER_SIZE - CRC_START)
+        s.hit = mqs_crc_find(&crc, records, size, f.needle, <size_t>f.needle_len)
+    elif s.verify_crc:
+        crc = mq_crc32c_extend(0, batch + CRC_START, LOG_OVERHEAD + s.h.batch_length - CRC_START)
+    else:
+        return OK
+    return OK if crc == s.h.crc else E_CRC
+
+
 cdef int enter_batch(ScanState* s, const SearchFilter* f) noexcept nogil:
     """Check the batch at pos and skip it, end the scan, or point the cursor at its records."""
     cdef int rc
+    cdef bint walk, compressed
     if s.pos >= s.n:
         return EV_END
-    rc = check_batch(s.buf + s.pos, s.n - s.pos, &s.h, s.verify_crc)
+    rc = check_batch(s.buf + s.pos, s.n - s.pos, &s.h, False)
     if rc == E_SHORT:
         return EV_END
     if rc != OK:
         return rc
+    walk = s.h.base_offset < f.max_offset and not skip_batch(&s.h, f)
+    compressed = s.h.attributes & ATTR_CODEC_MASK
+    rc = check_crc_and_find(s, f, walk and not compressed and f.needle_len > 0)
+    if rc != OK:
+        return rc
     if s.h.base_offset >= f.max_offset:
         return past_window(s, f)
-    if skip_batch(&s.h, f):
+    if not walk:
         if last_offset(&s.h) >= f.max_offset:
             return past_window(s, f)
         leave_batch(s)
         return EV_NEXT
     s.in_batch = True
+    s.fresh = True
     s.bytes += LOG_OVERHEAD + s.h.batch_length
-    if s.h.attributes & ATTR_CODEC_MASK:
+    if compressed:
         return EV_OPEN
     cursor_init(&s.c, s.buf + s.pos + BATCH_HEADER_SIZE,
                 LOG_OVERHEAD + s.h.batch_length - BATCH_HEADER_SIZE, &s.h)
     return EV_NEXT
 
 
+cdef int pass_batch(ScanState* s, const SearchFilter* f) noexcept nogil:
+    """The needle occurs nowhere in the batch's records: when its CRC was checked and all of
+    them are in the offset window and the budget, count them as scanned and leave the batch
+    without decoding them. Otherwise the walk decodes them as usual (none can match)."""
+    if (not s.verify_crc or s.h.base_offset < f.min_offset or last_offset(&s.h) >= f.max_offset
+            or s.h.records_count > s.budget - s.scanned):
+        return EV_NEXT
+    s.scanned += s.h.records_count
+    leave_batch(s)
+    return EV_BUDGET if s.scanned >= s.budget else EV_NEXT
+
+
 cdef int scan_batch(ScanState* s, const SearchFilter* f, RecordView* r) noexcept nogil:
     """Walk the current batch's records to the next match, the budget's end or the batch's end."""
     cdef int rc
     cdef int64_t offset
+    if s.fresh:
+        s.fresh = False
+        if f.needle_len > 0 and s.hit == NULL:
+            rc = pass_batch(s, f)
+            if rc != EV_NEXT or not s.in_batch:
+                return rc
     while True:
         rc = next_record(&s.c, r)
         if rc == 0:
@@ -201,7 +522,7 @@ cdef int scan_batch(ScanState* s, const SearchFilter* f, RecordView* r) noexcept
             return past_window(s, f)
         s.scanned += 1
         s.next_offset = max64(s.next_offset, wrap_add(offset, 1))
-        if record_matches(&s.h, r, f):
+        if scan_matches(s, r, f):
             return EV_MATCH
         if s.scanned >= s.budget:
             return EV_BUDGET
@@ -214,6 +535,13 @@ cdef int advance(ScanState* s, const SearchFilter* f, RecordView* r) noexcept no
         ev = scan_batch(s, f, r) if s.in_batch else enter_batch(s, f)
         if ev != EV_NEXT:
             return ev
+
+
+cdef void search_area(ScanState* s, const SearchFilter* f) noexcept nogil:
+    """Point the hit cache at the decompressed records area the cursor was just given."""
+    s.area_end = s.c.end
+    s.hit_from = s.c.p
+    s.hit = mqs_find(s.c.p, <size_t>(s.c.end - s.c.p), f.needle, <size_t>f.needle_len)
 
 
 cdef int settle(ScanState* s) noexcept nogil:
@@ -296,17 +624,22 @@ def scan_records(const unsigned char[::1] buf not None, Py_ssize_t pos, str topi
     s.n = buf.shape[0]
     s.pos = pos
     s.in_batch = False
+    s.fresh = False
     s.verify_crc = verify_crc
     s.next_offset = min_offset
     s.scanned = 0
     s.budget = max_records
     s.bytes = 0
+    s.area_end = s.hit_from = s.hit = NULL
     area = None                        # owns the decompressed records the cursor walks
     while True:
         with nogil:
             ev = advance(&s, &f, &r)
         if ev == EV_OPEN:
             area = open_records(s.buf + s.pos, &s.h, max_decompressed, &s.c)
+            if f.needle_len > 0:
+                with nogil:
+                    search_area(&s, &f)
             continue
         if ev < 0:
             raise CorruptRecordError(error_text(ev), path=source, position=file_pos + s.pos)
@@ -322,3 +655,15 @@ def scan_records(const unsigned char[::1] buf not None, Py_ssize_t pos, str topi
     if rc != OK:
         raise CorruptRecordError(error_text(rc), path=source, position=file_pos + s.pos)
     return make_result(&s, found, "limit" if len(found) >= limit else "max_records")
+
+
+def implementation():
+    """Which needle search scan_records runs: "avx2" or "generic" (memmem)."""
+    return mqs_name.decode("ascii")
+
+
+def _select_implementation(bint fast):
+    """Tests only: use the generic search (fast=False) or the CPU's best (True); returns the
+    name now in use. Not safe while another thread scans."""
+    mqs_select(fast)
+    return implementation()
