@@ -7,7 +7,7 @@ from Cython.Build import cythonize
 from setuptools import Extension, setup
 
 # One extension per hot kernel; each has a .pxd (what others cimport) and a .pyi (typing).
-KERNELS = ["crc32c", "varint", "batch", "scan", "search", "index", "arrowcols", "hashing", "mapping", "keyindex", "writer"]
+KERNELS = ["crc32c", "varint", "batch", "scan", "search", "index", "arrowcols", "hashing", "mapping", "keyindex"]
 # MQCORE_KERNELS="crc32c varint" builds a subset (fuzz and sanitizer builds of one kernel).
 if os.environ.get("MQCORE_KERNELS"):
     KERNELS = [k for k in KERNELS if k in os.environ["MQCORE_KERNELS"].split()]
@@ -22,8 +22,8 @@ DIRECTIVES = {
     "initializedcheck": False,
 }
 
-compile_args = [] if sys.platform == "win32" else ["-O3", "-fno-strict-aliasing", "-pthread"]
-link_args = [] if sys.platform == "win32" else ["-pthread"]  # writer.pyx runs a POSIX thread
+compile_args = [] if sys.platform == "win32" else ["-O3", "-fno-strict-aliasing"]
+link_args = []
 if os.environ.get("MQCORE_SANITIZE"):
     # `make asan`: AddressSanitizer + UndefinedBehaviorSanitizer builds of every kernel
     flags = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-O1", "-g"]

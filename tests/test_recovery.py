@@ -88,11 +88,6 @@ def write_steps(store: mqcore.Store, seed: int) -> Iterator[list[tuple[int, int,
             yield [(p, md.offset, message_digest(key, value, stored, ts))]
         else:
             recs = [record() for _ in range(rng.randint(1, 25))]
-            if rng.random() < 0.08:  # a large plain batch: streamed (storage/writers.py)
-                recs = [
-                    (b"k%d" % j, b"%d:%d|" % (seed, j) * 300, None, 1_000_000 + n * 10)
-                    for j in range(rng.randint(90, 140))
-                ]
             bmd = store.append_batch(
                 TOPIC,
                 [r[1] for r in recs],
@@ -100,7 +95,7 @@ def write_steps(store: mqcore.Store, seed: int) -> Iterator[list[tuple[int, int,
                 headers=[r[2] for r in recs],
                 partition=p,
                 timestamps=[r[3] for r in recs],
-                compression="none" if len(recs) > 25 else rng.choice(codecs),
+                compression=rng.choice(codecs),
             )
             assert isinstance(bmd, mqcore.BatchMetadata)
             yield [

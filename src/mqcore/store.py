@@ -42,7 +42,6 @@ from mqcore.query.ids import encode_msg_id, parse_uid, uid_text
 from mqcore.storage.flusher import Flusher
 from mqcore.storage.logdir import LogDirectory
 from mqcore.storage.partition import Partition, RecoveryReport, has_segments
-from mqcore.storage.writers import WriterPool, stream_shape
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -183,7 +182,6 @@ class Store:
         self._partitions: dict[str, dict[int, Partition]] = {}
         self._closed = False
         self._flusher: Flusher | None = None
-        self._writers = WriterPool()
         self.recovery: dict[tuple[str, int], RecoveryReport] = {}
         try:
             self._load()
@@ -248,7 +246,6 @@ class Store:
             for parts in self._partitions.values():
                 for part in parts.values():
                     part.close()
-            self._writers.close()
             if not self.read_only:
                 self._checkpoint()
                 self._dir.write_clean_marker()
@@ -493,11 +490,6 @@ class Store:
         cfg = part.config
         codec = codecs.codec_id(compression if compression is not None else cfg.compression)
         now = _now_ms()
-        if codec == 0:
-            streamed = self._append_streamed(part, values, keys, headers, timestamps, now)
-            if streamed is not None:
-                return BatchMetadata(partition, streamed.base_offset, len(values), topic,
-                                     streamed.uids)  # fmt: skip
         batches = self._encode_fitting(values, keys, headers, timestamps, now, codec, cfg, topic)
         with part._lock:  # consecutive offsets across the pieces of a split batch
             base = self._write(part, batches[0])
@@ -616,38 +608,6 @@ class Store:
             topic,
         )
 
-    def _append_streamed(
-        self,
-        part: Partition,
-        values: list[Any],
-        keys: Sequence[Any] | None,
-        headers: Sequence[Any] | None,
-        timestamps: Sequence[int] | None,
-        now: int,
-    ) -> EncodedBatch | None:
-        """Encode and write a large uncompressed batch at once, overlapping the two
-        (storage/writers.py); None when the batch is not one to stream."""
-        cfg = part.config
-        log_append_time = self._log_append_time(cfg, now)
-        shape = stream_shape(
-            values, keys, headers, timestamps, now, log_append_time,
-            cfg.unique_ids, cfg.key_index, cfg.max_message_bytes,
-        )  # fmt: skip
-        if shape is None:
-            return None
-        with self._writers.lend() as writer:
-
-            def encode(**where: Any) -> EncodedBatch:
-                return encode_batch(
-                    values, keys, headers, timestamps, now, 0, log_append_time,
-                    uid_ms=now if cfg.unique_ids else -1, index=cfg.key_index,
-                    writer=writer, **where,
-                )  # fmt: skip
-
-            batch = part.append_streamed(encode, shape)
-        self._wake_flusher(part)
-        return batch
-
     def _check_size(self, batch: EncodedBatch, cfg: TopicConfig, topic: str) -> None:
         if batch.size > cfg.max_message_bytes:
             raise RecordTooLargeError(
@@ -661,12 +621,9 @@ class Store:
 
     def _write(self, part: Partition, batch: EncodedBatch) -> int:
         base = part.append(batch)
-        self._wake_flusher(part)
-        return base
-
-    def _wake_flusher(self, part: Partition) -> None:
         if self._flusher is not None and part.unflushed_messages >= self.flush_policy.messages:
             self._flusher.wake()
+        return base
 
     def _choose_partition(self, topic: str, key: object, count: int) -> int:
         """murmur2(key) like Kafka's default partitioner; round robin for null keys."""

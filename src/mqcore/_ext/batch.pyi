@@ -1,7 +1,5 @@
 from collections.abc import Callable, Mapping, Sequence
 
-from mqcore._ext.writer import BackgroundWriter
-
 _Bytes = bytes | bytearray | memoryview
 _Headers = Mapping[str, _Bytes | None] | Sequence[tuple[str, _Bytes | None]] | None
 
@@ -77,9 +75,7 @@ class EncodedBatch:
     def set_base_offset(self, base_offset: int) -> None: ...
     @property
     def last_offset(self) -> int: ...
-    def write_to(self, fd: int, position: int = -1) -> int: ...
-    @property
-    def written(self) -> bool: ...
+    def write_to(self, fd: int) -> int: ...
     def tobytes(self) -> bytes: ...
     @property
     def piece_count(self) -> int: ...
@@ -124,16 +120,4 @@ def encode_batch(
     compress: Callable[[int, bytes], bytes] | None = None,
     uid_ms: int = -1,
     index: bool = False,
-    writer: BackgroundWriter | None = None,
-    fd: int = -1,
-    position: int = 0,
-    base_offset: int = -1,
 ) -> EncodedBatch: ...
-def stream_bound(
-    values: list[bytes | None],
-    keys: Sequence[bytes | None] | None,
-    headers: Sequence[_Headers] | None,
-    timestamps: Sequence[int] | None,
-    uid: bool,
-    index: bool,
-) -> tuple[int, int] | None: ...

@@ -29,17 +29,6 @@
 # contiguous run (3-way interleaved CRC) costs 121 us against 141 us for 2000 iovecs checksummed
 # piece by piece. `EncodedBatch.write_to(fd)` hands the pieces to writev() without the GIL.
 #
-# Streaming (encode_batch with a `writer`, codec none): the encoding of a batch overlaps its write.
-# Whenever a chunk of whole records is encoded (64 KiB first, so the writer starts early, then
-# doubling up to 512 KiB, since every write call costs microseconds), it is checksummed while still
-# in cache and queued on a BackgroundWriter thread, which pwrite()s them at their final position
-# (after the 61-byte header) while this thread encodes the next chunk. The header is written last,
-# by this thread, once the queue has drained: its fields (count, max timestamp) and its CRC part
-# are known only then, and the CRC is joined from the header's and the records' CRCs. A process
-# killed before the header write leaves zeros where the header belongs: recovery cuts that torn
-# tail like any other. Glue bytes already queued never move: the buffer is sized for the whole
-# batch up front, and a realloc waits for the queue to drain first.
-#
 # Query support (docs/format.md "Unique IDs", "Key index"): with `uid_ms >= 0` every record
 # without a producer-supplied `uid` header gets one: header key "uid", value 16 bytes, a UUIDv7
 #   bytes 0-5  unix ms (big-endian) | 6: 0x70 | counter bits 31-28 | 7: counter bits 27-20
@@ -60,14 +49,13 @@ from libc.errno cimport EAGAIN, EINTR, ENOSPC, errno
 from libc.stdint cimport INT32_MAX, INT64_MAX, int16_t, int32_t, int64_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcmp, memcpy, memmove, memset
-from posix.uio cimport iovec, pwritev, writev
+from posix.uio cimport iovec, writev
 
 from mqcore._ext.bytes_be cimport load_be16, load_be32, load_be64, store_be16, store_be32, store_be64
-from mqcore._ext.crc32c cimport crc32c_combine, crc32c_extend
+from mqcore._ext.crc32c cimport crc32c_extend
 from mqcore._ext.hashing cimport (KIND_KEY, KIND_TAG, KIND_UID, SEED_KEY, SEED_TAG, SEED_UID,
                                   KeyHit, next_word, xxh64)
 from mqcore._ext.varint cimport MAX_VARINT_BYTES, read_varint, varint_size, write_varint
-from mqcore._ext.writer cimport BackgroundWriter
 
 from mqcore.errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError
 
@@ -76,15 +64,12 @@ cdef extern from "Python.h":
 
 cdef extern from "<unistd.h>" nogil:
     ssize_t c_write "write"(int fd, const void* buf, size_t n)
-    ssize_t pwrite(int fd, const void* buf, size_t n, int64_t offset)
     int getpid()
 
 cdef enum:
     IOV_BATCH = 512                # iovecs handed to one writev() call (IOV_MAX is >= 1024)
     DEFAULT_GATHER_THRESHOLD = 16384  # below: copying + one contiguous CRC beats an iovec each
     MAX_BATCH_BYTES = 0x7FFFFFF0   # a batch must fit int32 positions
-    STREAM_FIRST_CHUNK = 64 * 1024  # a streamed batch's first write: the writer starts early
-    STREAM_MAX_CHUNK = 512 * 1024   # later writes double up to this (a pwrite costs ~5 us)
 
 TIMESTAMP_CREATE_TIME = 0
 TIMESTAMP_LOG_APPEND_TIME = 1
@@ -810,16 +795,6 @@ cdef class EncodedBatch:
     cdef bytes uid_bytes            # 16 bytes a record: its unique ID (zeros: none or not 16 bytes)
     cdef bytes packed_hits          # key_hits, made once
     cdef int32_t record_delta
-    # streaming (see the module comment): pieces [1, sent_pieces) are queued on `stream`
-    cdef BackgroundWriter stream
-    cdef int stream_fd
-    cdef int64_t stream_position    # file position of the batch's first byte
-    cdef Py_ssize_t sent_pieces     # add_piece never extends a piece below this index
-    cdef Py_ssize_t sent_bytes      # bytes queued (all after the header)
-    cdef Py_ssize_t unsent_bytes    # bytes of the pieces not queued yet
-    cdef Py_ssize_t chunk           # queue the unsent pieces once they hold this many bytes
-    cdef uint32_t body_crc          # CRC-32C of the queued bytes
-    cdef readonly bint written      # streamed: the whole batch is in the file
 
     def __cinit__(self):
         self.refs = []
@@ -909,8 +884,6 @@ cdef class EncodedBatch:
             return 0
         while cap < need:
             cap *= 2
-        if self.stream is not None:
-            self.stream.drain()          # queued pieces point into the buffer about to move
         g = <unsigned char*>realloc(self.glue, cap)
         if g == NULL:
             raise MemoryError()
@@ -922,9 +895,7 @@ cdef class EncodedBatch:
         cdef Piece* p
         if n == 0:
             return 0
-        self.unsent_bytes += n
-        if (ptr == NULL and self.n_pieces > self.sent_pieces
-                and self.pieces[self.n_pieces - 1].ptr == NULL):
+        if ptr == NULL and self.n_pieces and self.pieces[self.n_pieces - 1].ptr == NULL:
             self.pieces[self.n_pieces - 1].len += n           # extend the open glue piece
             return 0
         if self.n_pieces == self.pieces_cap:
@@ -1142,28 +1113,10 @@ cdef class EncodedBatch:
         memmove(self.glue + len_at + lsize, self.glue + len_at + MAX_VARINT_BYTES,
                 self.glue_len - len_at - MAX_VARINT_BYTES)
         self.glue_len -= gap
-        self.unsent_bytes -= gap
         self.pieces[piece_at].len -= gap
         for j in range(piece_at + 1, self.n_pieces):
             if self.pieces[j].ptr == NULL:
                 self.pieces[j].off -= gap
-        return 0
-
-    cdef int send(self) except -1:
-        """Checksum the pieces encoded since the last call and queue them for writing."""
-        cdef Py_ssize_t i
-        cdef const unsigned char* ptr
-        for i in range(self.sent_pieces, self.n_pieces):
-            ptr = self.pieces[i].ptr
-            if ptr == NULL:
-                ptr = self.glue + self.pieces[i].off
-            self.body_crc = crc32c_extend(self.body_crc, ptr, self.pieces[i].len)
-            self.stream.submit(self.stream_fd, <const char*>ptr, self.pieces[i].len,
-                               self.stream_position + BATCH_HEADER_SIZE + self.sent_bytes)
-            self.sent_bytes += self.pieces[i].len
-        self.sent_pieces = self.n_pieces
-        self.unsent_bytes = 0
-        self.chunk = min(2 * self.chunk, STREAM_MAX_CHUNK)
         return 0
 
     cdef int finish(self, int attributes, int64_t log_append_time, int64_t producer_id,
@@ -1194,8 +1147,6 @@ cdef class EncodedBatch:
         store_be16(h + 51, <uint16_t>producer_epoch)
         store_be32(h + 53, <uint32_t>base_sequence)
         store_be32(h + 57, <uint32_t>self.count)
-        if self.stream is not None:
-            return self.finish_stream()
         # piece 0 is glue starting at byte 0 (the header): CRC from byte 21 of it, then the rest
         crc = crc32c_extend(0, h + CRC_START, self.pieces[0].len - CRC_START)
         with nogil:
@@ -1208,42 +1159,10 @@ cdef class EncodedBatch:
         self.crc = crc
         return 0
 
-    cdef int finish_stream(self) except -1:
-        """Queue the last records, wait for the queue, then write the header with the CRC."""
-        cdef unsigned char* h = self.glue
-        cdef ssize_t w = 0
-        cdef Py_ssize_t done = 0
-        cdef int err = 0
-        self.send()
-        self.crc = crc32c_combine(crc32c_extend(0, h + CRC_START, BATCH_HEADER_SIZE - CRC_START),
-                                  self.body_crc, self.sent_bytes)
-        store_be32(h + CRC_OFFSET, self.crc)
-        self.stream.drain()
-        with nogil:
-            while done < BATCH_HEADER_SIZE:
-                w = pwrite(self.stream_fd, h + done, BATCH_HEADER_SIZE - done,
-                           self.stream_position + done)
-                if w < 0:
-                    if errno == EINTR or errno == EAGAIN:
-                        continue
-                    err = errno
-                    break
-                if w == 0:
-                    err = ENOSPC
-                    break
-                done += w
-        if err:
-            import os
-            raise OSError(err, os.strerror(err))
-        self.written = True
-        return 0
-
     def set_base_offset(self, int64_t base_offset):
         """Assign the batch's base offset (bytes 0..7, outside the CRC)."""
         if base_offset < 0:
             raise ValueError(f"base offset must be >= 0, not {base_offset}")
-        if self.written:
-            raise ValueError("the batch was streamed to its file with its base offset already")
         self.base_offset = base_offset
         store_be64(self.glue, <uint64_t>base_offset)
 
@@ -1251,9 +1170,8 @@ cdef class EncodedBatch:
     def last_offset(self):
         return self.base_offset + self.last_offset_delta
 
-    def write_to(self, int fd, int64_t position=-1):
-        """Write every piece to `fd` at `position` (pwritev), or at the file's current position
-        when `position` is -1 (writev); the GIL is released.
+    def write_to(self, int fd):
+        """Write every piece to `fd` at its current position (writev, GIL released).
 
         Retries short writes and EINTR. Raises OSError on failure; the caller truncates the file
         back, since part of the batch may have reached it.
@@ -1262,8 +1180,6 @@ cdef class EncodedBatch:
         cdef Py_ssize_t i = 0, k, done
         cdef ssize_t w
         cdef int err = 0
-        if self.written:
-            raise ValueError("the batch was streamed to its file already")
         with nogil:
             while i < self.n_pieces and err == 0:
                 k = 0
@@ -1274,12 +1190,7 @@ cdef class EncodedBatch:
                     k += 1
                 done = 0
                 while done < k:
-                    if position < 0:
-                        w = writev(fd, &iov[done], <int>(k - done))
-                    else:
-                        w = pwritev(fd, &iov[done], <int>(k - done), position)
-                        if w > 0:
-                            position += w
+                    w = writev(fd, &iov[done], <int>(k - done))
                     if w < 0:
                         if errno == EINTR or errno == EAGAIN:
                             continue
@@ -1364,30 +1275,24 @@ def encode_batch(values, keys=None, headers=None, timestamps=None, int64_t now_m
                  int codec=0, int64_t log_append_time=-1, int64_t producer_id=-1,
                  int producer_epoch=-1, int32_t base_sequence=-1, bint transactional=False,
                  int32_t leader_epoch=-1, Py_ssize_t gather_threshold=DEFAULT_GATHER_THRESHOLD,
-                 compress=None, int64_t uid_ms=-1, bint index=False,
-                 BackgroundWriter writer=None, int fd=-1, int64_t position=0,
-                 int64_t base_offset=-1):
+                 compress=None, int64_t uid_ms=-1, bint index=False):
     """Encode one v2 batch from parallel sequences; returns an EncodedBatch (base offset -1).
 
     `timestamps` None stamps every record with `now_ms`. With a codec, the records are built in
     the glue buffer and `compress(codec, records) -> bytes` makes the one compressed stream.
     `uid_ms >= 0` gives every record without a `uid` header a generated one of that time;
     `index` collects the records' KeyHits (`key_hits`) for the segment's key index.
-
-    With a `writer` (codec none only) the batch is streamed: written at `position` of `fd` with
-    `base_offset` while it is encoded (see the module comment), and `written` is True. If this
-    raises, part of the batch may be in the file past `position`: the caller cuts it back.
     """
     cdef EncodedBatch eb = EncodedBatch.__new__(EncodedBatch)
-    cdef Py_ssize_t n
-    cdef int64_t base_ts
-    cdef int attributes = codec | (ATTR_TRANSACTIONAL if transactional else 0)
+    cdef Py_ssize_t n, i
+    cdef int64_t ts, base_ts, max_ts
     cdef list values_list
     try:
         values_list = values if type(values) is list else list(values)
     except TypeError:
         raise InvalidRecordError(f"values must be a sequence, not {type(values).__name__}") from None
-    n = len(values_list)
+    values = values_list
+    n = len(values)
     if n == 0:
         raise InvalidRecordError("a batch needs at least one record")
     if n > INT32_MAX:
@@ -1401,17 +1306,12 @@ def encode_batch(values, keys=None, headers=None, timestamps=None, int64_t now_m
     if timestamps is None:
         if now_ms < 0:
             raise InvalidRecordError(f"timestamps must be >= 0 ms, not {now_ms}")
-        base_ts = now_ms
+        base_ts = max_ts = now_ms
     else:
         base_ts = as_timestamp(timestamps[0])
+        max_ts = base_ts
     if codec != 0:
         gather_threshold = MAX_BATCH_BYTES              # compressors need one contiguous stream
-    if writer is not None:
-        if codec != 0:
-            raise ValueError("only uncompressed batches can be streamed")
-        if base_offset < 0 or position < 0 or fd < 0:
-            raise ValueError("a streamed batch needs a file, a position and a base offset")
-        writer.ready()
     eb.collect_hits = index
     eb.uid_ms = uid_ms
     if uid_ms >= 0:
@@ -1422,47 +1322,6 @@ def encode_batch(values, keys=None, headers=None, timestamps=None, int64_t now_m
                + (21 * n if uid_ms >= 0 else 0))
     eb.add_piece(NULL, 0, BATCH_HEADER_SIZE)
     eb.glue_len = BATCH_HEADER_SIZE
-    if writer is not None:
-        eb.stream = writer
-        eb.stream_fd = fd
-        eb.stream_position = position
-        eb.sent_pieces = 1                              # the header piece is written last
-        eb.unsent_bytes = 0
-        eb.chunk = STREAM_FIRST_CHUNK
-        eb.base_offset = base_offset
-        try:
-            encode_records(eb, values_list, keys, headers, timestamps, n, base_ts,
-                           log_append_time, gather_threshold, uid_ms)
-            eb.finish(attributes, log_append_time, producer_id, producer_epoch, base_sequence,
-                      leader_epoch)
-        finally:
-            if not eb.written:
-                writer.drain_quietly()       # nothing queued may outlive the glue buffer
-        return eb
-    encode_records(eb, values_list, keys, headers, timestamps, n, base_ts, log_append_time,
-                   gather_threshold, uid_ms)
-    if codec != 0:
-        compressed = compress(codec, PyBytes_FromStringAndSize(
-            <const char*>eb.glue + BATCH_HEADER_SIZE, eb.glue_len - BATCH_HEADER_SIZE))
-        eb.glue_len = BATCH_HEADER_SIZE
-        eb.n_pieces = 1
-        eb.pieces[0].len = BATCH_HEADER_SIZE
-        eb.refs.append(compressed)
-        eb.add_piece(<const unsigned char*>PyBytes_AS_STRING(compressed), 0,
-                     PyBytes_GET_SIZE(compressed))
-    eb.finish(attributes, log_append_time, producer_id, producer_epoch, base_sequence,
-              leader_epoch)
-    return eb
-
-
-cdef int encode_records(EncodedBatch eb, list values, object keys, object headers,
-                        object timestamps, Py_ssize_t n, int64_t base_ts,
-                        int64_t log_append_time, Py_ssize_t gather_threshold,
-                        int64_t uid_ms) except -1:
-    """Every record of the batch, then its count and timestamp fields; a streamed batch queues
-    each chunk of encoded records as it goes."""
-    cdef Py_ssize_t i
-    cdef int64_t ts, max_ts = base_ts
     for i in range(n):
         if timestamps is None:
             ts = base_ts
@@ -1480,38 +1339,19 @@ cdef int encode_records(EncodedBatch eb, list values, object keys, object header
             eb.put_simple_record(ts - base_ts, i, key, value, gather_threshold, uid_ms >= 0)
         else:
             eb.put_record(ts - base_ts, i, key, value, hdrs, gather_threshold, uid_ms >= 0)
-        if eb.stream is not None and eb.unsent_bytes >= eb.chunk:
-            eb.send()
     eb.count = <int32_t>n
     eb.last_offset_delta = <int32_t>(n - 1)
     eb.base_timestamp = base_ts
     eb.max_timestamp = max_ts
-    return 0
-
-
-def stream_bound(list values, keys, headers, timestamps, bint uid, bint index):
-    """(most bytes, key-index entries) of the batch encode_batch would make of these records
-    uncompressed, or None when a record is not of the plain shape (bytes or None key and value,
-    no headers) whose size is known without encoding it. A streamed append checks its roll and
-    size limits against these before the first byte is written."""
-    cdef Py_ssize_t n = len(values), i, klen, vlen, body, total = BATCH_HEADER_SIZE, entries = 0
-    cdef int ts_bytes = 1 if timestamps is None else MAX_VARINT_BYTES   # delta 0, or any
-    if n == 0 or (keys is not None and len(keys) != n):
-        return None
-    if headers is not None:
-        for h in headers:
-            if h is not None and not (type(h) is list and not h):
-                return None
-    for i in range(n):
-        key = None if keys is None else keys[i]
-        value = values[i]
-        if (key is not None and type(key) is not bytes) or (value is not None and type(value) is not bytes):
-            return None
-        klen = -1 if key is None else PyBytes_GET_SIZE(key)
-        vlen = -1 if value is None else PyBytes_GET_SIZE(value)
-        body = (1 + ts_bytes + varint_size(i) + varint_size(klen) + (klen if klen > 0 else 0)
-                + varint_size(vlen) + (vlen if vlen > 0 else 0) + 1 + (21 if uid else 0))
-        total += varint_size(body) + body
-        if index:
-            entries += (klen >= 0) + uid
-    return total, entries
+    if codec != 0:
+        compressed = compress(codec, PyBytes_FromStringAndSize(
+            <const char*>eb.glue + BATCH_HEADER_SIZE, eb.glue_len - BATCH_HEADER_SIZE))
+        eb.glue_len = BATCH_HEADER_SIZE
+        eb.n_pieces = 1
+        eb.pieces[0].len = BATCH_HEADER_SIZE
+        eb.refs.append(compressed)
+        eb.add_piece(<const unsigned char*>PyBytes_AS_STRING(compressed), 0,
+                     PyBytes_GET_SIZE(compressed))
+    eb.finish(codec | (ATTR_TRANSACTIONAL if transactional else 0), log_append_time,
+              producer_id, producer_epoch, base_sequence, leader_epoch)
+    return eb

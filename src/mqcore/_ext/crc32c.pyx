@@ -17,7 +17,6 @@ from libc.stdint cimport uint32_t
 
 from mqcore._ext._crc32c_c cimport (
     mq_crc32c_extend,
-    mq_crc32c_combine,
     mq_crc32c_extend_sw,
     mq_crc32c_hardware_accelerated,
     mq_crc32c_implementation,
@@ -34,15 +33,6 @@ mq_crc32c_init()
 
 cdef uint32_t crc32c_extend(uint32_t crc, const unsigned char* data, size_t n) noexcept nogil:
     return mq_crc32c_extend(crc, data, n)
-
-
-cdef uint32_t crc32c_combine(uint32_t crc_a, uint32_t crc_b, size_t len_b) noexcept nogil:
-    return mq_crc32c_combine(crc_a, crc_b, len_b)
-
-
-def combine(uint32_t crc_a, uint32_t crc_b, size_t len_b):
-    """The CRC-32C of a + b, given crc32c(a), crc32c(b) and len(b)."""
-    return crc32c_combine(crc_a, crc_b, len_b)
 
 
 @cython.boundscheck(False)

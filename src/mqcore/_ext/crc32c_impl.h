@@ -328,14 +328,6 @@ static inline uint32_t mq_crc32c_extend_sw(uint32_t crc, const unsigned char *p,
     return ~mq_crc32c_sw(~crc, p, n);
 }
 
-/* CRC-32C of A || B from the finished CRCs of A and B and the length of B: shifting crc(A) by
-   |B| zero bytes and adding crc(B) (the inversions cancel, as in zlib's crc32_combine). */
-static inline uint32_t mq_crc32c_combine(uint32_t crc_a, uint32_t crc_b, size_t len_b)
-{
-    mq_crc32c_init();
-    return mq_crc32c_gf2_mul(mq_crc32c_zeros_factor(len_b), crc_a) ^ crc_b;
-}
-
 /* "sse4.2", "armv8-crc" or "software". */
 static inline const char *mq_crc32c_implementation(void)
 {

@@ -160,17 +160,17 @@ class KeyIndexFile:
 
     # -- appending ----------------------------------------------------------------------------
 
-    def has_room(self, keys: int, tags: int) -> bool:
-        """Whether `keys` more key entries and `tags` more tag entries fit."""
-        if self.table is None or not (keys or tags):
+    def has_room(self, hits: bytes) -> bool:
+        if self.table is None or not hits:
             return True
-        return bool(self.table.room_for(keys, tags))
+        return self.table.room_for(*KeyTable.count_hits(hits))
 
-    def make_room(self, keys: int, tags: int, covered: int) -> None:
+    def make_room(self, hits: bytes, covered: int) -> None:
         """Before a batch is written: an empty table too small for it (one batch with more
         entries than `capacity`) is recreated large enough; a non-empty one rolled already."""
-        if self.has_room(keys, tags) or self.table is None:
+        if self.has_room(hits) or self.table is None:
             return
+        keys, tags = KeyTable.count_hits(hits)
         if self.table.key_count or self.table.tag_count:
             raise OverflowError("the key index is full (the segment should have rolled)")
         self.capacity = max(self.capacity, keys, tags)

@@ -19,13 +19,7 @@ from mqcore._ext.batch import EncodedBatch, Message, decode_messages, peek_batch
 from mqcore._ext.scan import first_offset_at_or_after, read_record
 from mqcore.config import FlushPolicy, TopicConfig
 from mqcore.errors import CorruptRecordError, OffsetOutOfRangeError, StoreClosedError
-from mqcore.storage.segment import (
-    LOG_SUFFIX,
-    MAX_DECOMPRESSED,
-    BatchShape,
-    LogSegment,
-    segment_name,
-)
+from mqcore.storage.segment import LOG_SUFFIX, MAX_DECOMPRESSED, LogSegment, segment_name
 
 # Decoders driven by Partition.scan(): (view, file position, segment) -> (bytes used, stop)
 Decoder = Callable[[memoryview, int, LogSegment], tuple[int, bool]]
@@ -225,7 +219,7 @@ class Partition:
             if self.closed:
                 raise StoreClosedError(f"partition {self.topic}-{self.partition} is closed")
             seg = self.active
-            if self._should_roll(seg, BatchShape.of(batch)):
+            if self._should_roll(seg, batch):
                 seg = self._roll()
             base = seg.next_offset
             batch.set_base_offset(base)
@@ -236,25 +230,7 @@ class Partition:
             self._sync(seg, end, batch.last_offset + 1)
         return base
 
-    def append_streamed(
-        self, encode: Callable[..., EncodedBatch], shape: BatchShape
-    ) -> EncodedBatch:
-        """Like append(), for a batch encoded while it is written (LogSegment.append_streamed):
-        `shape` bounds it, so the roll rules are checked before its first byte."""
-        with self._lock:
-            if self.closed:
-                raise StoreClosedError(f"partition {self.topic}-{self.partition} is closed")
-            seg = self.active
-            if self._should_roll(seg, shape):
-                seg = self._roll()
-            batch = seg.append_streamed(encode, seg.next_offset, shape)
-            end = seg.size
-            self.unflushed_messages += batch.count
-        if self.flush_policy.mode == "always":
-            self._sync(seg, end, batch.last_offset + 1)
-        return batch
-
-    def _should_roll(self, seg: LogSegment, batch: BatchShape) -> bool:
+    def _should_roll(self, seg: LogSegment, batch: EncodedBatch) -> bool:
         """Kafka's roll rules: size, age by record time, full index, 32-bit offset delta."""
         if seg.size == 0:
             return False

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from mqcore._ext.batch import EncodedBatch, peek_batch_header, read_batch_info
@@ -49,24 +48,6 @@ class ScanOutcome:
         return self.file_bytes - self.valid_bytes
 
 
-@dataclass(frozen=True)
-class BatchShape:
-    """What a batch needs of a segment (its roll rules): bytes, records, its largest timestamp
-    and key-index entries. Exact for an encoded batch; upper bounds for one still to be
-    streamed."""
-
-    size: int
-    count: int
-    max_timestamp: int
-    key_entries: int
-    tag_entries: int
-
-    @classmethod
-    def of(cls, batch: EncodedBatch) -> BatchShape:
-        keys, tags = KeyTable.count_hits(batch.key_hits)
-        return cls(batch.size, batch.count, batch.max_timestamp, keys, tags)
-
-
 class LogSegment:
     """Appends to and reads from one segment; the partition above decides when to roll."""
 
@@ -87,9 +68,7 @@ class LogSegment:
         self.index_interval_bytes = index_interval_bytes
         stem = os.path.join(directory, segment_name(base_offset))
         self.log_path = stem + LOG_SUFFIX
-        # no O_APPEND: every write names its position (pwritev, and the streamed chunks of a
-        # batch land past its header, which is written last); Linux would ignore the position
-        flags = (os.O_RDWR | os.O_CREAT) if writable else os.O_RDONLY
+        flags = (os.O_RDWR | os.O_CREAT | os.O_APPEND) if writable else os.O_RDONLY
         self.fd = os.open(self.log_path, flags, 0o644)
         self.size = os.fstat(self.fd).st_size
         self.offset_index = OffsetIndex(stem + INDEX_SUFFIX, max_index_bytes, writable)
@@ -336,37 +315,12 @@ class LogSegment:
         """
         position = self.size
         if self.key_index is not None:
-            shape = BatchShape.of(batch)
-            self.key_index.make_room(shape.key_entries, shape.tag_entries, position)
+            self.key_index.make_room(batch.key_hits, position)
         try:
-            batch.write_to(self.fd, position)
+            batch.write_to(self.fd)
         except BaseException:
             self.truncate_to(position)
             raise
-        return self._appended(batch, position)
-
-    def append_streamed(
-        self, encode: Callable[..., EncodedBatch], base_offset: int, shape: BatchShape
-    ) -> EncodedBatch:
-        """Encode and write a batch at once (batch.pyx "Streaming"): `encode(writer=, fd=,
-        position=, base_offset=)` writes it at the end while encoding; returns it.
-
-        `shape` bounds what the batch can need; on any failure the file is cut back.
-        """
-        position = self.size
-        if self.key_index is not None:
-            self.key_index.make_room(shape.key_entries, shape.tag_entries, position)
-        try:
-            batch = encode(fd=self.fd, position=position, base_offset=base_offset)
-        except BaseException:
-            self.truncate_to(position)
-            raise
-        self._appended(batch, position)
-        return batch
-
-    def _appended(self, batch: EncodedBatch, position: int) -> int:
-        """Account for a batch just written at `position`: size, key index, offset and time
-        index entries, timestamps; returns the position."""
         self.size = position + batch.size
         if self.key_index is not None:
             self.key_index.add(batch.key_hits, batch.base_offset - self.base_offset, position)
@@ -389,10 +343,8 @@ class LogSegment:
     def indexes_full(self) -> bool:
         return self.offset_index.is_full() or self.time_index.is_full()
 
-    def key_index_has_room(self, shape: BatchShape) -> bool:
-        return self.key_index is None or self.key_index.has_room(
-            shape.key_entries, shape.tag_entries
-        )
+    def key_index_has_room(self, batch: EncodedBatch) -> bool:
+        return self.key_index is None or self.key_index.has_room(batch.key_hits)
 
     # -- the key index ------------------------------------------------------------------------
 
