@@ -112,6 +112,30 @@ TARGETS = [
         "single/always/mqcore",
         "single/always/sqlite",
     ),
+    Target("find_by_key vs SQLite key index", "find-by-key/mqcore", "find-by-key/sqlite", 3),
+    Target("get_by_id vs SQLite PK", "get-by-id/mqcore", "get-by-id/sqlite", 3),
+    Target(
+        "search contains, 200 B lines, vs Python loop over read()",
+        "search/200B/mqcore",
+        "search/200B/python-read",
+        10,
+    ),
+    Target(
+        "search contains, 1 KiB values, vs Python loop over read()",
+        "search/1KiB/mqcore",
+        "search/1KiB/python-read",
+        10,
+    ),
+    Target(
+        "search contains, 200 B lines, vs SQLite instr()",
+        "search/200B/mqcore",
+        "search/200B/sqlite-instr",
+    ),
+    Target(
+        "search contains, 1 KiB values, vs SQLite instr()",
+        "search/1KiB/mqcore",
+        "search/1KiB/sqlite-instr",
+    ),
 ]
 
 
