@@ -217,6 +217,23 @@ def test_generated_unique_ids_are_v7_ordered_and_distinct(store: mqcore.Store) -
     assert store.find_by_unique_id(md.unique_id).messages[0].value == b"y"
 
 
+def test_reused_unique_id_is_reported_not_truncated_silently(store: mqcore.Store) -> None:
+    """A producer that reuses an ID: limit=1 says "limit" (more exist); a larger limit
+    returns every copy, in offset order, exhausted. A single copy is "exhausted"."""
+    uid = "01234567-89ab-7def-8123-456789abcdef"
+    store.create_topic("r", partitions=2)
+    a = store.append("r", b"first", unique_id=uid, partition=1)
+    store.append_batch("r", [b"filler"] * 50, partition=0)
+    b = store.append("r", b"again", unique_id=uid, partition=0)
+    one = store.find_by_unique_id(uid)
+    assert one.reason == "limit" and len(one) == 1 and not one.complete
+    every = store.find_by_unique_id(uid, limit=10)
+    assert every.reason == "exhausted" and every.complete
+    assert [(m.partition, m.offset) for m in every] == [(0, b.offset), (1, a.offset)]
+    single = store.append("r", b"only").unique_id
+    assert single is not None and store.find_by_unique_id(single).reason == "exhausted"
+
+
 def _query_state(path: str) -> list[object]:
     with mqcore.open(path, read_only=True) as s:
         return [ids(s.find_by_key(TOPIC, k, limit=100_000)) for k in KEYS]

@@ -38,6 +38,8 @@ from mqcore.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
+from mqcore.query import engine
+from mqcore.query.engine import QueryResult
 from mqcore.query.ids import encode_msg_id, parse_uid, uid_text
 from mqcore.storage.flusher import Flusher
 from mqcore.storage.logdir import LogDirectory
@@ -46,7 +48,6 @@ from mqcore.storage.partition import Partition, RecoveryReport, has_segments
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from mqcore.query.engine import QueryResult
 
 HeadersArg = Mapping[str, bytes | None] | Sequence[tuple[str, bytes | None]] | None
 
@@ -653,8 +654,6 @@ class Store:
 
     def get_by_id(self, msg_id: str) -> Message | None:
         """The message a store ID names, or None when it is not (or no longer) there."""
-        from mqcore.query import engine
-
         self._check_open()
         return engine.get_by_id(self._part_or_none, msg_id)
 
@@ -662,8 +661,6 @@ class Store:
         self, unique_id: str, *, start: int | None = None, end: int | None = None, limit: int = 1
     ) -> QueryResult:
         """Messages carrying this unique ID, in any topic (normally one)."""
-        from mqcore.query import engine
-
         self._check_open()
         parts = [self._partitions[t][p] for t in sorted(self._partitions)
                  for p in sorted(self._partitions[t])]  # fmt: skip
@@ -682,8 +679,6 @@ class Store:
     ) -> QueryResult:
         """Messages whose key (or a word of their `keys` header) equals `key`, from the key
         index, each checked against the stored record."""
-        from mqcore.query import engine
-
         raw, hashed = engine.key_hash(key)
         return engine.find_indexed(
             self._query_parts(topic, partition),
@@ -737,8 +732,6 @@ class Store:
     ) -> QueryResult:
         """Messages whose value contains `contains` / matches `regex`, with tag `tag`, whose
         properties satisfy the SQL92 selector `where`, within [start, end) ms."""
-        from mqcore.query import engine
-
         spec = engine.make_spec(start, end, contains, regex, tag, where)
         return engine.run_scan(
             self._query_parts(topic, partition), spec, limit, max_scan, timeout, cursor

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from mqcore._ext.batch import Message
 from mqcore._ext.hashing import KEY_SEED, UID_SEED, xxh64_hash
+from mqcore._ext.scan import read_record
 from mqcore._ext.search import scan_records
 from mqcore.errors import InvalidConfigError
 from mqcore.query.ids import decode_msg_id, parse_uid, uid_time_ms
@@ -152,24 +153,28 @@ def probe_partition(
     from_offset: int,
 ) -> tuple[list[Message], int]:
     """Verified messages of one partition whose index entries carry `hashed`, offset order;
-    also returns how many candidates were read."""
-    candidates: list[int] = []
-    read = 0
-    for seg, _size in segments_of(part):
+    also returns how many candidates were read. An entry names its batch's position, so each
+    candidate is read straight from there (no offset-index lookup)."""
+    candidates: dict[int, tuple[LogSegment, int, int]] = {}
+    for seg, size in segments_of(part):
         table = seg.key_table()
         if table is None:
             continue
-        for rel, _pos, ts_lo, ts_hi in table.probe(hashed, MAX_PROBE):
-            offset = seg.base_offset + rel
-            if offset >= from_offset and ts_hi >= lo and ts_lo < hi:
-                candidates.append(offset)
+        base = seg.base_offset
+        for rel, pos, ts_lo, ts_hi in table.probe(hashed, MAX_PROBE):
+            if base + rel >= from_offset and ts_hi >= lo and ts_lo < hi and pos < size:
+                candidates[base + rel] = (seg, pos, size)
     out = []
-    for offset in sorted(set(candidates)):
-        m = part.get(offset)
-        read += 1
+    topic, partition, verify_crc = part.topic, part.partition, True
+    for offset in sorted(candidates):
+        seg, pos, size = candidates[offset]
+        m = read_record(
+            seg.view(0, size), pos, offset, topic, partition, verify_crc,
+            seg.verified_batches, seg.log_path, MAX_DECOMPRESSED,
+        )  # fmt: skip
         if m is not None and lo <= m.timestamp < hi and verify(m):
             out.append(m)
-    return out, read
+    return out, len(candidates)
 
 
 def find_indexed(
@@ -218,7 +223,9 @@ def find_unique(
     parts: Sequence[Partition], uid: str, start: int | None, end: int | None, limit: int
 ) -> QueryResult:
     """Messages carrying unique ID `uid` in any of `parts`. A UUIDv7's time orders the search:
-    segments whose timestamps span it are probed first, and the search stops at `limit`."""
+    segments whose timestamps span it are probed first. The reason is "limit" only when more
+    than `limit` messages carry the ID (the probe of every segment's table is cheap; only
+    candidates are read)."""
     raw, hashed = uid_hash(uid)
     lo, hi = time_bounds(start, end)
     limit = check_limit("limit", limit, MAX_LIMIT)
@@ -238,11 +245,14 @@ def find_unique(
             result.scanned_records += 1
             if m is not None and lo <= m.timestamp < hi and uid_matches(m, raw):
                 result.messages.append(m)
-        if len(result.messages) >= limit:
-            del result.messages[limit:]
-            result.reason = LIMIT
+        if len(result.messages) > limit:
             break
     result.messages.sort(key=lambda m: (m.topic, m.partition, m.offset))
+    if len(result.messages) > limit:
+        # more messages carry the ID than asked for (a producer reused it): say so; there is
+        # no cursor across topics, a larger limit returns them all
+        del result.messages[limit:]
+        result.reason = LIMIT
     return result
 
 

@@ -18,6 +18,8 @@ from mqcore.config import validate_name
 from mqcore.errors import CorruptRecordError, InvalidMessageIdError, InvalidTopicError
 
 STORE_ID_PREFIX = "m1-"
+_FROM_URLSAFE = bytes.maketrans(b"-_", b"+/")
+_TO_URLSAFE = bytes.maketrans(b"+/", b"-_")
 
 
 def encode_msg_id(topic: str, partition: int, offset: int) -> str:
@@ -27,14 +29,19 @@ def encode_msg_id(topic: str, partition: int, offset: int) -> str:
 
 
 def decode_msg_id(text: object) -> tuple[str, int, int]:
-    """(topic, partition, offset) of a store ID; InvalidMessageIdError names what is wrong."""
+    """(topic, partition, offset) of a store ID; InvalidMessageIdError names what is wrong.
+
+    Only the canonical text of an ID decodes (one ID per message): the body must re-encode to
+    itself and each varint must be its shortest form."""
     if not isinstance(text, str) or not text.startswith(STORE_ID_PREFIX):
         raise InvalidMessageIdError(f"{text!r} is not a store ID (they start with 'm1-')")
-    body = text[len(STORE_ID_PREFIX) :]
+    body = text[len(STORE_ID_PREFIX) :].encode("ascii", "replace")
     try:
-        raw = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
+        raw = binascii.a2b_base64(body.translate(_FROM_URLSAFE) + b"=" * (-len(body) % 4))
     except (binascii.Error, ValueError):
         raise InvalidMessageIdError(f"store ID {text!r} is not valid base64url") from None
+    if binascii.b2a_base64(raw, newline=False).translate(_TO_URLSAFE).rstrip(b"=") != body:
+        raise InvalidMessageIdError(f"store ID {text!r} is not in canonical form")
     try:
         partition, at = decode_varint(raw, 0)
         offset, at = decode_varint(raw, at)
@@ -42,12 +49,12 @@ def decode_msg_id(text: object) -> tuple[str, int, int]:
         raise InvalidMessageIdError(f"store ID {text!r} is truncated") from None
     if not 0 <= partition <= 0x7FFFFFFF or offset < 0:
         raise InvalidMessageIdError(f"store ID {text!r} names an impossible partition or offset")
+    if at != len(encode_varint(partition)) + len(encode_varint(offset)):
+        raise InvalidMessageIdError(f"store ID {text!r} is not in canonical form")
     try:
         topic = validate_name(raw[at:].decode())
     except (UnicodeDecodeError, InvalidTopicError):
         raise InvalidMessageIdError(f"store ID {text!r} does not name a valid topic") from None
-    if encode_msg_id(topic, partition, offset) != text:
-        raise InvalidMessageIdError(f"store ID {text!r} is not in canonical form")
     return topic, partition, offset
 
 
