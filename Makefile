@@ -5,7 +5,9 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 PYX    := $(wildcard src/mqcore/_ext/*.pyx src/mqcore/_ext/*.pxd src/mqcore/_ext/*.h)
 
-.PHONY: build test demo bench lint typecheck clean
+WORKFLOWS := $(wildcard .github/workflows/*.yml)
+
+.PHONY: build test demo bench lint typecheck sdist wheel wheel-test sdist-test clean
 
 $(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -34,14 +36,69 @@ bench: build
 	done
 	$(PY) bench/ratios.py .benchmarks/run1.json .benchmarks/run2.json .benchmarks/run3.json
 
+# Also checks the release set-up: the workflows against GitHub's schema and zizmor's audits
+# (actions pinned to commits, no credentials left in checkouts, no template injection), and the
+# cibuildwheel configuration (it rejects unknown options and lists the wheels it would build).
 lint: build
-	$(VENV)/bin/ruff check src tests bench
-	$(VENV)/bin/ruff format --check src tests bench
+	$(VENV)/bin/ruff check src tests bench tools
+	$(VENV)/bin/ruff format --check src tests bench tools
+	$(VENV)/bin/check-jsonschema --builtin-schema vendor.github-workflows $(WORKFLOWS)
+	$(VENV)/bin/zizmor --offline --no-progress .github/workflows
+	$(VENV)/bin/cibuildwheel --print-build-identifiers --platform linux --archs x86_64,aarch64
+	$(VENV)/bin/cibuildwheel --print-build-identifiers --platform macos --archs x86_64,arm64
 
 typecheck: build
 	$(VENV)/bin/mypy
 
+# Release artifacts. The sdist holds sources only (MANIFEST.in); `make wheel` builds the sdist and
+# then the wheel from it, so the wheel cannot pick up in-place builds or stale build/ output, and
+# puts the wheel in wheelhouse/: repaired by auditwheel on Linux (manylinux tag; debug symbols
+# stripped, they are most of the compiled modules' size), copied as is elsewhere.
+sdist: $(STAMP)
+	rm -rf dist
+	$(PY) -m build --sdist --outdir dist .
+	$(VENV)/bin/twine check --strict dist/*
+
+wheel: $(STAMP)
+	rm -rf dist wheelhouse
+	$(PY) -m build --outdir dist .
+	$(VENV)/bin/twine check --strict dist/*
+	mkdir -p wheelhouse
+	if [ -x $(VENV)/bin/auditwheel ]; then \
+		PATH="$(CURDIR)/$(VENV)/bin:$$PATH" \
+			$(VENV)/bin/auditwheel repair --strip --wheel-dir wheelhouse dist/*.whl; \
+	else \
+		cp dist/*.whl wheelhouse/; \
+	fi
+	ls -l wheelhouse
+
+# The suite against an install, in a fresh venv, from a copy of the tests outside the source
+# tree (tools/test_installed.py checks that `import mqcore` resolves to site-packages).
+# wheel-test installs the wheel from `make wheel`; sdist-test builds the sdist in dist/ from
+# source (a C compiler is all it needs; setuptools and Cython come from the build isolation)
+# and runs the tests the sdist ships.
+TEST_VENV := build/installed-test-venv
+
+wheel-test:
+	@test -n "$(wildcard wheelhouse/*.whl)" || { echo "no wheel in wheelhouse/: run make wheel"; exit 1; }
+	rm -rf $(TEST_VENV)
+	$(PYTHON) -m venv $(TEST_VENV)
+	$(TEST_VENV)/bin/python -m pip install -q --upgrade pip
+	$(TEST_VENV)/bin/python -m pip install -q "$(firstword $(wildcard wheelhouse/*.whl))[test]"
+	$(TEST_VENV)/bin/python tools/test_installed.py
+
+sdist-test:
+	@test -n "$(wildcard dist/*.tar.gz)" || { echo "no sdist in dist/: run make sdist"; exit 1; }
+	rm -rf $(TEST_VENV) build/sdist-unpacked
+	mkdir -p build/sdist-unpacked
+	tar -xzf $(firstword $(wildcard dist/*.tar.gz)) -C build/sdist-unpacked
+	$(PYTHON) -m venv $(TEST_VENV)
+	$(TEST_VENV)/bin/python -m pip install -q --upgrade pip
+	$(TEST_VENV)/bin/python -m pip install -q "$(firstword $(wildcard dist/*.tar.gz))[test]"
+	$(TEST_VENV)/bin/python build/sdist-unpacked/*/tools/test_installed.py \
+		--source $$(echo build/sdist-unpacked/*)
+
 clean:
-	rm -rf build dist *.egg-info src/*.egg-info $(VENV)
+	rm -rf build dist wheelhouse *.egg-info src/*.egg-info $(VENV)
 	find src -name '*.so' -delete
 	find src/mqcore/_ext -name '*.c' -delete

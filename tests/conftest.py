@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import site
 import subprocess
 import sys
+import sysconfig
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,7 +14,18 @@ import pytest
 
 import mqcore
 
-SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+
+def _import_root() -> str | None:
+    """The directory a child process needs on PYTHONPATH to import the mqcore these tests
+    imported: the source tree's src/ (PYTHONPATH=src or an editable install), or None for an
+    installed copy, which the child finds in site-packages as the tests did."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(mqcore.__file__)))
+    installed = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
+    installed.update(site.getsitepackages())
+    return None if any(os.path.realpath(root) == os.path.realpath(d) for d in installed) else root
+
+
+IMPORT_ROOT = _import_root()
 
 
 @pytest.fixture
@@ -55,7 +68,8 @@ def file_bytes(path: str) -> dict[str, bytes]:
 def child_env() -> dict[str, str]:
     """Environment for subprocesses that import mqcore (writer processes killed by tests)."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = SRC + os.pathsep + env.get("PYTHONPATH", "")
+    if IMPORT_ROOT is not None:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [IMPORT_ROOT, env.get("PYTHONPATH")]))
     return env
 
 
