@@ -46,6 +46,17 @@ TARGETS = [
         0.8,
     ),
     Target(
+        "append 1 KiB x1000, plain topic (no IDs, no key index), flush=os vs raw write()",
+        "append/1KiB/mqcore-os-plain",
+        "append/1KiB/raw-write-plain",
+        0.8,
+    ),
+    Target(
+        "append 100 B x1000, plain topic, flush=os vs raw write()",
+        "append/100B/mqcore-os-plain",
+        "append/100B/raw-write-plain",
+    ),
+    Target(
         "append 1 KiB x1000, flush=interval vs raw write()",
         "append/1KiB/mqcore-interval",
         "append/1KiB/raw-write",

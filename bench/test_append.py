@@ -47,14 +47,17 @@ class BatchSet:
     """DISTINCT_BATCHES batches of BATCH values, and each one encoded once (for the raw side)."""
 
     values: list[list[bytes]]
-    encoded: list[bytes]
+    encoded: list[bytes]  # as a default topic stores them: a generated `uid` header each
+    encoded_plain: list[bytes]  # as a topic with unique_ids=False stores them
 
-    @property
-    def batch_bytes(self) -> int:
-        return len(self.encoded[0])
+    def raw(self, plain: bool) -> list[bytes]:
+        return self.encoded_plain if plain else self.encoded
+
+    def batch_bytes(self, plain: bool = False) -> int:
+        return len(self.raw(plain)[0])
 
     def total_bytes(self, rounds: int) -> int:
-        return (rounds + WARMUP) * self.batch_bytes
+        return (rounds + WARMUP) * self.batch_bytes()
 
 
 @pytest.fixture(scope="module")
@@ -63,8 +66,9 @@ def batch_sets() -> dict[str, BatchSet]:
     for name, size in SIZES.items():
         values = [values_of(BATCH, size, SEED + i) for i in range(DISTINCT_BATCHES)]
         encoded = [encode_batch(v, now_ms=T0_MS, uid_ms=T0_MS).tobytes() for v in values]
-        assert len(set(map(len, encoded))) == 1
-        out[name] = BatchSet(values, encoded)
+        plain = [encode_batch(v, now_ms=T0_MS).tobytes() for v in values]
+        assert len(set(map(len, encoded))) == 1 and len(set(map(len, plain))) == 1
+        out[name] = BatchSet(values, encoded, plain)
     return out
 
 
@@ -75,7 +79,14 @@ def _log_bytes(store_dir: str, topic: str) -> int:
     )
 
 
-@pytest.mark.parametrize("flush", ["os", "interval"])
+# "default": the topic as created with no options (a unique ID per record, the key index);
+# "plain": the Kafka-equivalent engine alone (unique_ids=False, key_index=False)
+TOPIC_KINDS = {"default": {}, "plain": {"unique_ids": False, "key_index": False}}
+
+
+@pytest.mark.parametrize(
+    ("flush", "kind"), [("os", "default"), ("interval", "default"), ("os", "plain")]
+)
 @pytest.mark.parametrize("size", list(SIZES))
 def test_append_batch_mqcore(
     benchmark: BenchmarkFixture,
@@ -83,43 +94,54 @@ def test_append_batch_mqcore(
     batch_sets: dict[str, BatchSet],
     size: str,
     flush: str,
+    kind: str,
 ) -> None:
     """store.append_batch(topic, values, partition=0): encode + CRC + writev + index upkeep."""
-    data, rounds = batch_sets[size], ROUNDS[size]
+    data, rounds, plain = batch_sets[size], ROUNDS[size], kind == "plain"
     prime_page_cache(scratch, data.total_bytes(rounds))
     path = os.path.join(scratch, "store")
     store = mqcore.open(path, flush=flush)
     try:
-        store.create_topic("t", segment_bytes=SEGMENT_BYTES, max_message_bytes=MAX_BATCH)
+        store.create_topic(
+            "t", segment_bytes=SEGMENT_BYTES, max_message_bytes=MAX_BATCH, **TOPIC_KINDS[kind]
+        )
         batches = itertools.cycle(data.values)
         benchmark.group = f"append-batch-{size}"
-        record(benchmark, f"append/{size}/mqcore-{flush}", nbytes=data.batch_bytes, messages=BATCH)
+        case = f"append/{size}/mqcore-{flush}" + ("-plain" if plain else "")
+        record(benchmark, case, nbytes=data.batch_bytes(plain), messages=BATCH)
         calls = run_counted(
             benchmark, lambda: store.append_batch("t", next(batches), partition=0), rounds, WARMUP
         )
         assert store.end_offset("t", 0) == calls * BATCH
     finally:
         store.close()
-    assert _log_bytes(path, "t") == calls * data.batch_bytes
+    assert _log_bytes(path, "t") == calls * data.batch_bytes(plain)
 
 
+@pytest.mark.parametrize("kind", list(TOPIC_KINDS))
 @pytest.mark.parametrize("size", list(SIZES))
 def test_append_batch_raw_write(
-    benchmark: BenchmarkFixture, scratch: str, batch_sets: dict[str, BatchSet], size: str
+    benchmark: BenchmarkFixture,
+    scratch: str,
+    batch_sets: dict[str, BatchSet],
+    size: str,
+    kind: str,
 ) -> None:
-    """os.write() of the already-encoded batch bytes to one growing O_APPEND file."""
-    data, rounds = batch_sets[size], ROUNDS[size]
+    """os.write() of the already-encoded batch bytes to one growing O_APPEND file: the bytes a
+    default topic stores, or those of a plain one."""
+    data, rounds, plain = batch_sets[size], ROUNDS[size], kind == "plain"
     prime_page_cache(scratch, data.total_bytes(rounds))
     path = os.path.join(scratch, "raw.log")
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    encoded = itertools.cycle(data.encoded)
+    encoded = itertools.cycle(data.raw(plain))
     benchmark.group = f"append-batch-{size}"
-    record(benchmark, f"append/{size}/raw-write", nbytes=data.batch_bytes, messages=BATCH)
+    case = f"append/{size}/raw-write" + ("-plain" if plain else "")
+    record(benchmark, case, nbytes=data.batch_bytes(plain), messages=BATCH)
     try:
         calls = run_counted(benchmark, lambda: os.write(fd, next(encoded)), rounds, WARMUP)
     finally:
         os.close(fd)
-    assert os.path.getsize(path) == calls * data.batch_bytes
+    assert os.path.getsize(path) == calls * data.batch_bytes(plain)
 
 
 @pytest.mark.parametrize("size", list(SIZES))
@@ -138,7 +160,7 @@ def test_append_batch_sqlite(
             con.executemany("INSERT INTO t (value) VALUES (?)", next(rows))
 
     benchmark.group = f"append-batch-{size}"
-    record(benchmark, f"append/{size}/sqlite-tx", nbytes=data.batch_bytes, messages=BATCH)
+    record(benchmark, f"append/{size}/sqlite-tx", nbytes=data.batch_bytes(), messages=BATCH)
     try:
         calls = run_counted(benchmark, insert, rounds, WARMUP)
         assert con.execute("SELECT count(*) FROM t").fetchone()[0] == calls * BATCH
