@@ -234,6 +234,22 @@ def test_reused_unique_id_is_reported_not_truncated_silently(store: mqcore.Store
     assert single is not None and store.find_by_unique_id(single).reason == "exhausted"
 
 
+def test_topic_without_key_index_refuses_key_lookups(store: mqcore.Store) -> None:
+    """key_index=False: find_by_key says why it cannot answer (no silent empty result);
+    search still finds by scanning; find_by_unique_id looks only where an index is kept."""
+    uid = "01234567-89ab-7def-8123-456789abcdef"
+    store.create_topic("noidx", key_index=False)
+    store.create_topic("idx")
+    store.append("noidx", b"v", key=b"k", unique_id=uid)
+    with pytest.raises(InvalidConfigError, match="'noidx' keeps no key index"):
+        store.find_by_key("noidx", b"k")
+    assert [m.key for m in store.search("noidx", contains=b"v")] == [b"k"]
+    assert len(store.find_by_unique_id(uid)) == 0
+    md = store.append("idx", b"w", unique_id=uid)
+    assert [(m.topic, m.offset) for m in store.find_by_unique_id(uid)] == [("idx", md.offset)]
+    assert not os.path.exists(os.path.join(store.path, "noidx-0", f"{0:020d}.keyindex"))
+
+
 def _query_state(path: str) -> list[object]:
     with mqcore.open(path, read_only=True) as s:
         return [ids(s.find_by_key(TOPIC, k, limit=100_000)) for k in KEYS]

@@ -660,9 +660,11 @@ class Store:
     def find_by_unique_id(
         self, unique_id: str, *, start: int | None = None, end: int | None = None, limit: int = 1
     ) -> QueryResult:
-        """Messages carrying this unique ID, in any topic (normally one)."""
+        """Messages carrying this unique ID, in any topic that keeps a key index (normally
+        one message)."""
         self._check_open()
         parts = [self._partitions[t][p] for t in sorted(self._partitions)
+                 if self._configs[t].key_index
                  for p in sorted(self._partitions[t])]  # fmt: skip
         return engine.find_unique(parts, unique_id, start, end, limit)
 
@@ -679,9 +681,15 @@ class Store:
     ) -> QueryResult:
         """Messages whose key (or a word of their `keys` header) equals `key`, from the key
         index, each checked against the stored record."""
+        parts = self._query_parts(topic, partition)
+        if not self._configs[topic].key_index:
+            raise InvalidConfigError(
+                f"topic {topic!r} keeps no key index (key_index=False): find_by_key needs it; "
+                "search() scans instead"
+            )
         raw, hashed = engine.key_hash(key)
         return engine.find_indexed(
-            self._query_parts(topic, partition),
+            parts,
             hashed,
             lambda m: engine.key_matches(m, raw),
             start,
