@@ -250,6 +250,16 @@ def test_topic_without_key_index_refuses_key_lookups(store: mqcore.Store) -> Non
     assert not os.path.exists(os.path.join(store.path, "noidx-0", f"{0:020d}.keyindex"))
 
 
+def test_keys_as_one_space_separated_string(store: mqcore.Store) -> None:
+    """keys="a b" (RocketMQ's KEYS) is the words a and b, like keys=["a", "b"]."""
+    store.create_topic("kw")
+    one = store.append("kw", b"1", keys="order-17  invoice-9").offset
+    two = store.append("kw", b"2", keys=["invoice-9"]).offset
+    assert [m.offset for m in store.find_by_key("kw", "invoice-9")] == [one, two]
+    assert [m.offset for m in store.find_by_key("kw", b"order-17")] == [one]
+    assert len(store.find_by_key("kw", "order-17  invoice-9")) == 0
+
+
 def _query_state(path: str) -> list[object]:
     with mqcore.open(path, read_only=True) as s:
         return [ids(s.find_by_key(TOPIC, k, limit=100_000)) for k in KEYS]

@@ -113,7 +113,7 @@ def message_headers(
     headers: HeadersArg,
     tag: str | None = None,
     properties: Mapping[str, object] | None = None,
-    keys: Sequence[str | bytes] | None = None,
+    keys: str | bytes | Sequence[str | bytes] | None = None,
     unique_id: str | None = None,
 ) -> list[tuple[str, bytes | None]] | HeadersArg:
     """The record headers of one message: the caller's headers, then its tag, properties,
@@ -137,6 +137,8 @@ def message_headers(
                 f"property {name!r} must be a str, int or float, not {type(value).__name__}"
             )
         out.append((name, str(value).encode()))
+    if isinstance(keys, (str, bytes)):
+        keys = keys.split()  # RocketMQ's KEYS: one string of space-separated words
     if keys:
         words = [k.encode() if isinstance(k, str) else bytes(k) for k in keys]
         if any(not w or b" " in w for w in words):
@@ -368,11 +370,12 @@ class Store:
         *,
         tag: str | None = None,
         properties: Mapping[str, object] | None = None,
-        keys: Sequence[str | bytes] | None = None,
+        keys: str | bytes | Sequence[str | bytes] | None = None,
         unique_id: str | None = None,
     ) -> RecordMetadata:
         """Append one message; returns where it went and its IDs. `value=None` writes a
-        tombstone. `tag`, `properties`, extra `keys` (indexed like the key) and a producer's
+        tombstone. `tag`, `properties`, extra `keys` (words indexed like the key: a list, or one
+        space-separated string as RocketMQ writes them) and a producer's
         `unique_id` travel as record headers (message_headers)."""
         self._check_writable()
         headers = message_headers(headers, tag, properties, keys, unique_id)
