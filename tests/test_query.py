@@ -282,6 +282,33 @@ def test_deleted_or_damaged_key_index_is_rebuilt(tmp_path: object) -> None:
     assert _query_state(path) == before
 
 
+def test_damaged_entry_positions_fall_back_to_the_offset_index(tmp_path: object) -> None:
+    """Every key entry's batch position overwritten (the file still trusted: its header and
+    chains are intact): lookups go by the entry's offset through the offset index and still
+    return exactly what they did."""
+    import mmap
+
+    from mqcore._ext.keyindex import HEADER_BYTES, KEY_ENTRY_BYTES, KeyTable
+
+    path = os.path.join(str(tmp_path), "s")
+    build(path, n=600)
+    before = _query_state(path)
+    d = os.path.join(path, f"{TOPIC}-1")
+    rng = random.Random(4)
+    damaged = 0
+    for name in sorted(n for n in os.listdir(d) if n.endswith(".keyindex")):
+        with open(os.path.join(d, name), "r+b") as f, mmap.mmap(f.fileno(), 0) as m:
+            table = KeyTable(m, False)
+            first, count = HEADER_BYTES + 4 * table.slot_count, table.key_count
+            table.release()
+            for i in range(count):
+                at = first + i * KEY_ENTRY_BYTES + 12  # the entry's batch position
+                m[at : at + 4] = rng.choice([0, 1, 7, 0x7FFFFFFF]).to_bytes(4, "big")
+                damaged += 1
+    assert damaged > 100
+    assert _query_state(path) == before
+
+
 WRITER = textwrap.dedent(
     """
     import sys, mqcore

@@ -19,7 +19,7 @@ from mqcore._ext.batch import Message
 from mqcore._ext.hashing import KEY_SEED, UID_SEED, xxh64_hash
 from mqcore._ext.scan import read_record
 from mqcore._ext.search import scan_records
-from mqcore.errors import InvalidConfigError
+from mqcore.errors import CorruptRecordError, InvalidConfigError
 from mqcore.query.ids import decode_msg_id, parse_uid, uid_time_ms
 from mqcore.query.selector import Selector, compile_selector
 from mqcore.storage.partition import Partition
@@ -162,16 +162,25 @@ def probe_partition(
             continue
         base = seg.base_offset
         for rel, pos, ts_lo, ts_hi in table.probe(hashed, MAX_PROBE):
-            if base + rel >= from_offset and ts_hi >= lo and ts_lo < hi and pos < size:
+            if base + rel >= from_offset and ts_hi >= lo and ts_lo < hi:
                 candidates[base + rel] = (seg, pos, size)
     out = []
     topic, partition, verify_crc = part.topic, part.partition, True
     for offset in sorted(candidates):
         seg, pos, size = candidates[offset]
-        m = read_record(
-            seg.view(0, size), pos, offset, topic, partition, verify_crc,
-            seg.verified_batches, seg.log_path, MAX_DECOMPRESSED,
-        )  # fmt: skip
+        m = None
+        if pos < size:
+            try:
+                m = read_record(
+                    seg.view(0, size), pos, offset, topic, partition, verify_crc,
+                    seg.verified_batches, seg.log_path, MAX_DECOMPRESSED,
+                )  # fmt: skip
+            except CorruptRecordError:
+                pass
+        if m is None:
+            # the entry's position may be damaged (the offset is what counts): the offset
+            # index decides, and raises if the log itself is damaged there
+            m = part.get(offset)
         if m is not None and lo <= m.timestamp < hi and verify(m):
             out.append(m)
     return out, len(candidates)
