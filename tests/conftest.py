@@ -1,14 +1,18 @@
-"""Shared fixtures: a fresh store directory per test, and a guard against swallowed errors."""
+"""Shared fixtures: a fresh store directory per test, a guard against swallowed errors, and the
+one SparkSession of a test run with the store the Spark tests read."""
 
 from __future__ import annotations
 
 import os
+import random
+import shutil
 import site
 import subprocess
 import sys
 import sysconfig
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -87,3 +91,75 @@ def run_cli(*argv: str, stdin: bytes | None = None) -> tuple[int, str, str]:
     out, err = proc.stdout.decode(), proc.stderr.decode()
     assert "Traceback" not in err, err
     return proc.returncode, out, err
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """The one local[2] SparkSession of the test run (starting one takes seconds); Python
+    workers run this interpreter with this source tree. Skipped without PySpark or Java."""
+    pytest.importorskip("pyspark", reason="PySpark is not installed (pip install 'mqcore[spark]')")
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        pytest.skip("Spark needs Java 17+: no java on PATH and no JAVA_HOME")
+    from pyspark.sql import SparkSession
+
+    saved = {k: os.environ.get(k) for k in ("PYSPARK_PYTHON", "PYTHONPATH")}
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYTHONPATH"] = child_env()["PYTHONPATH"]
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("mqcore-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.memory", "1g")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    try:
+        yield session
+    finally:
+        session.stop()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+SPARK_CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
+SPARK_BASE_TS = 1_700_000_000_000
+
+
+def make_spark_store(path: str) -> None:
+    """The store the Spark tests read: topic "events" (3 partitions of several small segments,
+    batches in every codec, null and empty keys and values, tombstones, headers with null
+    values, timestamps that go backwards), "audit" (LogAppendTime) and "other" (1 record)."""
+    rng = random.Random(5)
+    with mqcore.open(path, flush="os") as st:
+        st.create_topic("events", partitions=3, segment_bytes=1000, key_index_entries=512)
+        st.create_topic("audit", partitions=1, timestamp_type="LogAppendTime")
+        st.create_topic("other", partitions=1)
+        for p in range(3):
+            seq = 0
+            for i in range(12 + 4 * p):
+                n = rng.randrange(1, 12)
+                st.append_batch(
+                    "events",
+                    [rng.choice([None, b"", b"v%d" % rng.randrange(999), rng.randbytes(40)])
+                     for _ in range(n)],
+                    keys=[rng.choice([None, b"", b"k%d" % rng.randrange(9)]) for _ in range(n)],
+                    headers=[
+                        [(rng.choice(["a", "b", "\u00fc"]), rng.choice([None, b"", b"hv"]))
+                         for _ in range(rng.randrange(3))]
+                        for _ in range(n)
+                    ],
+                    partition=p,
+                    timestamps=[SPARK_BASE_TS + 1000 * (seq + j) - rng.choice([0, 0, 0, 2500])
+                                for j in range(n)],
+                    compression=SPARK_CODECS[i % 5],
+                )  # fmt: skip
+                seq += n
+        for i in range(5):
+            st.append("audit", b"entry %d" % i, key=b"a")
+        st.append("other", b"only")

@@ -39,9 +39,17 @@ def test_readme_has_a_quick_start() -> None:
     ("name", "index", "code"), EXAMPLES, ids=[f"{n}[{i}]" for n, i, _ in EXAMPLES]
 )
 def test_example_runs(
-    name: str, index: int, code: str, tmp_path: os.PathLike[str], monkeypatch: pytest.MonkeyPatch
+    name: str,
+    index: int,
+    code: str,
+    tmp_path: os.PathLike[str],
+    monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
 ) -> None:
-    """Each block runs on its own, in a fresh namespace, in an empty directory."""
+    """Each block runs on its own, in a fresh namespace, in an empty directory; a Spark example
+    gets the test run's one session (its getOrCreate() returns it), or is skipped with it."""
+    if "pyspark" in code:
+        request.getfixturevalue("spark")
     monkeypatch.chdir(tmp_path)
     exec(compile(code, f"{name}[python block {index}]", "exec"), {"__name__": "__main__"})
 

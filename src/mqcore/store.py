@@ -778,6 +778,12 @@ class Store:
     def end_offset(self, topic: str, partition: int = 0) -> int:
         return self._partition(topic, partition).end_offset
 
+    def segment_offsets(self, topic: str, partition: int = 0) -> list[int]:
+        """Base offsets of the partition's segments, oldest first (where Spark splits a read)."""
+        part = self._partition(topic, partition)
+        with part._lock:
+            return [seg.base_offset for seg in part.segments]
+
     def iter_arrow(
         self,
         topic: str,

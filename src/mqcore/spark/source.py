@@ -1,0 +1,144 @@
+"""The "mqcore" Python data source: Spark's Kafka source over a store directory, no broker.
+
+What runs where (docs/spark.md "What runs where"): Spark creates MqcoreDataSource in a Python
+planner process on the driver, where schema() checks the options; reader() and partitions()
+open the store read-only there to resolve offsets and cut the ranges; each task's read() opens
+the store read-only on its executor and yields pyarrow RecordBatches that the Cython decoder
+built (Store.iter_arrow): no Python object per record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceWriter, InputPartition
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+import mqcore
+from mqcore.errors import InvalidConfigError
+from mqcore.spark.options import ReadOptions, parse_read_options, parse_write_options
+from mqcore.spark.plan import OffsetRange, checked_range, plan_read
+from mqcore.spark.pushdown import Pushdown
+from mqcore.spark.sink import MqcoreArrowWriter, sink_columns
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+NAME = "mqcore"
+
+
+def kafka_spark_schema(include_headers: bool = False) -> StructType:
+    """Spark's Kafka source schema, field for field (every field nullable)."""
+    fields = [
+        StructField("key", BinaryType()),
+        StructField("value", BinaryType()),
+        StructField("topic", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+        StructField("timestamp", TimestampType()),
+        StructField("timestampType", IntegerType()),
+    ]
+    if include_headers:
+        header = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+        fields.append(StructField("headers", ArrayType(header)))
+    return StructType(fields)
+
+
+class MqcoreDataSource(DataSource):
+    """spark.read.format("mqcore") and df.write.format("mqcore"): the Kafka source's and
+    sink's options and columns over a store."""
+
+    @classmethod
+    def name(cls) -> str:
+        return NAME
+
+    def schema(self) -> StructType:
+        # called by load(): bad options fail there, as Kafka's do
+        return kafka_spark_schema(parse_read_options(self.options).include_headers)
+
+    def reader(self, schema: StructType) -> MqcoreReader:
+        opts = parse_read_options(self.options)
+        _check_schema(schema, opts)
+        return MqcoreReader(opts)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        opts = parse_write_options(self.options)
+        if overwrite:
+            raise InvalidConfigError(
+                "the mqcore sink only appends (a log is never overwritten): use .mode('append')"
+            )
+        columns = sink_columns(schema, opts)
+        with mqcore.open(opts.path, read_only=True) as store:  # StoreError when it is not one
+            if opts.topic is not None:
+                store.partitions(opts.topic)  # UnknownTopicError naming it
+        return MqcoreArrowWriter(opts, columns)
+
+
+class MqcorePushdownDataSource(MqcoreDataSource):
+    """The same source with a reader that takes filters (spark.sql.python.filterPushdown)."""
+
+    def reader(self, schema: StructType) -> MqcorePushdownReader:
+        opts = parse_read_options(self.options)
+        _check_schema(schema, opts)
+        return MqcorePushdownReader(opts)
+
+
+def _check_schema(schema: StructType, opts: ReadOptions) -> None:
+    want = kafka_spark_schema(opts.include_headers)
+    if schema != want:
+        raise InvalidConfigError(
+            f"the mqcore source has the fixed schema of Spark's Kafka source and takes no "
+            f"other: drop .schema(...) (asked for {schema.simpleString()}, it reads "
+            f"{want.simpleString()})"
+        )
+
+
+class MqcoreReader(DataSourceReader):
+    """Plans offset ranges from the store's indexes and reads them as Arrow batches."""
+
+    def __init__(self, opts: ReadOptions) -> None:
+        self.opts = opts
+        self.pushdown = Pushdown()
+
+    def partitions(self) -> Sequence[InputPartition]:
+        with mqcore.open(self.opts.path, read_only=True) as store:
+            ranges = plan_read(store, self.opts, self.pushdown.narrow)
+        return [InputPartition(rng) for rng in ranges]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        rng = partition.value
+        if not isinstance(rng, OffsetRange):  # Spark's InputPartition(None): nothing to read
+            return
+        opts = self.opts
+        with mqcore.open(opts.path, read_only=True) as store:
+            rng = checked_range(store, rng, opts)  # retention may have run since planning
+            for batch in store.iter_arrow(
+                rng.topic,
+                rng.partition,
+                rng.start,
+                rng.end,
+                include_headers=opts.include_headers,
+                max_records=opts.max_records_per_batch,
+                max_bytes=opts.max_bytes_per_batch,
+            ):
+                kept = self.pushdown.filter_batch(batch)
+                if kept.num_rows:
+                    yield kept
+
+
+class MqcorePushdownReader(MqcoreReader):
+    """MqcoreReader that answers partition, offset, timestamp and topic comparisons from the
+    store's indexes; Spark evaluates every filter it hands back."""
+
+    def pushFilters(self, filters: list[Any]) -> list[Any]:  # noqa: N802 - Spark's name
+        return self.pushdown.push(filters)

@@ -1,0 +1,462 @@
+"""spark.read.format("mqcore") on the test run's one local[2] session: the Kafka source schema,
+every column equal to Store.read, the Kafka options, errors that name the problem, splitting,
+and filter pushdown (same rows as without it, fewer records planned)."""
+
+from __future__ import annotations
+
+import datetime
+import os
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from conftest import SPARK_BASE_TS, make_spark_store
+
+import mqcore
+import mqcore.spark
+
+pytest.importorskip("pyspark", reason="PySpark is not installed (pip install 'mqcore[spark]')")
+
+from pyspark.errors import PySparkException  # noqa: E402
+from pyspark.sql import DataFrame, SparkSession  # noqa: E402
+from pyspark.sql import datasource as ds  # noqa: E402
+from pyspark.sql.pandas.types import to_arrow_schema  # noqa: E402
+
+from mqcore.spark.source import (  # noqa: E402
+    MqcoreDataSource,
+    MqcorePushdownDataSource,
+    kafka_spark_schema,
+)
+
+KAFKA_DDL = (
+    "struct<key:binary,value:binary,topic:string,partition:int,offset:bigint,"
+    "timestamp:timestamp,timestampType:int{}>"
+)
+HEADERS_DDL = ",headers:array<struct<key:string,value:binary>>"
+Row = tuple[Any, ...]
+Ranges = dict[tuple[str, int], tuple[int, int]]
+
+
+@pytest.fixture(scope="module")
+def store_path(tmp_path_factory: pytest.TempPathFactory) -> str:
+    path = str(tmp_path_factory.mktemp("spark") / "store")
+    make_spark_store(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def session(spark: SparkSession) -> SparkSession:
+    """The shared session with the source registered as Spark's setting says (off)."""
+    mqcore.spark.register(spark)
+    return spark
+
+
+def load(spark: SparkSession, path: str, **options: str) -> DataFrame:
+    reader = spark.read.format("mqcore")
+    for name, value in options.items():
+        reader = reader.option(name, value)
+    return reader.load(path)
+
+
+def rows(df: DataFrame) -> list[Row]:
+    """The rows through Arrow, timestamps as integer microseconds, in offset order."""
+    table = df.toArrow()
+    cols = {name: table.column(name) for name in table.column_names}
+    cols["timestamp"] = cols["timestamp"].cast(pa.int64())
+    values = [c.to_pylist() for c in cols.values()]
+    out = [tuple(row) for row in zip(*values, strict=True)]
+    if "headers" in cols:
+        out = [r[:7] + ([(h["key"], h["value"]) for h in r[7]],) for r in out]
+    return sorted(out, key=lambda r: (r[2], r[3], r[4]))
+
+
+def store_rows(path: str, ranges: Ranges, headers: bool) -> list[Row]:
+    """The same records through Store.read, in the same shape."""
+    out: list[Row] = []
+    with mqcore.open(path, read_only=True) as st:
+        for (t, p), (start, end) in sorted(ranges.items()):
+            for m in st.read(t, p, start, 1_000_000):
+                if m.offset >= end:
+                    break
+                row: Row = (
+                    m.key,
+                    m.value,
+                    m.topic,
+                    m.partition,
+                    m.offset,
+                    m.timestamp * 1000,
+                    m.timestamp_type,
+                )
+                out.append(row + (list(m.headers),) if headers else row)
+    return out
+
+
+def whole(path: str, *topics: str) -> Ranges:
+    with mqcore.open(path, read_only=True) as st:
+        return {
+            (t, p): (st.start_offset(t, p), st.end_offset(t, p))
+            for t in topics
+            for p in st.available_partitions(t)
+        }
+
+
+def first_at_or_after(path: str, t: str, p: int, ts: int) -> int:
+    with mqcore.open(path, read_only=True) as st:
+        hits = [m.offset for m in st.read(t, p, 0, 1_000_000) if m.timestamp >= ts]
+        return min(hits) if hits else st.end_offset(t, p)
+
+
+def offset_set(path: str, ranges: Ranges) -> set[tuple[Any, ...]]:
+    return {(t, p, o) for (t, p), (a, b) in ranges.items() for o in range(a, b)}
+
+
+def read_offsets(df: DataFrame) -> set[tuple[Any, ...]]:
+    table = df.select("topic", "partition", "offset").toArrow()
+    return set(zip(*(c.to_pylist() for c in table.columns), strict=True))
+
+
+# -- schema and content --------------------------------------------------------------------------
+
+
+def test_schema_is_the_kafka_source_schema(session: SparkSession, store_path: str) -> None:
+    df = load(session, store_path, subscribe="events")
+    assert df.schema.simpleString() == KAFKA_DDL.format("")
+    assert all(f.nullable for f in df.schema.fields)
+    with_headers = load(session, store_path, subscribe="events", includeHeaders="true")
+    assert with_headers.schema.simpleString() == KAFKA_DDL.format(HEADERS_DDL)
+    assert with_headers.schema == kafka_spark_schema(True)
+
+
+@pytest.mark.parametrize("headers", [False, True])
+def test_batch_read_equals_store_read(
+    session: SparkSession, store_path: str, headers: bool
+) -> None:
+    df = load(
+        session,
+        store_path,
+        subscribe="events,audit,other",
+        includeHeaders=str(headers).lower(),
+    )
+    got = rows(df)
+    want = store_rows(store_path, whole(store_path, "events", "audit", "other"), headers)
+    assert got == want
+    # the store covers what the test means to cover
+    assert {r[3] for r in got if r[2] == "events"} == {0, 1, 2}
+    assert any(r[0] is None for r in got) and any(r[1] is None for r in got)
+    assert {r[6] for r in got if r[2] == "audit"} == {1}
+    assert {r[6] for r in got if r[2] == "events"} == {0}
+    if headers:
+        assert any(v is None for r in got for _, v in r[7])
+        assert any(k == "\u00fc" for r in got for k, _ in r[7])
+
+
+def test_splitting_gives_the_same_rows(session: SparkSession, store_path: str) -> None:
+    plain = load(session, store_path, subscribe="events")
+    assert plain.rdd.getNumPartitions() == 3  # Kafka's default: one per topic-partition
+    want = rows(plain)
+    for options, at_least in (({"minPartitions": "8"}, 8), ({"maxRecordsPerPartition": "20"}, 6)):
+        df = load(session, store_path, subscribe="events", **options)
+        assert df.rdd.getNumPartitions() >= at_least
+        assert rows(df) == want
+
+
+def test_small_batches_keep_sparks_arrow_schema(store_path: str) -> None:
+    """read() itself: bounded batches, each exactly the Arrow schema Spark checks against."""
+    source = MqcoreDataSource({"path": store_path, "subscribe": "events", "includeHeaders": "true",
+                               "maxRecordsPerBatch": "7"})  # fmt: skip
+    schema = source.schema()
+    reader = source.reader(schema)
+    want = to_arrow_schema(schema, timezone="UTC")
+    parts = reader.partitions()
+    batches = [b for part in parts for b in reader.read(part)]
+    assert batches and all(b.schema.equals(want) and 0 < b.num_rows <= 7 for b in batches)
+    assert sum(b.num_rows for b in batches) == sum(part.value.size for part in parts)
+
+
+# -- options -------------------------------------------------------------------------------------
+
+
+def test_offsets_json(session: SparkSession, store_path: str) -> None:
+    df = load(
+        session,
+        store_path,
+        subscribe="events",
+        startingOffsets='{"events":{"0":4,"1":-2,"2":10}}',
+        endingOffsets='{"events":{"0":9,"1":3,"2":-1}}',
+    )
+    end2 = whole(store_path, "events")[("events", 2)][1]
+    ranges = {("events", 0): (4, 9), ("events", 1): (0, 3), ("events", 2): (10, end2)}
+    assert rows(df) == store_rows(store_path, ranges, False)
+
+
+def test_timestamps_and_their_precedence(session: SparkSession, store_path: str) -> None:
+    t1, t2 = SPARK_BASE_TS + 6_000, SPARK_BASE_TS + 30_000
+    df = load(
+        session,
+        store_path,
+        subscribe="events",
+        startingTimestamp=str(t1),  # wins over the two below
+        startingOffsetsByTimestamp='{"events":{"0":0,"1":0,"2":0}}',
+        startingOffsets="earliest",
+        endingOffsetsByTimestamp=f'{{"events":{{"0":{t2},"1":{t2},"2":{t2}}}}}',
+    )
+    ranges = {
+        ("events", p): (
+            first_at_or_after(store_path, "events", p, t1),
+            first_at_or_after(store_path, "events", p, t2),
+        )
+        for p in range(3)
+    }
+    assert read_offsets(df) == offset_set(store_path, ranges)
+
+
+def test_subscribe_pattern_and_assign(session: SparkSession, store_path: str) -> None:
+    everything = whole(store_path, "events", "audit", "other")
+    df = load(session, store_path, subscribePattern="ev.*|oth.*")
+    want = {k: v for k, v in everything.items() if k[0] != "audit"}
+    assert read_offsets(df) == offset_set(store_path, want)
+    df = load(session, store_path, assign='{"events":[1],"audit":[0]}')
+    want = {k: everything[k] for k in (("events", 1), ("audit", 0))}
+    assert read_offsets(df) == offset_set(store_path, want)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({}, "exactly one of the options subscribe, subscribePattern, assign is required"),
+        ({"subscribe": "events", "startingOffsets": "latest"}, "cannot be 'latest'"),
+        ({"subscribe": "events", "startingOffset": "earliest"}, "did you mean 'startingOffsets'"),
+    ],
+)
+def test_bad_options_fail_at_load(
+    session: SparkSession, store_path: str, options: dict[str, str], message: str
+) -> None:
+    with pytest.raises(PySparkException, match=message):
+        load(session, store_path, **options)
+
+
+def test_planning_errors_name_the_problem(session: SparkSession, store_path: str) -> None:
+    with pytest.raises(PySparkException, match="topic 'nope' does not exist"):
+        load(session, store_path, subscribe="nope").count()
+    with pytest.raises(PySparkException, match="must name every partition read"):
+        load(session, store_path, subscribe="events", endingOffsets='{"events":{"0":1}}').count()
+    with pytest.raises(PySparkException, match="fixed schema of Spark's Kafka source"):
+        session.read.format("mqcore").schema("value binary").option("subscribe", "events").load(
+            store_path
+        ).count()
+
+
+def test_data_loss_through_spark(session: SparkSession, tmp_path: Path) -> None:
+    path = str(tmp_path / "trimmed")
+    with mqcore.open(path, flush="os") as st:
+        st.create_topic("t", segment_bytes=600, key_index=False)
+        for i in range(40):
+            st.append("t", b"x%d" % i * 20, timestamp=SPARK_BASE_TS + i)
+    part = os.path.join(path, "t-0")
+    for name in os.listdir(part):
+        if name.startswith("00000000000000000000."):
+            os.unlink(os.path.join(part, name))  # what retention does
+    first = whole(path, "t")[("t", 0)][0]
+    assert first > 0
+    from_zero = {"subscribe": "t", "startingOffsets": '{"t":{"0":0}}'}
+    with pytest.raises(PySparkException, match=f"log starts at {first} .*retention point"):
+        load(session, path, **from_zero).count()
+    df = load(session, path, failOnDataLoss="false", **from_zero)
+    assert rows(df) == store_rows(path, {("t", 0): (first, 40)}, False)
+
+
+# -- pushdown ------------------------------------------------------------------------------------
+
+
+WHERE = [
+    "partition = 1 AND offset >= 5 AND offset < 30",
+    "partition IN (0, 2) AND NOT offset = 3 AND topic = 'events' AND value IS NOT NULL",
+    f"timestamp >= timestamp_millis({SPARK_BASE_TS + 25_000}) AND offset <= 70",
+    f"timestamp < timestamp_millis({SPARK_BASE_TS + 9_000}) OR partition = 2",
+    "offset > 100000",
+]
+
+
+def test_pushdown_gives_the_rows_of_the_same_query_without_it(
+    session: SparkSession, store_path: str, capfd: pytest.CaptureFixture[str]
+) -> None:
+    want = {w: rows(load(session, store_path, subscribe="events").where(w)) for w in WHERE}
+    mqcore.spark.register(session, pushdown=True)
+    session.conf.set(mqcore.spark.PUSHDOWN_CONF, "true")
+    try:
+        for w in WHERE:
+            assert rows(load(session, store_path, subscribe="events").where(w)) == want[w], w
+        # Spark filters only what the source handed back: here the value test
+        load(session, store_path, subscribe="events").where(WHERE[1]).explain()
+        filters = [line for line in capfd.readouterr().out.splitlines() if " Filter " in line]
+        assert filters and all("value" in f and "offset" not in f for f in filters), filters
+        assert not any("partition" in f or "topic" in f for f in filters), filters
+    finally:
+        session.conf.set(mqcore.spark.PUSHDOWN_CONF, "false")
+        mqcore.spark.register(session)
+    assert want[WHERE[0]] and not want[WHERE[-1]]
+
+
+def test_register_follows_the_pushdown_setting(session: SparkSession, store_path: str) -> None:
+    """A reader that takes filters fails planning while the setting is off; register() picks
+    the reader Spark accepts, so the same query runs either way."""
+    query = "partition = 0 AND offset < 4"
+    assert len(rows(load(session, store_path, subscribe="events").where(query))) == 4
+    mqcore.spark.register(session, pushdown=True)
+    try:
+        with pytest.raises(PySparkException, match="filterPushdown"):
+            load(session, store_path, subscribe="events").where(query).count()
+    finally:
+        mqcore.spark.register(session)
+
+
+def test_pushdown_plans_fewer_records(store_path: str) -> None:
+    """What the tasks read is the planned ranges: count their records with and without."""
+    options = {"path": store_path, "subscribe": "events"}
+
+    def planned(filters: list[Any]) -> tuple[int, list[Any]]:
+        source = MqcorePushdownDataSource(dict(options))
+        reader = source.reader(source.schema())
+        rest = list(reader.pushFilters(filters)) if filters else []
+        return sum(part.value.size for part in reader.partitions()), rest
+
+    everything, _ = planned([])
+    since = datetime.datetime.fromtimestamp((SPARK_BASE_TS + 40_000) / 1000, datetime.timezone.utc)
+    value_filter = ds.StringContains(("value",), "v1")
+    fewer, rest = planned(
+        [ds.EqualTo(("partition",), 2), ds.GreaterThanOrEqual(("timestamp",), since), value_filter]
+    )
+    assert rest == [value_filter] and rest[0] is value_filter
+    first = first_at_or_after(store_path, "events", 2, SPARK_BASE_TS + 40_000)
+    assert fewer == whole(store_path, "events")[("events", 2)][1] - first
+    assert 0 < fewer < everything / 3
+
+
+def test_pushed_timestamp_bounds_are_exact_per_batch(store_path: str) -> None:
+    """Timestamps go backwards in the test store: rows before the bound after the first
+    matching offset are dropped in the Arrow batches, not left to Spark."""
+    source = MqcorePushdownDataSource({"path": store_path, "subscribe": "events"})
+    reader = source.reader(source.schema())
+    since = datetime.datetime.fromtimestamp((SPARK_BASE_TS + 12_000) / 1000, datetime.timezone.utc)
+    assert list(reader.pushFilters([ds.GreaterThan(("timestamp",), since)])) == []
+    batches = [b for part in reader.partitions() for b in reader.read(part)]
+    micros = [ts for b in batches for ts in b.column("timestamp").cast(pa.int64()).to_pylist()]
+    assert micros and min(micros) > (SPARK_BASE_TS + 12_000) * 1000
+    want = [
+        r
+        for r in store_rows(store_path, whole(store_path, "events"), False)
+        if r[5] > (SPARK_BASE_TS + 12_000) * 1000
+    ]
+    assert len(micros) == len(want)
+
+
+# -- writing -------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def sink_path(tmp_path: Path) -> str:
+    path = str(tmp_path / "sink")
+    with mqcore.open(path, flush="os") as st:
+        st.create_topic("sink", partitions=2)
+        st.create_topic("side", partitions=1)
+    return path
+
+
+def staged(path: str) -> list[str]:
+    return [n for n in os.listdir(path) if n.startswith(".mqcore-spark-")]
+
+
+def test_write_then_read_round_trip(session: SparkSession, sink_path: str) -> None:
+    utc = datetime.timezone.utc
+    data = [
+        (
+            b"k%d" % (i % 3) if i % 4 else None,
+            None if i == 5 else b"v%d" % i,
+            [("h", b"%d" % i), ("n", None)] if i % 2 else [],
+            i % 2 if i % 3 else None,
+            datetime.datetime.fromtimestamp((SPARK_BASE_TS + i) / 1000, utc),
+        )
+        for i in range(30)
+    ]
+    df = session.createDataFrame(
+        data,
+        "key binary, value binary, headers array<struct<key:string,value:binary>>, "
+        "partition int, timestamp timestamp",
+    )
+    df.repartition(3).write.format("mqcore").mode("append").option("topic", "sink").save(sink_path)
+    assert staged(sink_path) == []
+    with mqcore.open(sink_path, read_only=True) as st:
+        got = [m for p in (0, 1) for m in st.read("sink", p, 0, 1000)]
+    assert len(got) == 30
+    by_time = {m.timestamp - SPARK_BASE_TS: m for m in got}
+    for i, (key, value, headers, partition, _ts) in enumerate(data):
+        m = by_time[i]
+        assert (m.key, m.value) == (key, value)
+        assert [(k, v) for k, v in m.headers if k != "uid"] == headers
+        if partition is not None:
+            assert m.partition == partition
+    # and back through the source
+    back = load(session, sink_path, subscribe="sink", includeHeaders="true")
+    assert rows(back) == store_rows(sink_path, whole(sink_path, "sink"), True)
+
+
+def test_write_strings_by_topic_column(session: SparkSession, sink_path: str) -> None:
+    df = session.createDataFrame(
+        [("a", "one", "sink"), ("b", "two", "side"), (None, "three", "side")],
+        "key string, value string, topic string",
+    )
+    df.write.format("mqcore").mode("append").save(sink_path)
+    with mqcore.open(sink_path, read_only=True) as st:
+        side = [(m.key, m.value) for m in st.read("side", 0, 0, 10)]
+        sink = [(m.key, m.value) for p in (0, 1) for m in st.read("sink", p, 0, 10)]
+    assert sorted(side, key=str) == sorted([(b"b", b"two"), (None, b"three")], key=str)
+    assert sink == [(b"a", b"one")]
+
+
+def test_a_failed_job_appends_nothing(session: SparkSession, sink_path: str) -> None:
+    def failing(tasks: int) -> DataFrame:
+        # the task holding id 150 fails at that row, after staging the batches before it
+        return session.range(0, 2000, 1, tasks).selectExpr(
+            "CAST(CAST(id AS STRING) AS BINARY) AS value",
+            "IF(id = 150, raise_error('boom'), 0) AS partition",
+        )
+
+    def write(df: DataFrame) -> None:
+        df.write.format("mqcore").mode("append").option("topic", "sink").save(sink_path)
+
+    for tasks in (1, 2):
+        with pytest.raises(PySparkException, match="boom"):
+            write(failing(tasks))
+        with mqcore.open(sink_path, read_only=True) as st:
+            assert [st.end_offset("sink", p) for p in (0, 1)] == [0, 0]
+        if tasks == 1:
+            # abort ran after the only task ended: nothing it staged is left
+            assert staged(sink_path) == []
+
+
+@pytest.mark.parametrize(
+    ("columns", "mode", "options", "message"),
+    [
+        ("key binary", "append", {"topic": "sink"}, "needs a 'value' column"),
+        ("value binary", "append", {}, "needs a 'topic' column or the 'topic' option"),
+        ("value binary, partition bigint", "append", {"topic": "sink"}, "'partition' is bigint"),
+        ("value binary", "overwrite", {"topic": "sink"}, "only appends"),
+        ("value binary", "append", {"topic": "nope"}, "topic 'nope' does not exist"),
+        ("value binary", "append", {"topic": "sink", "topics": "x"}, "unknown option 'topics'"),
+    ],
+)
+def test_write_errors_name_the_problem(
+    session: SparkSession,
+    sink_path: str,
+    columns: str,
+    mode: str,
+    options: dict[str, str],
+    message: str,
+) -> None:
+    df = session.createDataFrame([], columns)
+    writer = df.write.format("mqcore").mode(mode)
+    for name, value in options.items():
+        writer = writer.option(name, value)
+    with pytest.raises(PySparkException, match=message):
+        writer.save(sink_path)
