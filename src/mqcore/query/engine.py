@@ -21,12 +21,13 @@ from mqcore._ext.scan import read_record
 from mqcore._ext.search import scan_records
 from mqcore.errors import CorruptRecordError, InvalidConfigError
 from mqcore.query.ids import decode_msg_id, parse_uid, uid_time_ms
-from mqcore.query.selector import Selector, compile_selector
 from mqcore.storage.partition import Partition
 from mqcore.storage.segment import MAX_DECOMPRESSED, LogSegment
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+    from mqcore.query.selector import Selector
 
 MAX_LIMIT = 100_000  # results one query may return (caps user limits before allocating)
 MAX_PROBE = 1 << 20  # index entries one segment probe may walk
@@ -318,6 +319,8 @@ def make_spec(
     if tag is not None:
         spec.tag = tag.encode()
     if where is not None:
+        from mqcore.query.selector import compile_selector  # its parser loads on first use
+
         spec.selector = compile_selector(where)
     return spec
 
