@@ -73,7 +73,10 @@ def _contents(path: str) -> tuple[dict[str, Any], list[bytes]]:
 def ran(tmp_path: os.PathLike[str], capfd: pytest.CaptureFixture[str]) -> tuple[str, str]:
     """Run the demo once into tmp_path/demo; returns (store path, what it printed)."""
     path = os.path.join(tmp_path, "demo")
-    assert demo.main(["--path", path, "--messages", str(MESSAGES), "--seed", str(SEED)]) == 0
+    assert (
+        demo.main(["--no-spark", "--path", path, "--messages", str(MESSAGES), "--seed", str(SEED)])
+        == 0
+    )
     out, err = capfd.readouterr()
     assert "Exception ignored" not in err, err
     return path, out
@@ -172,21 +175,21 @@ def test_same_seed_same_bytes(
     to run: everything else is compared, and the uids are checked to be new."""
     path, _ = ran
     again = os.path.join(tmp_path, "again")
-    demo.main(["--path", again, "--messages", str(MESSAGES), "--seed", str(SEED)])
+    demo.main(["--no-spark", "--path", again, "--messages", str(MESSAGES), "--seed", str(SEED)])
     capfd.readouterr()
     first, first_uids = _contents(path)
     second, second_uids = _contents(again)
     assert second == first
     assert len(set(first_uids) | set(second_uids)) == 2 * MESSAGES
     other = os.path.join(tmp_path, "other")
-    demo.main(["--path", other, "--messages", str(MESSAGES), "--seed", str(SEED + 1)])
+    demo.main(["--no-spark", "--path", other, "--messages", str(MESSAGES), "--seed", str(SEED + 1)])
     capfd.readouterr()
     assert _contents(other)[0] != first
 
 
 def test_rerun_wipes_its_own_store(ran: tuple[str, str], capfd: pytest.CaptureFixture[str]) -> None:
     path, _ = ran
-    assert demo.main(["--path", path, "--messages", "50", "--seed", "1"]) == 0
+    assert demo.main(["--no-spark", "--path", path, "--messages", "50", "--seed", "1"]) == 0
     capfd.readouterr()
     with mqcore.open(path, read_only=True) as store:
         assert sum(store.end_offset(demo.ACCESS, p) for p in range(3)) == 30
@@ -199,7 +202,7 @@ def test_refuses_to_wipe_a_directory_it_did_not_make(tmp_path: os.PathLike[str])
     with open(os.path.join(precious, "thesis.txt"), "w") as f:
         f.write("do not delete")
     with pytest.raises(SystemExit, match="not an mqcore store"):
-        demo.main(["--path", precious, "--messages", "50"])
+        demo.main(["--no-spark", "--path", precious, "--messages", "50"])
     assert os.listdir(precious) == ["thesis.txt"]
 
 
@@ -207,6 +210,6 @@ def test_too_few_messages_is_a_usage_error(
     tmp_path: os.PathLike[str], capfd: pytest.CaptureFixture[str]
 ) -> None:
     with pytest.raises(SystemExit) as exc:
-        demo.main(["--path", os.path.join(tmp_path, "d"), "--messages", "3"])
+        demo.main(["--no-spark", "--path", os.path.join(tmp_path, "d"), "--messages", "3"])
     assert exc.value.code == 2
     assert "at least" in capfd.readouterr().err

@@ -5,6 +5,7 @@ and filter pushdown (same rows as without it, fewer records planned)."""
 from __future__ import annotations
 
 import datetime
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -460,3 +461,47 @@ def test_write_errors_name_the_problem(
         writer = writer.option(name, value)
     with pytest.raises(PySparkException, match=message):
         writer.save(sink_path)
+
+
+def test_demo_spark_step_agrees_with_the_store(
+    spark: Any, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """`make demo`'s last step on a small demo store: its Spark SQL answers equal what a plain
+    read of the store gives, and the pushed-down filter plans one input partition of three."""
+    import io
+    import re as regex
+    from collections import Counter
+
+    import mqcore.spark
+    from mqcore import demo
+
+    path = str(tmp_path / "demo")
+    demo.run(path, 3000, 7, io.StringIO())
+    before = spark.conf.get(mqcore.spark.PUSHDOWN_CONF, "false")
+    spark.conf.set(mqcore.spark.PUSHDOWN_CONF, "true")
+    try:
+        found = demo.step_spark(path, demo.Printer(io.StringIO()), spark)
+    finally:
+        spark.conf.set(mqcore.spark.PUSHDOWN_CONF, before)
+        mqcore.spark.register(spark)
+    with mqcore.open(path, read_only=True) as store:
+
+        def values(topic: str) -> list[bytes]:
+            return [
+                m.value or b""
+                for p in range(store.partitions(topic))
+                for m in store.read(topic, p, 0, 1_000_000)
+            ]
+
+        status_of = regex.compile(rb'" ([0-9]{3}) ')
+        status: Counter[str] = Counter()
+        for v in values(demo.ACCESS):
+            hit = status_of.search(v)
+            status[hit.group(1).decode() if hit else ""] += 1
+        events = [json.loads(v) for v in values(demo.EVENTS)]
+        errors = Counter(e["host"] for e in events if e["level"] == "ERROR")
+        pushed = min(1000, store.end_offset(demo.ACCESS, 1))
+    assert found.status_counts == dict(status)
+    assert found.errors_per_host == dict(errors)
+    assert found.pushed_count == pushed
+    assert found.input_partitions == (3, 1)

@@ -1,15 +1,17 @@
 """`python -m mqcore.demo`: write a realistic log stream into a store, then read it back.
 
-    python -m mqcore.demo [--path DIR] [--messages N] [--seed S]
+    python -m mqcore.demo [--path DIR] [--messages N] [--seed S] [--no-spark]
 
 Writes nginx access-log lines to `access-logs` (3 partitions, keyed by client IP, 4 MiB
 segments so the log rolls) and JSON application events with `service`/`level` headers to
 `app-events` (2 partitions, keyed by trace id, zstd-compressed), timestamps spread over one
 simulated hour. Then it reads them back by offset (`read`, `get`), by time
 (`offset_for_time`), as Arrow (`read_arrow`), closes and reopens the store, and finally
-simulates a crash mid-write to show recovery cutting the torn tail. Every step prints what it
-found and how long it took. The messages are deterministic for a given seed; their generated
-unique IDs and the timings are not.
+simulates a crash mid-write to show recovery cutting the torn tail. When PySpark is installed
+(`mqcore[spark]`; `--no-spark` skips it), it ends with Spark SQL over the store through the
+"mqcore" data source on a local Spark. Every step prints what it found and how long it took.
+The messages are deterministic for a given seed; their generated unique IDs and the timings
+are not.
 """
 
 from __future__ import annotations
@@ -129,6 +131,7 @@ class DemoReport:
     time_hits: list[tuple[int, int | None]] = field(default_factory=list)
     arrow_rows: int | None = None
     truncated_bytes: int = 0
+    spark: SparkFindings | None = None
 
 
 # -- the data -----------------------------------------------------------------------------------
@@ -497,8 +500,93 @@ def step_crash(path: str, p: Printer, report: DemoReport) -> None:
         )
 
 
-def run(path: str, messages: int, seed: int, out: TextIO) -> DemoReport:
-    """The whole demo; returns what it wrote and found."""
+@dataclass
+class SparkFindings:
+    """What the Spark SQL step computed, for the tests to check against the store."""
+
+    status_counts: dict[str, int]
+    errors_per_host: dict[str, int]
+    pushed_count: int
+    input_partitions: tuple[int, int]  # without and with the pushed-down filter
+
+
+STATUS_SQL = """
+SELECT regexp_extract(CAST(value AS STRING), '" ([0-9]{3}) ', 1) AS status,
+       date_trunc('minute', timestamp) AS minute, count(*) AS n
+FROM access GROUP BY status, minute
+"""
+ERRORS_SQL = """
+SELECT get_json_object(CAST(value AS STRING), '$.host') AS host, count(*) AS errors
+FROM events WHERE get_json_object(CAST(value AS STRING), '$.level') = 'ERROR'
+GROUP BY host ORDER BY errors DESC, host
+"""
+
+
+def step_spark(path: str, p: Printer, spark: Any) -> SparkFindings:
+    """Spark SQL over the store through the "mqcore" data source: status codes per minute of
+    the access lines, errors per host of the JSON events, and one filter pushed down onto the
+    indexes (partition 1's first 1000 offsets), showing the input partitions it never read."""
+    import mqcore.spark
+
+    mqcore.spark.register(spark)
+    where = os.path.abspath(path)
+
+    def topic(name: str) -> Any:
+        return spark.read.format("mqcore").option("subscribe", name).load(where)
+
+    topic(ACCESS).createOrReplaceTempView("access")
+    topic(EVENTS).createOrReplaceTempView("events")
+    per_minute, secs = timed(lambda: spark.sql(STATUS_SQL).collect())
+    status: dict[str, int] = {}
+    for row in per_minute:
+        status[row["status"]] = status.get(row["status"], 0) + row["n"]
+    minutes = len({row["minute"] for row in per_minute})
+    p.line(
+        f"status codes per minute over {ACCESS}: {len(per_minute)} (status, minute) groups "
+        f"over {minutes} minutes in {secs:.2f} s; totals "
+        + ", ".join(f"{k}: {v:,}" for k, v in sorted(status.items()))
+    )
+    worst, secs = timed(lambda: spark.sql(ERRORS_SQL).collect())
+    errors = {row["host"]: row["errors"] for row in worst}
+    top = ", ".join(f"{h} {n}" for h, n in list(errors.items())[:3])
+    p.line(f"ERROR events per host over {EVENTS} in {secs:.2f} s: {top}, ...")
+    narrow = topic(ACCESS).where("partition = 1 AND offset < 1000")
+    parts = (topic(ACCESS).rdd.getNumPartitions(), narrow.rdd.getNumPartitions())
+    count, secs = timed(narrow.count)
+    p.line(
+        f"pushdown: partition = 1 AND offset < 1000 counted {count:,} rows in {secs:.2f} s from "
+        f"{parts[1]} input partition(s) instead of {parts[0]}: the other partitions and "
+        f"offsets were never read"
+    )
+    return SparkFindings(status, errors, count, parts)
+
+
+def spark_session() -> Any:
+    """A local session for the demo, with Python filter pushdown on; None without PySpark."""
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:
+        return None
+    import mqcore.spark
+
+    # Spark's Python workers must run this interpreter (it has mqcore), not the first python3
+    # on PATH
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    return (
+        SparkSession.builder.master("local[2]")
+        .appName("mqcore-demo")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config(mqcore.spark.PUSHDOWN_CONF, "true")
+        .getOrCreate()
+    )
+
+
+def run(path: str, messages: int, seed: int, out: TextIO, spark: Any = None) -> DemoReport:
+    """The whole demo; returns what it wrote and found. With a SparkSession, it ends with a
+    Spark SQL analysis of the stream read through the data source."""
     prepare(path)
     report = DemoReport(os.path.abspath(path))
     p = Printer(out)
@@ -542,10 +630,14 @@ def run(path: str, messages: int, seed: int, out: TextIO) -> DemoReport:
         step_arrow(store, p, report)
     step_reopen(path, p)
     step_crash(path, p, report)
+    if spark is not None:
+        p.title("Spark SQL over the store: spark.read.format('mqcore'), no broker")
+        report.spark = step_spark(path, p, spark)
     out.write(
         f"\nDone. Look around with the CLI:\n"
         f"   mqcore topics {path}\n"
-        f"   mqcore dump {path} {EVENTS} -n 3 --json\n"
+        f"   mqcore consume {path} {EVENTS} -n 3 --json\n"
+        f"   mqcore query {path} {EVENTS} --where \"level = 'ERROR'\" --limit 3\n"
     )
     return report
 
@@ -564,10 +656,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         help=f"messages in total, at least {MIN_MESSAGES} (default 200000)",
     )
     parser.add_argument("--seed", type=int, default=2024, help="random seed (default 2024)")
+    parser.add_argument(
+        "--no-spark",
+        action="store_true",
+        help="skip the Spark SQL step (it runs when PySpark is installed)",
+    )
     args = parser.parse_args(argv)
     if args.messages < MIN_MESSAGES:
         parser.error(f"--messages must be at least {MIN_MESSAGES}")
-    run(args.path, args.messages, args.seed, sys.stdout)
+    spark = None if args.no_spark else spark_session()
+    try:
+        run(args.path, args.messages, args.seed, sys.stdout, spark)
+    finally:
+        if spark is not None:
+            spark.stop()
     return 0
 
 
