@@ -102,6 +102,16 @@ def decode_cursor(cursor: str | None) -> tuple[int, int]:
         raise InvalidConfigError(f"{cursor!r} is not a query cursor") from None
 
 
+def resume_points(
+    parts: Sequence[Partition], cursor: str | None
+) -> Iterator[tuple[Partition, int]]:
+    """Each partition still to look at, with the offset to start from, resuming at `cursor`."""
+    resume_p, resume_o = decode_cursor(cursor)
+    for part in parts:
+        if part.partition >= resume_p:
+            yield part, resume_o if part.partition == resume_p else 0
+
+
 def check_limit(name: str, value: object, cap: int) -> int:
     """A user limit as an int in [1, cap] (capped before anything is allocated)."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -198,12 +208,8 @@ def find_indexed(
 ) -> QueryResult:
     lo, hi = time_bounds(start, end)
     limit = check_limit("limit", limit, MAX_LIMIT)
-    resume_p, resume_o = decode_cursor(cursor)
     result = QueryResult()
-    for part in parts:
-        if part.partition < resume_p:
-            continue
-        from_offset = resume_o if part.partition == resume_p else 0
+    for part, from_offset in resume_points(parts, cursor):
         found, read = probe_partition(part, hashed, lo, hi, verify, from_offset)
         result.scanned_records += read
         room = limit - len(result.messages)
@@ -420,12 +426,8 @@ def run_scan(
         check_limit("max_scan", max_scan, NO_END),
         time.monotonic() + (timeout if timeout is not None else 1e18),
     )
-    resume_p, resume_o = decode_cursor(cursor)
     result = QueryResult()
-    for part in parts:
-        if part.partition < resume_p:
-            continue
-        from_offset = resume_o if part.partition == resume_p else 0
+    for part, from_offset in resume_points(parts, cursor):
         stop = scan_partition(part, spec, budget, result, from_offset)
         if stop is not None:
             result.reason = stop
