@@ -27,6 +27,15 @@ __all__ = [
     "CodecError",
     "SelectorSyntaxError",
     "InvalidMessageIdError",
+    "MessageNotFoundError",
+    "SegmentDamagedError",
+    "InvalidGroupError",
+    "ConsumerClosedError",
+    "CommitFailedError",
+    "NoOffsetForPartitionError",
+    "ProducerFencedError",
+    "OutOfOrderSequenceError",
+    "TransactionStateError",
 ]
 
 
@@ -131,3 +140,32 @@ class MessageNotFoundError(MQCoreError, LookupError):
 
 class SegmentDamagedError(MQCoreError):
     """`mqcore dump` met damage in the file it dumps (listed in its output; exit status 1)."""
+
+
+class InvalidGroupError(InvalidTopicError):
+    """A consumer group name that breaks the topic-name rule (groups name internal topics)."""
+
+
+class ConsumerClosedError(MQCoreError):
+    """A consumer, producer or transaction used after close()."""
+
+
+class CommitFailedError(MQCoreError):
+    """A commit for partitions this consumer no longer owns (a rebalance moved them)."""
+
+
+class NoOffsetForPartitionError(MQCoreError, LookupError):
+    """No committed offset and auto_offset_reset="none", or the position fell out of the log."""
+
+
+class ProducerFencedError(MQCoreError):
+    """An idempotent producer's epoch is older than the one the log has seen for its id."""
+
+
+class OutOfOrderSequenceError(MQCoreError):
+    """An idempotent producer's batch sequence leaves a gap or goes back past the kept window:
+    a lost or reordered batch, refused so the log never holds it out of order."""
+
+
+class TransactionStateError(MQCoreError):
+    """A transaction call in the wrong state (send after commit, commit after rollback, ...)."""

@@ -26,6 +26,7 @@ from mqcore._ext.batch import EncodedBatch, Message, encode_batch
 from mqcore._ext.hashing import kafka_partition
 from mqcore.arrow import new_columns, to_record_batch
 from mqcore.config import FlushPolicy, TopicConfig, validate_name
+from mqcore.consume.trace import TraceEvent, Tracer, sample_rate
 from mqcore.errors import (
     CorruptIndexError,
     InvalidConfigError,
@@ -44,6 +45,7 @@ from mqcore.query.ids import encode_msg_id, parse_uid, uid_text
 from mqcore.storage.flusher import Flusher
 from mqcore.storage.logdir import LogDirectory
 from mqcore.storage.partition import Partition, RecoveryReport, has_segments
+from mqcore.tasks import BackgroundTasks
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -167,8 +169,10 @@ class Store:
         auto_create_topics: bool = False,
         default_partitions: int = 1,
         verify_crc: bool = True,
+        trace: bool | float = False,
         **topic_defaults: Any,
     ):
+        rate = sample_rate(trace)
         self.flush_policy = FlushPolicy(flush, flush_interval_ms, flush_messages)
         self.read_only = read_only
         self.auto_create_topics = auto_create_topics
@@ -185,6 +189,8 @@ class Store:
         self._partitions: dict[str, dict[int, Partition]] = {}
         self._closed = False
         self._flusher: Flusher | None = None
+        self._tasks = BackgroundTasks()
+        self._tracer = Tracer(self, rate) if rate > 0 else None
         self.recovery: dict[tuple[str, int], RecoveryReport] = {}
         try:
             self._load()
@@ -227,6 +233,7 @@ class Store:
                     self.flush_policy.interval_ms, self._flush_quietly, self._checkpoint
                 )
                 self._flusher.start()
+            self._tasks.start()
 
     def _new_partition(self, topic: str, p: int, cfg: TopicConfig) -> Partition:
         return Partition(
@@ -244,6 +251,7 @@ class Store:
             if self._closed:
                 return
             self._closed = True
+            self._tasks.stop()
             if self._flusher is not None:
                 self._flusher.stop()
             for parts in self._partitions.values():
@@ -308,6 +316,13 @@ class Store:
             self._configs[name] = cfg
             self._partitions[name] = parts
             self._dir.save_topics(self._configs)
+
+    def _internal_topic(self, name: str, partitions: int = 1, **config: Any) -> str:
+        """Create internal topic `name` (a `__` name) on first use, whatever auto_create_topics
+        says; returns the name. Internal topics hold the consumption model's state."""
+        if name not in self._configs:
+            self.create_topic(name, partitions, **config)
+        return name
 
     def topics(self) -> list[str]:
         self._check_open()
@@ -401,7 +416,10 @@ class Store:
         base = self._write(part, batch)
         uids = batch.uids
         uid = uid_text(uids) if uids is not None and uids != bytes(16) else None
-        return RecordMetadata(topic, partition, base, batch.max_timestamp, uid)
+        md = RecordMetadata(topic, partition, base, batch.max_timestamp, uid)
+        if self._tracer is not None and uid is not None and not topic.startswith("__"):
+            self._tracer.record([TraceEvent(uid, "appended", now, topic, partition, base)])
+        return md
 
     @overload
     def append_batch(
@@ -502,7 +520,14 @@ class Store:
         uids = batches[0].uids
         if uids is not None and len(batches) > 1:
             uids = b"".join(b.uids or b"" for b in batches)
-        return BatchMetadata(partition, base, len(values), topic, uids)
+        md = BatchMetadata(partition, base, len(values), topic, uids)
+        if self._tracer is not None and uids is not None and not topic.startswith("__"):
+            self._tracer.record(
+                TraceEvent(uid, "appended", now, topic, partition, base + i)
+                for i, uid in enumerate(md.unique_ids)
+                if uid is not None
+            )
+        return md
 
     @staticmethod
     def _merged_headers(
@@ -747,6 +772,12 @@ class Store:
         return engine.run_scan(
             self._query_parts(topic, partition), spec, limit, max_scan, timeout, cursor
         )
+
+    def trace(self, unique_id: str) -> list[TraceEvent]:
+        """What happened to the message with this unique ID, oldest event first: appended,
+        delivered to a group, committed, nacked, retried, dead-lettered (needs `trace=` on)."""
+        self._check_open()
+        return Tracer(self, 0.0).events(unique_id)
 
     # -- reading --------------------------------------------------------------------------------
 

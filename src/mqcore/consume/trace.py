@@ -1,0 +1,135 @@
+"""Message trace: what happened to a message, kept in the internal topic `__trace`.
+
+Each event is one record of `__trace`: key = the message's unique ID text (so the trace topic's
+key index answers `store.trace(uid)` without a scan), value = a JSON object
+{"event", "time", "topic", "partition", "offset", "group"?, ...}. Sampling is decided per unique
+ID by its xxHash64, so a sampled message has all of its events recorded and the rest none.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from mqcore._ext.hashing import xxh64_hash
+from mqcore.errors import InvalidConfigError
+
+if TYPE_CHECKING:
+    from mqcore.store import Store
+
+TRACE_TOPIC = "__trace"
+EVENTS = (
+    "appended",
+    "delivered",
+    "committed",
+    "nacked",
+    "retried",
+    "dead_lettered",
+    "delayed",
+    "delay_delivered",
+    "half_appended",
+    "txn_committed",
+    "txn_rolled_back",
+)
+
+
+@dataclass(frozen=True)
+class TraceEvent:
+    """One step in a message's life; `topic/partition/offset` say where the message was."""
+
+    unique_id: str
+    event: str
+    time: int
+    topic: str
+    partition: int
+    offset: int
+    group: str | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "unique_id": self.unique_id,
+            "event": self.event,
+            "time": self.time,
+            "topic": self.topic,
+            "partition": self.partition,
+            "offset": self.offset,
+        }
+        if self.group is not None:
+            out["group"] = self.group
+        if self.detail:
+            out["detail"] = self.detail
+        return out
+
+
+def sample_rate(option: bool | float) -> float:
+    """The store's `trace=` option as a rate: False 0.0, True 1.0, or a float in [0, 1]."""
+    if option is True or option is False:
+        return float(option)
+    if not isinstance(option, (int, float)) or not 0.0 <= float(option) <= 1.0:
+        raise InvalidConfigError(f"trace must be True, False or a rate in [0, 1], not {option!r}")
+    return float(option)
+
+
+class Tracer:
+    """Appends trace events of sampled messages to `__trace` (created on first use)."""
+
+    def __init__(self, store: Store, rate: float):
+        self.store = store
+        self.rate = rate
+        self._threshold = int(rate * (1 << 64))
+
+    def sampled(self, unique_id: str | None) -> bool:
+        if unique_id is None or self.rate <= 0.0:
+            return False
+        return self.rate >= 1.0 or xxh64_hash(unique_id.encode()) < self._threshold
+
+    def record(self, events: Iterable[TraceEvent]) -> None:
+        """Append the sampled events as one batch (nothing when none is sampled)."""
+        chosen = [e for e in events if self.sampled(e.unique_id)]
+        if not chosen:
+            return
+        topic = self.store._internal_topic(TRACE_TOPIC, unique_ids=False)
+        self.store.append_batch(
+            topic,
+            [json.dumps(e.to_json(), separators=(",", ":")).encode() for e in chosen],
+            [e.unique_id.encode() for e in chosen],
+            timestamps=[e.time for e in chosen],
+        )
+
+    def events(self, unique_id: str, limit: int = 10_000) -> list[TraceEvent]:
+        """Every recorded event of `unique_id`, oldest first."""
+        if TRACE_TOPIC not in self.store._partitions:
+            return []
+        found = self.store.find_by_key(TRACE_TOPIC, unique_id.encode(), limit=limit)
+        return sorted(
+            (_from_json(m.value) for m in found.messages if m.value is not None),
+            key=lambda e: e.time,
+        )
+
+
+def _from_json(raw: bytes) -> TraceEvent:
+    d = json.loads(raw)
+    return TraceEvent(
+        d["unique_id"],
+        d["event"],
+        d["time"],
+        d["topic"],
+        d["partition"],
+        d["offset"],
+        d.get("group"),
+        d.get("detail", {}),
+    )
+
+
+def events_for(
+    messages: Sequence[Any], event: str, now: int, group: str | None = None, **detail: Any
+) -> list[TraceEvent]:
+    """One `event` per message that carries a unique ID (a Message or a RecordMetadata)."""
+    return [
+        TraceEvent(m.unique_id, event, now, m.topic, m.partition, m.offset, group, dict(detail))
+        for m in messages
+        if m.unique_id is not None
+    ]
