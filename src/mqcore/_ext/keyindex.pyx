@@ -177,6 +177,37 @@ cdef class KeyTable:
                 return False
         return True
 
+    def first_unresolved(self, const int64_t[::1] starts not None,
+                         const int64_t[::1] first_rel not None,
+                         const int64_t[::1] last_rel not None):
+        """The first key or tag entry that does not point into a batch of the segment, as
+        (kind "key"/"tag", entry number, its relative offset, its position), or None.
+
+        `starts` are the positions of the segment's batches, ascending; `first_rel`/`last_rel`
+        their first and last offsets relative to the segment base. An entry resolves when its
+        position is one of the starts and its relative offset lies inside that batch (tag
+        entries also go in offset order). Used by `mqcore verify`.
+        """
+        self.check_open(False)
+        cdef Py_ssize_t n = starts.shape[0], i, at
+        cdef int64_t rel, pos, prev_rel = -1
+        if first_rel.shape[0] != n or last_rel.shape[0] != n:
+            raise ValueError("starts, first_rel and last_rel must have the same length")
+        for i in range(self.key_count):
+            rel = load_be32(self.keys + KEY_ENTRY * i + 8)
+            pos = load_be32(self.keys + KEY_ENTRY * i + 12)
+            at = _find_start(&starts[0] if n else NULL, n, pos)
+            if at < 0 or not first_rel[at] <= rel <= last_rel[at]:
+                return ("key", i, rel, pos)
+        for i in range(self.tag_count):
+            rel = load_be32(self.tags + TAG_ENTRY * i)
+            pos = load_be32(self.tags + TAG_ENTRY * i + 4)
+            at = _find_start(&starts[0] if n else NULL, n, pos)
+            if at < 0 or not first_rel[at] <= rel <= last_rel[at] or rel < prev_rel:
+                return ("tag", i, rel, pos)
+            prev_rel = rel
+        return None
+
     def room_for(self, Py_ssize_t key_entries, Py_ssize_t tag_entries):
         """Whether that many more entries fit (a full index rolls the segment)."""
         return (self.key_count + key_entries <= self.key_capacity
@@ -308,6 +339,18 @@ cdef class KeyTable:
 # ---------------------------------------------------------------------------------------------
 # Rebuild: the same KeyHits the encoder lists, found in stored batches
 # ---------------------------------------------------------------------------------------------
+
+cdef Py_ssize_t _find_start(const int64_t* starts, Py_ssize_t n, int64_t pos) noexcept nogil:
+    """Index of `pos` in the ascending array `starts`, or -1."""
+    cdef Py_ssize_t lo = 0, hi = n, mid
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if starts[mid] < pos:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo if lo < n and starts[lo] == pos else -1
+
 
 cdef int hit_append(bytearray out, uint64_t hash, int64_t ts, int32_t delta, int32_t kind) except -1:
     cdef KeyHit h

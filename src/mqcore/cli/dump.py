@@ -72,6 +72,7 @@ class LogFacts:
     size: int = 0
     last_offset: int = -1
     at_position: dict[int, int] = field(default_factory=dict)  # position -> last offset
+    first_at: dict[int, int] = field(default_factory=dict)  # position -> base offset
     max_ts_by_last: dict[int, int] = field(default_factory=dict)  # last offset -> maxTimestamp
 
 
@@ -150,6 +151,7 @@ def log_facts(path: str) -> LogFacts:
 
 def _note(facts: LogFacts, pos: int, info: BatchInfo) -> None:
     facts.at_position[pos] = info.last_offset
+    facts.first_at[pos] = info.base_offset
     facts.max_ts_by_last.setdefault(info.last_offset, info.max_timestamp)
     facts.last_offset = max(facts.last_offset, info.last_offset)
 
