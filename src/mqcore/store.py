@@ -17,7 +17,7 @@ import itertools
 import threading
 import time
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, overload
 
@@ -26,7 +26,9 @@ from mqcore._ext.batch import EncodedBatch, Message, encode_batch
 from mqcore._ext.hashing import kafka_partition
 from mqcore.arrow import new_columns, to_record_batch
 from mqcore.config import FlushPolicy, TopicConfig, validate_name
+from mqcore.consume.delay import DelayManager, PendingMetadata, check_delay, pop_options
 from mqcore.consume.trace import TraceEvent, Tracer, sample_rate
+from mqcore.consume.transactions import Transaction, TransactionInfo, TransactionManager
 from mqcore.errors import (
     CorruptIndexError,
     InvalidConfigError,
@@ -173,6 +175,7 @@ class Store:
         **topic_defaults: Any,
     ):
         rate = sample_rate(trace)
+        txn_delay_options = pop_options(topic_defaults)  # consume/delay.py TxnDelayOptions
         self.flush_policy = FlushPolicy(flush, flush_interval_ms, flush_messages)
         self.read_only = read_only
         self.auto_create_topics = auto_create_topics
@@ -203,6 +206,7 @@ class Store:
                     part.abandon()
             self._dir.release()
             raise
+        self._txn_delay_setup(txn_delay_options)
 
     # -- opening and closing ------------------------------------------------------------------
 
@@ -247,11 +251,14 @@ class Store:
 
     def close(self) -> None:
         """Flush everything, seal active segments, write checkpoints and the clean marker."""
+        if not self._closed:
+            # before the lock and before the store looks closed: a task finishes its run with
+            # the store still usable (a task may take the store lock itself)
+            self._tasks.stop()
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-            self._tasks.stop()
             if self._flusher is not None:
                 self._flusher.stop()
             for parts in self._partitions.values():
@@ -374,6 +381,7 @@ class Store:
 
     # -- appending ------------------------------------------------------------------------------
 
+    @overload
     def append(
         self,
         topic: str,
@@ -387,13 +395,72 @@ class Store:
         properties: Mapping[str, object] | None = None,
         keys: str | bytes | Sequence[str | bytes] | None = None,
         unique_id: str | None = None,
-    ) -> RecordMetadata:
+        deliver_at: None = None,
+        delay_ms: None = None,
+    ) -> RecordMetadata: ...
+
+    @overload
+    def append(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None = None,
+        headers: HeadersArg = None,
+        partition: int | None = None,
+        timestamp: int | None = None,
+        *,
+        tag: str | None = None,
+        properties: Mapping[str, object] | None = None,
+        keys: str | bytes | Sequence[str | bytes] | None = None,
+        unique_id: str | None = None,
+        deliver_at: int,
+        delay_ms: None = None,
+    ) -> PendingMetadata: ...
+
+    @overload
+    def append(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None = None,
+        headers: HeadersArg = None,
+        partition: int | None = None,
+        timestamp: int | None = None,
+        *,
+        tag: str | None = None,
+        properties: Mapping[str, object] | None = None,
+        keys: str | bytes | Sequence[str | bytes] | None = None,
+        unique_id: str | None = None,
+        deliver_at: None = None,
+        delay_ms: int,
+    ) -> PendingMetadata: ...
+
+    def append(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None = None,
+        headers: HeadersArg = None,
+        partition: int | None = None,
+        timestamp: int | None = None,
+        *,
+        tag: str | None = None,
+        properties: Mapping[str, object] | None = None,
+        keys: str | bytes | Sequence[str | bytes] | None = None,
+        unique_id: str | None = None,
+        deliver_at: int | None = None,
+        delay_ms: int | None = None,
+    ) -> RecordMetadata | PendingMetadata:
         """Append one message; returns where it went and its IDs. `value=None` writes a
         tombstone. `tag`, `properties`, extra `keys` (words indexed like the key: a list, or one
         space-separated string as RocketMQ writes them) and a producer's
-        `unique_id` travel as record headers (message_headers)."""
+        `unique_id` travel as record headers (message_headers). With `deliver_at` (ms) or
+        `delay_ms` the message waits in the timer log and a PendingMetadata comes back."""
         self._check_writable()
         headers = message_headers(headers, tag, properties, keys, unique_id)
+        if deliver_at is not None or delay_ms is not None:
+            return self._delayed(topic, [value], [key], [headers], partition, [timestamp],
+                                 deliver_at, delay_ms)[0]  # fmt: skip
         self._parts(topic, create=True)  # auto-creates the topic when allowed
         if partition is None:
             partition = self._choose_partition(topic, key, self._configs[topic].partitions)
@@ -435,6 +502,8 @@ class Store:
         tags: Sequence[str | None] | None = None,
         properties: Sequence[Mapping[str, object] | None] | None = None,
         unique_ids: Sequence[str | None] | None = None,
+        deliver_at: None = None,
+        delay_ms: None = None,
     ) -> BatchMetadata: ...
 
     @overload
@@ -451,6 +520,8 @@ class Store:
         tags: Sequence[str | None] | None = None,
         properties: Sequence[Mapping[str, object] | None] | None = None,
         unique_ids: Sequence[str | None] | None = None,
+        deliver_at: None = None,
+        delay_ms: None = None,
     ) -> BatchMetadata: ...
 
     @overload
@@ -467,7 +538,45 @@ class Store:
         tags: Sequence[str | None] | None = None,
         properties: Sequence[Mapping[str, object] | None] | None = None,
         unique_ids: Sequence[str | None] | None = None,
+        deliver_at: None = None,
+        delay_ms: None = None,
     ) -> list[BatchMetadata]: ...
+
+    @overload
+    def append_batch(
+        self,
+        topic: str,
+        values: Sequence[bytes | None],
+        keys: Sequence[bytes | None] | None = None,
+        headers: Sequence[HeadersArg] | None = None,
+        partition: int | None = 0,
+        timestamps: Sequence[int] | None = None,
+        compression: str | None = None,
+        *,
+        tags: Sequence[str | None] | None = None,
+        properties: Sequence[Mapping[str, object] | None] | None = None,
+        unique_ids: Sequence[str | None] | None = None,
+        deliver_at: int | Sequence[int],
+        delay_ms: None = None,
+    ) -> list[PendingMetadata]: ...
+
+    @overload
+    def append_batch(
+        self,
+        topic: str,
+        values: Sequence[bytes | None],
+        keys: Sequence[bytes | None] | None = None,
+        headers: Sequence[HeadersArg] | None = None,
+        partition: int | None = 0,
+        timestamps: Sequence[int] | None = None,
+        compression: str | None = None,
+        *,
+        tags: Sequence[str | None] | None = None,
+        properties: Sequence[Mapping[str, object] | None] | None = None,
+        unique_ids: Sequence[str | None] | None = None,
+        deliver_at: None = None,
+        delay_ms: int | Sequence[int],
+    ) -> list[PendingMetadata]: ...
 
     def append_batch(
         self,
@@ -482,20 +591,27 @@ class Store:
         tags: Sequence[str | None] | None = None,
         properties: Sequence[Mapping[str, object] | None] | None = None,
         unique_ids: Sequence[str | None] | None = None,
-    ) -> BatchMetadata | list[BatchMetadata]:
+        deliver_at: int | Sequence[int] | None = None,
+        delay_ms: int | Sequence[int] | None = None,
+    ) -> BatchMetadata | list[BatchMetadata] | list[PendingMetadata]:
         """Append messages as one Kafka record batch with consecutive offsets.
 
         A batch above the topic's max_message_bytes is split into several batches (still
         consecutive offsets); a single message above it is refused. `partition=None` routes by
         key like Kafka's producer: with keys, the messages are grouped per partition and a list
         of BatchMetadata (one per partition, ascending) comes back; without keys the whole batch
-        goes to the next partition in round robin.
+        goes to the next partition in round robin. `deliver_at`/`delay_ms` (one int for the
+        batch or one per message) park the messages in the timer log: a list of
+        PendingMetadata, one per message, comes back (docs/_draft_txn_delay.md).
         """
         self._check_writable()
         self._parts(topic, create=True)  # auto-creates the topic when allowed
         values = values if type(values) is list else list(values)
         if tags is not None or properties is not None or unique_ids is not None:
             headers = self._merged_headers(len(values), headers, tags, properties, unique_ids)
+        if deliver_at is not None or delay_ms is not None:
+            return self._delayed(topic, values, keys, headers, partition, timestamps,
+                                 deliver_at, delay_ms)  # fmt: skip
         if partition is None and keys is not None:
             return self._append_routed(
                 topic,
@@ -667,6 +783,44 @@ class Store:
                 ) from None
         counter = self._round_robin.setdefault(topic, itertools.count())
         return next(counter) % count
+
+    # -- transactions and delayed messages (consume/transactions.py, consume/delay.py) ---------
+
+    def _txn_delay_setup(self, options: Any) -> None:
+        self._txns = TransactionManager(self, options)
+        self._delays = DelayManager(self, options)
+        if not self.read_only:
+            self._txns.register()
+            self._delays.register()
+
+    def begin(self, transaction_id: str | None = None) -> Transaction:
+        """Start a transaction: its messages stay in `__txn_half` until commit() (a context
+        manager: commit on a clean exit, rollback on an exception)."""
+        return self._txns.begin(transaction_id)
+
+    def set_transaction_checker(self, fn: Callable[[TransactionInfo], str] | None) -> None:
+        """Register fn(TransactionInfo) -> "commit" | "rollback" | "unknown", asked about
+        transactions left unresolved for transaction_timeout_ms (e.g. by a crashed producer)."""
+        if fn is not None and not callable(fn):
+            raise InvalidConfigError(f"the transaction checker must be callable, not {fn!r}")
+        self._txns.checker = fn
+
+    def check_transactions(self, now: int | None = None) -> dict[str, str]:
+        """Resolve what can be resolved now (`now` in ms, default the clock): roll forward
+        interrupted commits, check back timed-out transactions. {transaction id: outcome}."""
+        return self._txns.check(now)
+
+    def deliver_due(self, now: int | None = None) -> int:
+        """Deliver every delayed message due at `now` (ms, default the clock); how many."""
+        return self._delays.deliver_due(now)
+
+    def _delayed(self, topic: str, values: Sequence[bytes | None], keys: Any, headers: Any,
+                 partition: int | None, timestamps: Any, deliver_at: Any,
+                 delay_ms: Any) -> list[PendingMetadata]:  # fmt: skip
+        opts = self._delays.options
+        due = check_delay(deliver_at, delay_ms, _now_ms(), opts.delay_max_ms, len(values))
+        assert due is not None
+        return self._delays.append(topic, values, keys, headers, partition, timestamps, due)
 
     # -- querying (mqcore/query/engine.py) ------------------------------------------------------
 

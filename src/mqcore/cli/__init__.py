@@ -14,6 +14,7 @@
     mqcore stats STORE [TOPIC] [--json] [--progress | --no-progress]
     mqcore dump FILE.log|.index|.timeindex|.keyindex [--records] [--index] [--json]
     mqcore verify STORE [TOPIC ...] [--deep] [--repair [--truncate]] [--json] [--progress]
+    mqcore trace STORE UNIQUE_ID [--json]
 
 Every command but `produce` and `verify` opens the store with `read_only=True`: no lock is
 taken and nothing is written, so it is safe beside a running writer. `produce` and `verify` take
@@ -32,7 +33,7 @@ import sys
 from collections.abc import Sequence
 
 import mqcore
-from mqcore.cli import dump, produce, query, reading, stats, verify
+from mqcore.cli import dump, produce, query, reading, stats, trace, verify
 from mqcore.cli.options import UsageError
 from mqcore.errors import MQCoreError
 
@@ -78,6 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     stats.add_parsers(sub)
     dump.add_parsers(sub)
     verify.add_parsers(sub)
+    trace.add_parsers(sub)
     for command in sub.choices.values():
         command.set_defaults(parser=command)  # for usage errors a command finds late
     return parser
