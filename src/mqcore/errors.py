@@ -36,6 +36,7 @@ __all__ = [
     "ProducerFencedError",
     "OutOfOrderSequenceError",
     "TransactionStateError",
+    "ProducerClosedError",
 ]
 
 
@@ -169,3 +170,7 @@ class OutOfOrderSequenceError(MQCoreError):
 
 class TransactionStateError(MQCoreError):
     """A transaction call in the wrong state (send after commit, commit after rollback, ...)."""
+
+
+class ProducerClosedError(MQCoreError):
+    """An idempotent producer was used after close()."""

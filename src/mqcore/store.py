@@ -27,6 +27,7 @@ from mqcore._ext.hashing import kafka_partition
 from mqcore.arrow import new_columns, to_record_batch
 from mqcore.config import FlushPolicy, TopicConfig, validate_name
 from mqcore.consume.delay import DelayManager, PendingMetadata, check_delay, pop_options
+from mqcore.consume.producer import Producer
 from mqcore.consume.trace import TraceEvent, Tracer, sample_rate
 from mqcore.consume.transactions import Transaction, TransactionInfo, TransactionManager
 from mqcore.errors import (
@@ -34,6 +35,7 @@ from mqcore.errors import (
     InvalidConfigError,
     InvalidRecordError,
     OffsetOutOfRangeError,
+    ProducerFencedError,
     ReadOnlyStoreError,
     RecordTooLargeError,
     StoreClosedError,
@@ -47,6 +49,7 @@ from mqcore.query.ids import encode_msg_id, parse_uid, uid_text
 from mqcore.storage.flusher import Flusher
 from mqcore.storage.logdir import LogDirectory
 from mqcore.storage.partition import Partition, RecoveryReport, has_segments
+from mqcore.storage.producer_state import BatchRecord, check_producer_fields, next_sequence
 from mqcore.tasks import BackgroundTasks
 
 if TYPE_CHECKING:
@@ -65,6 +68,7 @@ class RecordMetadata:
     offset: int
     timestamp: int
     unique_id: str | None = None
+    duplicate: bool = False  # an idempotent resend: nothing written, these are the original's
 
     @property
     def msg_id(self) -> str:
@@ -81,6 +85,7 @@ class BatchMetadata:
     count: int
     topic: str = ""
     uids: bytes | None = field(default=None, repr=False)  # 16 bytes a message, zeros: none
+    duplicate: bool = False  # an idempotent resend: nothing written, these are the original's
 
     @property
     def last_offset(self) -> int:
@@ -151,6 +156,14 @@ def message_headers(
     if unique_id is not None:
         out.append(("uid", parse_uid(unique_id)))
     return out
+
+
+def _producer_fields(producer: tuple[int, int, int] | None) -> tuple[int, int, int]:
+    """encode_batch's producer_id, producer_epoch, base_sequence (-1s: not idempotent)."""
+    if producer is None:
+        return (-1, -1, -1)
+    check_producer_fields(*producer)
+    return producer
 
 
 def _now_ms() -> int:
@@ -397,6 +410,7 @@ class Store:
         unique_id: str | None = None,
         deliver_at: None = None,
         delay_ms: None = None,
+        _producer: tuple[int, int, int] | None = None,
     ) -> RecordMetadata: ...
 
     @overload
@@ -450,6 +464,7 @@ class Store:
         unique_id: str | None = None,
         deliver_at: int | None = None,
         delay_ms: int | None = None,
+        _producer: tuple[int, int, int] | None = None,
     ) -> RecordMetadata | PendingMetadata:
         """Append one message; returns where it went and its IDs. `value=None` writes a
         tombstone. `tag`, `properties`, extra `keys` (words indexed like the key: a list, or one
@@ -475,12 +490,18 @@ class Store:
             now,
             codecs.codec_id(cfg.compression),
             self._log_append_time(cfg, now),
+            *_producer_fields(_producer),
             compress=codecs.compress,
             uid_ms=now if cfg.unique_ids else -1,
             index=cfg.key_index,
         )
         self._check_size(batch, cfg, topic)
-        base = self._write(part, batch)
+        if _producer is not None:
+            base, dup = self._write_idempotent(part, [batch], _producer)
+            if dup is not None:
+                return RecordMetadata(topic, partition, base, dup.max_timestamp, None, True)
+        else:
+            base = self._write(part, batch)
         uids = batch.uids
         uid = uid_text(uids) if uids is not None and uids != bytes(16) else None
         md = RecordMetadata(topic, partition, base, batch.max_timestamp, uid)
@@ -504,6 +525,7 @@ class Store:
         unique_ids: Sequence[str | None] | None = None,
         deliver_at: None = None,
         delay_ms: None = None,
+        _producer: tuple[int, int, int] | None = None,
     ) -> BatchMetadata: ...
 
     @overload
@@ -593,6 +615,7 @@ class Store:
         unique_ids: Sequence[str | None] | None = None,
         deliver_at: int | Sequence[int] | None = None,
         delay_ms: int | Sequence[int] | None = None,
+        _producer: tuple[int, int, int] | None = None,
     ) -> BatchMetadata | list[BatchMetadata] | list[PendingMetadata]:
         """Append messages as one Kafka record batch with consecutive offsets.
 
@@ -628,11 +651,18 @@ class Store:
         cfg = part.config
         codec = codecs.codec_id(compression if compression is not None else cfg.compression)
         now = _now_ms()
-        batches = self._encode_fitting(values, keys, headers, timestamps, now, codec, cfg, topic)
-        with part._lock:  # consecutive offsets across the pieces of a split batch
-            base = self._write(part, batches[0])
-            for extra in batches[1:]:
-                self._write(part, extra)
+        batches = self._encode_fitting(
+            values, keys, headers, timestamps, now, codec, cfg, topic, _producer
+        )
+        if _producer is not None:
+            base, dup = self._write_idempotent(part, batches, _producer)
+            if dup is not None:
+                return BatchMetadata(partition, base, len(values), topic, None, True)
+        else:
+            with part._lock:  # consecutive offsets across the pieces of a split batch
+                base = self._write(part, batches[0])
+                for extra in batches[1:]:
+                    self._write(part, extra)
         uids = batches[0].uids
         if uids is not None and len(batches) > 1:
             uids = b"".join(b.uids or b"" for b in batches)
@@ -709,8 +739,10 @@ class Store:
         codec: int,
         cfg: TopicConfig,
         topic: str,
+        producer: tuple[int, int, int] | None = None,
     ) -> list[EncodedBatch]:
-        """Encode; halve recursively while a batch is above max_message_bytes."""
+        """Encode; halve recursively while a batch is above max_message_bytes (an idempotent
+        producer's pieces get consecutive sequences)."""
         batch = encode_batch(
             values,
             keys,
@@ -719,6 +751,7 @@ class Store:
             now,
             codec,
             self._log_append_time(cfg, now),
+            *_producer_fields(producer),
             compress=codecs.compress,
             uid_ms=now if cfg.unique_ids else -1,
             index=cfg.key_index,
@@ -742,6 +775,7 @@ class Store:
             codec,
             cfg,
             topic,
+            producer,
         ) + self._encode_fitting(
             values[half:],
             part(keys, half, None),
@@ -751,6 +785,7 @@ class Store:
             codec,
             cfg,
             topic,
+            None if producer is None else (*producer[:2], next_sequence(producer[2], half)),
         )
 
     def _check_size(self, batch: EncodedBatch, cfg: TopicConfig, topic: str) -> None:
@@ -821,6 +856,39 @@ class Store:
         due = check_delay(deliver_at, delay_ms, _now_ms(), opts.delay_max_ms, len(values))
         assert due is not None
         return self._delays.append(topic, values, keys, headers, partition, timestamps, due)
+
+    # -- idempotent producers (mqcore/consume/producer.py, storage/producer_state.py) ----------
+
+    def producer(self, producer_id: int | None = None, epoch: int = 0) -> Producer:
+        """An idempotent producer: stamps (producer id, epoch, sequence) on every batch, so the
+        log refuses duplicates and gaps. `producer_id=None` allocates a fresh id, durably, never
+        handed out again; an epoch older than one the log has seen for the id is fenced."""
+        self._check_writable()
+        with self._lock:
+            states = [p.producer_state for ps in self._partitions.values() for p in ps.values()]
+            if producer_id is None:
+                seen = [pid for st in states if st for pid in st.producers]
+                producer_id = max([self._dir.load_next_producer_id(), *(i + 1 for i in seen)])
+                self._dir.save_next_producer_id(producer_id + 1)
+            check_producer_fields(producer_id, epoch)
+            epochs = [st.known_epoch(producer_id) for st in states if st]
+            known = max((e for e in epochs if e is not None), default=-1)
+            if epoch < known:
+                raise ProducerFencedError(
+                    f"producer {producer_id} epoch {epoch} is fenced: the log has epoch {known}"
+                )
+            if producer_id >= self._dir.load_next_producer_id():
+                self._dir.save_next_producer_id(producer_id + 1)  # never allocate a used id
+        return Producer(self, producer_id, epoch)
+
+    def _write_idempotent(
+        self, part: Partition, batches: list[EncodedBatch], producer: tuple[int, int, int]
+    ) -> tuple[int, BatchRecord | None]:
+        """Check the producer's sequence and write, under the partition lock."""
+        if part.producer_state is None:
+            raise ReadOnlyStoreError(f"{part.topic}-{part.partition} keeps no producer state")
+        with part._lock:
+            return part.producer_state.append(batches, *producer, lambda b: self._write(part, b))
 
     # -- querying (mqcore/query/engine.py) ------------------------------------------------------
 

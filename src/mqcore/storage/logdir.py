@@ -7,6 +7,7 @@ that Kafka ignores it (Kafka treats every sub-directory as a partition, so we ad
     mqcore-topics.json                  topic -> partitions and config
     mqcore-recovery-point-checkpoint    Kafka's checkpoint text format: offsets known flushed
     mqcore-clean-shutdown               present only while no writer has the store open
+    mqcore-producer-ids                 the next producer id store.producer() hands out
 
 docs/format.md "Store directory" describes each file.
 """
@@ -27,6 +28,7 @@ TOPICS_FILE = "mqcore-topics.json"
 RECOVERY_CHECKPOINT = "mqcore-recovery-point-checkpoint"
 KAFKA_RECOVERY_CHECKPOINT = "recovery-point-offset-checkpoint"
 CLEAN_SHUTDOWN = "mqcore-clean-shutdown"
+PRODUCER_IDS = "mqcore-producer-ids"
 KAFKA_CLEAN_SHUTDOWN = ".kafka_cleanshutdown"
 
 _PARTITION_DIR = re.compile(r"(.+)-(\d+)")
@@ -149,6 +151,24 @@ class LogDirectory:
         lines = ["0", str(len(points))]
         lines += [f"{t} {p} {o}" for (t, p), o in sorted(points.items())]
         self._write_atomic(RECOVERY_CHECKPOINT, ("\n".join(lines) + "\n").encode())
+
+    # -- producer ids -------------------------------------------------------------------------
+
+    def load_next_producer_id(self) -> int:
+        """The next producer id to allocate (0 when none was ever allocated)."""
+        path = os.path.join(self.path, PRODUCER_IDS)
+        try:
+            with open(path, encoding="ascii") as f:
+                text = f.read()
+        except FileNotFoundError:
+            return 0
+        if not text.endswith("\n") or not text[:-1].isdigit():
+            raise StoreError(f"{path} does not hold a producer id counter: {text[:40]!r}")
+        return int(text)
+
+    def save_next_producer_id(self, next_id: int) -> None:
+        """Persist the counter (atomic, fsync'd) before the ids below it are handed out."""
+        self._write_atomic(PRODUCER_IDS, f"{next_id}\n".encode())
 
     # -- helpers --------------------------------------------------------------------------------
 

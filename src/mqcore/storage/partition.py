@@ -19,6 +19,8 @@ from mqcore._ext.batch import EncodedBatch, Message, decode_messages, peek_batch
 from mqcore._ext.scan import first_offset_at_or_after, read_record
 from mqcore.config import FlushPolicy, TopicConfig
 from mqcore.errors import CorruptRecordError, OffsetOutOfRangeError, StoreClosedError
+from mqcore.storage import producer_state
+from mqcore.storage.producer_state import ProducerStateManager
 from mqcore.storage.segment import LOG_SUFFIX, MAX_DECOMPRESSED, LogSegment, segment_name
 
 # Decoders driven by Partition.scan(): (view, file position, segment) -> (bytes used, stop)
@@ -63,6 +65,7 @@ class Partition:
         self.unflushed_messages = 0
         self.recovery_point = 0
         self.closed = False
+        self.producer_state: ProducerStateManager | None = None  # writable partitions only
 
     # -- opening and recovery -----------------------------------------------------------------
 
@@ -122,6 +125,8 @@ class Partition:
             # segment's indexes preallocated (10 MiB of zeros each to check at the next open)
             seg.seal()
         report.segments = len(self.segments)
+        if self.writable:
+            self.producer_state = producer_state.load(self)
         self.recovery_point = (
             self.end_offset if not report.recovered_segments else self.segments[-1].base_offset
         )
@@ -255,6 +260,7 @@ class Partition:
         new.first_batch_timestamp = -1
         self.segments.append(new)
         self._bases.append(new.base_offset)
+        self.snapshot_producers()
         if self.flush_policy.mode != "os":
             _fsync_dir(self.directory)
             self.recovery_point = new.base_offset
@@ -283,7 +289,21 @@ class Partition:
                 if seg.fd >= 0:
                     seg.flush()
         self.recovery_point = max(self.recovery_point, end)
+        self.snapshot_producers(only_if_changed=True)
         return end
+
+    def snapshot_producers(self, only_if_changed: bool = False) -> None:
+        """Write the producer state as `<end offset>.snapshot` (at roll, flush and close)."""
+        state = self.producer_state
+        if state is None:
+            return
+        with self._lock:
+            end = self.end_offset
+            if end == state.snapshot_offset or (only_if_changed and not state.dirty):
+                return
+            data = state.encode_snapshot()
+            state.dirty = False
+        state.write_snapshot(end, data)
 
     # -- reading --------------------------------------------------------------------------------
 
@@ -412,6 +432,7 @@ class Partition:
                 return
             self.closed = True
             if self.writable:
+                self.snapshot_producers()
                 self.active.seal()
                 with self._sync_lock:
                     for seg in self.segments:

@@ -1,0 +1,471 @@
+"""Idempotent-producer state of one partition (Kafka's ProducerStateManager).
+
+For every producer id that wrote to the partition: its epoch and the metadata of its last
+WINDOW (5) batches. An append of a batch carrying a producer id is checked against it under the
+partition lock, before the write: an older epoch is fenced, a batch equal to one of the window's
+is a duplicate (not written; its original offsets are returned), anything else must continue the
+sequence. The state survives restart in Kafka's `<offset>.snapshot` files (exact byte format,
+below) plus a walk of the batch headers written after the snapshot (docs/_draft_producers.md).
+
+Snapshot file `<20-digit offset>.snapshot`, big-endian, the state of batches below that offset:
+
+    int16  version = 1
+    uint32 crc        CRC-32C of every byte after this field
+    int32  count      then `count` entries of 46 bytes:
+        int64 producer_id, int16 epoch, int32 last_sequence, int64 last_offset,
+        int32 offset_delta (last - first offset of the last batch), int64 timestamp (its max),
+        int32 coordinator_epoch (-1), int64 current_txn_first_offset (-1)
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from mqcore._ext.batch import BatchInfo, EncodedBatch, peek_batch_header
+from mqcore._ext.crc32c import crc32c
+from mqcore.errors import InvalidRecordError, OutOfOrderSequenceError, ProducerFencedError
+
+if TYPE_CHECKING:
+    from mqcore.storage.partition import Partition
+    from mqcore.storage.segment import LogSegment
+
+WINDOW = 5  # batches remembered per producer, as Kafka's ProducerStateEntry.NUM_BATCHES_TO_RETAIN
+SEQ_MOD = 1 << 31  # sequences run 0 .. 2^31-1 and wrap to 0
+MAX_EPOCH = 0x7FFF
+MAX_PRODUCER_ID = (1 << 63) - 1
+SNAPSHOT_SUFFIX = ".snapshot"
+SNAPSHOT_VERSION = 1
+KEEP_SNAPSHOTS = 3  # newest snapshot files kept; older ones only shorten a rebuild's walk
+
+_HEAD = struct.Struct(">hIi")
+_ENTRY = struct.Struct(">qhiqiqiq")
+_ATTR_CONTROL = 0x20
+
+
+def next_sequence(seq: int, count: int) -> int:
+    """`seq` advanced by `count`, wrapping at 2^31-1 like Kafka's incrementSequence."""
+    return (seq + count) % SEQ_MOD
+
+
+def check_producer_fields(producer_id: int, epoch: int, sequence: int | None = None) -> None:
+    """Refuse values the v2 batch header cannot hold (the encoder would truncate them)."""
+    if (
+        type(producer_id) is int
+        and type(epoch) is int
+        and 0 <= producer_id <= MAX_PRODUCER_ID
+        and 0 <= epoch <= MAX_EPOCH
+        and (sequence is None or (type(sequence) is int and 0 <= sequence < SEQ_MOD))
+    ):
+        return
+    for name, value, top in (
+        ("producer_id", producer_id, MAX_PRODUCER_ID),
+        ("epoch", epoch, MAX_EPOCH),
+        ("sequence", 0 if sequence is None else sequence, SEQ_MOD - 1),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= top:
+            raise InvalidRecordError(f"{name} must be an int in 0..{top}, not {value!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class BatchRecord:
+    """One appended batch of a producer: its sequence range and where it went."""
+
+    first_seq: int
+    last_seq: int
+    base_offset: int
+    last_offset: int
+    max_timestamp: int
+
+
+@dataclass(slots=True)
+class ProducerEntry:
+    """A producer id's epoch and its last WINDOW batches, oldest first (all of that epoch)."""
+
+    epoch: int
+    batches: list[BatchRecord] = field(default_factory=list)
+
+    @property
+    def last(self) -> BatchRecord | None:
+        return self.batches[-1] if self.batches else None
+
+    def add(self, epoch: int, rec: BatchRecord | None) -> None:
+        if epoch != self.epoch:
+            self.epoch = epoch
+            self.batches = []
+        if rec is not None:
+            self.batches.append(rec)
+            del self.batches[:-WINDOW]
+
+
+class ProducerStateManager:
+    """Producer ids -> epoch and batch window of one partition, and its snapshot files."""
+
+    def __init__(self, name: str, directory: str, log_start: Callable[[], int], fsync: bool):
+        self.name = name  # topic-partition, for error messages
+        self.directory = directory
+        self._log_start = log_start
+        self._fsync = fsync
+        self.producers: dict[int, ProducerEntry] = {}
+        self.dirty = False  # changed since the newest snapshot
+        self.snapshot_offset = -1  # offset of the newest snapshot on disk
+        self._files_lock = threading.Lock()
+
+    # -- the append check (caller holds the partition lock) -----------------------------------
+
+    def check(self, producer_id: int, epoch: int, first_seq: int, count: int) -> BatchRecord | None:
+        """None when the batch may be written; its original record when it is a duplicate.
+
+        Raises ProducerFencedError for an epoch older than the known one, and
+        OutOfOrderSequenceError for a sequence that neither repeats a window batch nor
+        continues the last one (a new epoch, or a producer id this partition never saw while
+        its log still starts at offset 0, must start at sequence 0)."""
+        last_seq = next_sequence(first_seq, count - 1)
+        entry = self.producers.get(producer_id)
+        if entry is not None and epoch < entry.epoch:
+            raise ProducerFencedError(
+                f"producer {producer_id} epoch {epoch} is fenced on {self.name}: the log has "
+                f"epoch {entry.epoch}"
+            )
+        if entry is not None and epoch == entry.epoch:
+            for rec in entry.batches:
+                if rec.first_seq == first_seq and rec.last_seq == last_seq:
+                    return rec
+            last = entry.last
+            expected = 0 if last is None else next_sequence(last.last_seq, 1)
+            what = "the next"
+        elif entry is None and self._log_start() > 0:
+            return None  # its earlier batches may have been deleted with old segments (Kafka)
+        else:
+            expected = 0
+            what = "a new epoch's first" if entry is not None else "a new producer's first"
+        if first_seq != expected:
+            raise OutOfOrderSequenceError(
+                f"producer {producer_id} epoch {epoch} on {self.name}: expected sequence "
+                f"{expected} ({what}), "
+                f"got batch {first_seq}..{last_seq}; nothing was written"
+            )
+        return None
+
+    def record(self, producer_id: int, epoch: int, first_seq: int, batch: EncodedBatch) -> None:
+        """Remember a batch just written (its base offset assigned)."""
+        self._update(
+            producer_id,
+            epoch,
+            BatchRecord(
+                first_seq,
+                next_sequence(first_seq, batch.count - 1),
+                batch.base_offset,
+                batch.last_offset,
+                batch.max_timestamp,
+            ),
+        )
+
+    def _update(self, producer_id: int, epoch: int, rec: BatchRecord | None) -> None:
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            self.producers[producer_id] = ProducerEntry(epoch, [] if rec is None else [rec])
+        else:
+            entry.add(epoch, rec)
+        self.dirty = True
+
+    def append(
+        self,
+        batches: Sequence[EncodedBatch],
+        producer_id: int,
+        epoch: int,
+        first_seq: int,
+        write: Callable[[EncodedBatch], int],
+    ) -> tuple[int, BatchRecord | None]:
+        """Check and write the consecutive-sequence pieces of one append, piece by piece.
+
+        Returns (base offset of the first piece, the first piece's original record when every
+        piece was a duplicate, else None). Each piece is checked after the previous one was
+        recorded, so a resend whose first pieces reached the log before a crash writes only
+        the rest."""
+        first_base = -1
+        first_dup: BatchRecord | None = None
+        all_dup = True
+        seq = first_seq
+        for i, batch in enumerate(batches):
+            dup = self.check(producer_id, epoch, seq, batch.count)
+            if dup is None:
+                all_dup = False
+                base = write(batch)
+                self.record(producer_id, epoch, seq, batch)
+            else:
+                base = dup.base_offset
+            if i == 0:
+                first_base, first_dup = base, dup
+            seq = next_sequence(seq, batch.count)
+        return first_base, first_dup if all_dup else None
+
+    def next_sequence_for(self, producer_id: int, epoch: int) -> int:
+        """Where a producer with this id and epoch goes on: after its last batch, or 0."""
+        entry = self.producers.get(producer_id)
+        if entry is None or entry.epoch != epoch or entry.last is None:
+            return 0
+        return next_sequence(entry.last.last_seq, 1)
+
+    def known_epoch(self, producer_id: int) -> int | None:
+        entry = self.producers.get(producer_id)
+        return None if entry is None else entry.epoch
+
+    # -- rebuilding from batch headers --------------------------------------------------------
+
+    def _apply(self, info: BatchInfo) -> None:
+        """Replay one batch header (no record decode)."""
+        if info.producer_id < 0:
+            return
+        if info.attributes & _ATTR_CONTROL:
+            self._update(info.producer_id, info.producer_epoch, None)  # markers carry no seq
+            return
+        self._update(info.producer_id, info.producer_epoch, _record_of(info))
+
+    # -- snapshots ------------------------------------------------------------------------------
+
+    def encode_snapshot(self) -> bytes:
+        """The state as Kafka's snapshot bytes (one entry per producer: its last batch)."""
+        body = bytearray(_ENTRY.size * len(self.producers))
+        pos = 0
+        for pid in sorted(self.producers):
+            entry = self.producers[pid]
+            last = entry.last
+            if last is None:
+                fields = (pid, entry.epoch, -1, -1, 0, -1, -1, -1)
+            else:
+                fields = (
+                    pid,
+                    entry.epoch,
+                    last.last_seq,
+                    last.last_offset,
+                    last.last_offset - last.base_offset,
+                    last.max_timestamp,
+                    -1,
+                    -1,
+                )
+            _ENTRY.pack_into(body, pos, *fields)
+            pos += _ENTRY.size
+        tail = struct.pack(">i", len(self.producers)) + bytes(body)
+        return struct.pack(">hI", SNAPSHOT_VERSION, crc32c(tail)) + tail
+
+    def write_snapshot(self, offset: int, data: bytes) -> None:
+        """Write `data` as `<offset>.snapshot` (temp file, fsync, rename); keep the newest
+        KEEP_SNAPSHOTS files."""
+        with self._files_lock:
+            path = snapshot_path(self.directory, offset)
+            tmp = f"{path}.{threading.get_ident()}.tmp"
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                if self._fsync:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, path)
+            if self._fsync:
+                _fsync_dir(self.directory)
+            self.snapshot_offset = max(self.snapshot_offset, offset)
+            for old in snapshot_offsets(self.directory)[:-KEEP_SNAPSHOTS]:
+                _unlink(snapshot_path(self.directory, old))
+
+
+def _record_of(info: BatchInfo) -> BatchRecord:
+    return BatchRecord(
+        info.base_sequence,
+        next_sequence(info.base_sequence, info.last_offset_delta),
+        info.base_offset,
+        info.last_offset,
+        info.max_timestamp,
+    )
+
+
+def snapshot_path(directory: str, offset: int) -> str:
+    return os.path.join(directory, f"{offset:020d}{SNAPSHOT_SUFFIX}")
+
+
+def snapshot_offsets(directory: str) -> list[int]:
+    """Offsets of the `.snapshot` files of a partition directory, ascending."""
+    out = []
+    for name in os.listdir(directory):
+        stem = name[: -len(SNAPSHOT_SUFFIX)]
+        if name.endswith(SNAPSHOT_SUFFIX) and len(stem) == 20 and stem.isdigit():
+            out.append(int(stem))
+    return sorted(out)
+
+
+def read_snapshot(path: str) -> dict[int, ProducerEntry]:
+    """Parse a snapshot file; ValueError when it is not a whole, valid version-1 snapshot."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if len(data) < _HEAD.size:
+        raise ValueError(f"{len(data)} bytes, shorter than the header")
+    version, crc, count = _HEAD.unpack_from(data, 0)
+    if version != SNAPSHOT_VERSION:
+        raise ValueError(f"unknown snapshot version {version}")
+    if crc32c(memoryview(data)[6:]) != crc:
+        raise ValueError("CRC mismatch")
+    if count < 0 or len(data) != _HEAD.size + count * _ENTRY.size:
+        raise ValueError(f"{len(data)} bytes do not hold {count} entries")
+    out: dict[int, ProducerEntry] = {}
+    for i in range(count):
+        pid, epoch, last_seq, last_off, delta, ts, _, _ = _ENTRY.unpack_from(
+            data, _HEAD.size + i * _ENTRY.size
+        )
+        if pid < 0 or epoch < 0 or delta < 0 or pid in out:
+            raise ValueError(f"entry {i} is invalid (producer {pid}, epoch {epoch})")
+        batches = []
+        if last_off >= 0:
+            if not 0 <= last_seq < SEQ_MOD:
+                raise ValueError(f"entry {i} has sequence {last_seq}")
+            batches.append(
+                BatchRecord(
+                    next_sequence(last_seq, SEQ_MOD - delta % SEQ_MOD),
+                    last_seq,
+                    last_off - delta,
+                    last_off,
+                    ts,
+                )
+            )
+        out[pid] = ProducerEntry(epoch, batches)
+    return out
+
+
+def load(part: Partition) -> ProducerStateManager:
+    """The partition's producer state after open (and recovery): the newest valid snapshot at
+    or below the log end (newer and corrupt ones are deleted), the batch headers after it, then
+    older batch headers for producers whose window is still short (docs/_draft_producers.md)."""
+    mgr = ProducerStateManager(
+        f"{part.topic}-{part.partition}",
+        part.directory,
+        lambda: part.start_offset,
+        part.flush_policy.mode != "os",
+    )
+    start, end = part.start_offset, part.end_offset
+    for name in os.listdir(part.directory):
+        if name.endswith(".tmp") and SNAPSHOT_SUFFIX + "." in name:
+            _unlink(os.path.join(part.directory, name))  # a snapshot write a crash cut short
+    from_offset = start
+    for off in reversed(snapshot_offsets(part.directory)):
+        path = snapshot_path(part.directory, off)
+        if off > end or off < start:
+            _unlink(path)
+            continue
+        try:
+            mgr.producers = read_snapshot(path)
+        except (OSError, ValueError):
+            _unlink(path)
+            continue
+        from_offset = off
+        mgr.snapshot_offset = off
+        break
+    for info in _headers(part, from_offset, end):
+        mgr._apply(info)
+    _backfill(mgr, part, from_offset)
+    mgr.dirty = from_offset != end
+    return mgr
+
+
+def _headers(part: Partition, offset: int, end: int) -> Iterator[BatchInfo]:
+    """Headers of the batches holding offsets [offset, end), in log order."""
+    for seg in part.segments:
+        if seg.next_offset <= offset or seg.base_offset >= end:
+            continue
+        pos = seg.position_for(offset) if offset > seg.base_offset else 0
+        yield from _segment_headers(seg, pos, offset)
+
+
+def _segment_headers(seg: LogSegment, pos: int, min_offset: int) -> Iterator[BatchInfo]:
+    size = seg.size
+    if size == 0:
+        return
+    view = seg.view(0, size)
+    try:
+        while pos < size:
+            info = peek_batch_header(view, pos)
+            if info is None or info.size <= 0:
+                return
+            pos += info.size
+            if info.last_offset >= min_offset:
+                yield info
+    finally:
+        view.release()
+
+
+def _backfill(mgr: ProducerStateManager, part: Partition, snapshot_offset: int) -> None:
+    """Complete the windows a snapshot cut short: walk whole segments before the earliest known
+    batch, newest segment first, for producers with fewer than WINDOW batches whose oldest known
+    batch does not start its epoch at sequence 0. Stops at another epoch or a sequence break."""
+    need = {
+        pid: e
+        for pid, e in mgr.producers.items()
+        if e.batches and len(e.batches) < WINDOW and e.batches[0].first_seq != 0
+        and e.batches[0].base_offset < snapshot_offset
+    }  # fmt: skip
+    if not need:
+        return
+    before = max(e.batches[0].base_offset for e in need.values())
+    for seg in reversed([s for s in part.segments if s.base_offset < before]):
+        found: dict[int, list[BatchRecord]] = {}
+        broken: set[int] = set()  # met an older epoch: nothing earlier belongs to the window
+        for info in _segment_headers(seg, 0, -1):
+            entry = need.get(info.producer_id)
+            if entry is None or info.attributes & _ATTR_CONTROL:
+                continue
+            if info.base_offset >= entry.batches[0].base_offset:
+                continue
+            if info.producer_epoch != entry.epoch:
+                found[info.producer_id] = []
+                broken.add(info.producer_id)
+                continue
+            found.setdefault(info.producer_id, []).append(_record_of(info))
+        for pid, recs in found.items():
+            entry = need[pid]
+            done = pid in broken
+            for rec in reversed(recs):  # a run of consecutive sequences ending at the window
+                if next_sequence(rec.last_seq, 1) != entry.batches[0].first_seq:
+                    done = True
+                    break
+                entry.batches.insert(0, rec)
+                if len(entry.batches) >= WINDOW or rec.first_seq == 0:
+                    done = True
+                    break
+            if done:
+                del need[pid]
+        if not need:
+            return
+
+
+def _fsync_dir(directory: str) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+__all__ = [
+    "WINDOW",
+    "BatchRecord",
+    "ProducerEntry",
+    "ProducerStateManager",
+    "check_producer_fields",
+    "load",
+    "next_sequence",
+    "read_snapshot",
+    "snapshot_offsets",
+    "snapshot_path",
+]
