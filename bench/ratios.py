@@ -147,6 +147,24 @@ TARGETS = [
         "search/1KiB/mqcore",
         "search/1KiB/sqlite-instr",
     ),
+    Target("consume: poll loop vs Store.read() loop", "consume/poll", "consume/read"),
+    Target(
+        "consume: poll with tag filter (25 %) vs Python tag check over read()",
+        "consume/poll-tag",
+        "consume/read-python-tag",
+    ),
+    Target(
+        "consume: poll with tag filter (0.1 %) vs Python tag check over read()",
+        "consume/poll-tag-sparse",
+        "consume/read-python-tag",
+    ),
+    Target(
+        "consume: poll with SQL92 filter (25 %) vs Python selector over read()",
+        "consume/poll-sql",
+        "consume/read-python-sql",
+    ),
+    Target("consume: poll with tag filter vs poll without", "consume/poll-tag", "consume/poll"),
+    Target("consume: poll with SQL92 filter vs poll without", "consume/poll-sql", "consume/poll"),
 ]
 
 

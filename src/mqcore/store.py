@@ -55,6 +55,9 @@ from mqcore.tasks import BackgroundTasks
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from mqcore.consume.consumer import Consumer
+    from mqcore.consume.group import ConsumeState
+
 
 HeadersArg = Mapping[str, bytes | None] | Sequence[tuple[str, bytes | None]] | None
 
@@ -803,7 +806,34 @@ class Store:
         base = part.append(batch)
         if self._flusher is not None and part.unflushed_messages >= self.flush_policy.messages:
             self._flusher.wake()
+        consume = self._consume
+        if consume is not None and consume.waiters:
+            consume.wake()  # a poll waits for data (consume/consumer.py)
         return base
+
+    # -- consumer groups (mqcore/consume/: consumer.py, group.py, offsets.py, retry.py) ---------
+
+    _consume: ConsumeState | None = None  # created by the first consumer()
+
+    def consumer(
+        self,
+        group: str,
+        topics: str | Sequence[str],
+        tag: str | None = None,
+        where: str | None = None,
+        **options: Any,
+    ) -> Consumer:
+        """A member of consumer group `group` reading `topics` (and the group's retry topic),
+        with an optional tag and SQL92 filter; see docs (consumers) for `options`."""
+        from mqcore.consume.consumer import Consumer
+        from mqcore.consume.group import ConsumeState
+        from mqcore.consume.offsets import OffsetStore
+
+        self._check_writable()
+        with self._lock:
+            if self._consume is None:
+                self._consume = ConsumeState(OffsetStore(self), self.partitions)
+        return Consumer(self, self._consume, group, topics, tag, where, **options)
 
     def _choose_partition(self, topic: str, key: object, count: int) -> int:
         """murmur2(key) like Kafka's default partitioner; round robin for null keys."""

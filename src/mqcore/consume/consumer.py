@@ -1,0 +1,711 @@
+"""The group consumer: `store.consumer(group, topics, tag=None, where=None, ...)`.
+
+poll() returns messages of the partitions this member owns (group.py), from each partition's
+position on; commit() stores the positions in `__consumer_offsets` (offsets.py). At-least-once:
+what was polled but not committed is delivered again after a crash or a rebalance.
+
+Filters (tag, SQL92 `where`) run in the scan kernel of the query layer (_ext/search.pyx): a
+record whose tag does not match is passed over inside the kernel, never turned into a Message;
+the selector then runs on the tag matches. A filtered poll examines at most FILTER_SCAN_BUDGET
+records and returns what it found, possibly nothing, with the positions advanced past every
+examined record (RocketMQ's filtered pull).
+
+Priorities: each poll picks a leading topic among the topics with data by smooth weighted round
+robin over the priorities (default 1 each; the retry topic has 1); the leader is served first,
+then the other topics in descending priority (ties: name) while room is left. Over any run of
+polls in which every topic has data, a topic leads in exactly weight / (sum of weights) of
+them (10 and 1: 10 of every 11 polls lead with the first, 1 with the second), so a lower
+priority is never starved.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from mqcore._ext.batch import Message, decode_messages
+from mqcore._ext.hashing import TAG_SEED, xxh64_hash
+from mqcore._ext.search import scan_records
+from mqcore.consume.group import DLQ_PREFIX, RETRY_PREFIX, TopicPartition, validate_group
+from mqcore.consume.offsets import OffsetAndMetadata
+from mqcore.consume.retry import check_levels, copy_headers, due_time, reconsume_times
+from mqcore.consume.trace import TraceEvent, events_for
+from mqcore.errors import (
+    CommitFailedError,
+    ConsumerClosedError,
+    InvalidConfigError,
+    NoOffsetForPartitionError,
+    OffsetOutOfRangeError,
+    UnknownPartitionError,
+)
+from mqcore.query import engine
+from mqcore.storage.partition import Partition
+from mqcore.storage.segment import MAX_DECOMPRESSED
+
+if TYPE_CHECKING:
+    from mqcore.consume.group import ConsumeState, GroupCoordinator
+    from mqcore.store import Store
+
+RESETS = ("earliest", "latest", "none")
+MAX_POLL_RECORDS = 100_000
+FILTER_SCAN_BUDGET = 16_384  # records one filtered poll may examine (RocketMQ: 16,000 entries)
+SCAN_CHUNK = 1024
+DENSE_TAG = 16  # a tag on more than 1 in DENSE_TAG tagged records is scanned, not looked up
+NO_END = (1 << 63) - 1
+
+
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _int_arg(name: str, value: object, low: int, high: int = NO_END) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InvalidConfigError(f"{name} must be an int in [{low}, {high}], not {value!r}")
+    return value
+
+
+class Consumer:
+    """One member of a consumer group. Use from one thread (one consumer per thread).
+    Rebalances take effect inside poll() only (as in Kafka), so between two polls the
+    assignment, positions and commit() refer to what the last poll delivered."""
+
+    def __init__(
+        self,
+        store: Store,
+        state: ConsumeState,
+        group: str,
+        topics: str | Sequence[str],
+        tag: str | None = None,
+        where: str | None = None,
+        *,
+        auto_offset_reset: str = "earliest",
+        enable_auto_commit: bool = False,
+        auto_commit_interval_ms: int = 5000,
+        priorities: Mapping[str, int] | None = None,
+        max_reconsume_times: int = 16,
+        retry_backoff_ms: Sequence[int] | None = None,
+        now_ms: Any = None,
+    ):
+        store._check_writable()
+        self.group = validate_group(group)
+        topic_list = [topics] if isinstance(topics, str) else list(topics)
+        if not topic_list:
+            raise InvalidConfigError("a consumer needs at least one topic")
+        for t in topic_list:
+            store._parts(t)  # UnknownTopicError / InvalidTopicError
+        if len(set(topic_list)) != len(topic_list):
+            raise InvalidConfigError(f"topics listed twice: {topic_list}")
+        if auto_offset_reset not in RESETS:
+            raise InvalidConfigError(
+                f"auto_offset_reset={auto_offset_reset!r}; expected one of {', '.join(RESETS)}"
+            )
+        if not isinstance(enable_auto_commit, bool):
+            raise InvalidConfigError(
+                f"enable_auto_commit must be a bool, not {enable_auto_commit!r}"
+            )
+        self._auto_interval = _int_arg("auto_commit_interval_ms", auto_commit_interval_ms, 0)
+        self.max_reconsume_times = _int_arg("max_reconsume_times", max_reconsume_times, 0, 10_000)
+        self.levels = check_levels(retry_backoff_ms)
+        self._weights = self._check_priorities(priorities, topic_list)
+        self.spec = engine.make_spec(None, None, tag=tag, where=where)
+        self._tag_hash = None if self.spec.tag is None else xxh64_hash(self.spec.tag, TAG_SEED)
+        if now_ms is not None and not callable(now_ms):
+            raise InvalidConfigError("now_ms must be a callable returning ms")
+        self._now = now_ms or _wall_ms
+        self.store, self._state, self.topics = store, state, topic_list
+        self.auto_offset_reset = auto_offset_reset
+        self.enable_auto_commit = enable_auto_commit
+        self.retry_topic = store._internal_topic(
+            RETRY_PREFIX + group, partitions=len(self.levels), unique_ids=False
+        )
+        have = store.partitions(self.retry_topic)
+        if have != len(self.levels):
+            raise InvalidConfigError(
+                f"{self.retry_topic} has {have} partitions (one per backoff level) but "
+                f"retry_backoff_ms has {len(self.levels)} levels"
+            )
+        self.dlq_topic = DLQ_PREFIX + group
+        self._weights.setdefault(self.retry_topic, 1)
+        self._credit = dict.fromkeys(self._weights, 0)
+        self._ranked = sorted(self._weights, key=lambda t: (-self._weights[t], t))
+        self._topic_tps: dict[str, list[TopicPartition]] = {}
+        self._positions: dict[TopicPartition, int] = {}
+        self._partition_cache: dict[TopicPartition, Partition] = {}
+        self._owned: set[TopicPartition] = set()
+        self._pending: set[TopicPartition] = set()
+        self._not_due: dict[TopicPartition, int] = {}
+        self._delivered_uids: dict[TopicPartition, list[tuple[int, str]]] = {}
+        self._rotation = 0
+        self._last_auto = self._now()
+        self._closed = False
+        self._coord: GroupCoordinator = state.coordinator(group)
+        self._generation = -1
+        self.member_id = self._coord.join([*topic_list, self.retry_topic])
+        self._sync_assignment()
+
+    @staticmethod
+    def _check_priorities(
+        priorities: Mapping[str, int] | None, topics: list[str]
+    ) -> dict[str, int]:
+        weights = dict.fromkeys(topics, 1)
+        if priorities is None:
+            return weights
+        if not isinstance(priorities, Mapping):
+            raise InvalidConfigError(f"priorities must be a dict topic -> int, not {priorities!r}")
+        for t, w in priorities.items():
+            if t not in weights:
+                raise InvalidConfigError(f"priority for {t!r}, which is not a subscribed topic")
+            weights[t] = _int_arg(f"priority of {t!r}", w, 1, 1_000_000)
+        return weights
+
+    # -- state ----------------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ConsumerClosedError(
+                f"consumer {self.member_id} of group {self.group!r} is closed"
+            )
+        self.store._check_open()
+
+    def _sync_assignment(self) -> None:
+        """Follow a rebalance: release what is no longer ours (committing it first only with
+        auto-commit), then take the targeted partitions nobody owns."""
+        generation, target = self._coord.target(self.member_id)
+        if generation == self._generation and not self._pending:
+            return
+        revoked = self._owned - target
+        if revoked:
+            if self.enable_auto_commit:
+                self._commit_positions(revoked)
+            for tp in revoked:
+                self._positions.pop(tp, None)
+                self._not_due.pop(tp, None)
+                self._delivered_uids.pop(tp, None)
+            self._coord.release(self.member_id, revoked)
+        self._owned, self._pending = self._coord.acquire(self.member_id)
+        self._generation = generation
+        self._topic_tps = {}
+        for tp in sorted(self._owned):
+            self._topic_tps.setdefault(tp[0], []).append(tp)
+
+    def _part(self, tp: TopicPartition) -> Partition:
+        part = self._partition_cache.get(tp)
+        if part is None or part.closed:
+            self.store._check_open()
+            part = self._partition_cache[tp] = self.store._partition(*tp)
+        return part
+
+    def _position(self, tp: TopicPartition) -> int:
+        """The fetch position, initialised from the committed offset or the reset policy, and
+        reset when retention (or a truncation) left it outside the log."""
+        part = self._part(tp)
+        pos = self._positions.get(tp)
+        if pos is None:
+            om = self._state.offsets.committed(self.group, *tp)
+            pos = om.offset if om is not None else None
+            if pos is None:
+                pos = self._reset(tp, part, None)
+        if not part.start_offset <= pos <= part.end_offset:
+            pos = self._reset(tp, part, pos)
+        self._positions[tp] = pos
+        return pos
+
+    def _reset(self, tp: TopicPartition, part: Partition, bad: int | None) -> int:
+        policy = "earliest" if tp[0] == self.retry_topic else self.auto_offset_reset
+        if policy == "earliest":
+            return part.start_offset
+        if policy == "latest":
+            return part.end_offset
+        if bad is None:
+            raise NoOffsetForPartitionError(
+                f"group {self.group!r} has no committed offset for {tp[0]}-{tp[1]} and "
+                "auto_offset_reset='none'"
+            )
+        raise OffsetOutOfRangeError(
+            f"position {bad} of {tp[0]}-{tp[1]} is outside [{part.start_offset}, "
+            f"{part.end_offset}] and auto_offset_reset='none'"
+        )
+
+    # -- polling --------------------------------------------------------------------------------
+
+    def poll(self, max_records: int = 500, timeout_ms: int = 0) -> list[Message]:
+        """Up to max_records messages; waits up to timeout_ms for data when there is none."""
+        self._check_open()
+        max_records = _int_arg("max_records", max_records, 1, MAX_POLL_RECORDS)
+        timeout_ms = _int_arg("timeout_ms", timeout_ms, 0)
+        deadline = time.monotonic() + timeout_ms / 1000
+        while True:
+            self._sync_assignment()
+            self._maybe_auto_commit()
+            out = self._fetch(max_records)
+            remaining = deadline - time.monotonic()
+            if out or remaining <= 0:
+                break
+            self._wait(remaining)
+        if out:
+            self._record_delivered(out)
+        return out
+
+    def _ready(self) -> bool:
+        """Something a poll could return or must handle now (called under the condition)."""
+        generation, _ = self._coord.target(self.member_id)
+        if generation != self._generation:
+            return True
+        if any(self._coord.owner(tp) is None for tp in self._pending):
+            return True  # released by its previous owner (which woke us)
+        now = self._now()
+        for tp in self._owned:
+            if self._not_due.get(tp, 0) > now:
+                continue
+            if self._positions.get(tp, -1) != self._part(tp).end_offset:
+                return True
+        return False
+
+    def _wait(self, seconds: float) -> None:
+        if self._not_due:
+            nearest = min(self._not_due.values()) - self._now()
+            seconds = max(0.0, min(seconds, nearest / 1000))
+        state = self._state
+        with state.cond:
+            state.waiters += 1
+            try:
+                if not self._ready():
+                    state.cond.wait(seconds)
+            finally:
+                state.waiters -= 1
+
+    def _has_data(self, tp: TopicPartition, now: int) -> bool:
+        """A position short of the end (or outside the log: the fetch resets it); a retry
+        partition only when its first message is due."""
+        if self._not_due.get(tp, 0) > now:
+            return False
+        pos = self._positions.get(tp)
+        return (self._position(tp) if pos is None else pos) != self._part(tp).end_offset
+
+    def _order(self) -> list[str]:
+        """Topics in serving order: the smooth-weighted-round-robin leader among the topics
+        with data, then the rest by descending priority."""
+        now = self._now()
+        with_data = [
+            t for t, tps in self._topic_tps.items() if any(self._has_data(tp, now) for tp in tps)
+        ]
+        if len(with_data) <= 1:  # a lone candidate's credit would rise and fall by its weight
+            return with_data + [t for t in self._ranked if t not in with_data]
+        total = sum(self._weights[t] for t in with_data)
+        for t in with_data:
+            self._credit[t] += self._weights[t]
+        leader = max(with_data, key=lambda t: (self._credit[t], self._weights[t], t))
+        self._credit[leader] -= total
+        return [leader] + [t for t in self._ranked if t != leader]
+
+    def _fetch(self, max_records: int) -> list[Message]:
+        out: list[Message] = []
+        budget = [FILTER_SCAN_BUDGET]
+        self._rotation += 1
+        for topic in self._order():
+            tps = self._topic_tps.get(topic, [])
+            if len(tps) > 1:
+                k = self._rotation % len(tps)
+                tps = tps[k:] + tps[:k]  # rotate so a small max_records reaches every partition
+            for tp in tps:
+                room = max_records - len(out)
+                if room <= 0 or budget[0] <= 0:
+                    return out
+                if topic == self.retry_topic:
+                    out.extend(self._fetch_retry(tp, room))
+                else:
+                    out.extend(self._fetch_partition(tp, room, budget))
+        return out
+
+    def _fetch_partition(self, tp: TopicPartition, room: int, budget: list[int]) -> list[Message]:
+        """Up to `room` messages of one partition that pass the filters; advances the position
+        past every record examined."""
+        part = self._part(tp)
+        offset = self._position(tp)
+        out: list[Message] = []
+        if offset >= part.end_offset:
+            return out
+        with part._lock:  # sizes and ends of one consistent moment (appends hold this lock)
+            segs = [(s, s.size, s.next_offset) for s in part.segments]
+        for seg, size, seg_end in segs:
+            if size == 0 or seg_end <= offset:
+                continue
+            table = seg.key_table() if self._tag_hash is not None else None
+            view = seg.view(0, size)
+            try:
+                if table is not None:
+                    done, offset = self._by_tag_column(
+                        tp, seg, view, seg_end, table, offset, room, out, budget
+                    )
+                elif self.spec.tag is not None:
+                    done, offset = self._by_scan(tp, seg, view, offset, room, out, budget)
+                else:
+                    done, offset = self._by_decode(tp, seg, view, offset, room, out, budget)
+            finally:
+                view.release()
+            if done:
+                break
+        self._positions[tp] = offset
+        return out
+
+    def _keep(self, msgs: list[Message], room: int, out: list[Message]) -> int | None:
+        """Add the messages the selector accepts to `out`; the next offset when it is full."""
+        sel = self.spec.selector
+        if sel is None:
+            out += msgs[: room - len(out)]
+            return out[-1].offset + 1 if len(out) >= room else None
+        for m in msgs:
+            if sel.matches(engine.selector_view(m)):
+                out.append(m)
+                if len(out) >= room:
+                    return m.offset + 1
+        return None
+
+    def _by_scan(
+        self,
+        tp: TopicPartition,
+        seg: Any,
+        view: memoryview,
+        offset: int,
+        room: int,
+        out: list[Message],
+        budget: list[int],
+    ) -> tuple[bool, int]:
+        """The scan kernel over one segment: with a tag it passes over other tags undecoded.
+        Returns (stop here, next offset)."""
+        spec = self.spec
+        filtered = spec.tag is not None or spec.selector is not None
+        pos = seg.position_for(max(offset, seg.base_offset))
+        while True:
+            want = room - len(out) if spec.selector is None else SCAN_CHUNK
+            r = scan_records(
+                view, pos, tp[0], tp[1], offset, NO_END, 0, NO_END, None, False, spec.tag,
+                want, budget[0] if filtered else NO_END, self.store.verify_crc,
+                MAX_DECOMPRESSED, seg.log_path, 0,
+            )  # fmt: skip
+            if filtered:
+                budget[0] -= r.records_scanned
+            full = self._keep(r.messages, room, out)
+            if full is not None:
+                return True, full
+            pos, offset = r.next_position, r.next_offset
+            if r.reason == "end":
+                return False, offset
+            if filtered and budget[0] <= 0:
+                return True, offset
+
+    def _by_decode(
+        self,
+        tp: TopicPartition,
+        seg: Any,
+        view: memoryview,
+        offset: int,
+        room: int,
+        out: list[Message],
+        budget: list[int],
+    ) -> tuple[bool, int]:
+        """No tag: decode every record (the read path's kernel), the selector if any after.
+        Returns (stop here, next offset)."""
+        sel = self.spec.selector
+        pos, size = seg.position_for(max(offset, seg.base_offset)), len(view)
+        while pos < size:
+            want = room - len(out) if sel is None else min(SCAN_CHUNK, max(1, budget[0]))
+            chunk: list[Message] = []
+            pos, nxt = decode_messages(
+                view, pos, tp[0], tp[1], offset, want, chunk, self.store.verify_crc,
+                MAX_DECOMPRESSED, seg.log_path, 0,
+            )  # fmt: skip
+            offset = max(offset, nxt)
+            if sel is not None:
+                budget[0] -= len(chunk)
+            full = self._keep(chunk, room, out)
+            if full is not None:
+                return True, full
+            if sel is not None and budget[0] <= 0:
+                return True, offset
+            if len(chunk) == want:  # stopped inside a batch: resume at the one holding offset
+                pos = seg.position_for(offset)
+        return False, offset
+
+    def _by_tag_column(
+        self,
+        tp: TopicPartition,
+        seg: Any,
+        view: memoryview,
+        seg_end: int,
+        table: Any,
+        offset: int,
+        room: int,
+        out: list[Message],
+        budget: list[int],
+    ) -> tuple[bool, int]:
+        """The segment's tag column (key index: relative offset, batch position, tag hash, in
+        offset order) names the candidate records; the kernel reads only their batches, from
+        the first candidate to the last, and checks the real tag (a hash can collide).
+        Records without the tag are never read. Returns (stop here, next offset)."""
+        base, size = seg.base_offset, len(view)
+        while True:
+            want = room - len(out) if self.spec.selector is None else SCAN_CHUNK
+            entries, examined = table.tag_entries(self._tag_hash, max(0, offset - base), want)
+            budget[0] -= examined
+            if len(entries) >= 64 and len(entries) * DENSE_TAG >= examined:
+                # a common tag: one kernel pass over the batches is cheaper than jumping
+                return self._by_scan(tp, seg, view, offset, room, out, budget)
+            inside = [e for e in entries if e[1] < size]  # entries of later appends: not yet
+            if not inside:
+                return False, max(offset, seg_end)
+            i = 0
+            while i < len(inside):
+                pos = inside[i][1]
+                j = i
+                while j + 1 < len(inside) and inside[j + 1][1] == pos:
+                    j += 1
+                lo, hi = max(base + inside[i][0], offset), base + inside[j][0] + 1
+                r = scan_records(
+                    view, pos, tp[0], tp[1], lo, hi, 0, NO_END, None, False, self.spec.tag,
+                    hi - lo, NO_END, self.store.verify_crc, MAX_DECOMPRESSED, seg.log_path, 0,
+                )  # fmt: skip
+                budget[0] -= r.records_scanned
+                full = self._keep(r.messages, room, out)
+                if full is not None:
+                    return True, full
+                offset = hi
+                i = j + 1
+            if len(entries) < want or len(inside) < len(entries):
+                return False, max(offset, seg_end)  # the column holds no more up to seg_end
+            if budget[0] <= 0:
+                return True, offset
+
+    def _fetch_retry(self, tp: TopicPartition, room: int) -> list[Message]:
+        """Due retry copies, stopping at the first one not due yet."""
+        now = self._now()
+        if self._not_due.get(tp, 0) > now:
+            return []
+        self._not_due.pop(tp, None)
+        offset = self._position(tp)
+        if offset >= self._part(tp).end_offset:
+            return []
+        msgs = self.store.read(tp[0], tp[1], offset, room)
+        out: list[Message] = []
+        for m in msgs:
+            due = due_time(m)
+            if due > now:
+                self._not_due[tp] = due
+                self._positions[tp] = m.offset
+                return out
+            out.append(m)
+        if msgs:
+            self._positions[tp] = msgs[-1].offset + 1
+        return out
+
+    def _record_delivered(self, out: list[Message]) -> None:
+        tracer = self.store._tracer
+        if tracer is None:
+            return
+        events = events_for(out, "delivered", _wall_ms(), self.group)
+        for m in out:
+            uid = m.unique_id
+            if uid is not None:
+                self._delivered_uids.setdefault((m.topic, m.partition), []).append((m.offset, uid))
+        tracer.record(events)
+
+    # -- committing -----------------------------------------------------------------------------
+
+    def commit(self, offsets: Mapping[TopicPartition, int] | None = None) -> None:
+        """Commit the positions of every owned partition (everything poll returned so far), or
+        the given {(topic, partition): next offset to consume}. Durable when this returns.
+        Raises CommitFailedError for a partition this member does not own (any more)."""
+        self._check_open()
+        if offsets is None:
+            self._commit_positions(self._owned)
+            return
+        if not isinstance(offsets, Mapping):
+            raise InvalidConfigError(
+                f"offsets must be a dict (topic, partition) -> offset, not {offsets!r}"
+            )
+        chosen: dict[TopicPartition, int] = {}
+        for tp, off in offsets.items():
+            if not (isinstance(tp, tuple) and len(tp) == 2):
+                raise InvalidConfigError(f"offset keys are (topic, partition) tuples, not {tp!r}")
+            _int_arg(f"offset of {tp[0]}-{tp[1]}", off, 0)
+            if self._coord.owner(tp) != self.member_id:
+                raise CommitFailedError(
+                    f"{tp[0]}-{tp[1]} is not owned by consumer {self.member_id} of group "
+                    f"{self.group!r} (rebalanced away or never assigned)"
+                )
+            chosen[tp] = off
+        self._write_commit(chosen)
+
+    def _commit_positions(self, tps: Iterable[TopicPartition]) -> None:
+        chosen = {}
+        for tp in tps:
+            pos = self._positions.get(tp)
+            if pos is None:
+                continue
+            om = self._state.offsets.committed(self.group, *tp)
+            if om is None or om.offset != pos:
+                chosen[tp] = pos
+        self._write_commit(chosen)
+
+    def _write_commit(self, chosen: Mapping[TopicPartition, int]) -> None:
+        if not chosen:
+            return
+        now = _wall_ms()
+        self._state.offsets.commit(
+            self.group, {tp: OffsetAndMetadata(off, "", now) for tp, off in chosen.items()}
+        )
+        tracer = self.store._tracer
+        if tracer is None:
+            return
+        events = []
+        for tp, off in chosen.items():
+            pending = self._delivered_uids.get(tp)
+            if not pending:
+                continue
+            done = [(o, u) for o, u in pending if o < off]
+            self._delivered_uids[tp] = [(o, u) for o, u in pending if o >= off]
+            events += [
+                TraceEvent(u, "committed", now, tp[0], tp[1], o, self.group) for o, u in done
+            ]
+        tracer.record(events)
+
+    def _maybe_auto_commit(self) -> None:
+        if self.enable_auto_commit and self._now() - self._last_auto >= self._auto_interval:
+            self._commit_positions(self._owned)
+            self._last_auto = self._now()
+
+    # -- positions ------------------------------------------------------------------------------
+
+    def _tp(self, args: tuple[Any, ...], what: str) -> tuple[TopicPartition, tuple[Any, ...]]:
+        """(topic, partition) from (topic, partition, ...) or, with one topic, (partition, ...)."""
+        if args and isinstance(args[0], str):
+            tp, rest = (args[0], args[1]), args[2:]
+        elif len(self.topics) == 1:
+            tp, rest = (self.topics[0], args[0]), args[1:]
+        else:
+            raise InvalidConfigError(f"{what} needs the topic: this consumer has several topics")
+        self._part(tp)  # UnknownTopicError / UnknownPartitionError
+        return tp, rest
+
+    def _owned_tp(self, tp: TopicPartition) -> None:
+        if tp not in self._owned:
+            raise UnknownPartitionError(
+                f"{tp[0]}-{tp[1]} is not assigned to consumer {self.member_id} of group "
+                f"{self.group!r}; it has {sorted(self._owned)}"
+            )
+
+    def seek(self, *args: Any) -> None:
+        """seek(topic, partition, offset), or seek(partition, offset) with one topic: the next
+        poll reads that partition from `offset` (reset by the policy if outside the log)."""
+        self._check_open()
+        if len(args) not in (2, 3):
+            raise InvalidConfigError("seek takes (topic, partition, offset) or (partition, offset)")
+        tp, rest = self._tp(args, "seek")
+        if len(rest) != 1:
+            raise InvalidConfigError("seek takes (topic, partition, offset) or (partition, offset)")
+        offset = _int_arg("offset", rest[0], 0)
+        self._owned_tp(tp)
+        self._positions[tp] = offset
+        self._not_due.pop(tp, None)
+
+    def seek_to_time(self, timestamp: int) -> None:
+        """Every owned partition to its first offset with a timestamp >= `timestamp` (ms), or to
+        its end when there is none."""
+        self._check_open()
+        _int_arg("timestamp", timestamp, 0)
+        for tp in self._owned:
+            found = self.store.offset_for_time(tp[0], tp[1], timestamp)
+            self._positions[tp] = self._part(tp).end_offset if found is None else found
+            self._not_due.pop(tp, None)
+
+    def position(self, *args: Any) -> int:
+        """position(topic, partition) or position(partition): the next offset poll reads."""
+        self._check_open()
+        tp, rest = self._tp(args, "position")
+        if rest:
+            raise InvalidConfigError("position takes (topic, partition) or (partition)")
+        self._owned_tp(tp)
+        return self._position(tp)
+
+    def committed(self, *args: Any) -> int | None:
+        """The group's committed offset of (topic, partition) (or partition), None if none."""
+        self._check_open()
+        tp, rest = self._tp(args, "committed")
+        if rest:
+            raise InvalidConfigError("committed takes (topic, partition) or (partition)")
+        om = self._state.offsets.committed(self.group, *tp)
+        return None if om is None else om.offset
+
+    def lag(self) -> dict[TopicPartition, int]:
+        """end offset - committed offset per owned partition (the position when nothing is
+        committed): what the group still has to consume and commit."""
+        self._check_open()
+        out = {}
+        for tp in sorted(self._owned):
+            om = self._state.offsets.committed(self.group, *tp)
+            base = om.offset if om is not None else self._position(tp)
+            out[tp] = max(0, self._part(tp).end_offset - base)
+        return out
+
+    def assignment(self) -> list[TopicPartition]:
+        """The partitions this member owns now (retry partitions included)."""
+        self._check_open()
+        return sorted(self._owned)
+
+    # -- retry and dead-letter ------------------------------------------------------------------
+
+    def nack(self, message: Message) -> None:
+        """Consumption of `message` failed: redeliver it after the next backoff level through
+        `__retry.<group>`, or, once it was redelivered max_reconsume_times, append it to
+        `__dlq.<group>`. Either way the original counts as consumed (the copy carries it)."""
+        self._check_open()
+        if not isinstance(message, Message):
+            raise InvalidConfigError(f"nack takes a Message, not {type(message).__name__}")
+        now, wall = self._now(), _wall_ms()
+        times = reconsume_times(message)
+        events = events_for([message], "nacked", wall, self.group, reconsume=times)
+        uid = message.unique_id
+        if times >= self.max_reconsume_times:
+            dlq = self.store._internal_topic(self.dlq_topic, partitions=1, unique_ids=False)
+            md = self.store.append(
+                dlq, message.value, message.key, copy_headers(message, times, None), partition=0
+            )
+            event = "dead_lettered"
+        else:
+            level = min(times + 1, len(self.levels)) - 1
+            md = self.store.append(
+                self.retry_topic,
+                message.value,
+                message.key,
+                copy_headers(message, times + 1, now + self.levels[level]),
+                partition=level,
+            )
+            event = "retried"
+        if uid is not None:
+            events.append(
+                TraceEvent(uid, event, wall, md.topic, md.partition, md.offset, self.group,
+                           {"reconsume": times + (event == "retried")})
+            )  # fmt: skip
+        if self.store._tracer is not None:
+            self.store._tracer.record(events)
+
+    # -- closing --------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Leave the group (its partitions go to the other members at their next poll);
+        commits first only with auto-commit."""
+        if self._closed:
+            return
+        try:
+            if self.enable_auto_commit and not self.store._closed:
+                self._commit_positions(self._owned)
+        finally:
+            self._closed = True
+            self._coord.leave(self.member_id)
+
+    def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,215 @@
+"""Committed offsets of consumer groups, kept in the internal compacted topic `__consumer_offsets`.
+
+One record per (group, topic, partition) commit, in Kafka's own layout so Kafka tooling that
+decodes `__consumer_offsets` reads ours:
+  key   = int16 version (1), string group, string topic, int32 partition
+  value = int16 version (3), int64 offset, int32 leader epoch (-1), string metadata,
+          int64 commit time (ms); a null value deletes the group's offset for that partition.
+(string = int16 length + UTF-8, all big-endian.) Values of versions 0-2 are read too.
+
+Why a compacted internal topic and not a checkpoint file: it recovers with the log's own
+machinery (CRCs, truncation of a torn tail), a commit is one append of one batch (no rewrite of
+a whole file per commit), and compaction keeps it at one record per key. The state is loaded by
+replaying the topic (last value per key wins) on first use.
+
+Durability: a commit appends its batch and then fdatasyncs the partition whatever the store's
+flush policy is, so a committed offset survives a process kill and a power loss.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from mqcore.errors import CorruptRecordError
+
+if TYPE_CHECKING:
+    from mqcore.store import Store
+
+OFFSETS_TOPIC = "__consumer_offsets"
+KEY_VERSION = 1
+VALUE_VERSION = 3
+REPLAY_CHUNK = 10_000
+OFFSETS_SEGMENT_BYTES = 100 << 20  # Kafka's offsets.topic.segment.bytes
+
+GroupKey = tuple[str, str, int]  # (group, topic, partition)
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetAndMetadata:
+    """A committed offset: the next offset the group will consume, its metadata, when."""
+
+    offset: int
+    metadata: str = ""
+    commit_time: int = -1
+
+
+def _string(s: str) -> bytes:
+    raw = s.encode()
+    return struct.pack(">h", len(raw)) + raw
+
+
+def encode_key(group: str, topic: str, partition: int) -> bytes:
+    return (
+        struct.pack(">h", KEY_VERSION)
+        + _string(group)
+        + _string(topic)
+        + struct.pack(">i", partition)
+    )
+
+
+def encode_value(om: OffsetAndMetadata) -> bytes:
+    return (
+        struct.pack(">hqi", VALUE_VERSION, om.offset, -1)
+        + _string(om.metadata)
+        + struct.pack(">q", om.commit_time)
+    )
+
+
+class _Reader:
+    """Bounds-checked big-endian reads; any overrun raises ValueError."""
+
+    def __init__(self, raw: bytes):
+        self.raw, self.pos = raw, 0
+
+    def take(self, fmt: str) -> int:
+        size = struct.calcsize(fmt)
+        if self.pos + size > len(self.raw):
+            raise ValueError("truncated")
+        (v,) = struct.unpack_from(fmt, self.raw, self.pos)
+        self.pos += size
+        return int(v)
+
+    def string(self) -> str:
+        n = self.take(">h")
+        if n < 0 or self.pos + n > len(self.raw):
+            raise ValueError("bad string length")
+        s = self.raw[self.pos : self.pos + n].decode()
+        self.pos += n
+        return s
+
+
+def decode_key(raw: bytes) -> GroupKey | None:
+    """(group, topic, partition), or None for a key that is not an offset commit (Kafka also
+    stores group metadata, key version 2, in this topic)."""
+    r = _Reader(raw)
+    version = r.take(">h")
+    if version not in (0, 1):
+        return None
+    return r.string(), r.string(), r.take(">i")
+
+
+def decode_value(raw: bytes) -> OffsetAndMetadata:
+    r = _Reader(raw)
+    version = r.take(">h")
+    offset = r.take(">q")
+    if version == 3:
+        r.take(">i")  # leader epoch
+    elif version not in (0, 1, 2):
+        raise ValueError(f"unknown offset value version {version}")
+    metadata = r.string()
+    commit_time = r.take(">q")
+    return OffsetAndMetadata(offset, metadata, commit_time)
+
+
+class OffsetStore:
+    """The committed offsets of every group of one store, in memory after the first use."""
+
+    def __init__(self, store: Store):
+        self.store = store
+        self._lock = threading.Lock()
+        self._offsets: dict[GroupKey, OffsetAndMetadata] | None = None
+
+    def _loaded(self) -> dict[GroupKey, OffsetAndMetadata]:
+        if self._offsets is None:
+            self._offsets = self._replay()
+        return self._offsets
+
+    def _replay(self) -> dict[GroupKey, OffsetAndMetadata]:
+        out: dict[GroupKey, OffsetAndMetadata] = {}
+        if OFFSETS_TOPIC not in self.store.topics():
+            return out
+        offset = self.store.start_offset(OFFSETS_TOPIC, 0)
+        end = self.store.end_offset(OFFSETS_TOPIC, 0)
+        while offset < end:
+            msgs = self.store.read(OFFSETS_TOPIC, 0, offset, REPLAY_CHUNK)
+            if not msgs:
+                break
+            for m in msgs:
+                if m.key is None:
+                    continue
+                try:
+                    key = decode_key(m.key)
+                    if key is None:
+                        continue
+                    if m.value is None:
+                        out.pop(key, None)
+                    else:
+                        out[key] = decode_value(m.value)
+                except (ValueError, UnicodeDecodeError) as e:
+                    raise CorruptRecordError(
+                        f"{OFFSETS_TOPIC} record at offset {m.offset} is not an offset commit: {e}"
+                    ) from None
+            offset = msgs[-1].offset + 1
+        return out
+
+    def committed(self, group: str, topic: str, partition: int) -> OffsetAndMetadata | None:
+        with self._lock:
+            return self._loaded().get((group, topic, partition))
+
+    def group_offsets(self, group: str) -> dict[tuple[str, int], OffsetAndMetadata]:
+        with self._lock:
+            return {(t, p): om for (g, t, p), om in self._loaded().items() if g == group}
+
+    def commit(
+        self, group: str, offsets: Mapping[tuple[str, int], OffsetAndMetadata | None]
+    ) -> None:
+        """Append one batch with every partition's commit (None deletes it), fdatasync it, then
+        make it visible: once this returns the commit survives a power loss."""
+        if not offsets:
+            return
+        items = sorted(offsets.items())
+        with self._lock:
+            loaded = self._loaded()
+            topic = self.store._internal_topic(
+                OFFSETS_TOPIC,
+                partitions=1,
+                cleanup_policy="compact",
+                unique_ids=False,
+                key_index=False,
+                segment_bytes=OFFSETS_SEGMENT_BYTES,
+            )
+            part = self.store._partition(topic, 0)
+            segments = len(part.segments)
+            self.store.append_batch(
+                topic,
+                [None if om is None else encode_value(om) for _, om in items],
+                [encode_key(group, t, p) for (t, p), _ in items],
+                partition=0,
+            )
+            part.flush()
+            if len(part.segments) != segments:
+                _fsync_dir(part.directory)  # a new segment's directory entry, under flush="os"
+            for (t, p), om in items:
+                if om is None:
+                    loaded.pop((group, t, p), None)
+                else:
+                    loaded[(group, t, p)] = om
+
+    def delete_group(self, group: str) -> int:
+        """Tombstone every committed offset of `group` (one batch); returns how many."""
+        keys = list(self.group_offsets(group))
+        self.commit(group, dict.fromkeys(keys))
+        return len(keys)
+
+
+def _fsync_dir(directory: str) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
