@@ -367,7 +367,9 @@ class DelayManager:
             rows.append(parked_headers(internal, None if headers is None else headers[i]))
         with self._lock:
             self._load()
-            timer = store._internal_topic(DELAY_TOPIC, unique_ids=True, key_index=False)
+            timer = store._internal_topic(
+                DELAY_TOPIC, unique_ids=True, key_index=False, retention_ms=-1
+            )
             md = store.append_batch(timer, list(values), keys, rows, partition=0)
             now = now_ms()
             out = []
@@ -426,7 +428,9 @@ class DelayManager:
                     _log.warning("delayed message at __delay offset %d is gone", off)
                     continue
                 groups.setdefault((topic, p), []).append((at, off, m))
-            state = store._internal_topic(DELAY_STATE_TOPIC, unique_ids=False, key_index=False)
+            state = store._internal_topic(
+                DELAY_STATE_TOPIC, unique_ids=False, key_index=False, retention_ms=-1
+            )
             in_doubt = dict(self._in_doubt)
             targets = [[t, p, store.end_offset(t, p)] for t, p in sorted(groups)]
             store.append(

@@ -240,7 +240,9 @@ class TransactionManager:
         return self.store.end_offset(HALF_TOPIC, 0) if HALF_TOPIC in self.store._partitions else 0
 
     def _op(self, tid: str, op: str, **fields: Any) -> None:
-        topic = self.store._internal_topic(OP_TOPIC, unique_ids=False, key_index=True)
+        topic = self.store._internal_topic(
+            OP_TOPIC, unique_ids=False, key_index=True, retention_ms=-1
+        )
         self.store.append(topic, state_record(op=op, low=self._low(), **fields), key=tid.encode())
 
     # -- the producer's side
@@ -304,7 +306,9 @@ class TransactionManager:
                 ]
                 rows.append(parked_headers(internal, None if headers is None else headers[i]))
                 parts.append(p)
-            half = store._internal_topic(HALF_TOPIC, unique_ids=True, key_index=False)
+            half = store._internal_topic(
+                HALF_TOPIC, unique_ids=True, key_index=False, retention_ms=-1
+            )
             md = store.append_batch(half, list(values), keys, rows, partition=0)
             now = now_ms()
             out = []
