@@ -60,6 +60,10 @@ class TopicConfig:
     retention_ms: int = 7 * DAY_MS
     retention_bytes: int = -1
     cleanup_policy: str = "delete"
+    # compaction (docs/_draft_retention.md): tombstones live this long after the pass that
+    # first saw them; a topic is cleaned once this share of its sealed bytes is dirty
+    delete_retention_ms: int = DAY_MS
+    min_cleanable_dirty_ratio: float = 0.5
     # query support (docs/format.md "Unique IDs", "Key index")
     unique_ids: bool = True
     key_index: bool = True
@@ -77,6 +81,8 @@ class TopicConfig:
         _choice("timestamp_type", self.timestamp_type, TIMESTAMP_TYPES)
         _choice("compression", self.compression, COMPRESSION_TYPES)
         _choice("cleanup_policy", self.cleanup_policy, ("delete", "compact", "compact,delete"))
+        _positive_int("delete_retention_ms", self.delete_retention_ms, 0, 2**62)
+        _ratio("min_cleanable_dirty_ratio", self.min_cleanable_dirty_ratio)
         _flag("unique_ids", self.unique_ids)
         _flag("key_index", self.key_index)
         _positive_int("key_index_entries", self.key_index_entries, 16, 0xFFFFFFFF)
@@ -116,6 +122,13 @@ def _positive_int(name: str, value: object, low: int, high: int) -> None:
         raise InvalidConfigError(f"{name} must be an int, not {type(value).__name__}")
     if not low <= value <= high:
         raise InvalidConfigError(f"{name}={value} is outside [{low}, {high}]")
+
+
+def _ratio(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidConfigError(f"{name} must be a number, not {type(value).__name__}")
+    if not 0.0 <= value <= 1.0:
+        raise InvalidConfigError(f"{name}={value} is outside [0, 1]")
 
 
 def _flag(name: str, value: object) -> None:

@@ -46,10 +46,13 @@ from mqcore.errors import (
 from mqcore.query import engine
 from mqcore.query.engine import QueryResult
 from mqcore.query.ids import encode_msg_id, parse_uid, uid_text
+from mqcore.storage import cleaner, retention
+from mqcore.storage.cleaner import CompactionReport
 from mqcore.storage.flusher import Flusher
 from mqcore.storage.logdir import LogDirectory
 from mqcore.storage.partition import Partition, RecoveryReport, has_segments
 from mqcore.storage.producer_state import BatchRecord, check_producer_fields, next_sequence
+from mqcore.storage.retention import RetentionReport
 from mqcore.tasks import BackgroundTasks
 
 if TYPE_CHECKING:
@@ -188,10 +191,15 @@ class Store:
         default_partitions: int = 1,
         verify_crc: bool = True,
         trace: bool | float = False,
+        retention_check_interval_ms: int = 300_000,
+        compaction_check_interval_ms: int = 15_000,
         **topic_defaults: Any,
     ):
         rate = sample_rate(trace)
         txn_delay_options = pop_options(topic_defaults)  # consume/delay.py TxnDelayOptions
+        self._maintenance_intervals = _maintenance_intervals(
+            retention_check_interval_ms, compaction_check_interval_ms
+        )
         self.flush_policy = FlushPolicy(flush, flush_interval_ms, flush_messages)
         self.read_only = read_only
         self.auto_create_topics = auto_create_topics
@@ -253,6 +261,7 @@ class Store:
                     self.flush_policy.interval_ms, self._flush_quietly, self._checkpoint
                 )
                 self._flusher.start()
+            self._register_maintenance()
             self._tasks.start()
 
     def _new_partition(self, topic: str, p: int, cfg: TopicConfig) -> Partition:
@@ -1150,6 +1159,74 @@ class Store:
             return batches[0]
         return pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
 
+    # -- retention and compaction (storage/retention.py, storage/cleaner.py) -------------------
+
+    def _register_maintenance(self) -> None:
+        retention_ms, compaction_ms = self._maintenance_intervals
+        self._tasks.add("retention", retention_ms, self.apply_retention)
+        self._tasks.add("compaction", compaction_ms, self._compact_dirty)
+
+    def _maintained(self, topic: str | None, wanted: Callable[[str], bool]) -> list[Partition]:
+        """Partitions of `topic` (or of every topic) whose cleanup policy `wanted` accepts."""
+        self._check_writable()
+        with self._lock:  # a topic created meanwhile waits for the next pass
+            topics = sorted(self._partitions) if topic is None else [topic]
+            return [
+                part
+                for t in topics
+                for _, part in sorted(self._parts(t).items())
+                if wanted(self._configs[t].cleanup_policy)
+            ]
+
+    def apply_retention(
+        self,
+        topic: str | None = None,
+        *,
+        now: int | None = None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> RetentionReport:
+        """Delete expired whole segments (by retention_ms and retention_bytes) of `topic`, or of
+        every topic whose cleanup_policy has "delete"; the log start offsets move forward.
+        `progress(done, total)` is called per partition, counted in segments."""
+        parts = self._maintained(topic, retention.applies)
+        return retention.apply(parts, _now_ms() if now is None else now, progress)
+
+    def compact(
+        self,
+        topic: str,
+        *,
+        now: int | None = None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> CompactionReport:
+        """Compact a topic whose cleanup_policy has "compact": keep the latest record per key,
+        tombstones until delete_retention_ms after the pass that first saw them; offsets never
+        change. `progress(done, total)` is called per sealed segment."""
+        if not cleaner.applies(self.topic_config(topic).cleanup_policy):
+            raise InvalidConfigError(
+                f"topic {topic!r} has cleanup_policy={self._configs[topic].cleanup_policy!r}; "
+                "compaction needs 'compact' or 'compact,delete'"
+            )
+        parts = self._maintained(topic, cleaner.applies)
+        return cleaner.compact(parts, _now_ms() if now is None else now, self.verify_crc, progress)
+
+    def dirty_ratio(self, topic: str, partition: int = 0) -> float:
+        """Share of the partition's sealed bytes no compaction pass has cleaned yet."""
+        return cleaner.dirty_ratio(self._partition(topic, partition))
+
+    def _compact_dirty(self, now: int | None = None) -> CompactionReport:
+        """The background task: compact each partition whose dirty ratio reached its topic's
+        min_cleanable_dirty_ratio."""
+        report = CompactionReport()
+        for part in self._maintained(None, cleaner.applies):
+            ratio = cleaner.dirty_bytes(part)
+            if ratio[1] and ratio[0] / ratio[1] >= part.config.min_cleanable_dirty_ratio:
+                report.merge(
+                    cleaner.compact(
+                        [part], _now_ms() if now is None else now, self.verify_crc, None
+                    )
+                )
+        return report
+
     # -- durability -----------------------------------------------------------------------------
 
     def flush(self) -> None:
@@ -1171,6 +1248,16 @@ class Store:
             for p in parts.values()
         }
         self._dir.save_recovery_points(points)
+
+
+def _maintenance_intervals(retention_ms: object, compaction_ms: object) -> tuple[int, int]:
+    for name, value in (
+        ("retention_check_interval_ms", retention_ms),
+        ("compaction_check_interval_ms", compaction_ms),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 2**40:
+            raise InvalidConfigError(f"{name} must be an int in [1, 2**40], not {value!r}")
+    return int(retention_ms), int(compaction_ms)  # type: ignore[call-overload]
 
 
 def open(path: str, **options: Any) -> Store:  # noqa: A001 - mirrors io.open for stores

@@ -120,4 +120,6 @@ def encode_batch(
     compress: Callable[[int, bytes], bytes] | None = None,
     uid_ms: int = -1,
     index: bool = False,
+    offset_deltas: Sequence[int] | None = None,
+    last_offset_delta: int = -1,
 ) -> EncodedBatch: ...

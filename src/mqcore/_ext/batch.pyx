@@ -795,6 +795,7 @@ cdef class EncodedBatch:
     cdef bytes uid_bytes            # 16 bytes a record: its unique ID (zeros: none or not 16 bytes)
     cdef bytes packed_hits          # key_hits, made once
     cdef int32_t record_delta
+    cdef Py_ssize_t record_index    # its position in the batch (its slot in uid_bytes)
 
     def __cinit__(self):
         self.refs = []
@@ -860,7 +861,7 @@ cdef class EncodedBatch:
     cdef void keep_uid(self, const unsigned char* p, Py_ssize_t n) noexcept:
         """Remember the current record's unique ID for the append's metadata."""
         if self.uid_bytes is not None and n == 16:
-            memcpy(PyBytes_AS_STRING(self.uid_bytes) + 16 * <Py_ssize_t>self.record_delta, p, 16)
+            memcpy(PyBytes_AS_STRING(self.uid_bytes) + 16 * self.record_index, p, 16)
 
     @property
     def uids(self):
@@ -1271,17 +1272,52 @@ cdef Py_ssize_t sequence_length(object seq, str what) except -1:
         ) from None
 
 
+cdef list check_offset_deltas(object offset_deltas, Py_ssize_t n, int64_t last_offset_delta):
+    """encode_batch's explicit offset deltas as a list of ints, checked (None: consecutive)."""
+    cdef list out
+    cdef Py_ssize_t i
+    cdef int64_t d, prev = -1
+    if offset_deltas is None:
+        if last_offset_delta != -1:
+            raise InvalidRecordError("last_offset_delta needs offset_deltas")
+        return None
+    try:
+        out = list(offset_deltas)
+    except TypeError:
+        raise InvalidRecordError(
+            f"offset_deltas must be a sequence, not {type(offset_deltas).__name__}") from None
+    if len(out) != n:
+        raise InvalidRecordError(f"{len(out)} offset_deltas for {n} values")
+    for i in range(n):
+        if isinstance(out[i], bool) or not isinstance(out[i], int):
+            raise InvalidRecordError(f"offset_deltas[{i}] must be an int, not {out[i]!r}")
+        if not prev < out[i] <= INT32_MAX:
+            raise InvalidRecordError(
+                f"offset_deltas[{i}]={out[i]} must be above {prev} and at most {INT32_MAX}")
+        d = out[i]
+        prev = d
+    if last_offset_delta > INT32_MAX or (last_offset_delta != -1 and last_offset_delta < prev):
+        raise InvalidRecordError(
+            f"last_offset_delta={last_offset_delta} is below the last record's delta {prev} "
+            f"or above {INT32_MAX}")
+    return out
+
+
 def encode_batch(values, keys=None, headers=None, timestamps=None, int64_t now_ms=0,
                  int codec=0, int64_t log_append_time=-1, int64_t producer_id=-1,
                  int producer_epoch=-1, int32_t base_sequence=-1, bint transactional=False,
                  int32_t leader_epoch=-1, Py_ssize_t gather_threshold=DEFAULT_GATHER_THRESHOLD,
-                 compress=None, int64_t uid_ms=-1, bint index=False):
+                 compress=None, int64_t uid_ms=-1, bint index=False, offset_deltas=None,
+                 int64_t last_offset_delta=-1):
     """Encode one v2 batch from parallel sequences; returns an EncodedBatch (base offset -1).
 
     `timestamps` None stamps every record with `now_ms`. With a codec, the records are built in
     the glue buffer and `compress(codec, records) -> bytes` makes the one compressed stream.
     `uid_ms >= 0` gives every record without a `uid` header a generated one of that time;
     `index` collects the records' KeyHits (`key_hits`) for the segment's key index.
+    `offset_deltas` (strictly increasing ints in [0, 2**31)) gives each record its offset delta
+    instead of 0, 1, 2, ...; `last_offset_delta` (default: the last record's delta, never less)
+    keeps a rewritten batch's offset range (the cleaner keeps records' offsets, gaps and all).
     """
     cdef EncodedBatch eb = EncodedBatch.__new__(EncodedBatch)
     cdef Py_ssize_t n, i
@@ -1303,6 +1339,7 @@ def encode_batch(values, keys=None, headers=None, timestamps=None, int64_t now_m
         raise InvalidRecordError(f"{len(headers)} header sets for {n} values")
     if timestamps is not None and sequence_length(timestamps, "timestamps") != n:
         raise InvalidRecordError(f"{len(timestamps)} timestamps for {n} values")
+    deltas = check_offset_deltas(offset_deltas, n, last_offset_delta)
     if timestamps is None:
         if now_ms < 0:
             raise InvalidRecordError(f"timestamps must be >= 0 ms, not {now_ms}")
@@ -1333,14 +1370,20 @@ def encode_batch(values, keys=None, headers=None, timestamps=None, int64_t now_m
         value = values[i]
         hdrs = None if headers is None else headers[i]
         eb.record_ts = ts if log_append_time < 0 else log_append_time
-        eb.record_delta = <int32_t>i
+        eb.record_delta = <int32_t>i if deltas is None else <int32_t>deltas[i]
+        eb.record_index = i
         if ((hdrs is None or (type(hdrs) is list and not hdrs)) and (key is None or type(key) is bytes)
                 and (value is None or type(value) is bytes)):
-            eb.put_simple_record(ts - base_ts, i, key, value, gather_threshold, uid_ms >= 0)
+            eb.put_simple_record(ts - base_ts, eb.record_delta, key, value, gather_threshold,
+                                 uid_ms >= 0)
         else:
-            eb.put_record(ts - base_ts, i, key, value, hdrs, gather_threshold, uid_ms >= 0)
+            eb.put_record(ts - base_ts, eb.record_delta, key, value, hdrs, gather_threshold,
+                          uid_ms >= 0)
     eb.count = <int32_t>n
-    eb.last_offset_delta = <int32_t>(n - 1)
+    if deltas is None:
+        eb.last_offset_delta = <int32_t>(n - 1)
+    else:
+        eb.last_offset_delta = <int32_t>max(last_offset_delta, <int64_t>deltas[n - 1])
     eb.base_timestamp = base_ts
     eb.max_timestamp = max_ts
     if codec != 0:

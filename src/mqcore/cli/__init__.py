@@ -15,14 +15,16 @@
     mqcore dump FILE.log|.index|.timeindex|.keyindex [--records] [--index] [--json]
     mqcore verify STORE [TOPIC ...] [--deep] [--repair [--truncate]] [--json] [--progress]
     mqcore trace STORE UNIQUE_ID [--json]
+    mqcore compact STORE TOPIC [--now TIME] [--json] [--progress | --no-progress]
+    mqcore retention STORE [TOPIC] [--now TIME] [--json] [--progress | --no-progress]
 
-Every command but `produce` and `verify` opens the store with `read_only=True`: no lock is
-taken and nothing is written, so it is safe beside a running writer. `produce` and `verify` take
-the writer lock and fail with StoreLockedError while another process holds it. `--json` prints
-one JSON object per line; bytes that are not UTF-8 appear as {"base64": "..."} there (kcat's
-\\xNN escapes in `consume --json`, which writes kcat -J envelopes) and as \\xNN in text. Errors
-mqcore raises on purpose print one line, `mqcore: error: ...`, to stderr and exit with status 1;
-usage errors exit 2.
+Every command but `produce`, `verify`, `compact` and `retention` opens the store with
+`read_only=True`: no lock is taken and nothing is written, so it is safe beside a running
+writer. Those four take the writer lock and fail with StoreLockedError while another process
+holds it. `--json` prints one JSON object per line; bytes that are not UTF-8 appear as
+{"base64": "..."} there (kcat's \\xNN escapes in `consume --json`, which writes kcat -J
+envelopes) and as \\xNN in text. Errors mqcore raises on purpose print one line,
+`mqcore: error: ...`, to stderr and exit with status 1; usage errors exit 2.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ import sys
 from collections.abc import Sequence
 
 import mqcore
-from mqcore.cli import dump, produce, query, reading, stats, trace, verify
+from mqcore.cli import dump, maintenance, produce, query, reading, stats, trace, verify
 from mqcore.cli.options import UsageError
 from mqcore.errors import MQCoreError
 
@@ -80,6 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     dump.add_parsers(sub)
     verify.add_parsers(sub)
     trace.add_parsers(sub)
+    maintenance.add_parsers(sub)
     for command in sub.choices.values():
         command.set_defaults(parser=command)  # for usage errors a command finds late
     return parser

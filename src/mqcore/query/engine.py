@@ -9,6 +9,7 @@ the time index's answer, and skip segments whose timestamps cannot match. Result
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -128,10 +129,10 @@ def time_bounds(start: int | None, end: int | None) -> tuple[int, int]:
     return lo, hi
 
 
-def segments_of(part: Partition) -> list[tuple[LogSegment, int]]:
-    """The partition's segments with the size each had when the query started."""
-    with part._lock:
-        return [(s, s.size) for s in part.segments]
+def segments_of(part: Partition) -> contextlib.AbstractContextManager[list[tuple[LogSegment, int]]]:
+    """The partition's segments with the size each had when the query started, pinned for the
+    block (retention or compaction closes a segment's files only after its readers leave)."""
+    return part.pinned_segments()
 
 
 # -- lookups by ID and key ---------------------------------------------------------------------
@@ -166,8 +167,21 @@ def probe_partition(
     """Verified messages of one partition whose index entries carry `hashed`, offset order;
     also returns how many candidates were read. An entry names its batch's position, so each
     candidate is read straight from there (no offset-index lookup)."""
+    with segments_of(part) as segments:
+        return _probe_segments(part, segments, hashed, lo, hi, verify, from_offset)
+
+
+def _probe_segments(
+    part: Partition,
+    segments: list[tuple[LogSegment, int]],
+    hashed: int,
+    lo: int,
+    hi: int,
+    verify: Callable[[Message], bool],
+    from_offset: int,
+) -> tuple[list[Message], int]:
     candidates: dict[int, tuple[LogSegment, int, int]] = {}
-    for seg, size in segments_of(part):
+    for seg, size in segments:
         table = seg.key_table()
         if table is None:
             continue
@@ -246,7 +260,20 @@ def find_unique(
     lo, hi = time_bounds(start, end)
     limit = check_limit("limit", limit, MAX_LIMIT)
     t = uid_time_ms(raw)
-    segs = [(part, seg) for part in parts for seg, _ in segments_of(part)]
+    with contextlib.ExitStack() as pins:
+        segs = [(part, seg) for part in parts for seg, _ in pins.enter_context(segments_of(part))]
+        return _find_unique_in(segs, raw, hashed, lo, hi, t, limit)
+
+
+def _find_unique_in(
+    segs: list[tuple[Partition, LogSegment]],
+    raw: bytes,
+    hashed: int,
+    lo: int,
+    hi: int,
+    t: int | None,
+    limit: int,
+) -> QueryResult:
     if t is not None:
         segs.sort(key=lambda ps: not (ps[1].max_timestamp >= t >= _min_ts(ps[1])))
     result = QueryResult()
@@ -358,18 +385,19 @@ def scan_partition(
             return None
         start_offset = max(start_offset, first)
     next_offset = start_offset
-    for seg, size in segments_of(part):
-        if size == 0 or seg.next_offset <= next_offset:
-            continue
-        if seg.max_timestamp < spec.lo:
-            continue
-        table = seg.key_table()
-        if table is not None and table.key_count and table.min_timestamp >= spec.hi:
-            continue
-        stop, next_offset = scan_segment(part, seg, size, spec, budget, result, next_offset)
-        if stop is not None:
-            result.cursor = encode_cursor(part.partition, next_offset)
-            return stop
+    with segments_of(part) as segments:
+        for seg, size in segments:
+            if size == 0 or seg.next_offset <= next_offset:
+                continue
+            if seg.max_timestamp < spec.lo:
+                continue
+            table = seg.key_table()
+            if table is not None and table.key_count and table.min_timestamp >= spec.hi:
+                continue
+            stop, next_offset = scan_segment(part, seg, size, spec, budget, result, next_offset)
+            if stop is not None:
+                result.cursor = encode_cursor(part.partition, next_offset)
+                return stop
     return None
 
 

@@ -10,9 +10,11 @@ outside it, never past the size they saw, so they never meet a partial batch
 from __future__ import annotations
 
 import bisect
+import contextlib
 import os
+import shutil
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from mqcore._ext.batch import EncodedBatch, Message, decode_messages, peek_batch_header
@@ -20,8 +22,29 @@ from mqcore._ext.scan import first_offset_at_or_after, read_record
 from mqcore.config import FlushPolicy, TopicConfig
 from mqcore.errors import CorruptRecordError, OffsetOutOfRangeError, StoreClosedError
 from mqcore.storage import producer_state
+from mqcore.storage.keyindex import KEYINDEX_SUFFIX
 from mqcore.storage.producer_state import ProducerStateManager
-from mqcore.storage.segment import LOG_SUFFIX, MAX_DECOMPRESSED, LogSegment, segment_name
+from mqcore.storage.segment import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    MAX_DECOMPRESSED,
+    TIMEINDEX_SUFFIX,
+    LogSegment,
+    segment_name,
+)
+
+# the cleaner builds a new segment here before moving its files in as `.cleaned`
+SCRATCH_DIR = "cleaner.tmp"
+# `<base>.cleanmark`: when the cleaner first cleaned the segment (storage/cleaner.py)
+CLEANMARK_SUFFIX = ".cleanmark"
+# every file of one segment, in the order a swap renames them: the .log last (the commit)
+SEGMENT_FILE_SUFFIXES = (
+    INDEX_SUFFIX,
+    TIMEINDEX_SUFFIX,
+    KEYINDEX_SUFFIX,
+    CLEANMARK_SUFFIX,
+    LOG_SUFFIX,
+)
 
 # Decoders driven by Partition.scan(): (view, file position, segment) -> (bytes used, stop)
 Decoder = Callable[[memoryview, int, LogSegment], tuple[int, bool]]
@@ -66,6 +89,11 @@ class Partition:
         self.recovery_point = 0
         self.closed = False
         self.producer_state: ProducerStateManager | None = None  # writable partitions only
+        # readers pin the segments they picked; retention and compaction take a segment out of
+        # the list at once but close its files only when the last reader unpins it
+        self._pins: dict[LogSegment, int] = {}
+        self._retired: dict[LogSegment, Callable[[], None]] = {}
+        self.maintenance = threading.Lock()  # one retention or compaction pass at a time
 
     # -- opening and recovery -----------------------------------------------------------------
 
@@ -323,22 +351,34 @@ class Partition:
         position) onwards to `decode`, as one zero-copy view per segment, until it says stop or
         the log, as it was when the scan began, ends."""
         with self._lock:
+            if start is None and offset < self.start_offset:
+                # retention moved the log start past it since the caller checked
+                raise OffsetOutOfRangeError(
+                    f"offset {offset} is below the log start offset {self.start_offset} of "
+                    f"{self.topic}-{self.partition}"
+                )
             i = self.segments.index(start[0]) if start else self._segment_index(offset)
             segs = self.segments[i:]
             sizes = [s.size for s in segs]
             pos = start[1] if start else segs[0].position_for(offset)
-        for seg, size in zip(segs, sizes, strict=True):
-            while pos < size:
-                used, stop = decode(seg.view(pos, size), pos, seg)
-                if stop:
-                    return
-                if used == 0:
-                    # the view ends where the log ended: a batch past it was never whole
-                    raise CorruptRecordError(
-                        "batch runs past the end of the segment", path=seg.log_path, position=pos
-                    )
-                pos += used
-            pos = 0
+            self._pin(segs)
+        try:
+            for seg, size in zip(segs, sizes, strict=True):
+                while pos < size:
+                    used, stop = decode(seg.view(pos, size), pos, seg)
+                    if stop:
+                        return
+                    if used == 0:
+                        # the view ends where the log ended: a batch past it was never whole
+                        raise CorruptRecordError(
+                            "batch runs past the end of the segment",
+                            path=seg.log_path,
+                            position=pos,
+                        )
+                    pos += used
+                pos = 0
+        finally:
+            self._unpin(segs)
 
     def read(
         self, offset: int, max_records: int, verify_crc: bool = True, max_offset: int | None = None
@@ -386,17 +426,21 @@ class Partition:
             seg = self.segments[self._segment_index(offset)]
             position = seg.position_for(offset)
             limit = seg.size
-        return read_record(
-            seg.view(0, limit),
-            position,
-            offset,
-            self.topic,
-            self.partition,
-            verify_crc,
-            seg.verified_batches,
-            seg.log_path,
-            MAX_DECOMPRESSED,
-        )
+            self._pin([seg])
+        try:
+            return read_record(
+                seg.view(0, limit),
+                position,
+                offset,
+                self.topic,
+                self.partition,
+                verify_crc,
+                seg.verified_batches,
+                seg.log_path,
+                MAX_DECOMPRESSED,
+            )
+        finally:
+            self._unpin([seg])
 
     def offset_for_time(self, timestamp: int, verify_crc: bool = True) -> int | None:
         """Kafka's rule: the earliest offset whose timestamp is >= `timestamp`, or None.
@@ -414,14 +458,67 @@ class Partition:
             segs = self.segments[first:]
             sizes = [s.size for s in segs]
             position = segs[0].position_for_time(timestamp)
-        for seg, size in zip(segs, sizes, strict=True):
-            found = first_offset_at_or_after(
-                seg.view(0, size), position, timestamp, verify_crc, seg.log_path, MAX_DECOMPRESSED
-            )
-            if found >= 0:
-                return int(found)
-            position = 0
-        return None
+            self._pin(segs)
+        try:
+            for seg, size in zip(segs, sizes, strict=True):
+                found = first_offset_at_or_after(
+                    seg.view(0, size),
+                    position,
+                    timestamp,
+                    verify_crc,
+                    seg.log_path,
+                    MAX_DECOMPRESSED,
+                )
+                if found >= 0:
+                    return int(found)
+                position = 0
+            return None
+        finally:
+            self._unpin(segs)
+
+    # -- pins: what a read has open -------------------------------------------------------------
+
+    def _pin(self, segs: list[LogSegment]) -> None:
+        """Count a reader on each segment (call with the lock held, as the reader picks them)."""
+        for seg in segs:
+            self._pins[seg] = self._pins.get(seg, 0) + 1
+
+    def _unpin(self, segs: list[LogSegment]) -> None:
+        """Drop a reader's pins; a retired segment whose last reader left is disposed of."""
+        done = []
+        with self._lock:
+            for seg in segs:
+                left = self._pins[seg] - 1
+                if left:
+                    self._pins[seg] = left
+                    continue
+                del self._pins[seg]
+                dispose = self._retired.pop(seg, None)
+                if dispose is not None:
+                    done.append(dispose)
+        for dispose in done:
+            dispose()
+
+    @contextlib.contextmanager
+    def pinned_segments(self) -> Iterator[list[tuple[LogSegment, int]]]:
+        """The segments with the size each has now, pinned until the block ends (queries)."""
+        with self._lock:
+            segs = list(self.segments)
+            sizes = [s.size for s in segs]
+            self._pin(segs)
+        try:
+            yield list(zip(segs, sizes, strict=True))
+        finally:
+            self._unpin(segs)
+
+    def retire(self, seg: LogSegment, dispose: Callable[[], None]) -> bool:
+        """`seg` left the segment list (call with the lock held): run `dispose` (close and
+        unlink its files) now if no reader has it pinned, else when the last one unpins.
+        Returns whether it must run now; the caller runs it after releasing the lock."""
+        if seg in self._pins:
+            self._retired[seg] = dispose
+            return False
+        return True
 
     # -- closing --------------------------------------------------------------------------------
 
@@ -440,6 +537,9 @@ class Partition:
                 self.recovery_point = self.end_offset
             for seg in self.segments:
                 seg.close()
+            retired, self._retired = list(self._retired.values()), {}
+        for dispose in retired:
+            dispose()  # readers still in them get StoreClosedError, as for any closed segment
 
 
 def _batch_base(buf: memoryview, pos: int) -> int:
@@ -467,15 +567,59 @@ def _segment_bases(directory: str) -> list[int]:
 
 
 def _finish_interrupted_swaps(directory: str) -> None:
-    """Kafka's load-time rule for segment replacement: drop `.cleaned` and `.deleted` files,
-    complete `.swap` renames (docs/format.md "Segment replacement")."""
-    for name in sorted(os.listdir(directory)):
-        path = os.path.join(directory, name)
-        if name.endswith((".cleaned", ".deleted", ".index.tmp", ".timeindex.tmp")):
-            os.unlink(path)
+    """Kafka's load-time rule for segment replacement, made safe for the files of a segment
+    (docs/_draft_retention.md "Swap protocol"): drop the cleaner's scratch directory and every
+    `.cleaned`, `.deleted` and `.tmp` file; a `<base>.log.swap` means the swap committed, so
+    finish it: each `<base>.*.swap` takes its final name and an old index of that base without
+    a swap (stale: it described the old log) is removed. A `.swap` index without a `.log.swap`
+    was never committed (the log is renamed last) and is dropped."""
+    scratch = os.path.join(directory, SCRATCH_DIR)
+    if os.path.isdir(scratch):
+        shutil.rmtree(scratch)
+    names = sorted(os.listdir(directory))
+    for name in names:
+        if name.endswith((".cleaned", ".deleted", ".tmp")):
+            os.unlink(os.path.join(directory, name))
+    names = sorted(os.listdir(directory))
+    committed = {n[: -len(LOG_SUFFIX + ".swap")] for n in names if n.endswith(LOG_SUFFIX + ".swap")}
+    for stem in sorted(committed):
+        _drop_merged(directory, stem, names)
+        log = os.path.join(directory, stem + LOG_SUFFIX)
+        # the old .log is renamed to .deleted last of the old files: while it is still there,
+        # a file of this base without a .swap is an old one; once it is gone, a new one that
+        # already took its final name
+        old_files_left = os.path.exists(log)
+        for suffix in SEGMENT_FILE_SUFFIXES:
+            final = os.path.join(directory, stem + suffix)
+            if suffix == LOG_SUFFIX:
+                continue
+            if os.path.exists(final + ".swap"):
+                os.replace(final + ".swap", final)
+            elif old_files_left and os.path.exists(final):
+                os.unlink(final)
+        os.replace(log + ".swap", log)
     for name in sorted(os.listdir(directory)):
         if name.endswith(".swap"):
-            os.replace(os.path.join(directory, name), os.path.join(directory, name[:-5]))
+            os.unlink(os.path.join(directory, name))
+    if committed:
+        _fsync_dir(directory)
+
+
+def _drop_merged(directory: str, stem: str, names: list[str]) -> None:
+    """A committed swap may replace several segments merged into one: its `.cleanmark` names
+    the end of the range it covers; the files of later segments inside it are the old ones."""
+    from mqcore.storage.cleaner import read_cleanmark_fields  # the sidecar's format lives there
+
+    path = os.path.join(directory, stem + CLEANMARK_SUFFIX)
+    fields = read_cleanmark_fields(path + ".swap") or read_cleanmark_fields(path)
+    if fields is None:
+        return
+    base, end = int(stem), fields[1]
+    for name in names:
+        other = name.split(".", 1)[0]
+        if len(other) == 20 and other.isdigit() and base < int(other) < end:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(directory, name))
 
 
 def _fsync_dir(directory: str) -> None:

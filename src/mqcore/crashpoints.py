@@ -1,0 +1,60 @@
+"""Named crash points for crash-safety tests: kill the process at an exact step.
+
+Nothing happens unless the environment variable MQCORE_CRASH_AT is set when this module is
+imported, as "name" (crash the first time the point is reached) or "name:N" (the N-th time).
+The process then dies by SIGKILL, as a power cut or `kill -9` would stop it: no finally blocks,
+no atexit, no flush. Every point is listed in CRASH_POINTS.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+from mqcore.errors import InvalidConfigError
+
+CRASH_POINTS = (
+    # compaction's segment swap (storage/cleaner.py), in the order the steps happen
+    "compact.after_cleaned",
+    "compact.after_swap",
+    "compact.after_deleted",
+    "compact.after_final",
+    "compact.before_unlink",
+    # retention (storage/retention.py)
+    "retention.after_deleted",
+    "retention.before_unlink",
+)
+
+
+def _parse(spec: str | None) -> tuple[str | None, int]:
+    if not spec:
+        return None, 0
+    name, _, count = spec.partition(":")
+    if name not in CRASH_POINTS:
+        raise InvalidConfigError(
+            f"MQCORE_CRASH_AT={spec!r}: unknown crash point {name!r}; known: {CRASH_POINTS}"
+        )
+    if not count:
+        return name, 1
+    if not count.isdigit() or int(count) < 1:
+        raise InvalidConfigError(f"MQCORE_CRASH_AT={spec!r}: the count must be an int >= 1")
+    return name, int(count)
+
+
+_TARGET, _REMAINING = _parse(os.environ.get("MQCORE_CRASH_AT"))
+
+
+def crash_point(name: str) -> None:
+    """Die here if MQCORE_CRASH_AT names this point and this is the chosen visit."""
+    global _REMAINING
+    if _TARGET is None or name != _TARGET:
+        return
+    _REMAINING -= 1
+    if _REMAINING == 0:
+        try:
+            os.kill(os.getpid(), signal.SIGKILL)
+        finally:
+            os._exit(137)  # where SIGKILL cannot be sent to ourselves
+
+
+__all__ = ["CRASH_POINTS", "crash_point"]

@@ -1,0 +1,167 @@
+"""Retention: delete a partition's oldest whole segments by age and by size (Kafka's rules).
+
+A sealed segment expires by time when its largest timestamp is older than now - retention_ms,
+by size while the partition stays at or above retention_bytes without it (Kafka's rule: a
+deletion never takes the log below the limit, so it may stay up to one segment above it).
+Only a prefix of the log goes, never the active segment: when every segment expires, the active
+one is rolled first so the log keeps an empty active segment at its end offset. The log start
+offset is the first remaining segment's base offset.
+
+Deletion is Kafka's: the segment leaves the list at once and its files are renamed to
+`.deleted` (a crash from there on is finished at the next open, which drops `.deleted` files);
+the files are closed and unlinked when the last reader that pinned the segment lets go.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from mqcore.crashpoints import crash_point
+from mqcore.storage.partition import (
+    CLEANMARK_SUFFIX,
+    SEGMENT_FILE_SUFFIXES,
+    Partition,
+    _fsync_dir,
+)
+from mqcore.storage.segment import LogSegment, segment_name
+
+DELETED_SUFFIX = ".deleted"
+
+# progress(done, total): segments looked at so far, of all in the pass
+Progress = Callable[[int, int], None]
+
+
+@dataclass
+class RetentionReport:
+    """What a retention pass deleted, and the log start offset of every partition it saw."""
+
+    deleted_segments: list[str] = field(default_factory=list)  # "<topic>-<p>/<base>.log"
+    deleted_bytes: int = 0
+    start_offsets: dict[tuple[str, int], int] = field(default_factory=dict)
+
+    def merge(self, other: RetentionReport) -> None:
+        self.deleted_segments.extend(other.deleted_segments)
+        self.deleted_bytes += other.deleted_bytes
+        self.start_offsets.update(other.start_offsets)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "deleted_segments": list(self.deleted_segments),
+            "deleted_bytes": self.deleted_bytes,
+            "start_offsets": [
+                {"topic": t, "partition": p, "start_offset": o}
+                for (t, p), o in sorted(self.start_offsets.items())
+            ],
+        }
+
+
+def applies(cleanup_policy: str) -> bool:
+    return "delete" in cleanup_policy.split(",")
+
+
+def expired_prefix(segments: list[LogSegment], retention_ms: int, retention_bytes: int,
+                   now: int) -> int:  # fmt: skip
+    """How many leading segments (the active one included) retention would delete."""
+    by_time = 0
+    if retention_ms >= 0:
+        limit = now - retention_ms
+        while by_time < len(segments) and segments[by_time].max_timestamp < limit:
+            by_time += 1
+    by_size = 0
+    if retention_bytes >= 0:
+        excess = sum(s.size for s in segments) - retention_bytes
+        while by_size < len(segments) and excess - segments[by_size].size >= 0:
+            excess -= segments[by_size].size
+            by_size += 1
+    return max(by_time, by_size)
+
+
+def segment_files(seg: LogSegment) -> list[str]:
+    """Paths of the segment's files that exist, the .log last."""
+    stem = os.path.join(seg.directory, segment_name(seg.base_offset))
+    return [stem + s for s in SEGMENT_FILE_SUFFIXES if os.path.exists(stem + s)]
+
+
+def retire_files(seg: LogSegment) -> list[str]:
+    """Rename the segment's files to `.deleted` (its open descriptors and mappings go on
+    working); returns the new paths."""
+    out = []
+    for path in segment_files(seg):
+        os.rename(path, path + DELETED_SUFFIX)
+        out.append(path + DELETED_SUFFIX)
+    return out
+
+
+def disposer(part: Partition, seg: LogSegment, paths: list[str], point: str) -> Callable[[], None]:
+    """The deferred end of a retired segment: close its files, then unlink the `.deleted` ones."""
+
+    def dispose() -> None:
+        with part._sync_lock:  # a flush() may hold its descriptor
+            seg.writable = False  # sealed already: close without trimming by path
+            seg.close()
+        crash_point(point)
+        for path in paths:
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+
+    return dispose
+
+
+def apply_partition(part: Partition, now: int) -> RetentionReport:
+    """One retention pass over one partition."""
+    report = RetentionReport()
+    cfg = part.config
+    with part.maintenance:
+        now_dispose = []
+        victims: list[tuple[LogSegment, int]] = []
+        with part._lock:
+            if part.closed or not part.writable:
+                return report
+            count = expired_prefix(part.segments, cfg.retention_ms, cfg.retention_bytes, now)
+            if count >= len(part.segments) and part.active.size > 0:
+                part._roll()  # every segment expired: Kafka rolls so the active can go too
+            count = min(count, len(part.segments) - 1)
+            if count > 0:
+                for seg in part.segments[:count]:
+                    victims.append((seg, seg.size))
+                    paths = retire_files(seg)
+                    dispose = disposer(part, seg, paths, "retention.before_unlink")
+                    if part.retire(seg, dispose):
+                        now_dispose.append(dispose)
+                del part.segments[:count]
+                del part._bases[:count]
+            report.start_offsets[(part.topic, part.partition)] = part.start_offset
+        if victims:
+            _fsync_dir(part.directory)
+            crash_point("retention.after_deleted")
+        for dispose in now_dispose:
+            dispose()
+    for seg, size in victims:
+        report.deleted_segments.append(
+            f"{part.topic}-{part.partition}/{segment_name(seg.base_offset)}.log"
+        )
+        report.deleted_bytes += size
+    return report
+
+
+def apply(parts: list[Partition], now: int, progress: Progress | None = None) -> RetentionReport:
+    """Retention over `parts` (the caller picked those whose cleanup policy has "delete")."""
+    report = RetentionReport()
+    total = sum(len(p.segments) for p in parts)
+    done = 0
+    if progress is not None:
+        progress(0, total)
+    for part in parts:
+        n = len(part.segments)
+        report.merge(apply_partition(part, now))
+        done += n
+        if progress is not None:
+            progress(done, total)
+    return report
+
+
+__all__ = ["CLEANMARK_SUFFIX", "RetentionReport", "apply", "apply_partition", "expired_prefix"]
