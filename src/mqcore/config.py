@@ -60,7 +60,7 @@ class TopicConfig:
     retention_ms: int = 7 * DAY_MS
     retention_bytes: int = -1
     cleanup_policy: str = "delete"
-    # compaction (docs/_draft_retention.md): tombstones live this long after the pass that
+    # compaction (docs/consume.md): tombstones live this long after the pass that
     # first saw them; a topic is cleaned once this share of its sealed bytes is dirty
     delete_retention_ms: int = DAY_MS
     min_cleanable_dirty_ratio: float = 0.5

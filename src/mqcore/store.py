@@ -637,7 +637,7 @@ class Store:
         of BatchMetadata (one per partition, ascending) comes back; without keys the whole batch
         goes to the next partition in round robin. `deliver_at`/`delay_ms` (one int for the
         batch or one per message) park the messages in the timer log: a list of
-        PendingMetadata, one per message, comes back (docs/_draft_txn_delay.md).
+        PendingMetadata, one per message, comes back (docs/consume.md).
         """
         self._check_writable()
         self._parts(topic, create=True)  # auto-creates the topic when allowed

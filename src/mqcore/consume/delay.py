@@ -2,7 +2,7 @@
 
 A message sent with `deliver_at=` / `delay_ms=` is appended to the internal topic `__delay`
 instead of its real topic, so every reader of the real topic sees it only once it is delivered
-(docs/_draft_txn_delay.md). Delivery re-appends the record to the real topic with its key,
+(docs/consume.md). Delivery re-appends the record to the real topic with its key,
 headers and unique ID, in due order (deliver_at, then timer-log offset). Progress is durable in
 `__delay_state`: the newest record there is a snapshot of what was delivered; a PREPARE snapshot
 written before the real appends names the in-doubt messages and where their target partitions

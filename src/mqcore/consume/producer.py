@@ -4,7 +4,7 @@ Every batch it appends carries (producer id, epoch, base sequence) in its v2 hea
 sequence number per record, counted per topic-partition. The partition's producer state
 (storage/producer_state.py) refuses gaps and older epochs and answers a resend of one of the
 last 5 batches with the original offsets instead of writing it again, so retrying after a
-timeout, in this process or a new one, never writes twice (docs/_draft_producers.md).
+timeout, in this process or a new one, never writes twice (docs/consume.md).
 """
 
 from __future__ import annotations

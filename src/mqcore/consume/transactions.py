@@ -8,7 +8,7 @@ IDs kept) and writes a COMMIT op; `rollback()` writes a ROLLBACK op. Ops live in
 (key = transaction id, value = JSON). A transaction with half messages and no COMMIT/ROLLBACK op
 is unresolved: one with a PREPARE op is rolled forward (its real appends are skipped for unique
 IDs already in the target partition), any other older than transaction_timeout_ms is checked
-back with the registered checker (docs/_draft_txn_delay.md).
+back with the registered checker (docs/consume.md).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Compaction (Kafka's log cleaner): keep the latest record of every key, offsets unchanged.
 
-One pass over a partition (docs/_draft_retention.md "Compaction"):
+One pass over a partition (docs/consume.md "Compaction"):
 1. Map every key to its latest offset over the whole log as it is when the pass starts (the
    active segment included). Keyless records and control batches do not enter the map.
 2. Rewrite each sealed segment (never the active one): a record stays iff it is the latest for

@@ -568,7 +568,7 @@ def _segment_bases(directory: str) -> list[int]:
 
 def _finish_interrupted_swaps(directory: str) -> None:
     """Kafka's load-time rule for segment replacement, made safe for the files of a segment
-    (docs/_draft_retention.md "Swap protocol"): drop the cleaner's scratch directory and every
+    (docs/consume.md "Swap protocol"): drop the cleaner's scratch directory and every
     `.cleaned`, `.deleted` and `.tmp` file; a `<base>.log.swap` means the swap committed, so
     finish it: each `<base>.*.swap` takes its final name and an old index of that base without
     a swap (stale: it described the old log) is removed. A `.swap` index without a `.log.swap`

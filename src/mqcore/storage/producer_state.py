@@ -5,7 +5,7 @@ WINDOW (5) batches. An append of a batch carrying a producer id is checked again
 partition lock, before the write: an older epoch is fenced, a batch equal to one of the window's
 is a duplicate (not written; its original offsets are returned), anything else must continue the
 sequence. The state survives restart in Kafka's `<offset>.snapshot` files (exact byte format,
-below) plus a walk of the batch headers written after the snapshot (docs/_draft_producers.md).
+below) plus a walk of the batch headers written after the snapshot (docs/consume.md).
 
 Snapshot file `<20-digit offset>.snapshot`, big-endian, the state of batches below that offset:
 
@@ -340,7 +340,7 @@ def read_snapshot(path: str) -> dict[int, ProducerEntry]:
 def load(part: Partition) -> ProducerStateManager:
     """The partition's producer state after open (and recovery): the newest valid snapshot at
     or below the log end (newer and corrupt ones are deleted), the batch headers after it, then
-    older batch headers for producers whose window is still short (docs/_draft_producers.md)."""
+    older batch headers for producers whose window is still short (docs/consume.md)."""
     mgr = ProducerStateManager(
         f"{part.topic}-{part.partition}",
         part.directory,
