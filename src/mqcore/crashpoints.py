@@ -14,6 +14,25 @@ import signal
 from mqcore.errors import InvalidConfigError
 
 CRASH_POINTS = (
+    # append (storage/segment.py): around the log write and the index entries
+    "append.before_write",
+    "append.after_write",
+    "append.after_index",
+    # roll (storage/partition.py)
+    "roll.after_seal",
+    "roll.after_new_segment",
+    "roll.before_dir_fsync",
+    # an index file cut to its valid entries (storage/index.py, at seal)
+    "index.after_trim",
+    # atomic checkpoint writes (storage/logdir.py): recovery points, topics, clean marker
+    "checkpoint.after_tmp_write",
+    "checkpoint.after_fsync",
+    "checkpoint.after_rename",
+    # consumer offset commits (consume/offsets.py)
+    "offsets.after_append",
+    "offsets.after_fdatasync",
+    # producer state snapshot (storage/producer_state.py)
+    "producer_snapshot.after_write",
     # compaction's segment swap (storage/cleaner.py), in the order the steps happen
     "compact.after_cleaned",
     "compact.after_swap",

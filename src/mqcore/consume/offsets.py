@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from mqcore.crashpoints import crash_point
 from mqcore.errors import CorruptRecordError
 
 if TYPE_CHECKING:
@@ -191,7 +192,9 @@ class OffsetStore:
                 [encode_key(group, t, p) for (t, p), _ in items],
                 partition=0,
             )
+            crash_point("offsets.after_append")
             part.flush()
+            crash_point("offsets.after_fdatasync")
             if len(part.segments) != segments:
                 _fsync_dir(part.directory)  # a new segment's directory entry, under flush="os"
             for (t, p), om in items:

@@ -14,6 +14,7 @@ import struct
 import threading
 
 from mqcore._ext import index as _index
+from mqcore.crashpoints import crash_point
 
 OFFSET_ENTRY = struct.Struct(">ii")  # relativeOffset, position
 TIME_ENTRY = struct.Struct(">qi")  # timestamp, relativeOffset
@@ -111,6 +112,14 @@ class SparseIndex:
                 os.truncate(self.path, want)
             self._map()
 
+    def make_room(self) -> None:
+        """Preallocate now if the next entry would need it, so an append can fail (a full disk)
+        before its batch is written rather than after, when the log already holds it."""
+        if self.writable and (
+            self._view is None or (self.entries + 1) * self.entry_size > len(self._view)
+        ):
+            self._preallocate()
+
     def _put(self, data: bytes) -> None:
         assert self.writable
         at = self.entries * self.entry_size
@@ -157,6 +166,7 @@ class SparseIndex:
                 self._mm.flush()
             self._unmap()
             os.truncate(self.path, valid)
+            crash_point("index.after_trim")
             self.writable = False
             self.max_entries = self.entries
             self._map()

@@ -21,6 +21,7 @@ import os
 import re
 
 from mqcore.config import TopicConfig, validate_name
+from mqcore.crashpoints import crash_point
 from mqcore.errors import CorruptIndexError, StoreError, StoreLockedError
 
 LOCK_FILE = ".mqcore.lock"
@@ -181,10 +182,13 @@ class LogDirectory:
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view) :]
+            crash_point("checkpoint.after_tmp_write")
             os.fsync(fd)
+            crash_point("checkpoint.after_fsync")
         finally:
             os.close(fd)
         os.replace(tmp, path)
+        crash_point("checkpoint.after_rename")
         self.fsync_dir()
 
     def fsync_dir(self) -> None:

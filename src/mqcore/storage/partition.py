@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from mqcore._ext.batch import EncodedBatch, Message, decode_messages, peek_batch_header
 from mqcore._ext.scan import first_offset_at_or_after, read_record
 from mqcore.config import FlushPolicy, TopicConfig
+from mqcore.crashpoints import crash_point
 from mqcore.errors import CorruptRecordError, OffsetOutOfRangeError, StoreClosedError
 from mqcore.storage import producer_state
 from mqcore.storage.keyindex import KEYINDEX_SUFFIX
@@ -283,12 +284,15 @@ class Partition:
         old.seal(durable=self.flush_policy.mode != "os")
         if self.flush_policy.mode != "os":
             old.flush()
+        crash_point("roll.after_seal")
         new = self._segment(old.next_offset)
+        crash_point("roll.after_new_segment")
         new.attach_key_index(trust=True, active=True)
         new.first_batch_timestamp = -1
         self.segments.append(new)
         self._bases.append(new.base_offset)
         self.snapshot_producers()
+        crash_point("roll.before_dir_fsync")
         if self.flush_policy.mode != "os":
             _fsync_dir(self.directory)
             self.recovery_point = new.base_offset

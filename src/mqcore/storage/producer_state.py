@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 from mqcore._ext.batch import BatchInfo, EncodedBatch, peek_batch_header
 from mqcore._ext.crc32c import crc32c
+from mqcore.crashpoints import crash_point
 from mqcore.errors import InvalidRecordError, OutOfOrderSequenceError, ProducerFencedError
 
 if TYPE_CHECKING:
@@ -271,6 +272,7 @@ class ProducerStateManager:
             os.replace(tmp, path)
             if self._fsync:
                 _fsync_dir(self.directory)
+            crash_point("producer_snapshot.after_write")
             self.snapshot_offset = max(self.snapshot_offset, offset)
             for old in snapshot_offsets(self.directory)[:-KEEP_SNAPSHOTS]:
                 _unlink(snapshot_path(self.directory, old))

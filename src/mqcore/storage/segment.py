@@ -14,6 +14,7 @@ from mqcore._ext.batch import EncodedBatch, peek_batch_header, read_batch_info
 from mqcore._ext.keyindex import KeyTable, batch_hits
 from mqcore._ext.mapping import MappedFile
 from mqcore._ext.scan import CORRUPT, IndexPolicy, SegmentScanner
+from mqcore.crashpoints import crash_point
 from mqcore.errors import CorruptRecordError, StoreClosedError
 from mqcore.storage.index import OffsetIndex, TimeIndex
 from mqcore.storage.keyindex import KEYINDEX_SUFFIX, BatchHits, KeyIndexFile
@@ -316,12 +317,19 @@ class LogSegment:
         position = self.size
         if self.key_index is not None:
             self.key_index.make_room(batch.key_hits, position)
+        self.offset_index.make_room()
+        self.time_index.make_room()
+        crash_point("append.before_write")
         try:
             batch.write_to(self.fd)
         except BaseException:
             self.truncate_to(position)
             raise
+        crash_point("append.after_write")
+        # the batch is in the log: its offsets are taken whatever happens to the derived
+        # indexes below (an error there must never let the next append reuse them)
         self.size = position + batch.size
+        self.next_offset = batch.last_offset + 1
         if self.key_index is not None:
             self.key_index.add(batch.key_hits, batch.base_offset - self.base_offset, position)
         last_offset = batch.last_offset
@@ -337,7 +345,7 @@ class LogSegment:
             self.time_index.append(
                 self.policy.max_timestamp, self.policy.offset_of_max_timestamp - self.base_offset
             )
-        self.next_offset = last_offset + 1
+        crash_point("append.after_index")
         return position
 
     def indexes_full(self) -> bool:

@@ -1,0 +1,61 @@
+"""Child process of tests/test_crash_walk.py: a workload that passes every crash point.
+
+Prints one line per acknowledged step, flushed at once, so the parent knows exactly what was
+acknowledged when MQCORE_CRASH_AT killed the process:
+  A <topic> <partition> <offset> <value> [<key>]   an append returned
+  C <topic> <partition> <offset>                   a consumer commit returned
+  S <topic> <base>                                 retention is about to run; the active
+                                                   segment starts at <base>
+  R                                                retention returned
+  K                                                compaction is about to run
+  DONE                                             the workload ran to its end
+"""
+
+from __future__ import annotations
+
+import sys
+
+import mqcore
+
+FAR_FUTURE = 1 << 50  # a `now` that expires every sealed segment of a short-retention topic
+
+
+def say(*fields: object) -> None:
+    sys.stdout.write(" ".join(str(f) for f in fields) + "\n")
+    sys.stdout.flush()
+
+
+def main(path: str) -> None:
+    with mqcore.open(path, flush="always") as s:
+        s.create_topic("t", partitions=1, segment_bytes=600)
+        s.create_topic("r", partitions=1, segment_bytes=600, retention_ms=1000)
+        s.create_topic("c", partitions=1, segment_bytes=600, cleanup_policy="compact")
+        for i in range(30):
+            value = f"t-{i:04d}-" + "x" * 60
+            md = s.append("t", value.encode(), partition=0)
+            say("A", "t", 0, md.offset, value)
+        consumer = s.consumer("g", ["t"])
+        got = consumer.poll(max_records=12)
+        consumer.commit()
+        say("C", "t", 0, got[-1].offset + 1)
+        s.flush()
+        for i in range(20):
+            value = f"r-{i:04d}-" + "y" * 60
+            md = s.append("r", value.encode(), partition=0, timestamp=1000 + i)
+            say("A", "r", 0, md.offset, value)
+        say("S", "r", s.segment_offsets("r")[-1])
+        s.apply_retention("r", now=FAR_FUTURE)
+        say("R")
+        for i in range(30):
+            key = f"k{i % 4}"
+            value = f"c-{i:04d}-" + "z" * 60
+            md = s.append("c", value.encode(), key=key.encode(), partition=0)
+            say("A", "c", 0, md.offset, value, key)
+        say("K")
+        s.compact("c")
+        consumer.close()
+    say("DONE")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
