@@ -7,7 +7,7 @@ PYX    := $(wildcard src/mqcore/_ext/*.pyx src/mqcore/_ext/*.pxd src/mqcore/_ext
 
 WORKFLOWS := $(wildcard .github/workflows/*.yml)
 
-.PHONY: build test demo bench lint typecheck sdist wheel wheel-test sdist-test clean
+.PHONY: build test demo bench lint typecheck sdist wheel wheel-test sdist-test clean fuzz fuzz-build asan
 
 $(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -97,6 +97,61 @@ sdist-test:
 	$(TEST_VENV)/bin/python -m pip install -q "$(firstword $(wildcard dist/*.tar.gz))[test]"
 	$(TEST_VENV)/bin/python build/sdist-unpacked/*/tools/test_installed.py \
 		--source $$(echo build/sdist-unpacked/*)
+
+# Fuzzing (harnesses in fuzz/, figures in docs/testing.md). fuzz-build compiles the kernels a second
+# time with clang, libFuzzer coverage and AddressSanitizer into build/fuzz (a copy of the package,
+# so the in-place build stays untouched); `make fuzz` seeds the corpora from a real store and runs
+# every harness for FUZZ_RUNS executions or FUZZ_SECONDS, whichever comes first, one after the
+# other, over that build with atheris' ASan + libFuzzer runtime preloaded. Leak detection is off:
+# CPython's allocator keeps memory until exit.
+FUZZ_SECONDS ?= 600
+FUZZ_RUNS    ?= 1000000
+FUZZ_BUILD   := build/fuzz
+ATHERIS_DIR   = $(shell $(PY) -c 'import atheris; print(atheris.path())')
+FUZZ_HARNESSES := $(sort $(wildcard fuzz/fuzz_*.py))
+
+fuzz-build: $(STAMP)
+	rm -rf $(FUZZ_BUILD) build/fuzz-temp
+	mkdir -p $(FUZZ_BUILD)
+	cp -r src/mqcore $(FUZZ_BUILD)/
+	find $(FUZZ_BUILD) -name '*.so' -delete
+	CC=clang CFLAGS="-g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer-no-link,address" \
+		LDFLAGS="-fsanitize=fuzzer-no-link,address" \
+		$(PY) setup.py -q build_ext --build-lib $(FUZZ_BUILD) --build-temp build/fuzz-temp --force
+
+fuzz: fuzz-build
+	PYTHONPATH=src $(PY) fuzz/make_corpus.py fuzz/corpus
+	mkdir -p fuzz/crashes
+	for h in $(FUZZ_HARNESSES); do \
+		name=$$(basename $$h .py); name=$${name#fuzz_}; mkdir -p fuzz/corpus/$$name; \
+		echo "== $$name"; \
+		PYTHONPATH=$(FUZZ_BUILD) LD_PRELOAD=$(ATHERIS_DIR)/asan_with_fuzzer.so \
+		ASAN_OPTIONS=detect_leaks=0,allocator_may_return_null=1 \
+			$(PY) $$h -runs=$(FUZZ_RUNS) -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+			-artifact_prefix=fuzz/crashes/$$name- fuzz/corpus/$$name || exit 1; \
+	done
+
+# The suite against kernels built with AddressSanitizer + UndefinedBehaviorSanitizer (gcc), in
+# a copy of the tree under build/asan so the in-place build stays untouched. libasan must be
+# preloaded (the interpreter is not linked with it). Leak detection is off: CPython keeps its
+# arenas and interned objects until exit, which LeakSanitizer reports. Whatever needs a Spark
+# session skips (MQCORE_TEST_NO_SPARK): Spark's launcher inherits the preload and hangs.
+ASAN_TREE := build/asan
+
+asan: $(STAMP)
+	rm -rf $(ASAN_TREE)
+	mkdir -p $(ASAN_TREE)
+	cp -r src tests fuzz bench tools setup.py pyproject.toml README.md CHANGELOG.md LICENSE Makefile \
+		$(ASAN_TREE)/
+	[ ! -d .github ] || cp -r .github $(ASAN_TREE)/
+	[ ! -d docs ] || cp -r docs $(ASAN_TREE)/
+	find $(ASAN_TREE) -name '*.so' -delete
+	cd $(ASAN_TREE) && MQCORE_SANITIZE=1 CFLAGS="-fno-sanitize-recover=undefined" \
+		$(abspath $(PY)) setup.py -q build_ext --inplace
+	cd $(ASAN_TREE) && PYTHONPATH=src LD_PRELOAD=$$(gcc -print-file-name=libasan.so) \
+		ASAN_OPTIONS=detect_leaks=0,abort_on_error=1,strict_string_checks=1 \
+		UBSAN_OPTIONS=halt_on_error=1,print_stacktrace=1 MQCORE_TEST_NO_SPARK=1 \
+		$(abspath $(PY)) -m pytest -q -p no:cacheprovider tests
 
 clean:
 	rm -rf build dist wheelhouse *.egg-info src/*.egg-info $(VENV)

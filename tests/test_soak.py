@@ -5,7 +5,7 @@ Runs MQCORE_SOAK_SECONDS (default 20) seconds, then drains the group and checks:
 message lost (each was consumed, or retention removed it: it lies below the final log start),
 no duplicate consumption within a partition, offsets strictly increasing in every read and
 poll, every value whole and consistent with the writer's sequence, and no exception anywhere.
-Figures go to stdout (`pytest -s`) for docs/_draft_faults.md.
+Figures go to stdout (`pytest -s`) for docs/testing.md.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from libc.string cimport memcpy, memset
 from mqcore._ext.batch cimport (
     ATTR_CONTROL, ATTR_LOG_APPEND_TIME, BATCH_HEADER_SIZE, E_SHORT, LOG_OVERHEAD, OK, BatchHeader,
     HeaderView, RecordCursor, RecordView, check_batch, cursor_finish, cursor_init, error_text,
-    next_header, next_record, open_records, walk_batch,
+    next_header, next_record, open_records, walk_batch, wrap_add, wrap_mul,
 )
 
 from mqcore.errors import CorruptRecordError
@@ -305,8 +305,9 @@ cdef class ArrowColumns:
                 column_put(&self.keys, self.num_rows, r.key, r.key_len)
                 column_put(&self.values, self.num_rows, r.value, r.value_len)
                 put_i64(&self.offsets, offset)
-                put_i64(&self.timestamps,
-                        (h.max_timestamp if ts_type else h.base_timestamp + r.timestamp_delta) * 1000)
+                put_i64(&self.timestamps, wrap_mul(
+                    h.max_timestamp if ts_type else wrap_add(h.base_timestamp, r.timestamp_delta),
+                    1000))
                 put_i32(&self.ts_types, ts_type)
                 if self.include_headers:
                     self.add_headers(&r, source, file_pos + pos)

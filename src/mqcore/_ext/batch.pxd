@@ -1,6 +1,6 @@
 # Kafka v2 record batches: header parsing and a record cursor that arrowcols.pyx also drives.
 cimport cython
-from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint32_t
+from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint32_t, uint64_t
 
 cdef enum:
     LOG_OVERHEAD = 12            # baseOffset int64 + batchLength int32
@@ -30,6 +30,7 @@ cdef enum:
     E_TRAILING = -11             # bytes left after recordsCount records
     E_OFFSET_ORDER = -12         # batch offsets go backwards within a segment
     E_HEADER_COUNT = -13
+    E_BASE_OFFSET = -14          # baseOffset + lastOffsetDelta + 1 past INT64_MAX
 
 cdef struct BatchHeader:
     int64_t base_offset
@@ -101,3 +102,14 @@ cdef Message make_message(str topic, int partition, const BatchHeader* h, const 
 cdef object records_area(const unsigned char* batch, const BatchHeader* h, Py_ssize_t max_size)
 cdef object open_records(const unsigned char* batch, const BatchHeader* h, Py_ssize_t max_size,
                          RecordCursor* c)
+
+
+cdef inline int64_t wrap_add(int64_t a, int64_t b) noexcept nogil:
+    """a + b wrapping on overflow as Kafka's Java readers do: a timestamp delta read from a file
+    may be anything, and must not reach C's signed-overflow undefined behaviour."""
+    return <int64_t>(<uint64_t>a + <uint64_t>b)
+
+
+cdef inline int64_t wrap_mul(int64_t a, int64_t b) noexcept nogil:
+    """a * b wrapping on overflow (milliseconds to microseconds of a timestamp from a file)."""
+    return <int64_t>(<uint64_t>a * <uint64_t>b)

@@ -128,6 +128,9 @@ cdef int check_batch(const unsigned char* p, Py_ssize_t avail, BatchHeader* h,
         return E_COUNT
     if h.records_count > 0 and h.records_count - 1 > h.last_offset_delta:
         return E_COUNT
+    # every offset sum the readers make (baseOffset + delta + 1) must fit int64
+    if h.base_offset > INT64_MAX - 1 - h.last_offset_delta:
+        return E_BASE_OFFSET
     if verify_crc:
         if crc32c_extend(0, p + CRC_START, LOG_OVERHEAD + h.batch_length - CRC_START) != h.crc:
             return E_CRC
@@ -277,6 +280,8 @@ cdef str error_text(int code):
         return "batch offsets go backwards"
     if code == E_HEADER_COUNT:
         return "header count out of range"
+    if code == E_BASE_OFFSET:
+        return "baseOffset + lastOffsetDelta overflows the 64-bit offset range"
     return f"error {code}"
 
 
@@ -487,7 +492,7 @@ cdef Message make_message(str topic, int partition, const BatchHeader* h, const 
         m.timestamp = h.max_timestamp
         m.timestamp_type = 1
     else:
-        m.timestamp = h.base_timestamp + r.timestamp_delta
+        m.timestamp = wrap_add(h.base_timestamp, r.timestamp_delta)
         m.timestamp_type = 0
     m.key = bytes_or_none(r.key, r.key_len)
     m.value = bytes_or_none(r.value, r.value_len)
@@ -522,7 +527,7 @@ cdef class BatchInfo:
 
     @property
     def last_offset(self):
-        return self.base_offset + self.last_offset_delta
+        return wrap_add(self.base_offset, self.last_offset_delta)
 
     @property
     def size(self):

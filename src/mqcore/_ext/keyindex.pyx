@@ -25,13 +25,13 @@
 # outside int32 are stored as INT32_MIN/INT32_MAX ("at most"/"at least"), never wrapped. Tag
 # entries are in offset order (appends only), so a tag read binary-searches its start.
 cimport cython
-from libc.stdint cimport INT32_MAX, INT32_MIN, int32_t, int64_t, uint32_t, uint64_t
+from libc.stdint cimport INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, int32_t, int64_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memcpy, memset
 
 from mqcore._ext.batch cimport (ATTR_CONTROL, ATTR_LOG_APPEND_TIME, BatchHeader, HeaderView,
                                  RecordCursor, RecordView, OK, check_batch,
                                  cursor_finish, error_text, next_header, next_record,
-                                 open_records)
+                                 open_records, wrap_add)
 from mqcore._ext.bytes_be cimport load_be16, load_be32, load_be64, store_be16, store_be32, store_be64
 from mqcore._ext.hashing cimport (KIND_KEY, KIND_TAG, KIND_UID, SEED_KEY, SEED_TAG, SEED_UID,
                                   KeyHit, next_word, xxh64)
@@ -80,6 +80,18 @@ def init_header(unsigned char[::1] buf not None, uint32_t slot_count, uint32_t k
 
 
 @cython.final
+
+cdef inline int64_t sat_delta(int64_t ts, int64_t base) noexcept nogil:
+    """ts - base clamped to int32 (an entry's timestamp hint), without signed overflow when a
+    timestamp read from the log is far from the table's base."""
+    cdef int64_t d
+    if base > 0 and ts < INT64_MIN + base:
+        return INT32_MIN
+    if base < 0 and ts > INT64_MAX + base:
+        return INT32_MAX
+    d = ts - base
+    return INT32_MIN if d < INT32_MIN else (INT32_MAX if d > INT32_MAX else d)
+
 cdef class KeyTable:
     """The hash table and tag column over one index buffer (an mmap or a bytearray).
 
@@ -249,8 +261,7 @@ cdef class KeyTable:
             return 0
         if self.key_count >= self.key_capacity:
             raise OverflowError("the key index is full")
-        delta = h.timestamp - self.base_timestamp
-        delta = INT32_MIN if delta < INT32_MIN else (INT32_MAX if delta > INT32_MAX else delta)
+        delta = sat_delta(h.timestamp, self.base_timestamp)
         e = self.keys + KEY_ENTRY * <Py_ssize_t>self.key_count
         slot = self.slots + 4 * <Py_ssize_t>(h.hash & (self.slot_count - 1))
         store_be64(e, h.hash)
@@ -293,7 +304,7 @@ cdef class KeyTable:
                 raise CorruptIndexError("a key index chain does not go to older entries")
             if load_be64(e) == hash:
                 d = <int32_t>load_be32(e + 16)
-                lo = self.base_timestamp + d
+                lo = wrap_add(self.base_timestamp, d)
                 hi = lo
                 if d == INT32_MIN:
                     lo = -1
@@ -417,7 +428,7 @@ def batch_hits(const unsigned char[::1] buf not None, Py_ssize_t pos, Py_ssize_t
         if h.attributes & ATTR_LOG_APPEND_TIME:
             ts = h.max_timestamp
         else:
-            ts = h.base_timestamp + r.timestamp_delta
+            ts = wrap_add(h.base_timestamp, r.timestamp_delta)
         record_hits(out, &r, ts, <int32_t>r.offset_delta)
     rc = cursor_finish(&c)
     if rc != OK:

@@ -16,7 +16,7 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from mqcore._ext.batch cimport (
     ATTR_CODEC_MASK, ATTR_CONTROL, ATTR_LOG_APPEND_TIME, BATCH_HEADER_SIZE, BatchHeader,
     E_OFFSET_ORDER, E_SHORT, LOG_OVERHEAD, OK, RecordCursor, RecordView, check_batch,
-    cursor_init, error_text, make_message, next_record, open_records, walk_batch,
+    cursor_init, error_text, make_message, next_record, open_records, walk_batch, wrap_add,
 )
 from mqcore._ext.bytes_be cimport store_be32, store_be64
 
@@ -363,7 +363,7 @@ def first_offset_at_or_after(const unsigned char[::1] buf not None, Py_ssize_t p
                 if rc < 0:
                     raise CorruptRecordError(error_text(rc), path=source, position=pos)
                 if (h.attributes & ATTR_LOG_APPEND_TIME
-                        or h.base_timestamp + r.timestamp_delta >= timestamp):
+                        or wrap_add(h.base_timestamp, r.timestamp_delta) >= timestamp):
                     return h.base_offset + r.offset_delta
         pos += LOG_OVERHEAD + h.batch_length
     return -1

@@ -49,7 +49,9 @@ def decode_msg_id(text: object) -> tuple[str, int, int]:
         raise InvalidMessageIdError(f"store ID {text!r} is truncated") from None
     if not 0 <= partition <= 0x7FFFFFFF or offset < 0:
         raise InvalidMessageIdError(f"store ID {text!r} names an impossible partition or offset")
-    if at != len(encode_varint(partition)) + len(encode_varint(offset)):
+    # byte for byte: a 10-byte varint may carry bits past 64 that decoding drops (as Kafka's
+    # does), so equal lengths do not make it canonical
+    if raw[:at] != encode_varint(partition) + encode_varint(offset):
         raise InvalidMessageIdError(f"store ID {text!r} is not in canonical form")
     try:
         topic = validate_name(raw[at:].decode())
@@ -74,9 +76,12 @@ def parse_uid(text: object) -> bytes:
     if len(digits) != 32 or (len(text) != 32 and len(text) != 36):
         raise InvalidMessageIdError(f"{text!r} is not a unique ID (a UUID of 32 hex digits)")
     try:
-        return bytes.fromhex(digits)
+        raw = bytes.fromhex(digits)
     except ValueError:
-        raise InvalidMessageIdError(f"{text!r} is not a unique ID (non-hex digits)") from None
+        raw = b""
+    if len(raw) != 16:  # fromhex skips whitespace: "01a2 52 ..." would give fewer bytes
+        raise InvalidMessageIdError(f"{text!r} is not a unique ID (non-hex digits)")
+    return raw
 
 
 def uid_time_ms(raw: bytes) -> int | None:

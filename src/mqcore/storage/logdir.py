@@ -201,9 +201,10 @@ class LogDirectory:
 
 def _read_checkpoint(path: str) -> dict[tuple[str, int], int]:
     """Parse Kafka's checkpoint format: version line 0, entry count, `topic partition offset`."""
-    with open(path, encoding="utf-8") as f:
-        lines = f.read().splitlines()
+    with open(path, "rb") as f:
+        raw = f.read()
     try:
+        lines = raw.decode("utf-8").splitlines()
         if lines[0].strip() != "0":
             raise ValueError(f"unknown checkpoint version {lines[0]!r}")
         count = int(lines[1])

@@ -1,0 +1,140 @@
+"""Seed the fuzz corpora from real files: `python fuzz/make_corpus.py [OUT_DIR]`.
+
+Writes a small store (every codec, keys, null keys and values, headers, tags, properties, unique
+IDs, several segments) in a temporary directory and copies its bytes into OUT_DIR/<harness>/
+(default fuzz/corpus, which is generated and not committed): whole small segments and single
+batches for the decoders, compressed record areas for the codec harness, index and key index
+files, the store's IDs, selectors, the metadata files, and recovery inputs. Run from the repo
+root with the package importable (PYTHONPATH=src).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import struct
+import sys
+import tempfile
+
+import mqcore
+from mqcore._ext.batch import read_batch_info
+
+CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
+LOG_OVERHEAD = 12
+RECORDS_AT = 61  # a v2 batch's records area starts after its 61-byte header
+
+SELECTORS = [
+    "color = 'red'",
+    "size > 3 AND size <= 10.5",
+    "name LIKE 'a%' ESCAPE '!' OR name NOT LIKE '_b'",
+    "kind IN ('x', 'y') AND NOT (level BETWEEN 1 AND 5)",
+    "flag IS NULL OR flag = TRUE",
+    "a <> b AND c >= -1e3",
+]
+PROPS = b"color=red\nsize=7\nname=abc\nkind=x\nlevel=3\nflag=true\na=1\nb=2\nc=0"
+
+
+def build_store(path: str) -> tuple[list[str], list[str]]:
+    """A store with one topic of several segments; returns (store IDs, unique IDs)."""
+    msg_ids: list[str] = []
+    uids: list[str] = []
+    with mqcore.open(path) as store:
+        store.create_topic("t", partitions=1, segment_bytes=4096, key_index_entries=256)
+        for round_ in range(2):
+            for codec in CODECS:
+                n = 5 + round_ * 7
+                meta = store.append_batch(
+                    "t",
+                    [
+                        f"value {codec} {i}".encode() * (1 + i % 3) if i % 4 else None
+                        for i in range(n)
+                    ],
+                    keys=[f"key-{i % 3}".encode() if i % 2 else None for i in range(n)],
+                    headers=[[("h", b"v"), ("empty", None)] for _ in range(n)],
+                    timestamps=[1_700_000_000_000 + round_ * 1000 + i for i in range(n)],
+                    compression=codec,
+                    tags=[f"tag{i % 2}" for i in range(n)],
+                    properties=[{"color": "red", "size": i} for i in range(n)],
+                )
+                del meta
+        for i in range(3):
+            rec = store.append(
+                "t",
+                b"single %d" % i,
+                key=b"solo",
+                tag="solo",
+                properties={"kind": "x"},
+                keys="extra words",
+            )
+            msg_ids.append(rec.msg_id)
+            if rec.unique_id:
+                uids.append(rec.unique_id)
+    return msg_ids, uids
+
+
+def split_batches(log: bytes) -> list[bytes]:
+    out = []
+    pos = 0
+    while pos < len(log):
+        info = read_batch_info(log, pos, False)
+        if info is None:
+            break
+        out.append(log[pos : pos + info.size])
+        pos += info.size
+    return out
+
+
+def main(out_dir: str) -> None:
+    def put(harness: str, name: str, data: bytes) -> None:
+        d = os.path.join(out_dir, harness)
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, name), "wb") as f:
+            f.write(data)
+
+    with tempfile.TemporaryDirectory(prefix="mqcore-corpus-") as tmp:
+        store_dir = os.path.join(tmp, "store")
+        msg_ids, uids = build_store(store_dir)
+        part = os.path.join(store_dir, "t-0")
+        for log_path in sorted(glob.glob(os.path.join(part, "*.log"))):
+            base = os.path.basename(log_path)[:-4]
+            with open(log_path, "rb") as f:
+                log = f.read()
+            for harness in ("batch", "scan", "keyindex"):
+                put(harness, f"{base}.log", log)
+            for i, b in enumerate(split_batches(log)):
+                put("batch", f"{base}-{i}", b)
+                put("scan", f"{base}-{i}", b)
+                put("keyindex", f"{base}-batch-{i}", b)
+                info = read_batch_info(b, 0, False)
+                if info.codec:
+                    count = min(info.records_count, 64)
+                    head = bytes([(info.codec - 1) | ((count - 1) << 2)])
+                    put("compression", f"{base}-{i}", head + b[RECORDS_AT:])
+            for suffix in (".index", ".timeindex", ".keyindex"):
+                path = os.path.join(part, base + suffix)
+                if os.path.exists(path):
+                    with open(path, "rb") as f:
+                        data = f.read()
+                    put("keyindex" if suffix == ".keyindex" else "index", base + suffix, data)
+            idx = b""
+            if os.path.exists(os.path.join(part, base + ".index")):
+                with open(os.path.join(part, base + ".index"), "rb") as f:
+                    idx = f.read()
+            for flags in (0, 1, 2):
+                put(
+                    "recovery",
+                    f"{base}-{flags}",
+                    bytes([flags]) + struct.pack(">I", len(log)) + log + idx,
+                )
+        for name in ("mqcore-topics.json", "mqcore-recovery-point-checkpoint"):
+            with open(os.path.join(store_dir, name), "rb") as f:
+                put("logdir", name, f.read())
+    for i, text in enumerate(msg_ids + uids + [u.replace("-", "") for u in uids]):
+        put("ids", f"id-{i}", text.encode())
+    for i, text in enumerate(SELECTORS):
+        put("selector", f"sel-{i}", text.encode() + b"\0" + PROPS)
+    print(f"corpora written under {out_dir}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "corpus"))
