@@ -211,6 +211,7 @@ class Store:
         self.path = self._dir.path
         self._lock = threading.RLock()
         self._round_robin: dict[str, itertools.count[int]] = {}
+        self._topic_appends: dict[str, int] = {}  # batches written per topic since open
         # topic -> partition number -> Partition; a read-only store of a Kafka log directory
         # may lack some numbers (a broker holds only some partitions of a topic)
         self._partitions: dict[str, dict[int, Partition]] = {}
@@ -813,6 +814,8 @@ class Store:
 
     def _write(self, part: Partition, batch: EncodedBatch) -> int:
         base = part.append(batch)
+        appends = self._topic_appends  # lets a consumer skip a topic it found drained
+        appends[part.topic] = appends.get(part.topic, 0) + 1
         if self._flusher is not None and part.unflushed_messages >= self.flush_policy.messages:
             self._flusher.wake()
         consume = self._consume

@@ -135,6 +135,10 @@ class Consumer:
         self._owned: set[TopicPartition] = set()
         self._pending: set[TopicPartition] = set()
         self._not_due: dict[TopicPartition, int] = {}
+        # topic -> the store's append count for it when a fetch found every one of its
+        # partitions drained: while the count is unchanged the topic is skipped without a look
+        # at each partition (the retry topic alone has one partition per backoff level)
+        self._drained: dict[str, int] = {}
         self._delivered_uids: dict[TopicPartition, list[tuple[int, str]]] = {}
         self._rotation = 0
         self._last_auto = self._now()
@@ -185,6 +189,7 @@ class Consumer:
             self._coord.release(self.member_id, revoked)
         self._owned, self._pending = self._coord.acquire(self.member_id)
         self._generation = generation
+        self._drained.clear()
         self._topic_tps = {}
         for tp in sorted(self._owned):
             self._topic_tps.setdefault(tp[0], []).append(tp)
@@ -212,6 +217,7 @@ class Consumer:
         return pos
 
     def _reset(self, tp: TopicPartition, part: Partition, bad: int | None) -> int:
+        self._drained.pop(tp[0], None)
         policy = "earliest" if tp[0] == self.retry_topic else self.auto_offset_reset
         if policy == "earliest":
             return part.start_offset
@@ -288,7 +294,9 @@ class Consumer:
         with data, then the rest by descending priority."""
         now = self._now()
         with_data = [
-            t for t, tps in self._topic_tps.items() if any(self._has_data(tp, now) for tp in tps)
+            t
+            for t, tps in self._topic_tps.items()
+            if t not in self._drained and any(self._has_data(tp, now) for tp in tps)
         ]
         if len(with_data) <= 1:  # a lone candidate's credit would rise and fall by its weight
             return with_data + [t for t in self._ranked if t not in with_data]
@@ -303,7 +311,14 @@ class Consumer:
         out: list[Message] = []
         budget = [FILTER_SCAN_BUDGET]
         self._rotation += 1
+        appends = self.store._topic_appends
+        for topic, count in list(self._drained.items()):
+            if appends.get(topic, 0) != count:
+                del self._drained[topic]  # new data since it was drained
+        counts = {t: appends.get(t, 0) for t in self._topic_tps}  # before looking at the ends
         for topic in self._order():
+            if topic in self._drained:
+                continue
             tps = self._topic_tps.get(topic, [])
             if len(tps) > 1:
                 k = self._rotation % len(tps)
@@ -316,6 +331,8 @@ class Consumer:
                     out.extend(self._fetch_retry(tp, room))
                 else:
                     out.extend(self._fetch_partition(tp, room, budget))
+            if tps and all(self._positions.get(tp) == self._part(tp).end_offset for tp in tps):
+                self._drained[topic] = counts[topic]
         return out
 
     def _fetch_partition(self, tp: TopicPartition, room: int, budget: list[int]) -> list[Message]:
@@ -608,6 +625,7 @@ class Consumer:
         self._owned_tp(tp)
         self._positions[tp] = offset
         self._not_due.pop(tp, None)
+        self._drained.pop(tp[0], None)
 
     def seek_to_time(self, timestamp: int) -> None:
         """Every owned partition to its first offset with a timestamp >= `timestamp` (ms), or to
@@ -618,6 +636,7 @@ class Consumer:
             found = self.store.offset_for_time(tp[0], tp[1], timestamp)
             self._positions[tp] = self._part(tp).end_offset if found is None else found
             self._not_due.pop(tp, None)
+        self._drained.clear()
 
     def position(self, *args: Any) -> int:
         """position(topic, partition) or position(partition): the next offset poll reads."""
