@@ -10,6 +10,7 @@ import site
 import subprocess
 import sys
 import sysconfig
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -165,3 +166,42 @@ def make_spark_store(path: str) -> None:
         for i in range(5):
             st.append("audit", b"entry %d" % i, key=b"a")
         st.append("other", b"only")
+
+
+class PausedScan:
+    """A reader thread inside `part.scan(0, ...)`, held after its first segment until release():
+    what retention and compaction must not pull out from under it. `messages` collects what it
+    read, `errors` what it raised."""
+
+    def __init__(self, part: Any) -> None:
+        from mqcore._ext.batch import decode_messages
+
+        self.messages: list[Any] = []
+        self.errors: list[BaseException] = []
+        self._in_scan, self._released = threading.Event(), threading.Event()
+
+        def decode(buf: memoryview, file_pos: int, seg: object) -> tuple[int, bool]:
+            out: list[Any] = []
+            used, _ = decode_messages(buf, 0, part.topic, part.partition, 0, 1 << 30, out)
+            self.messages.extend(out)
+            if not self._in_scan.is_set():
+                self._in_scan.set()
+                assert self._released.wait(30)
+            return used, False
+
+        def reader() -> None:
+            try:
+                part.scan(0, decode)
+            except BaseException as e:  # noqa: BLE001 - reported by finish()
+                self.errors.append(e)
+
+        self._thread = threading.Thread(target=reader)
+        self._thread.start()
+        assert self._in_scan.wait(30)
+
+    def finish(self) -> list[Any]:
+        """Let the reader go on to the end; the messages it read (its errors fail the test)."""
+        self._released.set()
+        self._thread.join(30)
+        assert not self.errors, self.errors
+        return self.messages

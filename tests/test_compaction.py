@@ -9,7 +9,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -21,7 +20,7 @@ from mqcore.crashpoints import CRASH_POINTS
 from mqcore.errors import InvalidConfigError, InvalidRecordError
 from mqcore.storage import cleaner
 from mqcore.storage.logdir import CLEAN_SHUTDOWN
-from tests.conftest import child_env
+from tests.conftest import PausedScan, child_env
 
 T0 = 1_700_000_000_000
 DAY = 86_400_000
@@ -286,35 +285,12 @@ def test_reader_keeps_reading_a_swapped_out_segment(store: mqcore.Store) -> None
     part = store._partition("t", 0)
     old = list(part.segments[:-1])
     directory = os.path.join(store.path, "t-0")
-    in_scan, done = threading.Event(), threading.Event()
-    got: list[int] = []
-    errors: list[BaseException] = []
-
-    def decode(buf: memoryview, file_pos: int, seg: object) -> tuple[int, bool]:
-        out: list[mqcore.Message] = []
-        used, _ = decode_messages(buf, 0, "t", 0, 0, 1 << 30, out)
-        got.extend(m.offset for m in out)
-        if not in_scan.is_set():
-            in_scan.set()
-            assert done.wait(30)
-        return used, False
-
-    def reader() -> None:
-        try:
-            part.scan(0, decode)
-        except BaseException as e:  # noqa: BLE001 - reported by the test thread
-            errors.append(e)
-
-    t = threading.Thread(target=reader)
-    t.start()
-    assert in_scan.wait(30)
+    reader = PausedScan(part)
     store.compact("t", now=T0)
     assert all(seg not in part.segments for seg in old)
     assert f"{old[1].base_offset:020d}.log.deleted" in os.listdir(directory)
     assert len(records(store)) < 60  # new readers see the compacted log
-    done.set()
-    t.join(30)
-    assert not errors, errors
+    got = [m.offset for m in reader.finish()]
     assert got == list(range(60))  # the old reader saw the old segments whole
     assert all(seg.fd == -1 for seg in old)
     assert not [n for n in os.listdir(directory) if n.endswith(".deleted")]

@@ -7,16 +7,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
 
 import pytest
 
 import mqcore
-from mqcore._ext.batch import decode_messages
 from mqcore.errors import InvalidConfigError, OffsetOutOfRangeError
 from mqcore.storage.logdir import CLEAN_SHUTDOWN
 from mqcore.storage.retention import expired_prefix
-from tests.conftest import child_env
+from tests.conftest import PausedScan, child_env
 
 T0 = 1_700_000_000_000
 DAY = 86_400_000
@@ -181,28 +179,7 @@ def test_reader_in_progress_keeps_reading_deleted_segments(store: mqcore.Store) 
     part = store._partition("t", 0)
     first_segments = list(part.segments)
     directory = part_dir(store, "t")
-    in_scan, retention_done = threading.Event(), threading.Event()
-    got: list[bytes | None] = []
-    errors: list[BaseException] = []
-
-    def decode(buf: memoryview, file_pos: int, seg: object) -> tuple[int, bool]:
-        out: list[mqcore.Message] = []
-        used, _ = decode_messages(buf, 0, "t", 0, 0, 1 << 30, out)
-        got.extend(m.value for m in out)
-        if not in_scan.is_set():
-            in_scan.set()  # the first segment is read: let retention run, then go on
-            assert retention_done.wait(30)
-        return used, False
-
-    def reader() -> None:
-        try:
-            part.scan(0, decode)
-        except BaseException as e:  # noqa: BLE001 - reported by the test thread
-            errors.append(e)
-
-    t = threading.Thread(target=reader)
-    t.start()
-    assert in_scan.wait(30)
+    reader = PausedScan(part)  # held after the first segment while retention runs
     report = store.apply_retention("t", now=T0 + 3 * DAY)
     names = set(os.listdir(directory))
     assert report.deleted_segments  # everything expired: all old segments left the log
@@ -210,9 +187,7 @@ def test_reader_in_progress_keeps_reading_deleted_segments(store: mqcore.Store) 
     # still open by the reader: renamed to .deleted, not unlinked
     assert f"{first_segments[0].base_offset:020d}.log.deleted" in names
     assert f"{first_segments[-1].base_offset:020d}.log.deleted" in names
-    retention_done.set()
-    t.join(30)
-    assert not errors, errors
+    got = [m.value for m in reader.finish()]
     assert got == [b"value-%03d" % i for i in range(60)]
     assert all(seg.fd == -1 for seg in first_segments)
     assert not [n for n in os.listdir(directory) if n.endswith(".deleted")]
