@@ -7,7 +7,19 @@ from Cython.Build import cythonize
 from setuptools import Extension, setup
 
 # One extension per hot kernel; each has a .pxd (what others cimport) and a .pyi (typing).
-KERNELS = ["crc32c", "varint", "batch", "scan", "search", "index", "arrowcols", "hashing", "mapping", "keyindex"]
+KERNELS = [
+    "crc32c",
+    "varint",
+    "batch",
+    "scan",
+    "search",
+    "index",
+    "arrowcols",
+    "hashing",
+    "mapping",
+    "keyindex",
+    "filespace",
+]
 # MQCORE_KERNELS="crc32c varint" builds a subset (fuzz and sanitizer builds of one kernel).
 if os.environ.get("MQCORE_KERNELS"):
     KERNELS = [k for k in KERNELS if k in os.environ["MQCORE_KERNELS"].split()]

@@ -52,6 +52,11 @@ TARGETS = [
         0.8,
     ),
     Target(
+        "append 1 KiB x1000, plain topic, flush=os vs raw write() into reserved space",
+        "append/1KiB/mqcore-os-plain",
+        "append/1KiB/raw-write-plain-reserved",
+    ),
+    Target(
         "append 100 B x1000, plain topic, flush=os vs raw write()",
         "append/100B/mqcore-os-plain",
         "append/100B/raw-write-plain",

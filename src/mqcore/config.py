@@ -54,6 +54,9 @@ class TopicConfig:
     segment_ms: int = 7 * DAY_MS
     index_interval_bytes: int = 4096
     segment_index_bytes: int = 10 * MiB
+    # disk space reserved past the active segment's end, so appends skip block allocation
+    # (docs/format.md "Reserved space"); 0 turns it off
+    preallocate_bytes: int = 16 * MiB
     max_message_bytes: int = 1048588  # Kafka's message.max.bytes: 1 MiB + the log overhead
     timestamp_type: str = "CreateTime"
     compression: str = "none"
@@ -75,6 +78,7 @@ class TopicConfig:
         _positive_int("segment_ms", self.segment_ms, 1, 2**62)
         _positive_int("index_interval_bytes", self.index_interval_bytes, 0, 0x7FFFFFFF)
         _positive_int("segment_index_bytes", self.segment_index_bytes, 4 * 12, 0x7FFFFFFF)
+        _positive_int("preallocate_bytes", self.preallocate_bytes, 0, 0x7FFFFFFF)
         _positive_int("max_message_bytes", self.max_message_bytes, 61, 0x7FFFFFF0)
         _positive_int("retention_ms", self.retention_ms, -1, 2**62)
         _positive_int("retention_bytes", self.retention_bytes, -1, 2**62)

@@ -169,6 +169,7 @@ class Partition:
             index_interval_bytes=self.config.index_interval_bytes,
             max_index_bytes=self.config.segment_index_bytes,
             map_reserve=self.config.segment_bytes,
+            preallocate_bytes=self.config.preallocate_bytes,
             key_index_capacity=self.config.key_index_entries if self.config.key_index else 0,
         )
 

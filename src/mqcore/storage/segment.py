@@ -6,11 +6,13 @@ Files are named by the segment's base offset, zero-padded to 20 digits, as Kafka
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 from dataclasses import dataclass
 
 from mqcore._ext.batch import EncodedBatch, peek_batch_header, read_batch_info
+from mqcore._ext.filespace import reserve
 from mqcore._ext.keyindex import KeyTable, batch_hits
 from mqcore._ext.mapping import MappedFile
 from mqcore._ext.scan import CORRUPT, IndexPolicy, SegmentScanner
@@ -62,6 +64,7 @@ class LogSegment:
         max_index_bytes: int,
         map_reserve: int = 0,
         key_index_capacity: int = 0,
+        preallocate_bytes: int = 0,
     ):
         self.directory = directory
         self.base_offset = base_offset
@@ -71,7 +74,14 @@ class LogSegment:
         self.log_path = stem + LOG_SUFFIX
         flags = (os.O_RDWR | os.O_CREAT | os.O_APPEND) if writable else os.O_RDONLY
         self.fd = os.open(self.log_path, flags, 0o644)
-        self.size = os.fstat(self.fd).st_size
+        st = os.fstat(self.fd)
+        self.size = st.st_size
+        # appends land in space reserved past the end (docs/format.md "Reserved space"); a
+        # reserve left by a process that died is handed back before anything else happens
+        self.preallocate_bytes = preallocate_bytes if writable else 0
+        self.reserved_end = self.size
+        if writable and _holds_reserve(st):
+            os.ftruncate(self.fd, self.size)
         self.offset_index = OffsetIndex(stem + INDEX_SUFFIX, max_index_bytes, writable)
         self.time_index = TimeIndex(stem + TIMEINDEX_SUFFIX, max_index_bytes, writable)
         # keys, unique IDs and tags for queries (storage/keyindex.py); None when turned off
@@ -302,7 +312,8 @@ class LogSegment:
 
     def truncate_to(self, size: int) -> None:
         """Cut the log at `size` (a torn tail, or the bytes of a failed append)."""
-        os.ftruncate(self.fd, size)
+        os.ftruncate(self.fd, size)  # also hands back any reserved space
+        self.reserved_end = size
         self.verified_batches = {p: m for p, m in self.verified_batches.items() if p < size}
         self.size = size
         self.flushed_size = min(self.flushed_size, size)
@@ -315,6 +326,8 @@ class LogSegment:
         On a failed write the file is cut back, so no partial batch stays behind.
         """
         position = self.size
+        if position + batch.size > self.reserved_end and self.preallocate_bytes:
+            self._reserve(position, batch.size)
         if self.key_index is not None:
             self.key_index.make_room(batch.key_hits, position)
         self.offset_index.make_room()
@@ -347,6 +360,27 @@ class LogSegment:
             )
         crash_point("append.after_index")
         return position
+
+    def _reserve(self, position: int, need: int) -> None:
+        """Reserve the next preallocate_bytes (at least `need`, at most up to the roll size).
+
+        Best effort: without support for it the segment stops asking; when the disk is full the
+        write that follows reports it (ENOSPC, EFBIG) with the log untouched.
+        """
+        length = max(self.preallocate_bytes, need)
+        if self.map_reserve:
+            length = max(min(length, self.map_reserve - position), need)
+        err = reserve(self.fd, position, length)
+        if err == 0:
+            self.reserved_end = position + length
+        elif err not in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EINTR):
+            self.preallocate_bytes = 0
+
+    def _release_reserve(self) -> None:
+        """Hand back the blocks reserved past the end (truncating to the size frees them)."""
+        if self.reserved_end > self.size:
+            os.ftruncate(self.fd, self.size)
+            self.reserved_end = self.size
 
     def indexes_full(self) -> bool:
         return self.offset_index.is_full() or self.time_index.is_full()
@@ -437,6 +471,7 @@ class LogSegment:
         self._append_closing_time_entry()
         self.offset_index.trim()
         self.time_index.trim()
+        self._release_reserve()
         if self.key_index is not None:
             self.key_index.flush(self.size, durable)
 
@@ -459,6 +494,8 @@ class LogSegment:
         if self.fd < 0:
             return
         self._unmap()
+        if self.writable:
+            self._release_reserve()
         self.offset_index.close(trim=self.writable)
         self.time_index.close(trim=self.writable)
         if self.key_index is not None:
@@ -483,6 +520,16 @@ class LogSegment:
             os.unlink(self.log_path)
         except FileNotFoundError:
             pass
+
+
+def _holds_reserve(st: os.stat_result) -> bool:
+    """Whether the file owns more blocks than its bytes need: space a writer reserved and
+    did not hand back (it was killed). The slack covers the filesystem's own extent blocks."""
+    blocks = getattr(st, "st_blocks", 0) * 512
+    return blocks > st.st_size + _RESERVE_SLACK
+
+
+_RESERVE_SLACK = 1 << 20
 
 
 def _batch_size_at(chunk: bytes) -> int:

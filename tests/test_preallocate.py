@@ -1,0 +1,146 @@
+"""Reserved space past the active segment's end (docs/format.md "Reserved space"): appends land
+in blocks fallocate(FALLOC_FL_KEEP_SIZE) reserved; the file size, and so what readers and Kafka
+tools see, is only the bytes written; the reserve is handed back on roll, on close and, after a
+writer was killed, at the next writable open.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import mqcore
+from mqcore._ext.filespace import reserve
+from mqcore.errors import InvalidConfigError
+from tests.conftest import child_env, run_cli
+
+MiB = 1 << 20
+
+
+def _log(path: str, topic: str = "t", partition: int = 0) -> list[Path]:
+    return sorted(Path(path, f"{topic}-{partition}").glob("*.log"))
+
+
+def _allocated(file: Path) -> int:
+    return os.stat(file).st_blocks * 512
+
+
+def _supported(tmp_path: Path) -> bool:
+    probe = tmp_path / "probe"
+    with open(probe, "wb") as f:
+        return reserve(f.fileno(), 0, 4096) == 0
+
+
+@pytest.fixture
+def reserving(tmp_path: Path) -> None:
+    if not _supported(tmp_path):
+        pytest.skip("the filesystem under the test directory does not reserve space")
+
+
+def test_reserve_keeps_the_size(tmp_path: Path, reserving: None) -> None:
+    f = tmp_path / "f"
+    f.write_bytes(b"x" * 5000)
+    with open(f, "r+b") as fh:
+        assert reserve(fh.fileno(), 5000, 8 * MiB) == 0
+        assert os.fstat(fh.fileno()).st_size == 5000
+        assert _allocated(f) >= 8 * MiB
+        assert f.read_bytes() == b"x" * 5000  # reading stops at the size, not the reserve
+        os.ftruncate(fh.fileno(), 5000)  # truncating to its own size hands the blocks back
+    assert _allocated(f) < MiB
+
+
+def test_reserve_reports_errors_as_errno(tmp_path: Path) -> None:
+    r, w = os.pipe()
+    try:
+        assert reserve(w, 0, 4096) != 0  # a pipe has no blocks to reserve
+    finally:
+        os.close(r)
+        os.close(w)
+    with open(tmp_path / "f", "wb") as fh:
+        with pytest.raises(ValueError, match="bad range"):
+            reserve(fh.fileno(), -1, 10)
+        with pytest.raises(ValueError, match="bad range"):
+            reserve(fh.fileno(), 0, 0)
+
+
+def test_active_segment_reserves_and_hands_back(store_path: str, reserving: None) -> None:
+    with mqcore.open(store_path, flush="os") as s:
+        s.create_topic("t", partitions=1, preallocate_bytes=4 * MiB, segment_bytes=64 * MiB)
+        s.append_batch("t", [b"v" * 1000] * 100)
+        (log,) = _log(store_path)
+        size = os.path.getsize(log)
+        assert size < 200_000
+        assert _allocated(log) >= 4 * MiB  # reserved past the end
+        # readers and other tools see exactly the batches written
+        assert [m.value for m in s.read("t", 0, 0, max_records=1000)] == [b"v" * 1000] * 100
+    assert os.path.getsize(log) == size
+    assert _allocated(log) < size + MiB  # close handed the reserve back
+    code, out, err = run_cli("verify", store_path)
+    assert code == 0, out + err
+
+
+def test_roll_hands_back_the_sealed_segments_reserve(store_path: str, reserving: None) -> None:
+    with mqcore.open(store_path, flush="os") as s:
+        s.create_topic("t", partitions=1, preallocate_bytes=2 * MiB, segment_bytes=300_000)
+        for _ in range(6):
+            s.append_batch("t", [b"r" * 1000] * 100)
+        logs = _log(store_path)
+        assert len(logs) >= 3
+        for sealed in logs[:-1]:
+            assert _allocated(sealed) < os.path.getsize(sealed) + MiB
+        # the reserve never runs past the roll size: at most segment_bytes in all
+        assert _allocated(logs[-1]) <= 300_000 + 200_000
+
+
+def test_turned_off(store_path: str, reserving: None) -> None:
+    with mqcore.open(store_path, flush="os") as s:
+        s.create_topic("t", partitions=1, preallocate_bytes=0)
+        s.append_batch("t", [b"o" * 1000] * 100)
+        (log,) = _log(store_path)
+        assert _allocated(log) < os.path.getsize(log) + MiB
+    with pytest.raises(InvalidConfigError, match="preallocate_bytes"):
+        with mqcore.open(store_path) as s:
+            s.create_topic("u", preallocate_bytes=-1)
+
+
+_KILLED_WRITER = """
+import os, signal, sys
+import mqcore
+s = mqcore.open(sys.argv[1], flush="always")
+s.create_topic("t", partitions=1, preallocate_bytes=8 << 20)
+for i in range(50):
+    s.append("t", b"k%d" % i, partition=0)
+print("acked", flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_killed_writers_reserve_is_handed_back_at_the_next_open(
+    store_path: str, reserving: None
+) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-c", _KILLED_WRITER, store_path],
+        env=child_env(),
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == -signal.SIGKILL
+    assert proc.stdout == b"acked\n"
+    (log,) = _log(store_path)
+    size = os.path.getsize(log)
+    assert _allocated(log) >= 8 * MiB  # the dead writer's reserve is still there
+    with mqcore.open(store_path, read_only=True) as ro:  # a reader changes nothing
+        assert ro.end_offset("t", 0) == 50
+    assert _allocated(log) >= 8 * MiB
+    with mqcore.open(store_path) as s:
+        assert os.path.getsize(log) == size
+        assert _allocated(log) < size + MiB  # handed back before anything else
+        assert [m.value for m in s.read("t", 0, 0, max_records=100)] == [
+            b"k%d" % i for i in range(50)
+        ]
