@@ -4,6 +4,8 @@ Names, defaults and precedence are Spark's Kafka source's (docs/spark.md "Option
 one of subscribe / subscribePattern / assign; a range bound comes from the first of
 <side>Timestamp, <side>OffsetsByTimestamp, <side>Offsets that is set (the others are
 ignored); a batch read starts at "earliest" and ends at "latest" unless told otherwise.
+A streaming read (parse_stream_options) starts at "latest", has no ending side, and takes the
+read limits (maxOffsetsPerTrigger, minOffsetsPerTrigger, maxTriggerDelay) and mqcore's groupId.
 Option names are case-insensitive, as in Spark. Everything here is plain data, so a parsed
 ReadOptions pickles to the Spark executors.
 """
@@ -66,6 +68,23 @@ IGNORED_OPTIONS = (
 # df.write.format("mqcore"): Kafka's sink options ("topic" overrides the topic column)
 WRITE_OPTIONS = ("path", "topic")
 
+# spark.readStream.format("mqcore"): the batch options less the ending side, plus the read
+# limits and mqcore's groupId (commit the stream's position as that group's offsets)
+_ENDING_OPTIONS = ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp")
+STREAM_OPTIONS = (
+    *(name for name in KNOWN_OPTIONS if name not in _ENDING_OPTIONS),
+    "maxOffsetsPerTrigger",
+    "minOffsetsPerTrigger",
+    "maxTriggerDelay",
+    "groupId",
+)
+STREAM_IGNORED_OPTIONS = tuple(name for name in IGNORED_OPTIONS if name not in STREAM_OPTIONS)
+# Spark hands a streaming sink its checkpointLocation among the options
+STREAM_WRITE_IGNORED_OPTIONS = ("checkpointLocation",)
+DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000  # Kafka's maxTriggerDelay default, 15m
+_DURATION_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000,
+                      "d": 86_400_000}  # fmt: skip
+
 _OFFSETS_EXAMPLE = '{"topicA":{"0":23,"1":-2},"topicB":{"0":-1}}'
 _TIMESTAMPS_EXAMPLE = '{"topicA":{"0":1700000000000,"1":1700000000000}}'
 _ASSIGN_EXAMPLE = '{"topicA":[0,1],"topicB":[2,4]}'
@@ -122,21 +141,45 @@ class ReadOptions:
 
 
 @dataclass(frozen=True)
+class StreamOptions:
+    """A checked streaming read: the batch read's fields (its `ending` is unused) plus the read
+    limits of each micro-batch and the consumer group its position is committed to."""
+
+    read: ReadOptions
+    max_offsets_per_trigger: int | None = None
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
+    group_id: str | None = None
+
+
+@dataclass(frozen=True)
 class WriteOptions:
-    """A checked write: the store, and the topic every row goes to (else the topic column)."""
+    """A checked write: the store, and the topic every row goes to (else the topic column);
+    a streaming write also knows its query's checkpointLocation when Spark gave it."""
 
     path: str
     topic: str | None = None
+    checkpoint_location: str | None = None
 
 
 def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
     """Check the options of a batch read; raise InvalidConfigError naming the bad one."""
     opts = _canonical(options, KNOWN_OPTIONS, IGNORED_OPTIONS)
-    return ReadOptions(
+    return _read_options(
+        opts,
         path=_path(opts, "spark.read.format('mqcore').load"),
-        subscription=_subscription(opts),
         starting=_bound(opts, "starting", "earliest"),
         ending=_bound(opts, "ending", "latest"),
+    )
+
+
+def _read_options(opts: dict[str, str], path: str, starting: Bound, ending: Bound) -> ReadOptions:
+    """The fields a batch and a streaming read share, from canonical options."""
+    return ReadOptions(
+        path=path,
+        subscription=_subscription(opts),
+        starting=starting,
+        ending=ending,
         starting_strategy=_choice(opts, "startingOffsetsByTimestampStrategy", ("error", "latest")),
         fail_on_data_loss=_boolean(opts, "failOnDataLoss", True),
         include_headers=_boolean(opts, "includeHeaders", False),
@@ -148,13 +191,46 @@ def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
     )
 
 
-def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
-    """Check the options of df.write.format("mqcore")."""
-    opts = _canonical(options, WRITE_OPTIONS, ())
+def parse_stream_options(options: Mapping[str, str]) -> StreamOptions:
+    """Check the options of spark.readStream.format("mqcore"); raise InvalidConfigError naming
+    the bad one. startingOffsets defaults to "latest", as in Kafka's streaming source."""
+    for name in _ENDING_OPTIONS:
+        if any(key.lower() == name.lower() for key in options):
+            raise InvalidConfigError(
+                f"option {name!r} is not valid for a streaming read: a stream has no end "
+                f"(use a batch read, spark.read, for a bounded range)"
+            )
+    opts = _canonical(options, STREAM_OPTIONS, STREAM_IGNORED_OPTIONS)
+    read = _read_options(
+        opts,
+        path=_path(opts, "spark.readStream.format('mqcore').load"),
+        starting=_bound(opts, "starting", "latest", streaming=True),
+        ending=Bound("latest", "endingOffsets"),
+    )
+    max_per_trigger = _positive(opts, "maxOffsetsPerTrigger")
+    min_per_trigger = _positive(opts, "minOffsetsPerTrigger")
+    delay = DEFAULT_MAX_TRIGGER_DELAY_MS
+    if "maxTriggerDelay" in opts:
+        delay = _duration_ms(opts["maxTriggerDelay"], "maxTriggerDelay")
+    group = opts.get("groupId", "").strip() or None
+    if group is not None:
+        _group_name(group)
+    return StreamOptions(read, max_per_trigger, min_per_trigger, delay, group)
+
+
+def parse_write_options(options: Mapping[str, str], streaming: bool = False) -> WriteOptions:
+    """Check the options of df.write.format("mqcore") (or writeStream, which also carries
+    Spark's checkpointLocation)."""
+    ignored = STREAM_WRITE_IGNORED_OPTIONS if streaming else ()
+    opts = _canonical(options, WRITE_OPTIONS, ignored)
     topic = opts.get("topic", "").strip() or None
     if topic is not None:
         _topic_name(topic, "topic")
-    return WriteOptions(_path(opts, "df.write.format('mqcore').save"), topic)
+    call = (
+        "df.writeStream.format('mqcore').start" if streaming else "df.write.format('mqcore').save"
+    )
+    checkpoint = opts.get("checkpointLocation", "").strip() or None
+    return WriteOptions(_path(opts, call), topic, checkpoint)
 
 
 def _path(opts: dict[str, str], call: str) -> str:
@@ -241,8 +317,9 @@ def _assignment(text: str) -> tuple[TopicPartition, ...]:
     return tuple(sorted(set(out)))
 
 
-def _bound(opts: dict[str, str], side: str, default: str) -> Bound:
-    """The bound of one side from the first option set in Kafka's order of precedence."""
+def _bound(opts: dict[str, str], side: str, default: str, streaming: bool = False) -> Bound:
+    """The bound of one side from the first option set in Kafka's order of precedence; a
+    stream may start at "latest" (its default)."""
     ts_option = f"{side}Timestamp"
     by_ts_option = f"{side}OffsetsByTimestamp"
     offsets_option = f"{side}Offsets"
@@ -259,7 +336,7 @@ def _bound(opts: dict[str, str], side: str, default: str) -> Bound:
     text = opts.get(offsets_option, default).strip()
     word = text.lower()
     forbidden = "latest" if side == "starting" else "earliest"
-    if word == forbidden:
+    if word == forbidden and not streaming:
         raise InvalidConfigError(
             f"option {offsets_option!r} cannot be {forbidden!r} for a batch read"
         )
@@ -268,7 +345,7 @@ def _bound(opts: dict[str, str], side: str, default: str) -> Bound:
     offsets = _partition_numbers(text, offsets_option, _OFFSETS_EXAMPLE)
     bad_special = LATEST if side == "starting" else EARLIEST
     for (topic, p), off in offsets.items():
-        if off == bad_special:
+        if off == bad_special and not streaming:
             raise InvalidConfigError(
                 f"option {offsets_option!r}: {topic}-{p} cannot be {off} ({forbidden}) "
                 f"for a batch read"
@@ -322,6 +399,27 @@ def _topic_name(topic: str, option: str) -> None:
         validate_name(topic)
     except InvalidTopicError as e:
         raise InvalidConfigError(f"option {option!r}: {e}") from None
+
+
+def _group_name(group: str) -> None:
+    from mqcore.consume.group import validate_group
+
+    try:
+        validate_group(group)
+    except InvalidTopicError as e:  # InvalidGroupError
+        raise InvalidConfigError(f"option 'groupId': {e}") from None
+
+
+def _duration_ms(text: str, option: str) -> int:
+    """Spark's time strings: an integer with an optional unit (ms, s, m or min, h, d); a bare
+    number is milliseconds."""
+    m = re.fullmatch(r"\s*(\d+)\s*([a-z]*)\s*", text.lower())
+    unit = (m.group(2) or "ms") if m else ""
+    if m is None or unit not in _DURATION_UNITS_MS:
+        raise InvalidConfigError(
+            f"option {option!r} must be a duration like 30s, 5m or 500ms, not {text!r}"
+        )
+    return int(m.group(1)) * _DURATION_UNITS_MS[unit]
 
 
 def _timestamp(text: str, option: str) -> int:

@@ -10,6 +10,8 @@ the driver appends:
             attempts as record batches, then deletes every staging file of the job;
   abort()   (the driver, after a failed task) deletes them: nothing becomes visible.
 A retried task's earlier attempt never reaches commit, so nothing is appended twice.
+The streaming sink (mqcore.spark.stream) stages, checks topics and appends rows with the same
+functions (stage_batches, read_staged, check_topics, append_rows).
 """
 
 from __future__ import annotations
@@ -100,36 +102,14 @@ class MqcoreArrowWriter(DataSourceArrowWriter):
         self.job = uuid.uuid4().hex
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedFile:
-        import pyarrow as pa
-
         name = f"{STAGING_PREFIX}{self.job}-{uuid.uuid4().hex}.arrow"
-        path = os.path.join(self.opts.path, name)
-        rows = 0
-        out: Any = None
-        try:
-            for batch in iterator:
-                if not batch.num_rows:
-                    continue
-                staged = pa.RecordBatch.from_arrays(
-                    [_staged_column(batch, c) for c in self.columns], names=self.columns
-                )
-                if out is None:
-                    out = pa.ipc.new_file(path, staged.schema)
-                out.write_batch(staged)
-                rows += staged.num_rows
-        finally:
-            if out is not None:
-                out.close()
-        return StagedFile(name if out is not None else None, rows)
+        return stage_batches(iterator, self.opts.path, name, self.columns)
 
     def commit(self, messages: Sequence[WriterCommitMessage | None]) -> None:
-        import pyarrow as pa
-
         try:
-            names = [m.name for m in messages if isinstance(m, StagedFile) and m.name]
-            tables = [pa.ipc.open_file(os.path.join(self.opts.path, n)).read_all() for n in names]
+            tables = read_staged(self.opts.path, staged_names(messages))
             with mqcore.open(self.opts.path) as store:
-                self._check_topics(store, tables)
+                check_topics(store, tables, self.opts.topic)
                 for table in tables:
                     self._append(store, table)
         finally:
@@ -144,26 +124,6 @@ class MqcoreArrowWriter(DataSourceArrowWriter):
         ):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
-
-    def _check_topics(self, store: mqcore.Store, tables: list[pa.Table]) -> None:
-        """Every topic the rows name must exist: checked before the first append."""
-        import pyarrow.compute as pc
-
-        if self.opts.topic is not None:
-            store.partitions(self.opts.topic)  # UnknownTopicError naming it
-            return
-        for table in tables:
-            topics = table.column("topic")
-            if topics.null_count:
-                raise InvalidRecordError(
-                    "a row has a null topic; set the 'topic' option to give such rows one"
-                )
-            for topic in pc.unique(topics).to_pylist():
-                if topic not in store.topics():
-                    raise UnknownTopicError(
-                        f"topic {topic!r} of the data does not exist in {store.path}; nothing "
-                        f"was written"
-                    )
 
     def _append(self, store: mqcore.Store, table: pa.Table) -> None:
         import pyarrow.compute as pc
@@ -180,7 +140,67 @@ class MqcoreArrowWriter(DataSourceArrowWriter):
             for start in range(0, rows.num_rows, ROWS_PER_APPEND):
                 chunk = rows.slice(start, ROWS_PER_APPEND)
                 for partition, part_rows in _by_partition(chunk):
-                    _append_rows(store, topic, partition, part_rows, now_ms)
+                    append_rows(store, topic, partition, part_rows, now_ms)
+
+
+def stage_batches(
+    iterator: Iterator[pa.RecordBatch], directory: str, name: str, columns: list[str]
+) -> StagedFile:
+    """A task's rows, sink columns only, into the Arrow IPC file `name` in the store
+    directory (created only when there is a row)."""
+    import pyarrow as pa
+
+    path = os.path.join(directory, name)
+    rows = 0
+    out: Any = None
+    try:
+        for batch in iterator:
+            if not batch.num_rows:
+                continue
+            staged = pa.RecordBatch.from_arrays(
+                [_staged_column(batch, c) for c in columns], names=columns
+            )
+            if out is None:
+                out = pa.ipc.new_file(path, staged.schema)
+            out.write_batch(staged)
+            rows += staged.num_rows
+    finally:
+        if out is not None:
+            out.close()
+    return StagedFile(name if out is not None else None, rows)
+
+
+def staged_names(messages: Sequence[WriterCommitMessage | None]) -> list[str]:
+    """The staging files the successful task attempts name, in task order."""
+    return [m.name for m in messages if isinstance(m, StagedFile) and m.name]
+
+
+def read_staged(directory: str, names: Sequence[str]) -> list[pa.Table]:
+    import pyarrow as pa
+
+    return [pa.ipc.open_file(os.path.join(directory, n)).read_all() for n in names]
+
+
+def check_topics(store: mqcore.Store, tables: Sequence[pa.Table], topic: str | None) -> None:
+    """Every topic the rows name (or the `topic` option) must exist: checked before the first
+    append."""
+    import pyarrow.compute as pc
+
+    if topic is not None:
+        store.partitions(topic)  # UnknownTopicError naming it
+        return
+    for table in tables:
+        topics = table.column("topic")
+        if topics.null_count:
+            raise InvalidRecordError(
+                "a row has a null topic; set the 'topic' option to give such rows one"
+            )
+        for name in pc.unique(topics).to_pylist():
+            if name not in store.topics():
+                raise UnknownTopicError(
+                    f"topic {name!r} of the data does not exist in {store.path}; nothing "
+                    f"was written"
+                )
 
 
 def _staged_column(batch: pa.RecordBatch, name: str) -> pa.Array:
@@ -211,9 +231,10 @@ def _by_partition(table: pa.Table) -> list[tuple[int | None, pa.Table]]:
     return out
 
 
-def _append_rows(
+def append_rows(
     store: mqcore.Store, topic: str, partition: int | None, rows: pa.Table, now_ms: int
 ) -> None:
+    """Append staged rows to one topic: to `partition`, or routed by key when None."""
     import pyarrow as pa
 
     names = rows.column_names

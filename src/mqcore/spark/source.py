@@ -4,7 +4,8 @@ What runs where (docs/spark.md "What runs where"): Spark creates MqcoreDataSourc
 planner process on the driver, where schema() checks the options; reader() and partitions()
 open the store read-only there to resolve offsets and cut the ranges; each task's read() opens
 the store read-only on its executor and yields pyarrow RecordBatches that the Cython decoder
-built (Store.iter_arrow): no Python object per record.
+built (Store.iter_arrow): no Python object per record. Streaming (streamReader(),
+streamWriter()) lives in mqcore.spark.stream.
 """
 
 from __future__ import annotations
@@ -12,7 +13,14 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceWriter, InputPartition
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+    InputPartition,
+)
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -26,10 +34,17 @@ from pyspark.sql.types import (
 
 import mqcore
 from mqcore.errors import InvalidConfigError
-from mqcore.spark.options import ReadOptions, parse_read_options, parse_write_options
+from mqcore.spark.options import (
+    ReadOptions,
+    WriteOptions,
+    parse_read_options,
+    parse_stream_options,
+    parse_write_options,
+)
 from mqcore.spark.plan import OffsetRange, checked_range, plan_read
 from mqcore.spark.pushdown import Pushdown
 from mqcore.spark.sink import MqcoreArrowWriter, sink_columns
+from mqcore.spark.stream import MqcoreStreamReader, MqcoreStreamWriter
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -55,16 +70,26 @@ def kafka_spark_schema(include_headers: bool = False) -> StructType:
 
 
 class MqcoreDataSource(DataSource):
-    """spark.read.format("mqcore") and df.write.format("mqcore"): the Kafka source's and
-    sink's options and columns over a store."""
+    """spark.read / readStream .format("mqcore") and df.write / writeStream .format("mqcore"):
+    the Kafka source's and sink's options and columns over a store."""
 
     @classmethod
     def name(cls) -> str:
         return NAME
 
     def schema(self) -> StructType:
-        # called by load(): bad options fail there, as Kafka's do
-        return kafka_spark_schema(parse_read_options(self.options).include_headers)
+        # called by load(): bad options fail there, as Kafka's do. load() cannot tell a batch
+        # read from a stream, so options only a stream takes (startingOffsets=latest, groupId)
+        # pass here and a batch read refuses them when it is planned.
+        try:
+            include_headers = parse_read_options(self.options).include_headers
+        except InvalidConfigError as batch_error:
+            try:
+                include_headers = parse_stream_options(self.options).read.include_headers
+            except InvalidConfigError as stream_error:
+                stream_only = any(k.lower() == "groupid" for k in self.options)
+                raise (stream_error if stream_only else batch_error) from None
+        return kafka_spark_schema(include_headers)
 
     def reader(self, schema: StructType) -> MqcoreReader:
         opts = parse_read_options(self.options)
@@ -77,11 +102,21 @@ class MqcoreDataSource(DataSource):
             raise InvalidConfigError(
                 "the mqcore sink only appends (a log is never overwritten): use .mode('append')"
             )
-        columns = sink_columns(schema, opts)
-        with mqcore.open(opts.path, read_only=True) as store:  # StoreError when it is not one
-            if opts.topic is not None:
-                store.partitions(opts.topic)  # UnknownTopicError naming it
-        return MqcoreArrowWriter(opts, columns)
+        return MqcoreArrowWriter(opts, _sink_columns(schema, opts))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802
+        opts = parse_stream_options(self.options)
+        _check_schema(schema, opts.read)
+        return MqcoreStreamReader(opts)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:  # noqa: N802
+        opts = parse_write_options(self.options, streaming=True)
+        if overwrite:
+            raise InvalidConfigError(
+                "the mqcore sink only appends (a log is never overwritten): use "
+                ".outputMode('append'), not 'complete'"
+            )
+        return MqcoreStreamWriter(opts, _sink_columns(schema, opts))
 
 
 class MqcorePushdownDataSource(MqcoreDataSource):
@@ -91,6 +126,15 @@ class MqcorePushdownDataSource(MqcoreDataSource):
         opts = parse_read_options(self.options)
         _check_schema(schema, opts)
         return MqcorePushdownReader(opts)
+
+
+def _sink_columns(schema: StructType, opts: WriteOptions) -> list[str]:
+    """The sink columns of `schema`, checked, and the store and `topic` option checked."""
+    columns = sink_columns(schema, opts)
+    with mqcore.open(opts.path, read_only=True) as store:  # StoreError when it is not one
+        if opts.topic is not None:
+            store.partitions(opts.topic)  # UnknownTopicError naming it
+    return columns
 
 
 def _check_schema(schema: StructType, opts: ReadOptions) -> None:
