@@ -31,7 +31,7 @@ class Target:
     def goal_text(self) -> str:
         if self.goal is None:
             return ""
-        return f"{'>' if self.strict else '>='} {self.goal:g}"
+        return f"{'>' if self.strict else '>='} {self.goal:.3g}"
 
     def met(self, ratio: float) -> bool:
         assert self.goal is not None
@@ -170,6 +170,42 @@ TARGETS = [
     ),
     Target("consume: poll with tag filter vs poll without", "consume/poll-tag", "consume/poll"),
     Target("consume: poll with SQL92 filter vs poll without", "consume/poll-sql", "consume/poll"),
+    # Spark: "<= 1.5x Parquet's time" is a work/s ratio of at least 1 / 1.5
+    Target(
+        "Spark count, 2M msgs: mqcore vs Parquet (time <= 1.5x)",
+        "spark/count/mqcore",
+        "spark/count/parquet",
+        1 / 1.5,
+    ),
+    Target(
+        "Spark filter, 2M msgs: mqcore vs Parquet (time <= 1.5x)",
+        "spark/filter/mqcore",
+        "spark/filter/parquet",
+        1 / 1.5,
+    ),
+    Target(
+        "Spark count, 2M msgs: mqcore vs row-yielding Python source",
+        "spark/count/mqcore",
+        "spark/count/rows",
+        5,
+    ),
+    Target(
+        "Spark filter, 2M msgs: mqcore vs row-yielding Python source",
+        "spark/filter/mqcore",
+        "spark/filter/rows",
+        5,
+    ),
+    Target(
+        "Spark count: mqcore vs the Python source API floor (Arrow in memory)",
+        "spark/count/mqcore",
+        "spark/count/arrow-floor",
+    ),
+    Target(
+        "Spark count: the Python source API floor vs Parquet",
+        "spark/count/arrow-floor",
+        "spark/count/parquet",
+    ),
+    Target("Spark key = X: mqcore (key index) vs Parquet", "spark/key/mqcore", "spark/key/parquet"),
 ]
 
 

@@ -327,7 +327,7 @@ def test_pushdown_plans_fewer_records(store_path: str) -> None:
 
     everything, _ = planned([])
     since = datetime.datetime.fromtimestamp((SPARK_BASE_TS + 40_000) / 1000, datetime.timezone.utc)
-    value_filter = ds.StringContains(("value",), "v1")
+    value_filter = ds.StringStartsWith(("value",), "v1")
     fewer, rest = planned(
         [ds.EqualTo(("partition",), 2), ds.GreaterThanOrEqual(("timestamp",), since), value_filter]
     )

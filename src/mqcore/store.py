@@ -1106,6 +1106,54 @@ class Store:
             if done:
                 break
 
+    def iter_arrow_holding(
+        self,
+        topic: str,
+        partition: int,
+        start: int,
+        end: int,
+        needle: bytes,
+        *,
+        include_headers: bool = False,
+        max_records: int = 65536,
+        max_bytes: int = 64 << 20,
+    ) -> Iterator[pa.RecordBatch]:
+        """iter_arrow of [start, end) that decodes only the batches holding a value that
+        contains `needle`, each from the first such record on (the search kernel passes the
+        other batches over): a superset of the matching records, which the caller filters."""
+        if not needle:  # every non-null value holds it
+            limits = {"max_records": max_records, "max_bytes": max_bytes}
+            yield from self.iter_arrow(
+                topic, partition, start, end, include_headers=include_headers, **limits
+            )
+            return
+        part = self._partition(topic, partition)
+        if end < start:
+            raise OffsetOutOfRangeError(f"end offset {end} is before start offset {start}")
+        if start < end:
+            part.check_offset(start)
+        offset = start
+        while offset < end:
+            cols = new_columns(include_headers)
+            offset, done = engine.fill_holding(
+                part, cols, bytes(needle), offset, end - 1, max_records, max_bytes, self.verify_crc
+            )
+            if cols.num_rows:
+                yield to_record_batch(cols, topic, partition)
+            if done:
+                break
+
+    def key_spans(
+        self, topic: str, partition: int, key: bytes | str, start: int, end: int
+    ) -> list[tuple[int, int]]:
+        """Offset spans [lo, hi) in [start, end) holding every message whose key may be `key`,
+        from the key index (a superset, to be checked); segments without a key index, or with
+        many candidates, come back whole. Only the key tables are read."""
+        _raw, hashed = engine.key_hash(key)
+        return engine.key_spans(
+            self._partition(topic, partition), hashed, start, end, engine.KEY_SPAN_MAX_HITS
+        )
+
     def _fill(
         self, part: Partition, cols: Any, offset: int, last: int, max_rows: int, max_bytes: int
     ) -> tuple[int, bool]:

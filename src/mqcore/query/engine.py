@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import re
+import struct
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from mqcore._ext.batch import Message
 from mqcore._ext.hashing import KEY_SEED, UID_SEED, xxh64_hash
@@ -28,11 +29,13 @@ from mqcore.storage.segment import MAX_DECOMPRESSED, LogSegment
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from mqcore._ext.arrowcols import ArrowColumns
     from mqcore.query.selector import Selector
 
 MAX_LIMIT = 100_000  # results one query may return (caps user limits before allocating)
 MAX_PROBE = 1 << 20  # index entries one segment probe may walk
 SCAN_CHUNK = 4096  # records a scan kernel call may return before Python filters them
+KEY_SPAN_MAX_HITS = 4096  # key_spans: candidates in one segment past which it is read whole
 NO_END = (1 << 63) - 1
 CURSOR_PREFIX = "c1-"
 
@@ -239,6 +242,36 @@ def find_indexed(
     return result
 
 
+def key_spans(
+    part: Partition, hashed: int, start: int, end: int, max_hits: int
+) -> list[tuple[int, int]]:
+    """Offset spans [lo, hi) inside [start, end) that hold every record of `part` whose key
+    index entries carry `hashed` (a superset: hash collisions and `keys` words included), in
+    order and disjoint. One span per batch with candidates, from its first candidate to its
+    last; the whole of a segment's share of [start, end) when it keeps no key table or has more
+    than `max_hits` candidates (reading it then beats a lookup per batch). Nothing is read but
+    the key tables."""
+    out: list[tuple[int, int]] = []
+    with segments_of(part) as segments:
+        for seg, _size in segments:
+            lo, hi = max(start, seg.base_offset), min(end, seg.next_offset)
+            if lo >= hi:
+                continue
+            table = seg.key_table()
+            hits = None if table is None else table.probe(hashed, max_hits + 1)
+            if hits is None or len(hits) > max_hits:
+                out.append((lo, hi))
+                continue
+            batches: dict[int, tuple[int, int]] = {}
+            for rel, pos, _ts_lo, _ts_hi in hits:
+                offset = seg.base_offset + rel
+                if lo <= offset < hi:
+                    first, last = batches.get(pos, (offset, offset))
+                    batches[pos] = (min(first, offset), max(last, offset))
+            out.extend(sorted((first, last + 1) for first, last in batches.values()))
+    return out
+
+
 def key_hash(key: bytes | str) -> tuple[bytes, int]:
     raw = key.encode() if isinstance(key, str) else bytes(key)
     return raw, xxh64_hash(raw, KEY_SEED)
@@ -439,6 +472,84 @@ def scan_segment(
                 return stop, offset
     finally:
         view.release()
+
+
+_MIN_TS = -(1 << 63)
+
+
+def fill_holding(
+    part: Partition,
+    cols: ArrowColumns,
+    needle: bytes,
+    offset: int,
+    last: int,
+    max_rows: int,
+    max_bytes: int,
+    verify_crc: bool,
+) -> tuple[int, bool]:
+    """Store.iter_arrow_holding's step: decode into `cols`, from `offset` up to `last`, only
+    the batches whose records hold a value containing `needle` (non-empty), each from the first
+    such record to its end. The search kernel finds that record and passes every other batch
+    over without decoding it. Returns (next offset, done) like Store._fill."""
+    state: dict[str, Any] = {"next": offset, "done": True}
+
+    def decode(buf: memoryview, file_pos: int, seg: LogSegment) -> tuple[int, bool]:
+        pos, size = 0, len(buf)
+        while pos < size:
+            r = scan_records(
+                buf, pos, part.topic, part.partition, state["next"], last + 1, _MIN_TS, NO_END,
+                needle, False, None, 1, NO_END, verify_crc, MAX_DECOMPRESSED, seg.log_path,
+                file_pos,
+            )  # fmt: skip
+            if not r.messages:
+                state["next"] = max(state["next"], r.next_offset)
+                return r.next_position, r.next_offset > last
+            found = r.messages[0].offset
+            at, length, batch_last = _batch_holding(buf, r.next_position, pos, found, seg, file_pos)
+            _, nxt, _, full = cols.add(
+                buf[: at + length], at, found, min(batch_last, last), max_rows, max_bytes,
+                verify_crc, seg.log_path, file_pos,
+            )  # fmt: skip
+            if full:
+                state["next"], state["done"] = nxt, False
+                return at, True
+            state["next"] = batch_last + 1
+            pos = at + length
+            if batch_last >= last:
+                return pos, True
+        return pos, False
+
+    part.scan(offset, decode)
+    return int(state["next"]), bool(state["done"]) or state["next"] > last
+
+
+def _batch_holding(
+    buf: memoryview, stopped: int, began: int, offset: int, seg: LogSegment, file_pos: int
+) -> tuple[int, int, int]:
+    """(position, size, last offset) of the batch of `buf` that holds `offset`, where a scan
+    that began at batch position `began` stopped at `stopped` (that batch itself, unless the
+    record was its last). The walk starts at the offset index's floor, so it is short."""
+    size = len(buf)
+    if (
+        stopped + 8 <= size
+        and int.from_bytes(buf[stopped : stopped + 8], "big", signed=True) <= offset
+    ):
+        pos = stopped
+    else:
+        pos = max(began, seg.position_for(offset) - file_pos)
+    while pos + 27 <= size:
+        base, length = struct.unpack_from(">qi", buf, pos)
+        (last_delta,) = struct.unpack_from(">i", buf, pos + 23)
+        if length <= 0:
+            break
+        if base + last_delta >= offset:
+            return pos, 12 + length, base + last_delta
+        pos += 12 + length
+    raise CorruptRecordError(
+        f"no batch holds offset {offset} although the scan found it there",
+        path=seg.log_path,
+        position=file_pos + pos,
+    )
 
 
 def run_scan(

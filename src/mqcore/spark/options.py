@@ -47,6 +47,7 @@ KNOWN_OPTIONS = (
     "startingOffsetsByTimestampStrategy",
     "failOnDataLoss",
     "includeHeaders",
+    "includeExtras",
     "minPartitions",
     "maxRecordsPerPartition",
     "maxRecordsPerBatch",
@@ -134,6 +135,7 @@ class ReadOptions:
     starting_strategy: str = "error"  # startingOffsetsByTimestampStrategy: error | latest
     fail_on_data_loss: bool = True
     include_headers: bool = False
+    include_extras: bool = False  # mqcore's msg_id and tag columns, after the Kafka ones
     min_partitions: int | None = None
     max_records_per_partition: int | None = None
     max_records_per_batch: int = DEFAULT_MAX_RECORDS_PER_BATCH
@@ -183,6 +185,7 @@ def _read_options(opts: dict[str, str], path: str, starting: Bound, ending: Boun
         starting_strategy=_choice(opts, "startingOffsetsByTimestampStrategy", ("error", "latest")),
         fail_on_data_loss=_boolean(opts, "failOnDataLoss", True),
         include_headers=_boolean(opts, "includeHeaders", False),
+        include_extras=_boolean(opts, "includeExtras", False),
         min_partitions=_positive(opts, "minPartitions"),
         max_records_per_partition=_positive(opts, "maxRecordsPerPartition"),
         max_records_per_batch=_positive(opts, "maxRecordsPerBatch")

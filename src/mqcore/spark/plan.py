@@ -23,19 +23,36 @@ from mqcore.errors import InvalidConfigError, OffsetOutOfRangeError
 from mqcore.spark.options import EARLIEST, LATEST, Bound, ReadOptions, Subscription, TopicPartition
 from mqcore.store import Store
 
+Span = tuple[int, int]  # offsets [lo, hi)
+
 
 @dataclass(frozen=True)
 class OffsetRange:
-    """Offsets [start, end) of one topic-partition: what one Spark task reads."""
+    """Offsets [start, end) of one topic-partition: what one Spark task reads. A key or
+    msg_id lookup sets `pieces`: then only those sorted, disjoint spans inside it are read."""
 
     topic: str
     partition: int
     start: int
     end: int
+    pieces: tuple[Span, ...] = ()
 
     @property
     def size(self) -> int:
+        """The records planned: what the task reads."""
+        if self.pieces:
+            return sum(hi - lo for lo, hi in self.pieces)
         return self.end - self.start
+
+    def spans(self) -> tuple[Span, ...]:
+        return self.pieces or ((self.start, self.end),)
+
+
+def pieced(topic: str, partition: int, pieces: Sequence[Span]) -> OffsetRange | None:
+    """The range reading just `pieces` (sorted, disjoint, non-empty each); None for none."""
+    if not pieces:
+        return None
+    return OffsetRange(topic, partition, pieces[0][0], pieces[-1][1], tuple(pieces))
 
 
 Narrow = Callable[[Store, list[OffsetRange]], list[OffsetRange]]
@@ -133,6 +150,10 @@ def checked_range(store: Store, rng: OffsetRange, opts: ReadOptions) -> OffsetRa
             f"{t}-{p}: starting offset {start} ({opts.starting.option}) is after ending offset "
             f"{stop} ({opts.ending.option})"
         )
+    if rng.pieces:
+        kept = [(max(lo, start), min(hi, stop)) for lo, hi in rng.pieces]
+        found = pieced(t, p, [(lo, hi) for lo, hi in kept if lo < hi])
+        return found if found is not None else OffsetRange(t, p, start, start)
     return OffsetRange(t, p, start, stop)
 
 
@@ -176,6 +197,8 @@ def _divide(
     boundary within a quarter piece of it, unless that breaks maxRecordsPerPartition."""
     if parts <= 1:
         return [rng]
+    if rng.pieces:
+        return _divide_pieces(rng, parts)
     cuts, position, remaining = [], rng.start, rng.size
     for i in range(parts - 1):
         step = remaining // (parts - i)
@@ -187,6 +210,24 @@ def _divide(
     if max_records is not None and any(b - a > max_records for a, b in pairwise(edges)):
         edges = [rng.start, *cuts, rng.end]
     return [OffsetRange(rng.topic, rng.partition, a, b) for a, b in pairwise(edges) if b > a]
+
+
+def _divide_pieces(rng: OffsetRange, parts: int) -> list[OffsetRange]:
+    """A lookup's spans in `parts` groups of (nearly) equal record counts, in offset order;
+    a span is cut where a group fills up."""
+    groups: list[list[Span]] = [[]]
+    remaining, left = rng.size, parts
+    room = remaining // left
+    for lo, hi in rng.pieces:
+        while lo < hi:
+            if room == 0 and left > 1:
+                groups.append([])
+                left -= 1
+                room = remaining // left
+            take = hi - lo if left == 1 else min(hi - lo, room)
+            groups[-1].append((lo, lo + take))
+            lo, room, remaining = lo + take, room - take, remaining - take
+    return [r for r in (pieced(rng.topic, rng.partition, g) for g in groups) if r is not None]
 
 
 def _snap(cuts: list[int], bases: list[int], tolerance: int) -> list[int]:

@@ -34,6 +34,7 @@ from pyspark.sql.types import (
 
 import mqcore
 from mqcore.errors import InvalidConfigError
+from mqcore.spark.extras import EXTRA_COLUMNS, add_extras
 from mqcore.spark.options import (
     ReadOptions,
     WriteOptions,
@@ -49,11 +50,14 @@ from mqcore.spark.stream import MqcoreStreamReader, MqcoreStreamWriter
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from mqcore.store import Store
+
 NAME = "mqcore"
 
 
-def kafka_spark_schema(include_headers: bool = False) -> StructType:
-    """Spark's Kafka source schema, field for field (every field nullable)."""
+def kafka_spark_schema(include_headers: bool = False, include_extras: bool = False) -> StructType:
+    """Spark's Kafka source schema, field for field (every field nullable); with
+    include_extras, mqcore's msg_id and tag strings after it."""
     fields = [
         StructField("key", BinaryType()),
         StructField("value", BinaryType()),
@@ -66,6 +70,8 @@ def kafka_spark_schema(include_headers: bool = False) -> StructType:
     if include_headers:
         header = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
         fields.append(StructField("headers", ArrayType(header)))
+    if include_extras:
+        fields += [StructField(name, StringType()) for name in EXTRA_COLUMNS]
     return StructType(fields)
 
 
@@ -82,14 +88,14 @@ class MqcoreDataSource(DataSource):
         # read from a stream, so options only a stream takes (startingOffsets=latest, groupId)
         # pass here and a batch read refuses them when it is planned.
         try:
-            include_headers = parse_read_options(self.options).include_headers
+            opts = parse_read_options(self.options)
         except InvalidConfigError as batch_error:
             try:
-                include_headers = parse_stream_options(self.options).read.include_headers
+                opts = parse_stream_options(self.options).read
             except InvalidConfigError as stream_error:
                 stream_only = any(k.lower() == "groupid" for k in self.options)
                 raise (stream_error if stream_only else batch_error) from None
-        return kafka_spark_schema(include_headers)
+        return kafka_spark_schema(opts.include_headers, opts.include_extras)
 
     def reader(self, schema: StructType) -> MqcoreReader:
         opts = parse_read_options(self.options)
@@ -138,7 +144,7 @@ def _sink_columns(schema: StructType, opts: WriteOptions) -> list[str]:
 
 
 def _check_schema(schema: StructType, opts: ReadOptions) -> None:
-    want = kafka_spark_schema(opts.include_headers)
+    want = kafka_spark_schema(opts.include_headers, opts.include_extras)
     if schema != want:
         raise InvalidConfigError(
             f"the mqcore source has the fixed schema of Spark's Kafka source and takes no "
@@ -153,6 +159,9 @@ class MqcoreReader(DataSourceReader):
     def __init__(self, opts: ReadOptions) -> None:
         self.opts = opts
         self.pushdown = Pushdown()
+        # rows the decoder built in this process before the pushed filters dropped any: what
+        # a plan read (tests compare plans with it; Spark's tasks each count their own)
+        self.rows_decoded = 0
 
     def partitions(self) -> Sequence[InputPartition]:
         with mqcore.open(self.opts.path, read_only=True) as store:
@@ -166,23 +175,61 @@ class MqcoreReader(DataSourceReader):
         opts = self.opts
         with mqcore.open(opts.path, read_only=True) as store:
             rng = checked_range(store, rng, opts)  # retention may have run since planning
-            for batch in store.iter_arrow(
-                rng.topic,
-                rng.partition,
-                rng.start,
-                rng.end,
-                include_headers=opts.include_headers,
-                max_records=opts.max_records_per_batch,
-                max_bytes=opts.max_bytes_per_batch,
-            ):
-                kept = self.pushdown.filter_batch(batch)
+            for batch in self._coalesced(self._filtered(store, rng)):
+                if opts.include_extras:
+                    batch = add_extras(batch, rng.topic, rng.partition, opts.include_headers)
+                yield batch
+
+    def _filtered(self, store: Store, rng: OffsetRange) -> Iterator[pa.RecordBatch]:
+        """The decoder's batches of the range (only its pieces; with a value needle, only
+        batches holding it), each cut down to the rows the pushed filters keep."""
+        opts, push = self.opts, self.pushdown
+        t, p = rng.topic, rng.partition
+        limits: dict[str, Any] = {
+            "include_headers": opts.include_headers or opts.include_extras,
+            "max_records": opts.max_records_per_batch,
+            "max_bytes": opts.max_bytes_per_batch,
+        }
+        for lo, hi in rng.spans():
+            if push.needles:
+                needle = max(push.needles, key=len)
+                batches = store.iter_arrow_holding(t, p, lo, hi, needle, **limits)
+            else:
+                batches = store.iter_arrow(t, p, lo, hi, **limits)
+            for batch in batches:
+                self.rows_decoded += batch.num_rows
+                kept = push.filter_batch(batch)
                 if kept.num_rows:
                     yield kept
+
+    def _coalesced(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """The batches, small neighbours (pieces of a lookup, filtered rows) joined up to the
+        batch bounds, so Spark gets few batches."""
+        max_rows, max_bytes = self.opts.max_records_per_batch, self.opts.max_bytes_per_batch
+        pending: list[pa.RecordBatch] = []
+        rows = size = 0
+        for batch in batches:
+            if pending and (rows + batch.num_rows > max_rows or size + batch.nbytes > max_bytes):
+                yield _joined(pending)
+                pending, rows, size = [], 0, 0
+            pending.append(batch)
+            rows, size = rows + batch.num_rows, size + batch.nbytes
+        if pending:
+            yield _joined(pending)
+
+
+def _joined(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
+    import pyarrow as pa
+
+    if len(batches) == 1:
+        return batches[0]
+    return pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
 
 
 class MqcorePushdownReader(MqcoreReader):
     """MqcoreReader that answers partition, offset, timestamp and topic comparisons from the
-    store's indexes; Spark evaluates every filter it hands back."""
+    store's indexes, key and msg_id lookups from the key index and the ID itself, and a value
+    needle with the search kernel; Spark evaluates every filter it hands back."""
 
     def pushFilters(self, filters: list[Any]) -> list[Any]:  # noqa: N802 - Spark's name
         return self.pushdown.push(filters)

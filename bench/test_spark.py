@@ -1,0 +1,314 @@
+"""Spark (issue 5): the same count and the same filter over 2,000,000 messages through the
+mqcore source, from Parquet files holding the same rows, and from a row-yielding Python data
+source (the BASELINE below: what a plain Python source that yields tuples gives).
+
+One local[2] session serves the module, with spark.sql.python.filterPushdown.enabled on.
+The store (2 partitions of ~200-byte log lines with keys, as `bench/test_query.py` writes
+them) is built once per session; the Parquet files are written once from the store's own Arrow
+batches, so they hold exactly the same rows and columns (the Kafka source's seven). Each side
+reads its 2 partitions / 2 files with 2 tasks. A fourth side, "arrow-floor" (count only), is
+a Python source yielding Arrow batches it already holds: what Spark's Python data source API
+costs by itself (Arrow to the JVM, rows, the count), under any Python source. Parquet's count
+reads no column (row-group metadata); Python sources have no column pruning, so every side
+above hands Spark all seven columns. Queries, each a Spark action:
+  count    df.count()
+  filter   df.where("contains(value, X'...')").count(): Spark evaluates it on every row
+           (no source gets it: Spark pushes no filter for a binary column's contains)
+  key      df.where("key = X'...'").count(): mqcore answers it from the key index; Parquet
+           gets it pushed too (row-group statistics; keys are spread, so they skip nothing)
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import random
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from benchdata import SEED, SEGMENT_BYTES, log_line, message_timestamp, record
+from pytest_benchmark.fixture import BenchmarkFixture
+
+import mqcore
+
+pyspark = pytest.importorskip("pyspark", reason="PySpark is not installed")
+
+from pyspark.sql import DataFrame, SparkSession  # noqa: E402
+from pyspark.sql.datasource import (  # noqa: E402
+    DataSource,
+    DataSourceReader,
+    InputPartition,
+)
+from pyspark.sql.types import StructType  # noqa: E402
+
+import mqcore.spark  # noqa: E402
+from mqcore.spark.source import kafka_spark_schema  # noqa: E402
+
+SPARK_MESSAGES = 2_000_000
+SPARK_PARTITIONS = 2
+SPARK_TOPIC = "logs"
+SPARK_KEYS = 100_000  # distinct keys: 20 messages each
+NEEDLE = b"payments-11.internal"  # in about 1 line of 60
+LOOKUP_KEY = b"cust-%06d" % 4242
+BATCH = 1000  # messages per append_batch
+ROWS_READ_CHUNK = 1000
+UTC = datetime.timezone.utc
+EPOCH = datetime.datetime(1970, 1, 1, tzinfo=UTC)
+
+
+@dataclass
+class SparkData:
+    store_path: str
+    parquet_path: str
+    messages: int
+    needle_matches: int
+    key_matches: int
+    log_bytes: int
+
+
+def key_of(i: int) -> bytes:
+    return b"cust-%06d" % (i * 7919 % SPARK_KEYS)
+
+
+def build_spark_data(directory: str) -> SparkData:
+    """The store (batches of 1000 to alternate partitions) and the Parquet copy of it."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = random.Random(SEED + 29)
+    store_path = os.path.join(directory, "store")
+    needle_matches = key_matches = 0
+    with mqcore.open(store_path, flush="os") as store:
+        store.create_topic(
+            SPARK_TOPIC, partitions=SPARK_PARTITIONS, segment_bytes=SEGMENT_BYTES, unique_ids=False
+        )
+        for lo in range(0, SPARK_MESSAGES, BATCH):
+            values = [log_line(rng, i) for i in range(lo, lo + BATCH)]
+            keys = [key_of(i) for i in range(lo, lo + BATCH)]
+            needle_matches += sum(NEEDLE in v for v in values)
+            key_matches += keys.count(LOOKUP_KEY)
+            stamps = [message_timestamp(i) for i in range(lo, lo + BATCH)]
+            partition = lo // BATCH % SPARK_PARTITIONS
+            store.append_batch(SPARK_TOPIC, values, keys, partition=partition, timestamps=stamps)
+    parquet_path = os.path.join(directory, "parquet")
+    os.makedirs(parquet_path)
+    log_bytes = 0
+    with mqcore.open(store_path, read_only=True) as store:
+        for p in range(SPARK_PARTITIONS):
+            end = store.end_offset(SPARK_TOPIC, p)
+            table = pa.Table.from_batches(list(store.iter_arrow(SPARK_TOPIC, p, 0, end)))
+            pq.write_table(table, os.path.join(parquet_path, f"part-{p}.parquet"))
+            part_dir = os.path.join(store_path, f"{SPARK_TOPIC}-{p}")
+            log_bytes += sum(
+                os.path.getsize(os.path.join(part_dir, n))
+                for n in os.listdir(part_dir)
+                if n.endswith(".log")
+            )
+    return SparkData(
+        store_path, parquet_path, SPARK_MESSAGES, needle_matches, key_matches, log_bytes
+    )
+
+
+# -- the BASELINE: a row-yielding Python data source (not mqcore's source) -----------------------
+
+
+class RowsBaselineSource(DataSource):
+    """BASELINE for the benchmark, not mqcore's source: a Python data source over the same
+    store whose read() yields one tuple per message (Store.read, then the Kafka columns, the
+    timestamp as a datetime), as a source written without Arrow does."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "mqcore_rows_baseline"
+
+    def schema(self) -> StructType:
+        return kafka_spark_schema()
+
+    def reader(self, schema: StructType) -> RowsBaselineReader:
+        return RowsBaselineReader(self.options["path"], self.options["topic"])
+
+
+class RowsBaselineReader(DataSourceReader):
+    def __init__(self, path: str, topic: str) -> None:
+        self.path, self.topic = path, topic
+
+    def partitions(self) -> Sequence[InputPartition]:
+        with mqcore.open(self.path, read_only=True) as store:
+            return [InputPartition(p) for p in store.available_partitions(self.topic)]
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        with mqcore.open(self.path, read_only=True) as store:
+            offset = 0
+            while True:
+                messages = store.read(self.topic, partition.value, offset, ROWS_READ_CHUNK)
+                if not messages:
+                    return
+                for m in messages:
+                    ts = EPOCH + datetime.timedelta(milliseconds=m.timestamp)
+                    yield (m.key, m.value, m.topic, m.partition, m.offset, ts, m.timestamp_type)
+                offset = messages[-1].offset + 1
+
+
+class ArrowFloorSource(DataSource):
+    """Not a real source: yields the first 64k records of each partition, decoded once per
+    task, over and over up to the partition's size. What Spark's Python data source API costs
+    with no reading at all (the Arrow transfer to the JVM and the count): the floor under any
+    Python source, mqcore's included."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "mqcore_arrow_floor"
+
+    def schema(self) -> StructType:
+        return kafka_spark_schema()
+
+    def reader(self, schema: StructType) -> ArrowFloorReader:
+        return ArrowFloorReader(self.options["path"], self.options["topic"])
+
+
+class ArrowFloorReader(DataSourceReader):
+    def __init__(self, path: str, topic: str) -> None:
+        self.path, self.topic = path, topic
+
+    def partitions(self) -> Sequence[InputPartition]:
+        with mqcore.open(self.path, read_only=True) as store:
+            return [
+                InputPartition((p, store.end_offset(self.topic, p)))
+                for p in store.available_partitions(self.topic)
+            ]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        p, size = partition.value
+        with mqcore.open(self.path, read_only=True) as store:
+            (batch,) = store.iter_arrow(self.topic, p, 0, 65536, max_records=65536)
+        sent = 0
+        while sent < size:
+            piece = batch.slice(0, min(batch.num_rows, size - sent))
+            sent += piece.num_rows
+            yield piece
+
+
+# -- fixtures ------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def spark_data(tmp_path_factory: pytest.TempPathFactory) -> SparkData:
+    return build_spark_data(str(tmp_path_factory.mktemp("spark")))
+
+
+@pytest.fixture(scope="module")
+def session() -> Iterator[SparkSession]:
+    """local[2], filter pushdown on; the Python workers run this interpreter and import mqcore
+    and this module (the baseline source) from where this process does."""
+    roots = [os.path.dirname(os.path.dirname(os.path.abspath(mqcore.__file__))),
+             os.path.dirname(os.path.abspath(__file__))]  # fmt: skip
+    saved = {k: os.environ.get(k) for k in ("PYSPARK_PYTHON", "PYTHONPATH")}
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [*roots, saved["PYTHONPATH"]]))
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("mqcore-bench")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.memory", "2g")
+        .config(mqcore.spark.PUSHDOWN_CONF, "true")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    mqcore.spark.register(spark)
+    spark.dataSource.register(RowsBaselineSource)
+    spark.dataSource.register(ArrowFloorSource)
+    try:
+        yield spark
+    finally:
+        spark.stop()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def frame(spark: SparkSession, data: SparkData, side: str) -> DataFrame:
+    if side == "mqcore":
+        return spark.read.format("mqcore").option("subscribe", SPARK_TOPIC).load(data.store_path)
+    if side == "parquet":
+        return spark.read.parquet(data.parquet_path)
+    source = "mqcore_rows_baseline" if side == "rows" else "mqcore_arrow_floor"
+    return spark.read.format(source).option("topic", SPARK_TOPIC).load(data.store_path)
+
+
+def run_query(spark: SparkSession, data: SparkData, side: str, query: str) -> int:
+    df = frame(spark, data, side)
+    if query == "filter":
+        df = df.where(f"contains(value, X'{NEEDLE.hex()}')")
+    elif query == "key":
+        df = df.where(f"key = X'{LOOKUP_KEY.hex()}'")
+    return df.count()
+
+
+def expected(data: SparkData, query: str) -> int:
+    return {"count": data.messages, "filter": data.needle_matches, "key": data.key_matches}[query]
+
+
+# -- benchmarks ----------------------------------------------------------------------------------
+
+
+def test_spark_answers_agree(session: SparkSession, spark_data: SparkData) -> None:
+    """Every side gives the store's answer to every query; Parquet holds the same rows."""
+    assert spark_data.needle_matches > 1000 and spark_data.key_matches == 20
+    for side in ("mqcore", "parquet", "rows"):
+        for query in ("count", "filter", "key"):
+            assert run_query(session, spark_data, side, query) == expected(spark_data, query)
+    sample = "offset < 300 AND partition = 1"
+    got = {
+        side: frame(session, spark_data, side).where(sample).orderBy("offset").collect()
+        for side in ("mqcore", "parquet", "rows")
+    }
+    assert len(got["mqcore"]) == 300 and got["mqcore"] == got["parquet"] == got["rows"]
+
+
+SIDES = {"mqcore": (3, 1), "parquet": (3, 1), "rows": (1, 0), "arrow-floor": (3, 1)}
+QUERIES = [
+    (query, side)
+    for query in ("count", "filter")
+    for side in SIDES
+    if side != "arrow-floor" or query == "count"  # the floor's repeated rows hold other matches
+]
+
+
+@pytest.mark.parametrize(("query", "side"), QUERIES)
+def test_spark_query(
+    benchmark: BenchmarkFixture, session: SparkSession, spark_data: SparkData, query: str, side: str
+) -> None:
+    """One Spark action over the 2,000,000 messages."""
+    rounds, warmup = SIDES[side]  # the row source is slow: one round
+    benchmark.group = f"spark-{query}"
+    record(benchmark, f"spark/{query}/{side}", messages=spark_data.messages,
+           nbytes=spark_data.log_bytes)  # fmt: skip
+    found = benchmark.pedantic(
+        run_query,
+        args=(session, spark_data, side, query),
+        rounds=rounds,
+        warmup_rounds=warmup,
+        iterations=1,
+    )
+    assert found == expected(spark_data, query)
+
+
+@pytest.mark.parametrize("side", ["mqcore", "parquet"])
+def test_spark_key_lookup(
+    benchmark: BenchmarkFixture, session: SparkSession, spark_data: SparkData, side: str
+) -> None:
+    """key = X: mqcore plans the batches its key index names; Parquet filters every row group."""
+    benchmark.group = "spark-key"
+    record(benchmark, f"spark/key/{side}", messages=spark_data.messages, ops=1)
+    found = benchmark.pedantic(
+        run_query, args=(session, spark_data, side, "key"), rounds=5, warmup_rounds=1, iterations=1
+    )
+    assert found == spark_data.key_matches
