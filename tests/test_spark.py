@@ -222,6 +222,22 @@ def test_subscribe_pattern_and_assign(session: SparkSession, store_path: str) ->
     assert read_offsets(df) == offset_set(store_path, want)
 
 
+
+def test_pattern_skips_internal_topics(session: SparkSession, tmp_path: Path) -> None:
+    path = str(tmp_path / "internal")
+    with mqcore.open(path, flush="os") as st:
+        st.create_topic("t")
+        st.append("t", b"v", partition=0)
+        with st.consumer("g", "t") as c:  # creates and writes __consumer_offsets
+            assert len(c.poll()) == 1
+            c.commit()
+        assert "__consumer_offsets" in st.topics()
+    rows_read = load(session, path, subscribePattern=".*").select("topic").collect()
+    assert [r.topic for r in rows_read] == ["t"]  # Kafka's consumer excludes internal topics
+    named = load(session, path, subscribe="__consumer_offsets").count()
+    assert named >= 1  # naming one still reads it
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [

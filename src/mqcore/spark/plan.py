@@ -75,11 +75,13 @@ def plan_read(store: Store, opts: ReadOptions, narrow: Narrow | None = None) -> 
 
 
 def topic_partitions(store: Store, sub: Subscription) -> list[TopicPartition]:
-    """The topic-partitions a subscription reads, in (topic, partition) order."""
+    """The topic-partitions a subscription reads, in (topic, partition) order. A pattern never
+    takes internal (`__`) topics, as Kafka's consumer excludes internal topics; `subscribe`
+    and `assign` may name them."""
     if sub.kind == "subscribe":
         return [(t, p) for t in sorted(sub.topics) for p in store.available_partitions(t)]
     if sub.kind == "subscribePattern":
-        topics = [t for t in store.topics() if sub.matches(t)]
+        topics = [t for t in store.topics() if not t.startswith("__") and sub.matches(t)]
         return [(t, p) for t in topics for p in store.available_partitions(t)]
     for t, p in sub.assigned:
         store.start_offset(t, p)  # UnknownTopicError / UnknownPartitionError naming it

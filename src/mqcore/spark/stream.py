@@ -52,7 +52,7 @@ from mqcore.errors import (
     UnknownPartitionError,
 )
 from mqcore.spark.extras import add_extras
-from mqcore.spark.options import StreamOptions, Subscription, TopicPartition, WriteOptions
+from mqcore.spark.options import StreamOptions, TopicPartition, WriteOptions
 from mqcore.spark.plan import (
     OffsetRange,
     checked_range,
@@ -157,20 +157,6 @@ def rate_limit(
     return out
 
 
-def stream_partitions(store: mqcore.Store, sub: Subscription) -> list[TopicPartition]:
-    """The topic-partitions the subscription reads now; a pattern never takes internal
-    (`__`) topics, as Kafka's consumer excludes internal topics (a groupId commit would
-    otherwise feed __consumer_offsets back into a stream subscribed to `.*`)."""
-    if sub.kind == "subscribePattern":
-        return [
-            (t, p)
-            for t in store.topics()
-            if not t.startswith("__") and sub.matches(t)
-            for p in store.available_partitions(t)
-        ]
-    return topic_partitions(store, sub)
-
-
 # -- reading ----------------------------------------------------------------------------------
 
 
@@ -205,7 +191,7 @@ class MqcoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _log_ends(self, store: mqcore.Store) -> Offsets:
         return {
             tp: store.end_offset(*tp)
-            for tp in stream_partitions(store, self.opts.read.subscription)
+            for tp in topic_partitions(store, self.opts.read.subscription)
         }
 
     def initialOffset(self) -> dict[str, dict[str, int]]:  # noqa: N802 - Spark's names
@@ -213,7 +199,7 @@ class MqcoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         latest). A restarted query starts from its checkpoint instead."""
         read = self.opts.read
         with self._open() as store:
-            tps = stream_partitions(store, read.subscription)
+            tps = topic_partitions(store, read.subscription)
             starts = resolve_bound(store, read.starting, tps, read.starting_strategy, True)
         return offsets_to_json(starts)
 
