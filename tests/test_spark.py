@@ -222,7 +222,6 @@ def test_subscribe_pattern_and_assign(session: SparkSession, store_path: str) ->
     assert read_offsets(df) == offset_set(store_path, want)
 
 
-
 def test_pattern_skips_internal_topics(session: SparkSession, tmp_path: Path) -> None:
     path = str(tmp_path / "internal")
     with mqcore.open(path, flush="os") as st:

@@ -190,8 +190,7 @@ class MqcoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _log_ends(self, store: mqcore.Store) -> Offsets:
         return {
-            tp: store.end_offset(*tp)
-            for tp in topic_partitions(store, self.opts.read.subscription)
+            tp: store.end_offset(*tp) for tp in topic_partitions(store, self.opts.read.subscription)
         }
 
     def initialOffset(self) -> dict[str, dict[str, int]]:  # noqa: N802 - Spark's names
