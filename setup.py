@@ -19,6 +19,7 @@ KERNELS = [
     "mapping",
     "keyindex",
     "filespace",
+    "lookup",
 ]
 # MQCORE_KERNELS="crc32c varint" builds a subset (fuzz and sanitizer builds of one kernel).
 if os.environ.get("MQCORE_KERNELS"):

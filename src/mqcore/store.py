@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, overload
 
 from mqcore import compression as codecs
+from mqcore._ext import lookup
 from mqcore._ext.batch import EncodedBatch, Message, encode_batch
 from mqcore._ext.hashing import kafka_partition
 from mqcore.arrow import new_columns, to_record_batch
@@ -45,7 +46,7 @@ from mqcore.errors import (
 )
 from mqcore.query import engine
 from mqcore.query.engine import QueryResult
-from mqcore.query.ids import encode_msg_id, parse_uid, uid_text
+from mqcore.query.ids import decode_msg_id, encode_msg_id, parse_uid, uid_text
 from mqcore.storage import cleaner, retention
 from mqcore.storage.cleaner import CompactionReport
 from mqcore.storage.flusher import Flusher
@@ -53,6 +54,7 @@ from mqcore.storage.logdir import LogDirectory
 from mqcore.storage.partition import Partition, RecoveryReport, has_segments
 from mqcore.storage.producer_state import BatchRecord, check_producer_fields, next_sequence
 from mqcore.storage.retention import RetentionReport
+from mqcore.storage.segment import MAX_DECOMPRESSED
 from mqcore.tasks import BackgroundTasks
 
 if TYPE_CHECKING:
@@ -935,19 +937,22 @@ class Store:
     # -- querying (mqcore/query/engine.py) ------------------------------------------------------
 
     def _query_parts(self, topic: str, partition: int | None) -> list[Partition]:
-        self._check_open()
-        parts = self._parts(topic)
-        if partition is None:
-            return [parts[p] for p in sorted(parts)]
-        return [self._partition(topic, partition)]
-
-    def _part_or_none(self, topic: str, partition: int) -> Partition | None:
-        return self._partitions.get(topic, {}).get(partition)
+        if self._closed or self._flusher is not None:
+            self._check_open()
+        parts = self._partitions.get(topic)
+        if parts is None or partition is not None:
+            parts = self._parts(topic)  # raises for a topic the store does not hold
+            if partition is not None:
+                return [self._partition(topic, partition)]
+        if len(parts) == 1:
+            return list(parts.values())
+        return [parts[p] for p in sorted(parts)]
 
     def get_by_id(self, msg_id: str) -> Message | None:
         """The message a store ID names, or None when it is not (or no longer) there."""
-        self._check_open()
-        return engine.get_by_id(self._part_or_none, msg_id)
+        if self._closed or self._flusher is not None:
+            self._check_open()
+        return lookup.get_by_id(self._partitions, msg_id, decode_msg_id, MAX_DECOMPRESSED)
 
     def find_by_unique_id(
         self, unique_id: str, *, start: int | None = None, end: int | None = None, limit: int = 1
@@ -973,22 +978,17 @@ class Store:
     ) -> QueryResult:
         """Messages whose key (or a word of their `keys` header) equals `key`, from the key
         index, each checked against the stored record."""
-        parts = self._query_parts(topic, partition)
+        # all of a topic's partitions, in number order (the kernel orders a dict of them), or
+        # _query_parts' checks and errors
+        parts: list[Partition] | dict[int, Partition] | None = self._partitions.get(topic)
+        if parts is None or partition is not None or self._closed or self._flusher is not None:
+            parts = self._query_parts(topic, partition)
         if not self._configs[topic].key_index:
             raise InvalidConfigError(
                 f"topic {topic!r} keeps no key index (key_index=False): find_by_key needs it; "
                 "search() scans instead"
             )
-        raw, hashed = engine.key_hash(key)
-        return engine.find_indexed(
-            parts,
-            hashed,
-            lambda m: engine.key_matches(m, raw),
-            start,
-            end,
-            limit,
-            cursor,
-        )
+        return engine.find_indexed(parts, key, lookup.KEY_KIND, start, end, limit, cursor)
 
     def range(
         self,

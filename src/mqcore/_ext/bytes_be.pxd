@@ -1,5 +1,5 @@
-# Big-endian loads and stores over raw pointers (every Kafka header field is big-endian).
-# Callers check bounds before calling; these are leaf helpers that cannot fail.
+# Big-endian loads and stores over raw pointers (every Kafka header field is big-endian), and
+# prefetch hints. Callers check bounds before calling; these are leaf helpers that cannot fail.
 from libc.stdint cimport int16_t, int32_t, int64_t, uint16_t, uint32_t, uint64_t
 
 
@@ -31,3 +31,9 @@ cdef inline void store_be32(unsigned char* p, uint32_t v) noexcept nogil:
 cdef inline void store_be64(unsigned char* p, uint64_t v) noexcept nogil:
     store_be32(p, <uint32_t>(v >> 32))
     store_be32(p + 4, <uint32_t>v)
+
+
+# Prefetch hints (prefetch_impl.h): let the misses of a lookup's dependent loads overlap.
+cdef extern from "prefetch_impl.h" nogil:
+    void mq_prefetch(const void* p) noexcept
+    void mq_prefetch_range(const unsigned char* p, Py_ssize_t n) noexcept

@@ -27,12 +27,14 @@
 cimport cython
 from libc.stdint cimport INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, int32_t, int64_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memcpy, memset
+from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 
 from mqcore._ext.batch cimport (ATTR_CONTROL, ATTR_LOG_APPEND_TIME, BatchHeader, HeaderView,
                                  RecordCursor, RecordView, OK, check_batch,
                                  cursor_finish, error_text, next_header, next_record,
                                  open_records, wrap_add)
-from mqcore._ext.bytes_be cimport load_be16, load_be32, load_be64, store_be16, store_be32, store_be64
+from mqcore._ext.bytes_be cimport (load_be16, load_be32, load_be64, mq_prefetch, store_be16,
+                                   store_be32, store_be64)
 from mqcore._ext.hashing cimport (KIND_KEY, KIND_TAG, KIND_UID, SEED_KEY, SEED_TAG, SEED_UID,
                                   KeyHit, next_word, xxh64)
 
@@ -43,6 +45,7 @@ cdef enum:
     KEY_ENTRY = 24
     TAG_ENTRY = 16
     VERSION = 1
+    PROBE_LOCAL = 32              # tables a probe tracks on the stack (more: on the heap)
 
 HEADER_BYTES = HEADER_SIZE
 KEY_ENTRY_BYTES = KEY_ENTRY
@@ -79,8 +82,6 @@ def init_header(unsigned char[::1] buf not None, uint32_t slot_count, uint32_t k
     store_be64(p + 56, <uint64_t>-1)
 
 
-@cython.final
-
 cdef inline int64_t sat_delta(int64_t ts, int64_t base) noexcept nogil:
     """ts - base clamped to int32 (an entry's timestamp hint), without signed overflow when a
     timestamp read from the log is far from the table's base."""
@@ -92,29 +93,132 @@ cdef inline int64_t sat_delta(int64_t ts, int64_t base) noexcept nogil:
     d = ts - base
     return INT32_MIN if d < INT32_MIN else (INT32_MAX if d > INT32_MAX else d)
 
+
+cdef int hits_reserve(HitArray* a, Py_ssize_t more) except -1:
+    """Room for `more` entries in `a` (grows by doubling, onto the heap)."""
+    cdef Py_ssize_t want = a.count + more, cap = a.capacity if a.capacity else 8
+    cdef EntryHit* grown
+    if want <= a.capacity:
+        return 0
+    while cap < want:
+        cap *= 2
+    if a.on_heap:
+        grown = <EntryHit*>PyMem_Realloc(a.items, cap * sizeof(EntryHit))
+    else:
+        grown = <EntryHit*>PyMem_Malloc(cap * sizeof(EntryHit))
+        if grown != NULL and a.count:
+            memcpy(grown, a.items, a.count * sizeof(EntryHit))
+    if grown == NULL:
+        raise MemoryError()
+    a.items = grown
+    a.capacity = cap
+    a.on_heap = True
+    return 0
+
+
+cdef void hits_free(HitArray* a) noexcept:
+    if a.on_heap:
+        PyMem_Free(a.items)
+    a.items = NULL
+    a.count = a.capacity = 0
+    a.on_heap = False
+
+
+cdef Py_ssize_t probe_tables(list tables, uint64_t hash, Py_ssize_t max_entries,
+                             HitArray* out) except -1:
+    """Append to `out` the entries with this full hash of every KeyTable in `tables` (None:
+    skipped), each table's newest first, at most max_entries per table; returns how many.
+
+    The chains are walked side by side, one entry of each per round, with the next entry of
+    each prefetched: a lookup over several segments waits for one miss per round, not one per
+    entry. Every link must go to an older entry and every slot below the entry count, so a walk
+    ends after key_count steps whatever the bytes; else CorruptIndexError.
+    """
+    cdef Py_ssize_t n = len(tables), i, active = 0, before = out.count
+    cdef uint32_t cur_here[PROBE_LOCAL]
+    cdef Py_ssize_t found_here[PROBE_LOCAL]
+    cdef uint32_t* cur = cur_here             # each chain's next entry + 1 (0: done)
+    cdef Py_ssize_t* found = found_here       # matches taken from each table so far
+    cdef uint32_t prev
+    cdef const unsigned char* e
+    cdef int32_t d
+    cdef EntryHit* hit
+    cdef KeyTable t
+    if n == 0:
+        return 0
+    if n > PROBE_LOCAL:
+        found = <Py_ssize_t*>PyMem_Malloc(n * sizeof(Py_ssize_t))
+        cur = <uint32_t*>PyMem_Malloc(n * sizeof(uint32_t))
+        if found == NULL or cur == NULL:
+            PyMem_Free(found)
+            PyMem_Free(cur)
+            raise MemoryError()
+    try:
+        for i in range(n):
+            cur[i] = 0
+            found[i] = 0
+            if tables[i] is not None:
+                t = <KeyTable?>tables[i]
+                t.check_open(False)
+                mq_prefetch(t.slots + 4 * <Py_ssize_t>(hash & (t.slot_count - 1)))
+        for i in range(n):
+            if tables[i] is None:
+                continue
+            t = <KeyTable>tables[i]
+            cur[i] = load_be32(t.slots + 4 * <Py_ssize_t>(hash & (t.slot_count - 1)))
+            if cur[i] > t.key_count:
+                raise CorruptIndexError("a key index slot points past its entries")
+            if cur[i] != 0 and max_entries > 0:
+                mq_prefetch(t.keys + KEY_ENTRY * <Py_ssize_t>(cur[i] - 1))
+                active += 1
+            else:
+                cur[i] = 0
+        while active:
+            active = 0
+            for i in range(n):
+                if cur[i] == 0:
+                    continue
+                t = <KeyTable>tables[i]
+                e = t.keys + KEY_ENTRY * <Py_ssize_t>(cur[i] - 1)
+                prev = load_be32(e + 20)
+                if prev >= cur[i]:
+                    raise CorruptIndexError("a key index chain does not go to older entries")
+                if prev != 0:
+                    mq_prefetch(t.keys + KEY_ENTRY * <Py_ssize_t>(prev - 1))
+                if load_be64(e) == hash:
+                    hits_reserve(out, 1)
+                    hit = &out.items[out.count]
+                    d = <int32_t>load_be32(e + 16)
+                    hit.rel_offset = load_be32(e + 8)
+                    hit.position = load_be32(e + 12)
+                    hit.ts_lo = wrap_add(t.base_timestamp, d)
+                    hit.ts_hi = hit.ts_lo
+                    if d == INT32_MIN:
+                        hit.ts_lo = -1
+                    elif d == INT32_MAX:
+                        hit.ts_hi = 0x7FFFFFFFFFFFFFFF
+                    hit.source = i
+                    hit.step = found[i]
+                    out.count += 1
+                    found[i] += 1
+                cur[i] = prev if found[i] < max_entries else 0
+                if cur[i] != 0:
+                    active += 1
+    finally:
+        if n > PROBE_LOCAL:
+            PyMem_Free(cur)
+            PyMem_Free(found)
+    return out.count - before
+
+
+@cython.final
 cdef class KeyTable:
     """The hash table and tag column over one index buffer (an mmap or a bytearray).
 
     Holds a buffer export until release(). The header is checked against the buffer's size on
     open; counts are kept here and written back by store_header().
+    Its fields are declared in keyindex.pxd.
     """
-
-    cdef const unsigned char[::1] view
-    cdef unsigned char* base
-    cdef bint writable
-    cdef readonly uint32_t slot_count
-    cdef readonly uint32_t key_capacity
-    cdef readonly uint32_t tag_capacity
-    cdef readonly uint32_t key_count
-    cdef readonly uint32_t tag_count
-    cdef readonly bint complete
-    cdef readonly int64_t base_timestamp
-    cdef readonly int64_t covered_position
-    cdef readonly int64_t min_timestamp
-    cdef readonly int64_t max_timestamp
-    cdef unsigned char* slots
-    cdef unsigned char* keys
-    cdef unsigned char* tags
 
     def __init__(self, buf, bint writable):
         cdef const unsigned char[::1] v = buf
@@ -288,31 +392,17 @@ cdef class KeyTable:
         where the record's timestamp lies in [ts_lo, ts_hi] (equal unless the delta saturated).
         Stops after walking max_entries matches; a link that does not go to an older entry
         raises CorruptIndexError."""
-        self.check_open(False)
-        cdef list out = []
-        cdef uint32_t cur = load_be32(self.slots + 4 * <Py_ssize_t>(hash & (self.slot_count - 1)))
-        cdef uint32_t prev
-        cdef const unsigned char* e
-        cdef int32_t d
-        cdef int64_t lo, hi
-        if cur > self.key_count:
-            raise CorruptIndexError("a key index slot points past its entries")
-        while cur != 0 and len(out) < max_entries:
-            e = self.keys + KEY_ENTRY * <Py_ssize_t>(cur - 1)
-            prev = load_be32(e + 20)
-            if prev >= cur:
-                raise CorruptIndexError("a key index chain does not go to older entries")
-            if load_be64(e) == hash:
-                d = <int32_t>load_be32(e + 16)
-                lo = wrap_add(self.base_timestamp, d)
-                hi = lo
-                if d == INT32_MIN:
-                    lo = -1
-                elif d == INT32_MAX:
-                    hi = 0x7FFFFFFFFFFFFFFF
-                out.append((load_be32(e + 8), load_be32(e + 12), lo, hi))
-            cur = prev
-        return out
+        cdef HitArray a
+        cdef Py_ssize_t i
+        a.items = NULL
+        a.count = a.capacity = 0
+        a.on_heap = False
+        try:
+            probe_tables([self], hash, max_entries, &a)
+            return [(a.items[i].rel_offset, a.items[i].position, a.items[i].ts_lo,
+                     a.items[i].ts_hi) for i in range(a.count)]
+        finally:
+            hits_free(&a)
 
     def tag_entries(self, uint64_t tag_hash, int64_t from_rel_offset, Py_ssize_t max_entries):
         """Tag entries with this hash at relative offsets >= from_rel_offset, in offset order,

@@ -9,16 +9,22 @@
 #   max_timestamp_so_far grew past the last .timeindex entry, .timeindex (max_timestamp_so_far
 #   -> its offset); then add the batch's size to the running count.
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_Resize, PyByteArray_GET_SIZE
-from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
+from libc.stdint cimport int16_t, int32_t, int64_t, uint32_t, uint64_t
+from libc.string cimport memset
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 
+from cpython.buffer cimport PyBUF_READ
+from cpython.memoryview cimport PyMemoryView_FromMemory
+
 from mqcore._ext.batch cimport (
     ATTR_CODEC_MASK, ATTR_CONTROL, ATTR_LOG_APPEND_TIME, BATCH_HEADER_SIZE, BatchHeader,
-    E_OFFSET_ORDER, E_SHORT, LOG_OVERHEAD, OK, RecordCursor, RecordView, check_batch,
-    cursor_init, error_text, make_message, next_record, open_records, walk_batch, wrap_add,
+    E_OFFSET_ORDER, E_SHORT, LOG_OVERHEAD, OK, Message, RecordCursor, RecordView, check_batch,
+    cursor_finish, cursor_init, error_text, make_message, next_record, open_records, walk_batch,
+    wrap_add,
 )
-from mqcore._ext.bytes_be cimport store_be32, store_be64
+from mqcore._ext.bytes_be cimport mq_prefetch, mq_prefetch_range, store_be32, store_be64
+from mqcore._ext.varint cimport read_varint
 
 from mqcore._ext.batch import decode_messages
 
@@ -238,30 +244,298 @@ def find_batch(const unsigned char[::1] buf not None, Py_ssize_t pos, int64_t ta
 
 
 cdef enum:
-    SAMPLE_EVERY = 32             # one remembered record position per 32 records
+    SAMPLE_EVERY = 8              # one remembered record position per 8 records
     SAMPLED_MIN_RECORDS = 64      # smaller batches are walked from their start
     VERIFIED_MAX = 65536          # memo entries per segment before it starts over
+    MEMO_WHOLE = 1                # every record decoded and checked, the area used up exactly
+    MEMO_DENSE = 2                # record i has offset delta i: samples hold positions only
+    PREFETCH_MAX = 4096           # bytes of records a get prefetches ahead of its walk
+
+
+# A batch's memo (the value of `verified[position]`), made by the first get in it; it lives in
+# memory only, in native byte order: this header, then one sample per SAMPLE_EVERY-th record,
+# its int32 position in the records area (MEMO_DENSE: its offset delta is its index) or
+# (int32 offset delta, int32 position). A batch of fewer than SAMPLED_MIN_RECORDS records gets
+# the header alone (no samples); a compressed or control batch gets b"".
+# The header repeats the batch header fields a read needs, so a read that starts at a batch
+# with a memo plans its walk (and makes its Message) without touching the batch header again.
+cdef struct MemoHeader:
+    int32_t flags                 # MEMO_WHOLE | MEMO_DENSE
+    int32_t count                 # samples
+    int64_t base_offset
+    int64_t base_timestamp
+    int64_t max_timestamp
+    int32_t records_count
+    int32_t records_size          # bytes of the records area
+    int32_t last_offset_delta
+    int32_t attributes
+
+
+# Where a walk to one record starts: from sample k (-1: the first record), whose offset delta
+# and position are first_delta and start; the walk stays before span_end (the next sample or
+# the area's end) and is likely to read `ahead` bytes from start.
+cdef struct WalkPlan:
+    Py_ssize_t k
+    int64_t first_delta
+    Py_ssize_t start
+    Py_ssize_t span_end
+    Py_ssize_t ahead
 
 
 cdef bytes sample_positions(const unsigned char* records, Py_ssize_t size, const BatchHeader* h):
-    """(offsetDelta int32, position int32) of every SAMPLE_EVERY-th record, native order."""
+    """The memo of the batch with header h (see MemoHeader)."""
     cdef RecordCursor c
     cdef RecordView r
     cdef const unsigned char* at
     cdef Py_ssize_t i = 0
     cdef int32_t entry[2]
-    out = bytearray()
+    cdef MemoHeader head
+    cdef int rc
+    cdef bint dense = True
+    memset(&head, 0, sizeof(head))
+    pairs = bytearray(sizeof(MemoHeader))
+    positions = bytearray(sizeof(MemoHeader))
     cursor_init(&c, records, size, h)
     while True:
         at = c.p
-        if next_record(&c, &r) != 1:
+        rc = next_record(&c, &r)
+        if rc != 1:
             break
+        if r.offset_delta != i:
+            dense = False
         if i % SAMPLE_EVERY == 0:
             entry[0] = <int32_t>r.offset_delta
             entry[1] = <int32_t>(at - records)
-            out += (<char*>entry)[:8]
+            pairs += (<char*>entry)[:8]
+            positions += (<char*>entry)[4:8]
         i += 1
-    return bytes(out)
+    head.flags = MEMO_WHOLE if rc == 0 and cursor_finish(&c) == OK else 0
+    if head.flags and dense:
+        head.flags |= MEMO_DENSE
+        pairs = positions
+    head.count = <int32_t>((i + SAMPLE_EVERY - 1) // SAMPLE_EVERY)
+    head.base_offset = h.base_offset
+    head.base_timestamp = h.base_timestamp
+    head.max_timestamp = h.max_timestamp
+    head.records_count = h.records_count
+    head.records_size = <int32_t>size
+    head.last_offset_delta = h.last_offset_delta
+    head.attributes = h.attributes
+    pairs[:sizeof(MemoHeader)] = (<char*>&head)[:sizeof(MemoHeader)]
+    return bytes(pairs)
+
+
+cdef bytes header_memo(Py_ssize_t size, const BatchHeader* h):
+    """The memo of a batch too small to sample: its header fields only, no samples."""
+    cdef MemoHeader head
+    memset(&head, 0, sizeof(head))
+    head.base_offset = h.base_offset
+    head.base_timestamp = h.base_timestamp
+    head.max_timestamp = h.max_timestamp
+    head.records_count = h.records_count
+    head.records_size = <int32_t>size
+    head.last_offset_delta = h.last_offset_delta
+    head.attributes = h.attributes
+    return (<char*>&head)[:sizeof(MemoHeader)]
+
+
+cdef bint plan_walk(bytes memo, int64_t target_delta, WalkPlan* w) noexcept:
+    """Plan the walk to the record at target_delta from the memo's samples; False when the
+    memo has none (or is not one: the walk then starts at the first record)."""
+    cdef const MemoHeader* head = <const MemoHeader*>PyBytes_AS_STRING(memo)
+    cdef const int32_t* m = <const int32_t*>(PyBytes_AS_STRING(memo) + sizeof(MemoHeader))
+    cdef Py_ssize_t count, lo, hi, mid, room = PyBytes_GET_SIZE(memo) - <Py_ssize_t>sizeof(MemoHeader)
+    cdef int64_t group, ahead
+    if room < 0 or target_delta < 0:
+        return False
+    count = head.count
+    w.k = -1
+    w.first_delta = 0
+    w.start = 0
+    w.span_end = head.records_size
+    w.ahead = -1
+    if head.flags & MEMO_DENSE:
+        if count <= 0 or count > room // 4:
+            return False
+        w.k = min(target_delta // SAMPLE_EVERY, count - 1)
+        w.start = m[w.k]
+        if w.k + 1 < count:
+            w.span_end = m[w.k + 1]
+        w.first_delta = w.k * SAMPLE_EVERY
+        group = min(<int64_t>SAMPLE_EVERY, head.records_count - w.first_delta)
+        ahead = target_delta - w.first_delta
+        if group > 0 and ahead >= 0:
+            # records of a group are about the same size: the lines up to the target, and a few
+            w.ahead = (w.span_end - w.start) * (ahead + 1) // group + 256
+    else:
+        if count < 0 or count > room // 8:
+            return False
+        lo, hi = 0, count            # the last sample whose delta is <= the target
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if m[2 * mid] <= target_delta:
+                lo = mid + 1
+            else:
+                hi = mid
+        w.k = lo - 1
+        if lo < count:
+            w.span_end = m[2 * lo + 1]
+        if w.k >= 0:
+            w.start = m[2 * w.k + 1]
+            w.first_delta = m[2 * w.k]
+    if not 0 <= w.start <= w.span_end <= head.records_size:
+        return False
+    if w.ahead < 0 or w.ahead > w.span_end - w.start:
+        w.ahead = w.span_end - w.start
+    if w.ahead > PREFETCH_MAX:
+        w.ahead = PREFETCH_MAX
+    return True
+
+
+cdef const MemoHeader* memo_header(object memo, Py_ssize_t pos, Py_ssize_t n) noexcept:
+    """The header of `memo` (a memo of the batch at buf[pos] of a buffer of n bytes), or NULL
+    when it has none (b"", or no memo) or the batch does not end inside the buffer."""
+    cdef const MemoHeader* head
+    if type(memo) is not bytes or PyBytes_GET_SIZE(memo) < <Py_ssize_t>sizeof(MemoHeader):
+        return NULL
+    head = <const MemoHeader*>PyBytes_AS_STRING(memo)
+    if (head.records_size < 0 or head.base_offset < 0
+            or pos + BATCH_HEADER_SIZE + <Py_ssize_t>head.records_size > n):
+        return NULL
+    return head
+
+
+cdef enum:
+    MEMO_HOLDS = 0                # the batch at the position holds the offset: its memo
+    MEMO_WALK = 1                 # no memo there: walk batch headers from the position
+    MEMO_ABSENT = 2               # no record at the offset from here (None)
+    MEMO_FOLLOW_MAX = 256         # memos followed before the header walk takes over
+
+
+cdef object follow_memos(dict verified, Py_ssize_t* pos, Py_ssize_t n, int64_t offset,
+                         int* status):
+    """From the batch at *pos, step over batches by their memos (the sizes an earlier get
+    found) to the one holding `offset`, touching no batch header. Sets *status: MEMO_HOLDS
+    (returns that batch's memo, *pos its position), MEMO_WALK (no memo at *pos) or MEMO_ABSENT
+    (the batch at *pos starts past the offset, or the data ends)."""
+    cdef const MemoHeader* head
+    cdef int steps
+    for steps in range(MEMO_FOLLOW_MAX):
+        if pos[0] >= n:
+            status[0] = MEMO_ABSENT
+            return None
+        memo = verified.get(pos[0]) if verified is not None else None
+        head = memo_header(memo, pos[0], n)
+        if head == NULL:
+            break
+        if offset < head.base_offset:
+            status[0] = MEMO_ABSENT
+            return None
+        if offset - head.base_offset <= head.last_offset_delta:
+            status[0] = MEMO_HOLDS
+            return memo
+        pos[0] += BATCH_HEADER_SIZE + <Py_ssize_t>head.records_size
+    status[0] = MEMO_WALK
+    return None
+
+
+cdef object locate(const unsigned char* buf, Py_ssize_t n, Py_ssize_t pos, int64_t offset,
+                   dict verified, Py_ssize_t* batch_pos):
+    """Where a read of `offset` from the batch at buf[pos] goes, as far as memos tell without
+    reading the log: the memo of the batch holding the offset (its position in *batch_pos),
+    with the records up to the target prefetched; or None, with the first batch header the
+    read will walk prefetched (and None when the memos say there is no such record). Nothing
+    is read from buf here: a hint for read_memo or read_at."""
+    cdef WalkPlan w
+    cdef const MemoHeader* head
+    cdef int status
+    if pos < 0 or pos >= n:
+        return None
+    memo = follow_memos(verified, &pos, n, offset, &status)
+    if status == MEMO_HOLDS:
+        head = <const MemoHeader*>PyBytes_AS_STRING(memo)
+        if plan_walk(memo, offset - head.base_offset, &w):
+            mq_prefetch_range(buf + pos + BATCH_HEADER_SIZE + w.start, w.ahead)
+        batch_pos[0] = pos
+        return memo
+    if status == MEMO_WALK:
+        mq_prefetch(buf + pos)
+    return None
+
+
+cdef object read_memo(const unsigned char* buf, Py_ssize_t n, Py_ssize_t pos, object memo,
+                      int64_t offset, str topic, int partition, object source, bint prefetch):
+    """The Message at `offset` in the batch at buf[pos], whose memo (from locate) holds it, or
+    None; the memo stands in for the batch header. `prefetch`: unless locate did."""
+    cdef BatchHeader h
+    cdef const MemoHeader* head = memo_header(memo, pos, n)
+    if (head == NULL or offset < head.base_offset
+            or offset - head.base_offset > head.last_offset_delta):
+        raise ValueError(f"the memo at position {pos} does not hold offset {offset}")
+    memset(&h, 0, sizeof(h))
+    h.magic = 2
+    h.base_offset = head.base_offset
+    h.base_timestamp = head.base_timestamp
+    h.max_timestamp = head.max_timestamp
+    h.records_count = head.records_count
+    h.last_offset_delta = head.last_offset_delta
+    h.attributes = <int16_t>head.attributes
+    h.batch_length = head.records_size + BATCH_HEADER_SIZE - LOG_OVERHEAD
+    return read_in_batch(buf + pos + BATCH_HEADER_SIZE, head.records_size, &h, memo, offset,
+                         topic, partition, source, pos, prefetch)
+
+
+cdef void start_walk(bytes memo, const unsigned char* records, Py_ssize_t records_size,
+                     const BatchHeader* h, int64_t target_delta, RecordCursor* c,
+                     bint prefetch) noexcept:
+    """Point cursor c (fresh from cursor_init) at the sampled record nearest before the target,
+    prefetch the lines the walk to it will read (unless locate did), and skip the records
+    before it when the memo says the batch was checked whole."""
+    cdef WalkPlan w
+    cdef const MemoHeader* head
+    if PyBytes_GET_SIZE(memo) < <Py_ssize_t>sizeof(MemoHeader):
+        if prefetch:
+            mq_prefetch_range(records, min(records_size, PREFETCH_MAX))
+        return
+    head = <const MemoHeader*>PyBytes_AS_STRING(memo)
+    if (head.base_offset != h.base_offset or head.records_size != records_size
+            or head.records_count != h.records_count or not plan_walk(memo, target_delta, &w)):
+        return  # not this batch's memo (a caller's own dict): walk from the first record
+    if w.k >= 0:
+        c.p = records + w.start
+        c.remaining = h.records_count - w.k * SAMPLE_EVERY
+        c.prev_delta = w.first_delta - 1
+    if prefetch:
+        mq_prefetch_range(records + w.start, w.ahead)
+    if head.flags & MEMO_WHOLE:
+        skip_below(c, target_delta)
+
+
+cdef void skip_below(RecordCursor* c, int64_t target_delta) noexcept nogil:
+    """Move c past the records whose offset delta is below target_delta, reading only each
+    one's length and offset delta: for batches whose memo says every record was decoded and
+    checked already. Anything unexpected stops the skip where it is, and next_record takes over
+    from there (and names the problem)."""
+    cdef int64_t length, v
+    cdef const unsigned char* p
+    cdef const unsigned char* rec_end
+    cdef int n
+    while c.remaining > 0:
+        n = read_varint(c.p, c.end - c.p, &length)
+        if n < 0 or length < 2 or length > c.end - c.p - n:
+            return
+        p = c.p + n + 1                      # past the length and the attributes byte
+        rec_end = c.p + n + length
+        n = read_varint(p, rec_end - p, &v)  # timestampDelta
+        if n < 0:
+            return
+        p += n
+        n = read_varint(p, rec_end - p, &v)  # offsetDelta
+        if n < 0 or v >= target_delta or v <= c.prev_delta:
+            return
+        c.p = rec_end
+        c.remaining -= 1
+        c.prev_delta = v
 
 
 def read_record(const unsigned char[::1] buf not None, Py_ssize_t position, int64_t offset,
@@ -272,49 +546,75 @@ def read_record(const unsigned char[::1] buf not None, Py_ssize_t position, int6
     Walks batch headers from `position` (a batch boundary at or before the offset: the index
     floor) to the batch holding the offset, then its records. The first get in a batch checks
     its CRC and remembers it in `verified` (batch position -> sampled record positions), so a
-    later get skips the CRC and starts its walk at most SAMPLE_EVERY records before the target.
+    later get skips the CRC and starts its walk at most SAMPLE_EVERY records before the target,
+    skipping over records by their lengths when that first get decoded the whole batch.
     """
+    return read_at(&buf[0] if buf.shape[0] else NULL, buf.shape[0], position, offset, topic,
+                   partition, verify_crc, verified, source, max_decompressed)
+
+
+cdef object read_at(const unsigned char* buf, Py_ssize_t n, Py_ssize_t position, int64_t offset,
+                    str topic, int partition, bint verify_crc, dict verified, object source,
+                    Py_ssize_t max_decompressed):
     cdef BatchHeader h
-    cdef RecordCursor c
-    cdef RecordView r
-    cdef Py_ssize_t pos, n = buf.shape[0], records_size, k, best
-    cdef int64_t base, target_delta
-    cdef int rc
-    cdef bint check
+    cdef Py_ssize_t pos = position, records_size
+    cdef int rc, status
     cdef const unsigned char* records
-    cdef const int32_t* samples
-    pos, base, _last = find_batch(buf, position, offset, -1, False, source, 0)
-    if base < 0 or base > offset:
+    if position < 0 or position > n:
+        raise ValueError(f"position {position} outside a buffer of {n} bytes")
+    memo = follow_memos(verified, &pos, n, offset, &status)
+    if status == MEMO_ABSENT:
+        return None
+    if status == MEMO_HOLDS:
+        # batches an earlier get checked (CRC, records) lead to the one holding the offset:
+        # their memos have what the read needs from the headers
+        return read_memo(buf, n, pos, memo, offset, topic, partition, source, True)
+    # the batch holding the offset: headers only, as find_batch walks them (a header check is
+    # too short to be worth releasing the GIL, unlike the CRC below)
+    while True:
+        if pos >= n:
+            return None
+        rc = check_batch(buf + pos, n - pos, &h, False)
+        if rc == E_SHORT:
+            return None
+        if rc != OK:
+            raise CorruptRecordError(error_text(rc), path=source, position=pos)
+        if h.base_offset < 0:
+            raise CorruptRecordError(f"negative base offset {h.base_offset}", path=source,
+                                     position=pos)
+        if h.base_offset + h.last_offset_delta >= offset:
+            break
+        pos += LOG_OVERHEAD + h.batch_length
+    if h.base_offset > offset:
         return None
     memo = None if verified is None else verified.get(pos)
-    check = verify_crc and memo is None
-    walk_batch(&buf[pos], n - pos, &h, check, source, pos)  # whole: find_batch found it
+    if verify_crc and memo is None:
+        walk_batch(buf + pos, n - pos, &h, True, source, pos)  # whole: the walk found it
     if h.attributes & ATTR_CODEC_MASK or h.attributes & ATTR_CONTROL:
-        out = []
-        decode_messages(buf, pos, topic, partition, offset, 1, out, False, max_decompressed,
-                        source, 0, offset)
-        if verified is not None and memo is None:
-            remember(verified, pos, b"")
-        return out[0] if out and out[0].offset == offset else None
-    records = &buf[pos] + BATCH_HEADER_SIZE
+        return read_decoded(buf, n, pos, offset, topic, partition, verified, memo is None, source,
+                            max_decompressed)
+    records = buf + pos + BATCH_HEADER_SIZE
     records_size = LOG_OVERHEAD + h.batch_length - BATCH_HEADER_SIZE
     if memo is None:
         memo = (sample_positions(records, records_size, &h)
-                if h.records_count >= SAMPLED_MIN_RECORDS else b"")
+                if h.records_count >= SAMPLED_MIN_RECORDS else header_memo(records_size, &h))
         if verified is not None:
             remember(verified, pos, memo)
-    cursor_init(&c, records, records_size, &h)
-    target_delta = offset - h.base_offset
-    samples = <const int32_t*>PyBytes_AS_STRING(memo)
-    best = -1
-    for k in range(PyBytes_GET_SIZE(memo) // 8):
-        if samples[2 * k] > target_delta:
-            break
-        best = k
-    if best >= 0:
-        c.p = records + samples[2 * best + 1]
-        c.remaining = h.records_count - best * SAMPLE_EVERY
-        c.prev_delta = samples[2 * best] - 1
+    return read_in_batch(records, records_size, &h, memo, offset, topic, partition, source, pos,
+                         True)
+
+
+cdef object read_in_batch(const unsigned char* records, Py_ssize_t records_size,
+                          const BatchHeader* h, object memo, int64_t offset, str topic,
+                          int partition, object source, Py_ssize_t pos, bint prefetch):
+    """The record at `offset` in an uncompressed batch's records area (walked from the memo's
+    nearest sample), or None when the batch has no record there."""
+    cdef RecordCursor c
+    cdef RecordView r
+    cdef int rc
+    cdef int64_t target_delta = offset - h.base_offset
+    cursor_init(&c, records, records_size, h)
+    start_walk(<bytes?>memo, records, records_size, h, target_delta, &c, prefetch)
     while True:
         rc = next_record(&c, &r)
         if rc == 0:
@@ -322,9 +622,26 @@ def read_record(const unsigned char[::1] buf not None, Py_ssize_t position, int6
         if rc < 0:
             raise CorruptRecordError(error_text(rc), path=source, position=pos)
         if r.offset_delta == target_delta:
-            return make_message(topic, partition, &h, &r)
+            return make_message(topic, partition, h, &r)
         if r.offset_delta > target_delta:
             return None
+
+
+cdef object read_decoded(const unsigned char* buf, Py_ssize_t n, Py_ssize_t pos, int64_t offset,
+                         str topic, int partition, dict verified, bint first, object source,
+                         Py_ssize_t max_decompressed):
+    """A compressed or control batch at `pos`: decode_messages from it (control batches hold no
+    user records), then remember that its CRC was checked."""
+    cdef list out = []
+    cdef object mv = PyMemoryView_FromMemory(<char*>buf, n, PyBUF_READ)
+    try:
+        decode_messages(mv, pos, topic, partition, offset, 1, out, False, max_decompressed,
+                        source, 0, offset)
+    finally:
+        mv.release()
+    if verified is not None and first:
+        remember(verified, pos, b"")
+    return out[0] if out and (<Message>out[0]).offset == offset else None
 
 
 cdef int remember(dict verified, Py_ssize_t pos, bytes memo) except -1:

@@ -13,16 +13,16 @@ import contextlib
 import re
 import struct
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from mqcore._ext.batch import Message
 from mqcore._ext.hashing import KEY_SEED, UID_SEED, xxh64_hash
-from mqcore._ext.scan import read_record
+from mqcore._ext.lookup import find_indexed  # noqa: F401 - the key lookup, in the kernel
 from mqcore._ext.search import scan_records
 from mqcore.errors import CorruptRecordError, InvalidConfigError
-from mqcore.query.ids import decode_msg_id, parse_uid, uid_time_ms
+from mqcore.query.ids import parse_uid, uid_time_ms
 from mqcore.storage.partition import Partition
 from mqcore.storage.segment import MAX_DECOMPRESSED, LogSegment
 
@@ -141,105 +141,8 @@ def segments_of(part: Partition) -> contextlib.AbstractContextManager[list[tuple
 # -- lookups by ID and key ---------------------------------------------------------------------
 
 
-def get_by_id(parts: Callable[[str, int], Partition | None], msg_id: str) -> Message | None:
-    topic, partition, offset = decode_msg_id(msg_id)
-    part = parts(topic, partition)
-    return None if part is None else part.get(offset)
-
-
-def key_matches(m: Message, key: bytes) -> bool:
-    """The stored record really carries `key`: as its key or a word of its `keys` header."""
-    if m.key == key:
-        return True
-    words = m.header("keys")
-    return words is not None and key in words.split(b" ")
-
-
 def uid_matches(m: Message, uid: bytes) -> bool:
     return m.header("uid") == uid
-
-
-def probe_partition(
-    part: Partition,
-    hashed: int,
-    lo: int,
-    hi: int,
-    verify: Callable[[Message], bool],
-    from_offset: int,
-) -> tuple[list[Message], int]:
-    """Verified messages of one partition whose index entries carry `hashed`, offset order;
-    also returns how many candidates were read. An entry names its batch's position, so each
-    candidate is read straight from there (no offset-index lookup)."""
-    with segments_of(part) as segments:
-        return _probe_segments(part, segments, hashed, lo, hi, verify, from_offset)
-
-
-def _probe_segments(
-    part: Partition,
-    segments: list[tuple[LogSegment, int]],
-    hashed: int,
-    lo: int,
-    hi: int,
-    verify: Callable[[Message], bool],
-    from_offset: int,
-) -> tuple[list[Message], int]:
-    candidates: dict[int, tuple[LogSegment, int, int]] = {}
-    for seg, size in segments:
-        table = seg.key_table()
-        if table is None:
-            continue
-        base = seg.base_offset
-        for rel, pos, ts_lo, ts_hi in table.probe(hashed, MAX_PROBE):
-            if base + rel >= from_offset and ts_hi >= lo and ts_lo < hi:
-                candidates[base + rel] = (seg, pos, size)
-    out = []
-    topic, partition, verify_crc = part.topic, part.partition, True
-    for offset in sorted(candidates):
-        seg, pos, size = candidates[offset]
-        m = None
-        if pos < size:
-            try:
-                m = read_record(
-                    seg.view(0, size), pos, offset, topic, partition, verify_crc,
-                    seg.verified_batches, seg.log_path, MAX_DECOMPRESSED,
-                )  # fmt: skip
-            except CorruptRecordError:
-                pass
-        if m is None:
-            # the entry's position may be damaged (the offset is what counts): the offset
-            # index decides, and raises if the log itself is damaged there
-            m = part.get(offset)
-        if m is not None and lo <= m.timestamp < hi and verify(m):
-            out.append(m)
-    return out, len(candidates)
-
-
-def find_indexed(
-    parts: Sequence[Partition],
-    hashed: int,
-    verify: Callable[[Message], bool],
-    start: int | None,
-    end: int | None,
-    limit: int,
-    cursor: str | None,
-) -> QueryResult:
-    lo, hi = time_bounds(start, end)
-    limit = check_limit("limit", limit, MAX_LIMIT)
-    result = QueryResult()
-    for part, from_offset in resume_points(parts, cursor):
-        found, read = probe_partition(part, hashed, lo, hi, verify, from_offset)
-        result.scanned_records += read
-        room = limit - len(result.messages)
-        if len(found) > room:
-            result.messages.extend(found[:room])
-            result.reason = LIMIT
-            # resume after the last message returned, or at this partition's start
-            result.cursor = encode_cursor(
-                part.partition, found[room - 1].offset + 1 if room else from_offset
-            )
-            return result
-        result.messages.extend(found)
-    return result
 
 
 def key_spans(

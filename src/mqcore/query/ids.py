@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import binascii
 
+from mqcore._ext.lookup import decode_store_id
 from mqcore._ext.varint import decode_varint, encode_varint
 from mqcore.config import validate_name
 from mqcore.errors import CorruptRecordError, InvalidMessageIdError, InvalidTopicError
@@ -32,7 +33,11 @@ def decode_msg_id(text: object) -> tuple[str, int, int]:
     """(topic, partition, offset) of a store ID; InvalidMessageIdError names what is wrong.
 
     Only the canonical text of an ID decodes (one ID per message): the body must re-encode to
-    itself and each varint must be its shortest form."""
+    itself and each varint must be its shortest form. The kernel decodes those (lookup.pyx);
+    the code below names what is wrong with any other text."""
+    fast = decode_store_id(text)
+    if fast is not None:
+        return fast
     if not isinstance(text, str) or not text.startswith(STORE_ID_PREFIX):
         raise InvalidMessageIdError(f"{text!r} is not a store ID (they start with 'm1-')")
     body = text[len(STORE_ID_PREFIX) :].encode("ascii", "replace")

@@ -18,7 +18,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from mqcore._ext.batch import EncodedBatch, Message, decode_messages, peek_batch_header
-from mqcore._ext.scan import first_offset_at_or_after, read_record
+from mqcore._ext.lookup import get_record
+from mqcore._ext.scan import first_offset_at_or_after
 from mqcore.config import FlushPolicy, TopicConfig
 from mqcore.crashpoints import crash_point
 from mqcore.errors import CorruptRecordError, OffsetOutOfRangeError, StoreClosedError
@@ -422,30 +423,13 @@ class Partition:
     def get(self, offset: int, verify_crc: bool = True) -> Message | None:
         """The record at `offset`, or None (a compacted gap, a control record, or out of range).
 
-        Index floor, then batch headers in the mapping to the batch holding the offset, then
-        only that record. A batch's CRC is checked the first time a get lands in it.
+        One kernel call (_ext/lookup.pyx get_record): under the lock, the segment, its index
+        floor, its size and a buffer of its mapping (which keeps it mapped: the read's pin);
+        then, without the lock, the batch holding the offset (by the memos of batches read
+        before, else their headers) and only that record. A batch's CRC is checked the first
+        time a get lands in it.
         """
-        with self._lock:
-            if offset < self.segments[0].base_offset or offset >= self.segments[-1].next_offset:
-                return None
-            seg = self.segments[self._segment_index(offset)]
-            position = seg.position_for(offset)
-            limit = seg.size
-            self._pin([seg])
-        try:
-            return read_record(
-                seg.view(0, limit),
-                position,
-                offset,
-                self.topic,
-                self.partition,
-                verify_crc,
-                seg.verified_batches,
-                seg.log_path,
-                MAX_DECOMPRESSED,
-            )
-        finally:
-            self._unpin([seg])
+        return get_record(self, offset, verify_crc, MAX_DECOMPRESSED)
 
     def offset_for_time(self, timestamp: int, verify_crc: bool = True) -> int | None:
         """Kafka's rule: the earliest offset whose timestamp is >= `timestamp`, or None.

@@ -1,0 +1,407 @@
+"""The point-lookup kernel (_ext/lookup.pyx) and the get kernel it drives (scan.read_at): reads
+by offset through the memos of checked batches, store IDs decoded in C, key-index lookups that
+probe every segment in one call; on good bytes they answer what a full decode answers, and on
+bad bytes (damaged logs, damaged memos, damaged key tables, malformed IDs) they raise or
+return None, never read outside their buffers."""
+
+from __future__ import annotations
+
+import os
+import random
+import struct
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import mqcore
+from mqcore._ext import lookup
+from mqcore._ext.batch import Message, decode_messages, encode_batch
+from mqcore._ext.crc32c import crc32c
+from mqcore._ext.hashing import KEY_SEED, xxh64_hash
+from mqcore._ext.keyindex import HEADER_BYTES, KeyTable, file_size, init_header
+from mqcore._ext.scan import read_record
+from mqcore.errors import CodecError, CorruptIndexError, CorruptRecordError, InvalidMessageIdError
+from mqcore.query.ids import decode_msg_id, encode_msg_id
+from tests.test_batch import GuardedArena
+
+T0 = 1_700_000_000_000
+BAD_BYTES = (CorruptRecordError, CodecError, ValueError)
+
+
+def control(batch: bytes) -> bytes:
+    """The batch with its control attribute set and its CRC made right again."""
+    out = bytearray(batch)
+    attributes = struct.unpack_from(">h", out, 21)[0] | 0x20
+    struct.pack_into(">h", out, 21, attributes)
+    struct.pack_into(">I", out, 17, crc32c(bytes(out[21:])))
+    return bytes(out)
+
+
+def segment(seed: int) -> bytes:
+    """A segment's bytes: batches of 1 to 300 records (sampled ones among them), some with
+    offset gaps, compressed, under LogAppendTime, one a control batch."""
+    from mqcore import compression
+
+    rng = random.Random(seed)
+    out, base = [], 0
+    for b in range(rng.randint(3, 9)):
+        n = rng.choice([1, 5, 63, 64, 100, 300])
+        deltas = None
+        if rng.random() < 0.3:
+            deltas = sorted(rng.sample(range(n * 2), n))
+        codec = rng.choice([0, 0, 0, 1, 3])
+        batch = encode_batch(
+            [rng.randbytes(rng.randint(0, 40)) for _ in range(n)],
+            [rng.choice([None, b"k%d" % rng.randrange(9)]) for _ in range(n)],
+            [[("uid", rng.randbytes(16))] if rng.random() < 0.5 else [] for _ in range(n)],
+            [T0 + rng.randrange(1000) for _ in range(n)],
+            codec=codec,
+            compress=compression.compress,
+            log_append_time=T0 + 5 if rng.random() < 0.2 else -1,
+            offset_deltas=deltas,
+        )
+        batch.set_base_offset(base)
+        data = batch.tobytes()
+        if b == 1 and rng.random() < 0.5:
+            data = control(data)
+        out.append(data)
+        base = batch.last_offset + 1 + rng.randrange(3)
+    return b"".join(out)
+
+
+def expected(data: bytes) -> dict[int, Message]:
+    msgs: list[Message] = []
+    decode_messages(data, 0, "t", 3, 0, 1 << 30, msgs)
+    return {m.offset: m for m in msgs}
+
+
+def batch_starts(data: bytes) -> list[int]:
+    starts, pos = [], 0
+    while pos < len(data):
+        starts.append(pos)
+        pos += 12 + struct.unpack_from(">i", data, pos + 8)[0]
+    return starts
+
+
+def reference(data: bytes, start: int, offset: int) -> Message | None:
+    """What a get from the batch at `start` must answer: the record at `offset` in the first
+    batch from there that reaches it (None: a gap, a control batch, or no such batch)."""
+    msgs: list[Message] = []
+    decode_messages(data, start, "t", 3, offset, 1, msgs, False, 1 << 20, None, 0, offset)
+    return msgs[0] if msgs and msgs[0].offset == offset else None
+
+
+@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("verify", [True, False])
+def test_reads_equal_a_full_decode_cold_and_through_memos(seed: int, verify: bool) -> None:
+    """Every offset (gaps and past the end included), from every batch start, twice: the first
+    reads make the memos, the second ones go through them (over batch headers and records they
+    skip); both answer what decode_messages does."""
+    data = segment(seed)
+    last = max(expected(data), default=0)
+    starts = batch_starts(data)
+    verified: dict[int, bytes] = {}
+    for _ in range(2):
+        for offset in range(last + 3):
+            for start in starts:
+                got = read_record(data, start, offset, "t", 3, verify, verified, "s.log")
+                assert got == reference(data, start, offset)
+    assert len(verified) == len(starts)  # every batch has its memo
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 11), flips=st.lists(st.integers(0, 1 << 20), min_size=1, max_size=6))
+def test_damage_after_the_memos_never_reads_outside_the_buffer(seed: int, flips: list[int]) -> None:
+    """Bytes changed under memos made from the good ones (the memo trusts what the first get
+    checked): reads through the stale memos stay inside the buffer and raise or answer."""
+    data = bytearray(segment(seed))
+    verified: dict[int, bytes] = {}
+    want = expected(bytes(data))
+    for offset in want:
+        read_record(bytes(data), 0, offset, "t", 3, True, verified, "s.log")
+    for f in flips:
+        data[f % len(data)] ^= 1 + (f >> 8) % 255
+    arena = GuardedArena(len(data) + 4096)
+    try:
+        with arena.place(bytes(data)) as view:
+            for offset in list(want)[:40] + [max(want) + 5]:
+                try:
+                    got = read_record(view, 0, offset, "t", 3, True, verified, "s.log")
+                except BAD_BYTES:
+                    continue
+                assert got is None or isinstance(got, Message)
+    finally:
+        arena.close()
+
+
+@settings(max_examples=150, deadline=None)
+@given(seed=st.integers(0, 11), junk=st.binary(min_size=0, max_size=200), at=st.integers(0, 8))
+def test_garbage_memos_never_read_outside_the_buffer(seed: int, junk: bytes, at: int) -> None:
+    """A caller's memo dict holding garbage (the kernel cannot tell): bounds still hold."""
+    data = segment(seed)
+    starts = batch_starts(data)
+    verified = {starts[at % len(starts)]: junk}
+    arena = GuardedArena(len(data) + 4096)
+    try:
+        with arena.place(data) as view:
+            for offset in range(0, 40, 3):
+                try:
+                    got = read_record(view, 0, offset, "t", 3, False, verified, "s.log")
+                except (*BAD_BYTES, TypeError):
+                    continue
+                assert got is None or got.offset == offset
+    finally:
+        arena.close()
+
+
+# -- store IDs ----------------------------------------------------------------------------------
+
+TOPIC_CHARS = "abcXYZ019._-"
+
+
+class Text(str):
+    """A str subclass: the fast decoder leaves it to the Python code (the reference)."""
+
+
+@given(
+    topic=st.text(TOPIC_CHARS, min_size=1, max_size=249).filter(lambda t: t not in (".", "..")),
+    partition=st.integers(0, 0x7FFFFFFF),
+    offset=st.integers(0, (1 << 63) - 1),
+)
+def test_store_ids_decode_in_c_as_in_python(topic: str, partition: int, offset: int) -> None:
+    text = encode_msg_id(topic, partition, offset)
+    assert lookup.decode_store_id(text) == (topic, partition, offset)
+    assert decode_msg_id(Text(text)) == (topic, partition, offset)
+
+
+@settings(max_examples=400)
+@given(
+    text=st.one_of(
+        st.text(max_size=40),
+        st.text("m1-ABCDEFabcdef0123456789-_+/=", max_size=40).map(lambda t: "m1-" + t),
+        st.binary(max_size=30).map(
+            lambda b: "m1-" + __import__("base64").urlsafe_b64encode(b).decode().rstrip("=")
+        ),
+    )
+)
+def test_any_text_the_c_decoder_takes_python_takes_alike(text: str) -> None:
+    """The C decoder accepts exactly canonical IDs: whatever it returns, the Python decoder
+    returns too; whatever it refuses, the Python decoder refuses with InvalidMessageIdError."""
+    fast = lookup.decode_store_id(text)
+    try:
+        slow = decode_msg_id(Text(text))
+    except InvalidMessageIdError:
+        assert fast is None
+    else:
+        assert fast == slow
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "m1-", "m1-A", "m1-AAA=", "m1-AA+A", "m1-AB", "m1-AAE", "m1-gAAAA", "m1-AAAu",
+        "m1-AAAuLg", "m1-AAB0ZQ%", "m1-AAB0w6k", "n1-AAB0", "", "m1-" + "A" * 600,
+    ],
+)  # fmt: skip
+def test_malformed_store_ids_are_refused_by_both(text: str) -> None:
+    """Empty or lone-character bodies, padding, '+', unused bits set, overlong varints, the
+    topics '.' and '..', a non-ASCII topic, another prefix, an overlong body."""
+    assert lookup.decode_store_id(text) is None
+    with pytest.raises(InvalidMessageIdError):
+        decode_msg_id(text)
+
+
+def test_non_str_ids_are_refused() -> None:
+    for value in (None, 5, b"m1-AAB0"):
+        assert lookup.decode_store_id(value) is None
+        with pytest.raises(InvalidMessageIdError):
+            decode_msg_id(value)
+
+
+# -- get and find on a store ------------------------------------------------------------------
+
+
+def fill(store: mqcore.Store, topic: str, rng: random.Random, n: int) -> None:
+    i = 0
+    while i < n:
+        count = rng.choice([1, 3, 70, 200])
+        store.append_batch(
+            topic,
+            [b"v%d" % (i + j) for j in range(count)],
+            keys=[b"k%d" % rng.randrange(20) for _ in range(count)],
+            partition=0,
+            compression=rng.choice(["none", "none", "gzip", "zstd"]),
+        )
+        i += count
+
+
+def test_get_record_answers_read_and_releases_its_mappings(tmp_path: object) -> None:
+    path = os.path.join(str(tmp_path), "s")
+    store = mqcore.open(path)
+    store.create_topic("t", segment_bytes=8 << 10, key_index_entries=256)
+    fill(store, "t", random.Random(1), 2500)
+    msgs = store.read("t", 0, 0, 1 << 20)
+    part = store._partition("t", 0)
+    assert len(part.segments) > 3
+    for _ in range(2):
+        for m in msgs:
+            assert lookup.get_record(part, m.offset) == m
+            assert store.get_by_id(m.msg_id) == m
+    for offset in (-1, len(msgs), len(msgs) + 10, 1 << 70, -(1 << 70)):
+        assert lookup.get_record(part, offset) is None
+    mappings = [seg._mapped for seg in part.segments]
+    assert all(m is not None for m in mappings)
+    store.close()
+    assert all(m.closed for m in mappings)  # no buffer taken by a lookup was left behind
+
+
+def test_a_failed_get_releases_its_mapping_too(tmp_path: object) -> None:
+    path = os.path.join(str(tmp_path), "s")
+    with mqcore.open(path) as store:
+        store.create_topic("t")
+        store.append_batch("t", [b"x" * 100] * 100, partition=0)
+    log = os.path.join(path, "t-0", "00000000000000000000.log")
+    with open(log, "r+b") as f:
+        f.seek(200)
+        f.write(b"\xff\xfe")  # inside the records: a CRC mismatch for the first get
+    store = mqcore.open(path, read_only=True)
+    part = store._partition("t", 0)
+    with pytest.raises(CorruptRecordError):
+        lookup.get_record(part, 50)
+    mapped = part.segments[0]._mapped
+    store.close()
+    assert mapped.closed
+
+
+def insert_entry(table: KeyTable, key: bytes, rel_offset: int, position: int) -> None:
+    """A key entry for `key` naming the record at rel_offset: a collision when that record
+    carries another key."""
+    hit = struct.pack("=QqiI", xxh64_hash(key, KEY_SEED), T0, 0, 1)  # KeyHit, kind KEY
+    assert table.room_for(1, 0)
+    table.insert(hit, rel_offset, position)
+
+
+def test_colliding_and_damaged_entries_are_verified_away(tmp_path: object) -> None:
+    """Entries whose hash matches but whose record carries another key (as a 64-bit hash
+    collision would) are read, counted, and dropped; a `keys` header matches word by word
+    exactly as bytes.split(b" ") cuts it, empty words included."""
+    path = os.path.join(str(tmp_path), "s")
+    with mqcore.open(path) as store:
+        store.create_topic("t", key_index_entries=1024)
+        store.append("t", b"a", key=b"alpha", partition=0)
+        store.append("t", b"b", key=b"beta", keys=["x", "y"], partition=0)
+        store.append("t", b"c", key=b"gamma", headers={"keys": b"p  q "}, partition=0)
+        seg = store._partition("t", 0).segments[0]
+        table = seg.key_table()
+        positions = [seg.position_for(o) for o in range(3)]
+        insert_entry(table, b"alpha", 1, positions[1])  # alpha -> beta's record
+        insert_entry(table, b"", 2, positions[2])  # b"" -> the record whose keys have ""
+        insert_entry(table, b"zeta", 0, 0x7FFF0000)  # a position past the log
+        r = store.find_by_key("t", b"alpha")
+        assert [m.value for m in r] == [b"a"] and r.scanned_records == 2
+        assert [m.value for m in store.find_by_key("t", b"y")] == [b"b"]
+        assert [m.value for m in store.find_by_key("t", b"")] == [b"c"]  # "p  q ".split(" ")
+        r = store.find_by_key("t", b"zeta")  # read through the offset index: alpha's record
+        assert len(r) == 0 and r.scanned_records == 1
+        found, read = lookup.find_hashed(
+            store._partition("t", 0), b"alpha", lookup.KEY_KIND, 0, (1 << 63) - 1, 1, 1 << 20
+        )
+        assert [m.offset for m in found] == [] and read == 1  # from_offset 1: beta's only
+
+
+@pytest.mark.parametrize("damage", ["slot", "chain"])
+def test_a_damaged_key_table_raises(tmp_path: object, damage: str) -> None:
+    path = os.path.join(str(tmp_path), "s")
+    store = mqcore.open(path)
+    try:
+        store.create_topic("t", key_index_entries=64)
+        store.append("t", b"a", key=b"alpha", partition=0)
+        table = store._partition("t", 0).segments[0].key_table()
+        slot = xxh64_hash(b"alpha", KEY_SEED) & (table.slot_count - 1)
+        raw = memoryview(store._partition("t", 0).segments[0].key_index._map).cast("B")
+        if damage == "slot":
+            raw[HEADER_BYTES + 4 * slot : HEADER_BYTES + 4 * slot + 4] = (99).to_bytes(4, "big")
+        else:  # the entry's link points at itself: not an older entry
+            at = HEADER_BYTES + 4 * table.slot_count + 20
+            raw[at : at + 4] = (1).to_bytes(4, "big")
+        raw.release()
+        with pytest.raises(CorruptIndexError):
+            store.find_by_key("t", b"alpha")
+    finally:
+        store.close()
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    body=st.binary(min_size=0, max_size=512),
+    keys=st.integers(0, 40),
+    h=st.integers(0, 2**64 - 1),
+)
+def test_probing_garbage_tables_stays_inside_them(body: bytes, keys: int, h: int) -> None:
+    """A table whose header is right and whose slots and entries are anything: probe raises
+    CorruptIndexError or answers, and reads nothing past the table."""
+    slots, capacity = 16, 40
+    size = file_size(slots, capacity, 0)
+    buf = bytearray(size)
+    init_header(buf, slots, capacity, 0)
+    struct.pack_into(">I", buf, 20, min(keys, capacity))
+    fill = body or b"\x00"
+    buf[HEADER_BYTES:] = (fill * (size // len(fill) + 1))[: size - HEADER_BYTES]
+    arena = GuardedArena(size)
+    try:
+        with arena.place(bytes(buf)) as view:
+            table = KeyTable(view, False)
+            try:
+                hits = table.probe(h, 1000)
+            except CorruptIndexError:
+                hits = []
+            finally:
+                table.release()
+            assert len(hits) <= min(keys, capacity)
+    finally:
+        arena.close()
+
+
+def test_lookups_racing_retention_answer_or_miss_but_never_fail(tmp_path: object) -> None:
+    """Lookups in one thread while another appends and deletes old segments: each answer is the
+    message or None (its segment is gone), never an error; once the store closes, every mapping
+    a lookup held a buffer of is unmapped."""
+    import threading
+
+    path = os.path.join(str(tmp_path), "s")
+    store = mqcore.open(path)
+    store.create_topic("t", segment_bytes=4 << 10, key_index_entries=128, retention_bytes=16 << 10)
+    ids = [store.append("t", b"v%d" % i, key=b"k%d" % (i % 7), partition=0) for i in range(400)]
+    stop = threading.Event()
+    errors: list[BaseException] = []
+    seen: list[object] = []
+
+    def churn() -> None:
+        try:
+            i = 400
+            while not stop.is_set():
+                store.append("t", b"v%d" % i, key=b"k%d" % (i % 7), partition=0)
+                store.apply_retention("t")
+                seen.extend(seg._mapped for seg in store._partition("t", 0).segments)
+                i += 1
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    worker = threading.Thread(target=churn)
+    worker.start()
+    try:
+        for round_ in range(30):
+            for md in ids[round_ * 13 % 400 :][:40]:
+                m = store.get_by_id(md.msg_id)
+                assert m is None or (m.offset, m.value) == (md.offset, b"v%d" % md.offset)
+            for k in range(7):
+                for m in store.find_by_key("t", b"k%d" % k):
+                    assert m.key == b"k%d" % k and m.value == b"v%d" % m.offset
+    finally:
+        stop.set()
+        worker.join(30)
+    assert not errors, errors
+    assert store.start_offset("t", 0) > 0  # retention did delete segments meanwhile
+    store.close()
+    assert all(m is None or m.closed for m in seen)
