@@ -205,3 +205,15 @@ class PausedScan:
         self._thread.join(30)
         assert not self.errors, self.errors
         return self.messages
+
+
+def spark_arrow_schema(schema: Any) -> Any:
+    """The Arrow schema Spark checks a Python source's batches against (timestamps in UTC).
+    PySpark 4.2 names the zone (`timezone=`); 4.1 only says UTC or not (`timestamp_utc=`)."""
+    import inspect
+
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    if "timezone" in inspect.signature(to_arrow_schema).parameters:
+        return to_arrow_schema(schema, timezone="UTC")
+    return to_arrow_schema(schema, timestamp_utc=True)  # type: ignore[call-arg]  # 4.1 only

@@ -12,7 +12,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from conftest import SPARK_BASE_TS, make_spark_store
+from conftest import SPARK_BASE_TS, make_spark_store, spark_arrow_schema
 
 import mqcore
 import mqcore.spark
@@ -22,7 +22,6 @@ pytest.importorskip("pyspark", reason="PySpark is not installed (pip install 'mq
 from pyspark.errors import PySparkException  # noqa: E402
 from pyspark.sql import DataFrame, SparkSession  # noqa: E402
 from pyspark.sql import datasource as ds  # noqa: E402
-from pyspark.sql.pandas.types import to_arrow_schema  # noqa: E402
 
 from mqcore.spark.source import (  # noqa: E402
     MqcoreDataSource,
@@ -168,7 +167,7 @@ def test_small_batches_keep_sparks_arrow_schema(store_path: str) -> None:
                                "maxRecordsPerBatch": "7"})  # fmt: skip
     schema = source.schema()
     reader = source.reader(schema)
-    want = to_arrow_schema(schema, timezone="UTC")
+    want = spark_arrow_schema(schema)
     parts = reader.partitions()
     batches = [b for part in parts for b in reader.read(part)]
     assert batches and all(b.schema.equals(want) and 0 < b.num_rows <= 7 for b in batches)
@@ -523,3 +522,16 @@ def test_demo_spark_step_agrees_with_the_store(
     assert found.errors_per_host == dict(errors)
     assert found.pushed_count == pushed
     assert found.input_partitions == (3, 1)
+
+
+def test_stream_reader_needs_pyspark_4_2(store_path: str) -> None:
+    from mqcore.errors import InvalidConfigError
+    from mqcore.spark import stream
+
+    source = MqcoreDataSource({"path": store_path, "subscribe": "events"})
+    schema = source.schema()
+    if stream.READ_LIMITS:
+        assert isinstance(source.streamReader(schema), stream.MqcoreStreamReader)
+    else:
+        with pytest.raises(InvalidConfigError, match="needs PySpark 4.2 or later"):
+            source.streamReader(schema)

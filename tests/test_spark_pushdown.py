@@ -13,7 +13,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from conftest import SPARK_BASE_TS, SPARK_CODECS
+from conftest import SPARK_BASE_TS, SPARK_CODECS, spark_arrow_schema
 
 import mqcore
 import mqcore.spark
@@ -24,7 +24,6 @@ pytest.importorskip("pyspark", reason="PySpark is not installed (pip install 'mq
 
 from pyspark.sql import DataFrame, SparkSession  # noqa: E402
 from pyspark.sql import datasource as ds  # noqa: E402
-from pyspark.sql.pandas.types import to_arrow_schema  # noqa: E402
 
 from mqcore.spark.plan import OffsetRange, checked_range, split_ranges  # noqa: E402
 from mqcore.spark.source import (  # noqa: E402
@@ -313,7 +312,7 @@ def test_extras_batches_keep_sparks_arrow_schema(store_path: str) -> None:
                                    "includeExtras": "true", "includeHeaders": headers,
                                    "maxRecordsPerBatch": "11"})  # fmt: skip
         schema = source.schema()
-        want = to_arrow_schema(schema, timezone="UTC")
+        want = spark_arrow_schema(schema)
         reader = source.reader(schema)
         batches, plan = read_all(reader)
         assert batches and all(b.schema.equals(want) for b in batches)

@@ -54,6 +54,10 @@ from mqcore.spark.stream import (  # noqa: E402
     rate_limit,
 )
 
+# streaming reads need PySpark 4.2+ (read limits, AvailableNow); 4.1 refuses them
+# (test_spark.py::test_stream_reader_needs_pyspark_4_2)
+pytestmark = pytest.mark.skipif(not stream.READ_LIMITS, reason="streaming needs PySpark 4.2+")
+
 needs_read_limits = pytest.mark.skipif(not READ_LIMITS, reason="read limits need PySpark 4.2+")
 Row = tuple[Any, ...]
 

@@ -169,8 +169,10 @@ class MqcoreReader(DataSourceReader):
         return [InputPartition(rng) for rng in ranges]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        rng = partition.value
-        if not isinstance(rng, OffsetRange):  # Spark's InputPartition(None): nothing to read
+        # PySpark 4.1 hands read() None for a plan without partitions, later ones
+        # InputPartition(None): nothing to read either way
+        rng = getattr(partition, "value", None)
+        if not isinstance(rng, OffsetRange):
             return
         opts = self.opts
         with mqcore.open(opts.path, read_only=True) as store:

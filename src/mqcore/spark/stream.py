@@ -176,13 +176,11 @@ class MqcoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._group_committed: Offsets = {}
         self._group_pending: Offsets | None = None  # a commit the writer lock held back
         self.clock = _wall_ms  # tests drive maxTriggerDelay with their own clock
-        if not READ_LIMITS and (opts.max_offsets_per_trigger or opts.min_offsets_per_trigger):
-            warnings.warn(
-                "maxOffsetsPerTrigger and minOffsetsPerTrigger need PySpark 4.2 or later "
-                "(read limits for Python streaming sources); with this PySpark every "
-                "micro-batch reads everything available",
-                RuntimeWarning,
-                stacklevel=2,
+        if not READ_LIMITS:
+            raise InvalidConfigError(
+                "spark.readStream.format('mqcore') needs PySpark 4.2 or later (read limits and "
+                "Trigger.AvailableNow for Python streaming sources); with PySpark 4.1 use batch "
+                "reads and writes, or the streaming sink"
             )
 
     def _open(self) -> mqcore.Store:
@@ -294,7 +292,9 @@ class MqcoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return [InputPartition(rng) for rng in ranges]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        rng = partition.value
+        # PySpark 4.1 hands read() None for a plan without partitions, later ones
+        # InputPartition(None): nothing to read either way
+        rng = getattr(partition, "value", None)
         if not isinstance(rng, OffsetRange):
             return
         opts = self.opts.read
