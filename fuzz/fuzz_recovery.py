@@ -52,7 +52,7 @@ def test_one_input(data: bytes) -> None:
     if flags & 1:
         open(os.path.join(_STORE, logdir.CLEAN_SHUTDOWN), "wb").close()
     try:
-        store = mqcore.open(_STORE, read_only=bool(flags & 2))
+        store = mqcore.open(_STORE, read_only=bool(flags & 2), flush="os")
     except EXPECTED:
         return
     try:

@@ -101,3 +101,56 @@ def test_unique_id_with_spaces_is_rejected() -> None:
     with pytest.raises(InvalidMessageIdError, match="non-hex"):
         parse_uid("01a2 52 513ec9877f0bd4c2e68783cd")
     assert len(parse_uid("01a2f52a513ec9877f0bd4c2e68783cd")) == 16
+
+
+# fuzz_recovery (with -malloc_limit_mb): recovery asked whether a whole batch starts inside a
+# torn tail by reading `12 + batchLength` bytes, the length taken from the damaged bytes, so a
+# tail holding a header that claims 2 GiB made os.pread allocate 2 GiB (MemoryError under an
+# address-space limit; a 0.5 s open under ASan, which poisons the shadow of every large block)
+HUGE_LENGTH = 0x7FFFFFF0
+
+
+def _torn_with_huge_header(path: str) -> tuple[str, int, int]:
+    """A store whose last batch is torn and holds a batch header claiming HUGE_LENGTH bytes;
+    returns (log path, where the torn batch starts, bytes left of it)."""
+    with mqcore.open(path, flush="os") as store:
+        store.create_topic("t")
+        for i in range(3):
+            store.append("t", b"value %d" % i * 20, timestamp=1000 + i)
+    log = os.path.join(path, "t-0", "00000000000000000000.log")
+    with open(log, "rb") as f:
+        data = f.read()
+    last = 0
+    while True:
+        info = read_batch_info(data, last, True)
+        if last + info.size == len(data):
+            break
+        last += info.size
+    torn = bytearray(data[:-1])
+    fake = struct.pack(">qi", 0, HUGE_LENGTH) + bytes(4) + b"\x02"  # magic at byte 16
+    torn[last + 20 : last + 20 + len(fake)] = fake
+    with open(log, "wb") as f:
+        f.write(torn)
+    os.unlink(os.path.join(path, "mqcore-clean-shutdown"))
+    return log, last, len(torn) - last
+
+
+@pytest.mark.parametrize("read_only", [False, True])
+def test_recovery_never_reads_a_length_from_a_torn_tail(
+    store_path: str, read_only: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log, last, torn_bytes = _torn_with_huge_header(store_path)
+    size = os.path.getsize(log)
+    asked: list[int] = []
+    real_pread = os.pread
+
+    def pread(fd: int, n: int, offset: int) -> bytes:
+        asked.append(n)
+        return real_pread(fd, n, offset)
+
+    monkeypatch.setattr(os, "pread", pread)
+    with mqcore.open(store_path, read_only=read_only, flush="os") as store:
+        assert store.recovery[("t", 0)].truncated_bytes == torn_bytes
+        assert [m.value for m in store.read("t", 0, 0, 10)] == [b"value 0" * 20, b"value 1" * 20]
+    assert asked and max(asked) <= size + 61  # a chunk of the file plus one batch header
+    assert os.path.getsize(log) == (size if read_only else last)

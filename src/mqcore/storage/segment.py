@@ -271,7 +271,7 @@ class LogSegment:
             i = chunk.find(b"\x02", 16)
             while i >= 0:
                 start = i - 16
-                if self._valid_batch_at(at + start, min_offset):
+                if self._valid_batch_at(at + start, min_offset, file_size):
                     return at + start
                 i = chunk.find(b"\x02", i + 1)
             at += SCAN_CHUNK
@@ -294,14 +294,17 @@ class LogSegment:
         """Whether a whole, CRC-valid batch starts at `position`, whatever its offsets: a torn
         write cannot leave one, so a scan that stopped there (offsets going backwards after a
         damaged base offset, which the CRC does not cover) met damage, not a tail."""
-        return self._valid_batch_at(position, -(1 << 63))
+        return self._valid_batch_at(position, -(1 << 63), os.fstat(self.fd).st_size)
 
-    def _valid_batch_at(self, position: int, min_offset: int) -> bool:
+    def _valid_batch_at(self, position: int, min_offset: int, file_size: int) -> bool:
         head = os.pread(self.fd, 12, position)
         if len(head) < 12:
             return False
         length = int.from_bytes(head[8:12], "big", signed=True)
         if length < HEADER_BYTES - 12 or length > 0x7FFFFFF0:
+            return False
+        if position + 12 + length > file_size:
+            # not whole; and the length is unchecked bytes: reading it would allocate up to 2 GiB
             return False
         data = os.pread(self.fd, 12 + length, position)
         try:
