@@ -314,13 +314,7 @@ cdef bytes sample_positions(const unsigned char* records, Py_ssize_t size, const
         head.flags |= MEMO_DENSE
         pairs = positions
     head.count = <int32_t>((i + SAMPLE_EVERY - 1) // SAMPLE_EVERY)
-    head.base_offset = h.base_offset
-    head.base_timestamp = h.base_timestamp
-    head.max_timestamp = h.max_timestamp
-    head.records_count = h.records_count
-    head.records_size = <int32_t>size
-    head.last_offset_delta = h.last_offset_delta
-    head.attributes = h.attributes
+    copy_header_fields(&head, size, h)
     pairs[:sizeof(MemoHeader)] = (<char*>&head)[:sizeof(MemoHeader)]
     return bytes(pairs)
 
@@ -329,6 +323,13 @@ cdef bytes header_memo(Py_ssize_t size, const BatchHeader* h):
     """The memo of a batch too small to sample: its header fields only, no samples."""
     cdef MemoHeader head
     memset(&head, 0, sizeof(head))
+    copy_header_fields(&head, size, h)
+    return (<char*>&head)[:sizeof(MemoHeader)]
+
+
+cdef inline void copy_header_fields(MemoHeader* head, Py_ssize_t size,
+                                    const BatchHeader* h) noexcept nogil:
+    """The batch header fields a memo repeats, so later reads need not touch the header."""
     head.base_offset = h.base_offset
     head.base_timestamp = h.base_timestamp
     head.max_timestamp = h.max_timestamp
@@ -336,7 +337,6 @@ cdef bytes header_memo(Py_ssize_t size, const BatchHeader* h):
     head.records_size = <int32_t>size
     head.last_offset_delta = h.last_offset_delta
     head.attributes = h.attributes
-    return (<char*>&head)[:sizeof(MemoHeader)]
 
 
 cdef bint plan_walk(bytes memo, int64_t target_delta, WalkPlan* w) noexcept:
