@@ -2,7 +2,10 @@
 reference, and buffer handling."""
 
 import mmap
+import os
 import random
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -17,6 +20,11 @@ KERNELS = [crc32c, crc32c_software]
 # every switch between 3-way rounds, single-chain words and single bytes.
 LONG = 8192
 SHORT = 256
+# The folding kernel (x86_64 with VPCLMULQDQ) works in blocks of 16320 bytes: a 7680-byte
+# folded region, then three 2880-byte chains.
+FOLD_BLOCK = 16320
+FOLD_REGION = 7680
+FOLD_CHAIN = 2880
 
 
 def reference_crc32c(data: bytes, crc: int = 0) -> int:
@@ -54,7 +62,7 @@ def test_reference_matches_golden_vectors(data, expected):
 
 
 def test_implementation_names():
-    assert implementation() in {"sse4.2", "armv8-crc", "software"}
+    assert implementation() in {"sse4.2+vpclmulqdq", "sse4.2", "armv8-crc", "software"}
     assert hardware_accelerated() == (implementation() != "software")
 
 
@@ -81,7 +89,7 @@ def test_crc_argument_is_keyword_and_range_checked(kernel):
     sorted(
         {
             m * block + d
-            for block in (SHORT, LONG)
+            for block in (SHORT, LONG, FOLD_BLOCK)
             for m in (1, 2, 3, 4, 6, 7)
             for d in (-9, -8, -7, -1, 0, 1, 7, 8, 9, 13)
         }
@@ -95,9 +103,24 @@ def test_block_boundaries(n):
 
 
 def test_block_boundaries_against_reference():
-    for n in (3 * SHORT - 1, 3 * SHORT, 3 * SHORT + 13, 6 * SHORT + 7, 3 * LONG + 5):
+    for n in (3 * SHORT - 1, 3 * SHORT, 3 * SHORT + 13, 6 * SHORT + 7, 3 * LONG + 5,
+              FOLD_BLOCK, FOLD_BLOCK + 1):  # fmt: skip
         data = random_bytes(n + 3, seed=n)[3:]
         assert crc32c(data) == reference_crc32c(data), n
+
+
+def test_a_changed_byte_anywhere_in_a_fold_block_changes_the_crc():
+    """One flipped bit in the folded region, in each chain and at every seam changes the CRC
+    exactly as in the software kernel (a lane or chain left out of the join would not)."""
+    data = bytearray(random_bytes(2 * FOLD_BLOCK + 100, seed=9))
+    base = crc32c(data)
+    seams = [0, 15, 16, 127, 128, FOLD_REGION - 1, FOLD_REGION]
+    seams += [FOLD_REGION + k * FOLD_CHAIN + d for k in (1, 2) for d in (-1, 0)]
+    seams += [FOLD_BLOCK - 1, FOLD_BLOCK, FOLD_BLOCK + FOLD_REGION + 5, 2 * FOLD_BLOCK + 99]
+    for at in seams:
+        data[at] ^= 0x10
+        assert crc32c(data) == crc32c_software(data) != base, at
+        data[at] ^= 0x10
 
 
 @settings(max_examples=150, deadline=None)
@@ -128,6 +151,31 @@ def test_hardware_matches_software_chained(n, offset, split, seed):
     whole = crc32c_software(view)
     assert crc32c(view) == whole
     assert crc32c(view[split:], crc32c(view[:split])) == whole
+
+
+FORCED_CHECK = """
+import random, sys
+from mqcore._ext.crc32c import crc32c, crc32c_software, implementation
+rng = random.Random(3)
+for n in (0, 1, 767, 768, 24576, 16319, 16320, 16321, 3 * 16320 + 8193, 1 << 20):
+    data = rng.randbytes(n + 5)[5:]
+    assert crc32c(data, 7) == crc32c_software(data, 7), n
+print(implementation())
+"""
+
+
+@pytest.mark.parametrize("forced", ["software", "sse4.2", "armv8-crc"])
+def test_every_kernel_the_machine_has_agrees(forced):
+    """MQCORE_CRC32C picks a slower kernel: the plain CRC32 one stays tested on CPUs that would
+    fold, and a name the machine cannot run falls back to the best kernel."""
+    env = dict(os.environ, MQCORE_CRC32C=forced)
+    out = subprocess.run(
+        [sys.executable, "-c", FORCED_CHECK], env=env, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    if forced == "software" or forced == implementation().split("+")[0]:
+        assert out == forced
+    else:
+        assert out == implementation()
 
 
 def test_large_buffer_matches_software():

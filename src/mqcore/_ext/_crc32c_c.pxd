@@ -8,6 +8,6 @@ cdef extern from "crc32c_impl.h" nogil:
     uint32_t mq_crc32c_extend(uint32_t crc, const unsigned char* data, size_t n)
     # Same, always with the slice-by-8 software tables.
     uint32_t mq_crc32c_extend_sw(uint32_t crc, const unsigned char* data, size_t n)
-    # "sse4.2", "armv8-crc" or "software".
+    # "sse4.2+vpclmulqdq", "sse4.2", "armv8-crc" or "software".
     const char* mq_crc32c_implementation()
     bint mq_crc32c_hardware_accelerated()

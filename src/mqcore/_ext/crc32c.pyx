@@ -4,7 +4,9 @@
 #   zlib-style: crc32c(b, crc32c(a)) == crc32c(a + b).
 #   software: slice-by-8 tables. Hardware: SSE4.2 CRC32 (x86_64) or ARMv8 CRC32C (aarch64),
 #   picked at import; long buffers run three independent CRC chains over adjacent blocks and
-#   join them with "append N zero bytes" shift tables.
+#   join them with "append N zero bytes" shift tables. x86_64 CPUs with AVX2 + VPCLMULQDQ also
+#   fold part of each 16 KiB block with carry-less multiplies, alongside the chains.
+#   MQCORE_CRC32C=software|sse4.2|armv8-crc picks a slower kernel (tests, benchmarks).
 #
 # Test vectors:
 #   b""                  -> 0
@@ -72,5 +74,5 @@ def hardware_accelerated():
 
 
 def implementation():
-    """Which kernel crc32c() runs: "sse4.2", "armv8-crc" or "software"."""
+    """Which kernel crc32c() runs: "sse4.2+vpclmulqdq", "sse4.2", "armv8-crc" or "software"."""
     return mq_crc32c_implementation().decode("ascii")

@@ -46,6 +46,7 @@ cdef enum:
     TAG_ENTRY = 16
     VERSION = 1
     PROBE_LOCAL = 32              # tables a probe tracks on the stack (more: on the heap)
+    INSERT_AHEAD = 8              # hits whose slot is prefetched ahead of the insert
 
 HEADER_BYTES = HEADER_SIZE
 KEY_ENTRY_BYTES = KEY_ENTRY
@@ -384,7 +385,12 @@ cdef class KeyTable:
         self.check_open(True)
         cdef const KeyHit* h = <const KeyHit*>&hits[0] if hits.shape[0] else NULL
         cdef Py_ssize_t i, n = hits.shape[0] // sizeof(KeyHit)
+        cdef uint64_t mask = self.slot_count - 1
         for i in range(n):
+            # the slots are spread over the whole table: start the miss of a later hit's slot
+            # now, so the inserts' misses overlap instead of queueing one after the other
+            if i + INSERT_AHEAD < n:
+                mq_prefetch(self.slots + 4 * <Py_ssize_t>(h[i + INSERT_AHEAD].hash & mask))
             self.insert_hit(&h[i], first_rel_offset + h[i].offset_delta, position)
 
     def probe(self, uint64_t hash, Py_ssize_t max_entries):
