@@ -524,14 +524,19 @@ def test_demo_spark_step_agrees_with_the_store(
     assert found.input_partitions == (3, 1)
 
 
-def test_stream_reader_needs_pyspark_4_2(store_path: str) -> None:
+def test_stream_reader_versions(store_path: str) -> None:
+    """Streaming reads work on PySpark 4.1 and later; the read-limit options need 4.2, where
+    Spark passes Python streams their limits, and are refused on 4.1 rather than ignored."""
     from mqcore.errors import InvalidConfigError
     from mqcore.spark import stream
 
     source = MqcoreDataSource({"path": store_path, "subscribe": "events"})
     schema = source.schema()
-    if stream.READ_LIMITS:
-        assert isinstance(source.streamReader(schema), stream.MqcoreStreamReader)
-    else:
-        with pytest.raises(InvalidConfigError, match="needs PySpark 4.2 or later"):
-            source.streamReader(schema)
+    assert isinstance(source.streamReader(schema), stream.MqcoreStreamReader)
+    for name in ("maxOffsetsPerTrigger", "minOffsetsPerTrigger"):
+        limited = MqcoreDataSource({"path": store_path, "subscribe": "events", name: "10"})
+        if stream.READ_LIMITS:
+            assert isinstance(limited.streamReader(schema), stream.MqcoreStreamReader)
+        else:
+            with pytest.raises(InvalidConfigError, match=f"{name} need PySpark 4.2 or later"):
+                limited.streamReader(schema)

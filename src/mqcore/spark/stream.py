@@ -4,7 +4,9 @@ streaming sink, over a store directory (docs/spark.md "Streaming").
 Reading. An offset is Kafka's checkpoint shape, {"topic": {"0": next offset, ...}}; Spark keeps
 it in the query's checkpoint. Per micro-batch, in a Python planner process on the driver:
   latestOffset(start, limit)  the end of the next batch: the log ends (or the AvailableNow
-                              target), cut by the read limits the way Kafka's source cuts them;
+                              target), cut by the read limits the way Kafka's source cuts them
+                              (PySpark 4.1 calls latestOffset() alone: the log ends, no
+                              limits, so the limit options are refused there);
   partitions(start, end)      offset ranges, failOnDataLoss applied (a partition that appeared
                               since `start` is read from offset 0), split like a batch read;
   commit(end)                 Spark is done before `end`: with groupId it becomes the group's
@@ -78,7 +80,7 @@ try:
     from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
     READ_LIMITS = True  # PySpark 4.2+: latestOffset(start, limit), getDefaultReadLimit()
-except ImportError:  # PySpark 4.1: latestOffset() alone; Spark wraps AvailableNow itself
+except ImportError:  # PySpark 4.1: latestOffset() alone; AvailableNow runs as one batch
     READ_LIMITS = False
 
     class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
@@ -177,11 +179,20 @@ class MqcoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._group_pending: Offsets | None = None  # a commit the writer lock held back
         self.clock = _wall_ms  # tests drive maxTriggerDelay with their own clock
         if not READ_LIMITS:
-            raise InvalidConfigError(
-                "spark.readStream.format('mqcore') needs PySpark 4.2 or later (read limits and "
-                "Trigger.AvailableNow for Python streaming sources); with PySpark 4.1 use batch "
-                "reads and writes, or the streaming sink"
-            )
+            limited = [
+                name
+                for name, value in (
+                    ("maxOffsetsPerTrigger", opts.max_offsets_per_trigger),
+                    ("minOffsetsPerTrigger", opts.min_offsets_per_trigger),
+                )
+                if value is not None
+            ]
+            if limited:
+                raise InvalidConfigError(
+                    f"{' and '.join(limited)} need PySpark 4.2 or later: PySpark 4.1 passes "
+                    f"a Python stream no read limit, so every micro-batch reads all that is "
+                    f"available; drop the option or upgrade PySpark"
+                )
 
     def _open(self) -> mqcore.Store:
         return mqcore.open(self.opts.read.path, read_only=True)
