@@ -311,6 +311,7 @@ static inline MQ_CRC32C_HW_TARGET uint32_t mq_crc32c_hw(uint32_t crc32, const un
 #if defined(__x86_64__) && ((defined(__clang__) && __clang_major__ >= 9) ||                     \
                             (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 9))
 #define MQ_CRC32C_HAVE_FOLD 1
+#include <cpuid.h>
 #include <immintrin.h>
 
 #define MQ_CRC32C_FOLD_TARGET __attribute__((target("sse4.2,pclmul,avx2,vpclmulqdq")))
@@ -333,11 +334,19 @@ static inline void mq_crc32c_fold_init(void)
     mq_crc32c_fill_shift(mq_crc32c_fold_shift, MQ_CRC32C_FOLD_CHAIN);
 }
 
+/* VPCLMULQDQ is CPUID leaf 7, ECX bit 10, read directly: not every compiler's
+   __builtin_cpu_supports knows its name. "avx2" there also checks that the OS saves the YMM
+   registers. */
 static inline int mq_crc32c_fold_detect(void)
 {
+    unsigned int eax, ebx, ecx, edx;
     __builtin_cpu_init();
-    return __builtin_cpu_supports("sse4.2") && __builtin_cpu_supports("pclmul") &&
-           __builtin_cpu_supports("avx2") && __builtin_cpu_supports("vpclmulqdq");
+    if (!__builtin_cpu_supports("sse4.2") || !__builtin_cpu_supports("pclmul") ||
+        !__builtin_cpu_supports("avx2"))
+        return 0;
+    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx))
+        return 0;
+    return (ecx >> 10) & 1;
 }
 
 static inline MQ_CRC32C_FOLD_TARGET __m128i mq_crc32c_fold16(__m128i lane, int k)
