@@ -732,6 +732,24 @@ def test_plain_records_with_ids_and_hits_match_the_general_path(keyed: bool) -> 
     assert len(fast.key_hits) == len(slow.key_hits) == HIT_BYTES * (120 + (96 if keyed else 0))
 
 
+@pytest.mark.parametrize("odd", [0, 57, 119])
+def test_one_odd_value_hands_the_whole_batch_to_the_general_path(odd: int) -> None:
+    """A bytearray among bytes values: what the one-pass writer wrote before it is taken back
+    (glue and key hits), and the batch comes out of the record-by-record path whole."""
+    values: list[Any] = [b"v%d" % i * 20 for i in range(120)]
+    values[odd] = bytearray(values[odd])
+    keys = [b"key-%d" % i for i in range(120)]
+    eb = encode_batch(values, keys, now_ms=9, uid_ms=9, index=True)
+    assert len(eb.key_hits) == HIT_BYTES * 240  # a key and an ID per record, none twice
+    eb.set_base_offset(0)
+    msgs = decode_all(eb.tobytes())
+    want = [(k, bytes(v)) for k, v in zip(keys, values, strict=True)]
+    assert [(m.key, m.value) for m in msgs] == want
+    values[odd] = "text"
+    with pytest.raises(InvalidRecordError):
+        encode_batch(values, keys, now_ms=9, uid_ms=9, index=True)
+
+
 @pytest.mark.parametrize("at", [0, 3, 47])
 def test_values_shortened_while_encoding(at: int) -> None:
     """A timestamp's __index__ runs Python code in the middle of the encode loop; emptying the

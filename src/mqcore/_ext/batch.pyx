@@ -1083,46 +1083,46 @@ cdef class EncodedBatch:
 
     cdef int put_plain_records(self, list values, list keys, Py_ssize_t n,
                                Py_ssize_t gather_threshold, bint add_uid) except -1:
-        """All n records at once when they have the common shape: `bytes` (or None) values and
-        keys below the gather threshold, no headers, one timestamp (delta 0), offset deltas
-        0..n-1. Returns 0 without writing anything when they do not.
+        """All n records in one pass when they have the common shape: `bytes` (or None) values
+        and keys below the gather threshold, no headers, one timestamp (delta 0), offset deltas
+        0..n-1. At the first item of another shape everything written is taken back and 0
+        returned (the caller encodes record by record).
 
-        The first pass checks every item and sums the exact glue size; the second writes the
-        records with no call per record but memcpy (and the ID and hash ones they ask for). No
-        Python code runs in between, so the list items stay as checked.
+        No call per record but memcpy (and the ID and hash ones the records ask for), and no
+        Python code runs meanwhile, so the list items stay as they were checked.
         """
-        cdef Py_ssize_t i, total = 0, klen, vlen, body, at
+        cdef Py_ssize_t i, klen, vlen, body, need, used, at
+        cdef Py_ssize_t start = self.glue_len, start_hits = self.n_hits
         cdef PyObject* o
         cdef PyObject* k
         cdef unsigned char* g
+        self.reserve(32 * n)
+        g = self.glue + start
         for i in range(n):
+            prefetch_values(values, i)
             o = PyList_GET_ITEM(values, i)
             if <object>o is None:
                 vlen = -1
             elif bytes_exact(o) and object_size(o) < gather_threshold:
                 vlen = object_size(o)
             else:
-                return 0
+                break
             klen = -1
+            k = NULL
             if keys is not None:
                 k = PyList_GET_ITEM(keys, i)
                 if <object>k is not None:
                     if not bytes_exact(k) or object_size(k) >= gather_threshold:
-                        return 0
+                        break
                     klen = object_size(k)
             body = (3 + varint_size(i) + varint_size(klen) + (klen if klen > 0 else 0)
                     + varint_size(vlen) + (vlen if vlen > 0 else 0) + (21 if add_uid else 0))
-            total += varint_size(body) + body
-        self.reserve(total)
-        g = self.glue + self.glue_len
-        for i in range(n):
-            prefetch_values(values, i)
-            o = PyList_GET_ITEM(values, i)
-            vlen = -1 if <object>o is None else object_size(o)
-            k = NULL if keys is None else PyList_GET_ITEM(keys, i)
-            klen = -1 if k == NULL or <object>k is None else object_size(k)
-            body = (3 + varint_size(i) + varint_size(klen) + (klen if klen > 0 else 0)
-                    + varint_size(vlen) + (vlen if vlen > 0 else 0) + (21 if add_uid else 0))
+            need = varint_size(body) + body
+            used = g - self.glue
+            if used + need > self.glue_cap:
+                self.glue_len = used
+                self.reserve(need)                                # may move the glue
+                g = self.glue + used
             at = write_varint(g, body)
             g[at] = 0                                             # attributes
             g[at + 1] = 0                                         # timestampDelta 0
@@ -1146,11 +1146,13 @@ cdef class EncodedBatch:
                 self.put_uid_header(g + at)
                 at += 21
             g += at
-        if g != self.glue + self.glue_len + total:
-            raise SystemError("put_plain_records: the two passes disagree on the size")
-        self.add_piece(NULL, self.glue_len, total)
-        self.glue_len += total
-        return 1
+        else:
+            self.add_piece(NULL, start, (g - self.glue) - start)
+            self.glue_len = g - self.glue
+            return 1
+        self.glue_len = start                                     # take it all back
+        self.n_hits = start_hits
+        return 0
 
     cdef Py_ssize_t put_pending_field(self, Py_ssize_t at, object field, Py_ssize_t n,
                                       Py_ssize_t gather_threshold) except -1:
