@@ -779,6 +779,15 @@ cdef struct Piece:
     Py_ssize_t len
 
 
+cdef inline Py_ssize_t simple_body_size(int64_t ts_delta, int64_t offset_delta, Py_ssize_t klen,
+                                        Py_ssize_t vlen, bint add_uid) noexcept nogil:
+    """Body bytes of a record without headers but an optional generated `uid` (21 bytes):
+    attributes, the two deltas, key and value with their lengths (-1: null), header count."""
+    return (1 + varint_size(ts_delta) + varint_size(offset_delta)
+            + varint_size(klen) + (klen if klen > 0 else 0)
+            + varint_size(vlen) + (vlen if vlen > 0 else 0) + 1 + (21 if add_uid else 0))
+
+
 cdef class EncodedBatch:
     """An encoded batch as a list of pieces (glue buffer + referenced `bytes`), ready for writev.
 
@@ -1055,10 +1064,7 @@ cdef class EncodedBatch:
         """
         cdef Py_ssize_t klen = -1 if key is None else PyBytes_GET_SIZE(key)
         cdef Py_ssize_t vlen = -1 if value is None else PyBytes_GET_SIZE(value)
-        cdef Py_ssize_t body = (1 + varint_size(ts_delta) + varint_size(offset_delta)
-                                + varint_size(klen) + (klen if klen > 0 else 0)
-                                + varint_size(vlen) + (vlen if vlen > 0 else 0) + 1
-                                + (21 if add_uid else 0))
+        cdef Py_ssize_t body = simple_body_size(ts_delta, offset_delta, klen, vlen, add_uid)
         cdef unsigned char* g
         cdef Py_ssize_t at
         self.reserve(body + MAX_VARINT_BYTES)
@@ -1115,8 +1121,7 @@ cdef class EncodedBatch:
                     if not bytes_exact(k) or object_size(k) >= gather_threshold:
                         break
                     klen = object_size(k)
-            body = (3 + varint_size(i) + varint_size(klen) + (klen if klen > 0 else 0)
-                    + varint_size(vlen) + (vlen if vlen > 0 else 0) + (21 if add_uid else 0))
+            body = simple_body_size(0, i, klen, vlen, add_uid)
             need = varint_size(body) + body
             used = g - self.glue
             if used + need > self.glue_cap:
