@@ -24,6 +24,7 @@ from mqcore.storage.producer_state import WINDOW, ProducerEntry, snapshot_offset
 PID = 77
 
 WRITER = r"""
+import os
 import sys
 import mqcore
 path, flush, pid = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -38,7 +39,7 @@ seq = 0
 for i in range(400):
     values = [b"b%d-r%d" % (i, r) * 4 for r in range(i % 4 + 1)]
     md = p.append_batch("t", values, base_sequence=seq)
-    print(i, md.base_offset, flush=True)
+    os.write(1, b"%d %d\n" % (i, md.base_offset))  # one write: a kill cannot split a line
     seq += len(values)
 """
 
@@ -69,7 +70,9 @@ def run_writer(path: str, flush: str, mode: str, stop_after: int) -> list[str]:
         finally:
             proc.send_signal(signal.SIGKILL)
             proc.wait()
-        lines += [ln.strip() for ln in proc.stdout.read().splitlines()]
+        rest = proc.stdout.read()
+        # only whole lines: a line cut by the kill names no acknowledged append
+        lines += [ln.strip() for ln in rest[: rest.rfind("\n") + 1].splitlines()]
         err = proc.stderr.read()
     assert len(lines) >= stop_after, err
     assert proc.returncode == -signal.SIGKILL, err
