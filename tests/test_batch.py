@@ -750,6 +750,61 @@ def test_one_odd_value_hands_the_whole_batch_to_the_general_path(odd: int) -> No
         encode_batch(values, keys, now_ms=9, uid_ms=9, index=True)
 
 
+@pytest.mark.parametrize("shape", ["plain", "keyed-ids", "headers", "gathered", "odd"])
+def test_max_bytes_encodes_the_longest_fitting_run(shape: str) -> None:
+    """With max_bytes the batch is the longest run of records from the first that fits: its
+    bytes are the reference writer's for that run, its uids and key hits cover only it, and
+    its max timestamp ignores the records left out (the largest is among them)."""
+    n = 60
+    values: list[Any] = [bytes([i]) * (100 + 37 * i % 300) for i in range(n)]
+    ids = shape in ("keyed-ids", "odd")
+    keys = [b"k%d" % i for i in range(n)] if ids else None
+    headers = [[("h", b"x" * (i % 5))] for i in range(n)] if shape == "headers" else None
+    # rising but for one: the first record left out carries the largest stamp so far
+    stamps = [500 if i == 2 else 1000 + i for i in range(n)] if shape == "headers" else None
+    threshold = 16384
+    if shape == "gathered":
+        values[5] = b"G" * 20000  # a referenced piece inside the run
+    if shape == "odd":
+        values[3] = bytearray(values[3])  # the one-pass writer hands over
+    limit = 9000 if shape != "gathered" else 30000
+    uid = 77 if ids else -1
+    eb = encode_batch(values, keys, headers, stamps, now_ms=77, uid_ms=uid, index=True,
+                      gather_threshold=threshold, max_bytes=limit)  # fmt: skip
+    count = eb.count
+    assert 1 < count < n and eb.size <= limit
+    # the next record would not have fitted
+    bigger = encode_batch(values[: count + 1], keys and keys[: count + 1],
+                          headers and headers[: count + 1], stamps and stamps[: count + 1],
+                          now_ms=77, uid_ms=uid, gather_threshold=threshold)  # fmt: skip
+    assert bigger.size > limit
+    eb.set_base_offset(0)
+    msgs = decode_all(eb.tobytes())
+    assert [bytes(v) for v in values[:count]] == [m.value for m in msgs]
+    if ids:  # the odd value makes the record-by-record path take it
+        assert eb.uids is not None and len(eb.uids) == 16 * count
+        assert eb.uids == b"".join(dict(m.headers)["uid"] for m in msgs)
+        assert len(eb.key_hits) == HIT_BYTES * 2 * count
+        return
+    ts = stamps[:count] if stamps else [77] * count
+    assert (eb.base_timestamp, eb.max_timestamp) == (ts[0], max(ts))
+    records = b"".join(
+        ref_record(ts[i] - ts[0], i, None, bytes(values[i]), headers[i] if headers else [])
+        for i in range(count)
+    )
+    assert eb.tobytes() == ref_batch(records, count, count - 1, ts[0], max(ts))
+
+
+def test_max_bytes_keeps_one_record_that_does_not_fit_alone() -> None:
+    """The first record always goes in (the store then refuses it as too large); with a codec
+    the limit does not apply (the compressed size is known only at the end)."""
+    eb = encode_batch([b"x" * 500, b"y"], now_ms=1, max_bytes=100)
+    assert eb.count == 1 and eb.size > 100
+    eb = encode_batch([b"x" * 500] * 10, now_ms=1, max_bytes=1000, codec=1,
+                      compress=compression.compress)  # fmt: skip
+    assert eb.count == 10
+
+
 @pytest.mark.parametrize("at", [0, 3, 47])
 def test_values_shortened_while_encoding(at: int) -> None:
     """A timestamp's __index__ runs Python code in the middle of the encode loop; emptying the

@@ -169,6 +169,34 @@ def test_oversize_batch_is_split_into_fitting_batches(store: mqcore.Store) -> No
     assert os.path.getsize(log) > 50_000  # several batches, each below the limit
 
 
+@pytest.mark.parametrize("compression", ["none", "gzip"])
+def test_split_batches_fill_up_to_the_limit(store: mqcore.Store, compression: str) -> None:
+    """1000 x 1100 B with generated IDs is over Kafka's default 1 MiB limit: uncompressed,
+    the first batch is filled to the limit and the rest follows in one more batch; compressed
+    (sizes known only after compressing) it is halved. Offsets stay consecutive either way."""
+    store.create_topic("t", compression=compression)
+    values = [os.urandom(1100) for _ in range(1000)]
+    md = store.append_batch("t", values)
+    assert (md.base_offset, md.count) == (0, 1000)
+    assert md.unique_ids is not None and len(md.unique_ids) == 1000
+    msgs = store.read("t", 0, 0, 2000)
+    assert [m.value for m in msgs] == values and [m.offset for m in msgs] == list(range(1000))
+    assert [str(uuid.UUID(bytes=dict(m.headers)["uid"])) for m in msgs] == md.unique_ids
+    log = os.path.join(store.path, "t-0", "00000000000000000000.log")
+    with open(log, "rb") as f:
+        data = f.read()
+    sizes, pos = [], 0
+    while pos < len(data):
+        length = int.from_bytes(data[pos + 8 : pos + 12], "big")
+        sizes.append(12 + length)
+        pos += 12 + length
+    assert all(size <= 1048588 for size in sizes)
+    if compression == "none":
+        assert len(sizes) == 2 and sizes[0] > 1048588 - 1100
+    else:
+        assert len(sizes) == 2 and sizes[0] < 600_000
+
+
 def test_default_limit_is_kafkas_and_1mib_values_need_a_larger_one(store: mqcore.Store) -> None:
     store.create_topic("small")
     with pytest.raises(RecordTooLargeError):

@@ -166,6 +166,22 @@ def message_headers(
     return out
 
 
+def _tail(seq: Sequence[Any] | None, start: int) -> Sequence[Any] | None:
+    """seq from `start` on (seq itself from 0; None stays None)."""
+    return seq if seq is None or start == 0 else list(seq[start:])
+
+
+def _slice(seq: Sequence[Any] | None, lo: int, hi: int) -> list[Any] | None:
+    return None if seq is None else list(seq[lo:hi])
+
+
+def _advanced(producer: tuple[int, int, int] | None, count: int) -> tuple[int, int, int] | None:
+    """An idempotent producer's fields for the piece that starts `count` records later."""
+    if producer is None or count == 0:
+        return producer
+    return (*producer[:2], next_sequence(producer[2], count))
+
+
 def _producer_fields(producer: tuple[int, int, int] | None) -> tuple[int, int, int]:
     """encode_batch's producer_id, producer_epoch, base_sequence (-1s: not idempotent)."""
     if producer is None:
@@ -756,52 +772,51 @@ class Store:
         topic: str,
         producer: tuple[int, int, int] | None = None,
     ) -> list[EncodedBatch]:
-        """Encode; halve recursively while a batch is above max_message_bytes (an idempotent
-        producer's pieces get consecutive sequences)."""
-        batch = encode_batch(
-            values,
-            keys,
-            headers,
-            timestamps,
-            now,
-            codec,
-            self._log_append_time(cfg, now),
-            *_producer_fields(producer),
-            compress=codecs.compress,
-            uid_ms=now if cfg.unique_ids else -1,
-            index=cfg.key_index,
-        )
-        if batch.size <= cfg.max_message_bytes or len(values) == 1:
-            self._check_size(batch, cfg, topic)
-            return [batch]
-        half = len(values) // 2
+        """Encode into batches of at most max_message_bytes (an idempotent producer's pieces get
+        consecutive sequences).
 
-        def part(seq: Sequence[Any] | None, lo: int, hi: int | None) -> list[Any] | None:
-            return None if seq is None else list(seq[lo:hi])
-
+        Uncompressed, the encoder stops at the first record that does not fit and the next
+        batch starts there, so every record is encoded once. A compressed size is known only
+        afterwards: such a batch is halved until its pieces fit.
+        """
         if keys is not None and len(keys) != len(values):
             raise InvalidRecordError(f"{len(keys)} keys for {len(values)} values")
-        return self._encode_fitting(
-            values[:half],
-            part(keys, 0, half),
-            part(headers, 0, half),
-            part(timestamps, 0, half),
-            now,
-            codec,
-            cfg,
-            topic,
-            producer,
-        ) + self._encode_fitting(
-            values[half:],
-            part(keys, half, None),
-            part(headers, half, None),
-            part(timestamps, half, None),
-            now,
-            codec,
-            cfg,
-            topic,
-            None if producer is None else (*producer[:2], next_sequence(producer[2], half)),
-        )
+        batches: list[EncodedBatch] = []
+        start, n = 0, len(values)
+        while start < n or not batches:  # an empty batch: the encoder's error
+            batch = encode_batch(
+                values if start == 0 else values[start:],
+                _tail(keys, start),
+                _tail(headers, start),
+                _tail(timestamps, start),
+                now,
+                codec,
+                self._log_append_time(cfg, now),
+                *_producer_fields(_advanced(producer, start)),
+                compress=codecs.compress,
+                uid_ms=now if cfg.unique_ids else -1,
+                index=cfg.key_index,
+                max_bytes=cfg.max_message_bytes,
+            )
+            if batch.size > cfg.max_message_bytes and batch.count > 1:
+                half = start + batch.count // 2  # compressed: halve, each half fits or halves
+                batches += self._encode_fitting(
+                    values[start:half],
+                    _slice(keys, start, half),
+                    _slice(headers, start, half),
+                    _slice(timestamps, start, half),
+                    now,
+                    codec,
+                    cfg,
+                    topic,
+                    _advanced(producer, start),
+                )
+                start = half
+                continue
+            self._check_size(batch, cfg, topic)
+            batches.append(batch)
+            start += batch.count
+        return batches
 
     def _check_size(self, batch: EncodedBatch, cfg: TopicConfig, topic: str) -> None:
         if batch.size > cfg.max_message_bytes:

@@ -8,13 +8,17 @@
 # topic and partition are constant per partition read; mqcore.arrow builds them.
 #
 # Every buffer is malloc'd, grown geometrically and handed to pyarrow as an OwnedBuffer (buffer
-# protocol, freed when the last Arrow array referencing it goes), so finishing copies nothing.
+# protocol, released when the last Arrow array referencing it goes), so finishing copies nothing.
+# Buffers of POOL_MIN bytes or more go back to a pool of warm blocks (bufpool_impl.h), and each
+# column starts at about the size its kind needed in the last batch, so a scan of many batches
+# writes into memory already faulted in instead of new pages (bench/README.md, "Scans").
 from cpython.buffer cimport PyBUF_WRITABLE, PyBuffer_FillInfo
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from libc.stdint cimport INT32_MAX, INT64_MAX, int32_t, int64_t, uint8_t
 from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcpy, memset
 
+from mqcore._ext._bufpool_c cimport mq_pool, mq_pool_give, mq_pool_take
 from mqcore._ext.batch cimport (
     ATTR_CONTROL, ATTR_LOG_APPEND_TIME, BATCH_HEADER_SIZE, E_SHORT, LOG_OVERHEAD, OK, BatchHeader,
     HeaderView, RecordCursor, RecordView, check_batch, cursor_finish, cursor_init, error_text,
@@ -24,14 +28,32 @@ from mqcore._ext.batch cimport (
 from mqcore.errors import CorruptRecordError
 
 
+cdef enum:
+    POOL_MIN = 64 << 10
+    N_KINDS = 16            # the column buffers a batch has (Grow.kind), 0: none
+
+cdef mq_pool arrow_pool
+arrow_pool.slots = 16
+arrow_pool.max_bytes = 128 << 20
+arrow_pool.min_block = POOL_MIN
+
+# bytes each kind of buffer held in recent batches (halving when unused): its starting size
+cdef Py_ssize_t kind_hint[N_KINDS]
+
+
+cdef void release_block(char* data, Py_ssize_t cap) noexcept:
+    mq_pool_give(&arrow_pool, data, <size_t>cap)
+
+
 cdef class OwnedBuffer:
     """Read-only bytes owned by C memory; pyarrow wraps it without copying."""
 
     cdef char* data
     cdef Py_ssize_t size
+    cdef Py_ssize_t cap
 
     def __dealloc__(self):
-        free(self.data)
+        release_block(self.data, self.cap)
 
     def __getbuffer__(self, Py_buffer* view, int flags):
         if flags & PyBUF_WRITABLE:
@@ -46,15 +68,26 @@ cdef struct Grow:
     char* data
     Py_ssize_t len
     Py_ssize_t cap
+    int kind                # which column buffer (kind_hint), 0: none
 
 
 cdef int grow_reserve(Grow* g, Py_ssize_t extra) except -1:
     cdef Py_ssize_t cap = g.cap if g.cap else 64
+    cdef size_t got = 0
     cdef char* d
     if g.len + extra <= g.cap:
         return 0
     while cap < g.len + extra:
         cap *= 2
+    if cap >= POOL_MIN:
+        d = mq_pool_take(&arrow_pool, <size_t>cap, &got)
+        if d != NULL:
+            if g.len:
+                memcpy(d, g.data, g.len)
+            release_block(g.data, g.cap)
+            g.data = d
+            g.cap = <Py_ssize_t>got
+            return 0
     d = <char*>realloc(g.data, cap)
     if d == NULL:
         raise MemoryError()
@@ -80,15 +113,43 @@ cdef inline int put_i64(Grow* g, int64_t v) except -1:
     return grow_put(g, &v, 8)
 
 
+cdef int grow_start(Grow* g, int kind) except -1:
+    """An empty buffer of this kind, at the size its kind needed lately."""
+    memset(g, 0, sizeof(Grow))
+    g.kind = kind
+    if kind_hint[kind] >= POOL_MIN:
+        grow_reserve(g, kind_hint[kind])
+    return 0
+
+
+cdef void grow_free(Grow* g) noexcept:
+    release_block(g.data, g.cap)
+    memset(g, 0, sizeof(Grow))
+
+
 cdef OwnedBuffer detach(Grow* g):
-    """Move the grown bytes into an OwnedBuffer and reset g."""
+    """Move the grown bytes into an OwnedBuffer and reset g (its kind stays)."""
     cdef OwnedBuffer b = OwnedBuffer.__new__(OwnedBuffer)
+    cdef char* d
     if g.data == NULL:
         g.data = <char*>malloc(8)
         if g.data == NULL:
             raise MemoryError()
+        g.cap = 8
+    if g.kind:
+        kind_hint[g.kind] = max(g.len, kind_hint[g.kind] // 2)
+    if g.cap >= POOL_MIN and g.len < g.cap // 4:
+        # a small batch in a large pooled block: keep a copy, the block goes back to the pool
+        d = <char*>malloc(g.len if g.len else 8)
+        if d == NULL:
+            raise MemoryError()
+        memcpy(d, g.data, g.len)
+        release_block(g.data, g.cap)
+        g.data = d
+        g.cap = g.len if g.len else 8
     b.data = g.data
     b.size = g.len
+    b.cap = g.cap
     g.data = NULL
     g.len = g.cap = 0
     return b
@@ -101,8 +162,12 @@ cdef struct Column:        # one nullable binary column
     Py_ssize_t nulls
 
 
-cdef int column_init(Column* c) except -1:
+cdef int column_init(Column* c, int first_kind) except -1:
+    """An empty column; its three buffers are kinds first_kind .. first_kind + 2."""
     memset(c, 0, sizeof(Column))
+    grow_start(&c.validity, first_kind)
+    grow_start(&c.offsets, first_kind + 1)
+    grow_start(&c.data, first_kind + 2)
     return put_i32(&c.offsets, 0)
 
 
@@ -122,9 +187,9 @@ cdef int column_put(Column* c, Py_ssize_t row, const unsigned char* p, Py_ssize_
 
 
 cdef void column_free(Column* c) noexcept:
-    free(c.validity.data)
-    free(c.offsets.data)
-    free(c.data.data)
+    grow_free(&c.validity)
+    grow_free(&c.offsets)
+    grow_free(&c.data)
     memset(c, 0, sizeof(Column))
 
 
@@ -186,22 +251,36 @@ cdef class ArrowColumns:
     def __cinit__(self, bint include_headers=False, Py_ssize_t max_decompressed=256 << 20):
         self.include_headers = include_headers
         self.max_decompressed = max_decompressed
-        column_init(&self.keys)
-        column_init(&self.values)
-        column_init(&self.header_values)
-        put_i32(&self.header_lists, 0)
-        put_i32(&self.header_key_offsets, 0)
+        self.start()
 
     def __dealloc__(self):
+        self.free_buffers()
+
+    cdef int start(self) except -1:
+        """Empty buffers for the next batch (kinds 1..15, see kind_hint)."""
+        column_init(&self.keys, 1)
+        column_init(&self.values, 4)
+        column_init(&self.header_values, 7)
+        grow_start(&self.offsets, 10)
+        grow_start(&self.timestamps, 11)
+        grow_start(&self.ts_types, 12)
+        grow_start(&self.header_lists, 13)
+        grow_start(&self.header_key_offsets, 14)
+        grow_start(&self.header_key_data, 15)
+        put_i32(&self.header_lists, 0)
+        put_i32(&self.header_key_offsets, 0)
+        return 0
+
+    cdef void free_buffers(self) noexcept:
         column_free(&self.keys)
         column_free(&self.values)
         column_free(&self.header_values)
-        free(self.offsets.data)
-        free(self.timestamps.data)
-        free(self.ts_types.data)
-        free(self.header_lists.data)
-        free(self.header_key_offsets.data)
-        free(self.header_key_data.data)
+        grow_free(&self.offsets)
+        grow_free(&self.timestamps)
+        grow_free(&self.ts_types)
+        grow_free(&self.header_lists)
+        grow_free(&self.header_key_offsets)
+        grow_free(&self.header_key_data)
 
     @property
     def data_bytes(self):
@@ -348,20 +427,8 @@ cdef class ArrowColumns:
                 "header_value_offsets": detach(&self.header_values.offsets),
                 "header_value_data": detach(&self.header_values.data),
             })
-        column_free(&self.keys)
-        column_free(&self.values)
-        column_free(&self.header_values)
-        column_init(&self.keys)
-        column_init(&self.values)
-        column_init(&self.header_values)
-        free(self.header_lists.data)
-        free(self.header_key_offsets.data)
-        free(self.header_key_data.data)
-        memset(&self.header_lists, 0, sizeof(Grow))
-        memset(&self.header_key_offsets, 0, sizeof(Grow))
-        memset(&self.header_key_data, 0, sizeof(Grow))
-        put_i32(&self.header_lists, 0)
-        put_i32(&self.header_key_offsets, 0)
+        self.free_buffers()
+        self.start()
         self.num_rows = 0
         self.num_headers = 0
         return out

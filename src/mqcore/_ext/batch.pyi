@@ -122,4 +122,5 @@ def encode_batch(
     index: bool = False,
     offset_deltas: Sequence[int] | None = None,
     last_offset_delta: int = -1,
+    max_bytes: int = 0,
 ) -> EncodedBatch: ...

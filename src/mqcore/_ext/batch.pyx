@@ -55,6 +55,7 @@ from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.object cimport PyObject
 from mqcore._ext.bytes_be cimport (load_be16, load_be32, load_be64, mq_prefetch, mq_prefetch_range,
                                    store_be16, store_be32, store_be64)
+from mqcore._ext._bufpool_c cimport mq_pool, mq_pool_give, mq_pool_take
 from mqcore._ext.crc32c cimport crc32c_extend
 from mqcore._ext.hashing cimport (KIND_KEY, KIND_TAG, KIND_UID, SEED_KEY, SEED_TAG, SEED_UID,
                                   KeyHit, next_word, xxh64)
@@ -684,47 +685,30 @@ def decode_messages(const unsigned char[::1] buf not None, Py_ssize_t pos, str t
 # Encoding
 # ---------------------------------------------------------------------------------------------
 
-# Glue buffers are kept for reuse (a few, up to 8 MiB each): a fresh 1 MiB malloc is served by a
-# new mmap whose pages fault in on first touch, which cost more than encoding the batch (bench/
-# README.md). The GIL guards the pool: buffers are taken and given back only while holding it.
+# Glue buffers are kept for reuse (a few, up to 8 MiB each; bufpool_impl.h says why).
 cdef enum:
-    GLUE_POOL = 4
-    GLUE_POOL_MAX_BYTES = 8 << 20
+    GLUE_MAX_KEPT = 8 << 20
 
-cdef unsigned char* glue_pool[GLUE_POOL]
-cdef Py_ssize_t glue_pool_cap[GLUE_POOL]
-cdef int glue_pool_len = 0
+cdef mq_pool glue_pool
+glue_pool.slots = 4
+glue_pool.max_bytes = 32 << 20
+glue_pool.min_block = 0
 
 
 cdef unsigned char* take_glue(Py_ssize_t want, Py_ssize_t* cap):
     """A buffer of at least `want` bytes, preferably a warm one from the pool (NULL: no memory)."""
-    global glue_pool_len
-    cdef unsigned char* g
-    cdef int i, best = -1
-    for i in range(glue_pool_len):
-        if best < 0 or glue_pool_cap[i] > glue_pool_cap[best]:
-            best = i
-    if best >= 0:
-        g = glue_pool[best]
-        cap[0] = glue_pool_cap[best]
-        glue_pool_len -= 1
-        glue_pool[best] = glue_pool[glue_pool_len]
-        glue_pool_cap[best] = glue_pool_cap[glue_pool_len]
-        if cap[0] >= want:
-            return g
-        free(g)
+    cdef size_t got = 0
+    cdef char* g = mq_pool_take(&glue_pool, <size_t>want, &got)
+    if g != NULL:
+        cap[0] = <Py_ssize_t>got
+        return <unsigned char*>g
     cap[0] = want
     return <unsigned char*>malloc(want)
 
 
 cdef void give_glue(unsigned char* g, Py_ssize_t cap) noexcept:
-    global glue_pool_len
-    if g == NULL:
-        return
-    if glue_pool_len < GLUE_POOL and cap <= GLUE_POOL_MAX_BYTES:
-        glue_pool[glue_pool_len] = g
-        glue_pool_cap[glue_pool_len] = cap
-        glue_pool_len += 1
+    if cap <= GLUE_MAX_KEPT:
+        mq_pool_give(&glue_pool, <char*>g, <size_t>cap)
     else:
         free(g)
 
@@ -820,6 +804,7 @@ cdef class EncodedBatch:
     cdef bytes packed_hits          # key_hits, made once
     cdef int32_t record_delta
     cdef Py_ssize_t record_index    # its position in the batch (its slot in uid_bytes)
+    cdef Py_ssize_t ref_bytes       # bytes in referenced pieces (the glue holds the rest)
 
     def __cinit__(self):
         self.refs = []
@@ -933,6 +918,8 @@ cdef class EncodedBatch:
         self.pieces[self.n_pieces].off = off
         self.pieces[self.n_pieces].len = n
         self.n_pieces += 1
+        if ptr != NULL:
+            self.ref_bytes += n
         return 0
 
     cdef inline int put_varint(self, int64_t v) except -1:
@@ -1087,12 +1074,15 @@ cdef class EncodedBatch:
         self.glue_len += at
         return 0
 
-    cdef int put_plain_records(self, list values, list keys, Py_ssize_t n,
-                               Py_ssize_t gather_threshold, bint add_uid) except -1:
+    cdef Py_ssize_t put_plain_records(self, list values, list keys, Py_ssize_t n,
+                                      Py_ssize_t gather_threshold, bint add_uid,
+                                      Py_ssize_t limit) except -1:
         """All n records in one pass when they have the common shape: `bytes` (or None) values
         and keys below the gather threshold, no headers, one timestamp (delta 0), offset deltas
-        0..n-1. At the first item of another shape everything written is taken back and 0
-        returned (the caller encodes record by record).
+        0..n-1; returns how many were written: fewer than n when the next record would take
+        the batch past `limit` bytes (at least one is always written). At the first item of
+        another shape everything written is taken back and 0 returned (the caller encodes
+        record by record).
 
         No call per record but memcpy (and the ID and hash ones the records ask for), and no
         Python code runs meanwhile, so the list items stay as they were checked.
@@ -1102,6 +1092,7 @@ cdef class EncodedBatch:
         cdef PyObject* o
         cdef PyObject* k
         cdef unsigned char* g
+        cdef bint odd = False
         self.reserve(32 * n)
         g = self.glue + start
         for i in range(n):
@@ -1112,6 +1103,7 @@ cdef class EncodedBatch:
             elif bytes_exact(o) and object_size(o) < gather_threshold:
                 vlen = object_size(o)
             else:
+                odd = True
                 break
             klen = -1
             k = NULL
@@ -1119,11 +1111,15 @@ cdef class EncodedBatch:
                 k = PyList_GET_ITEM(keys, i)
                 if <object>k is not None:
                     if not bytes_exact(k) or object_size(k) >= gather_threshold:
+                        odd = True
                         break
                     klen = object_size(k)
             body = simple_body_size(0, i, klen, vlen, add_uid)
             need = varint_size(body) + body
             used = g - self.glue
+            if used + need > limit and i > 0:
+                n = i                                             # full: the rest is the caller's
+                break
             if used + need > self.glue_cap:
                 self.glue_len = used
                 self.reserve(need)                                # may move the glue
@@ -1151,13 +1147,13 @@ cdef class EncodedBatch:
                 self.put_uid_header(g + at)
                 at += 21
             g += at
-        else:
-            self.add_piece(NULL, start, (g - self.glue) - start)
-            self.glue_len = g - self.glue
-            return 1
-        self.glue_len = start                                     # take it all back
-        self.n_hits = start_hits
-        return 0
+        if odd:
+            self.glue_len = start                                 # take it all back
+            self.n_hits = start_hits
+            return 0
+        self.add_piece(NULL, start, (g - self.glue) - start)
+        self.glue_len = g - self.glue
+        return n
 
     cdef Py_ssize_t put_pending_field(self, Py_ssize_t at, object field, Py_ssize_t n,
                                       Py_ssize_t gather_threshold) except -1:
@@ -1416,7 +1412,7 @@ def encode_batch(values, keys=None, headers=None, timestamps=None, int64_t now_m
                  int producer_epoch=-1, int32_t base_sequence=-1, bint transactional=False,
                  int32_t leader_epoch=-1, Py_ssize_t gather_threshold=DEFAULT_GATHER_THRESHOLD,
                  compress=None, int64_t uid_ms=-1, bint index=False, offset_deltas=None,
-                 int64_t last_offset_delta=-1):
+                 int64_t last_offset_delta=-1, Py_ssize_t max_bytes=0):
     """Encode one v2 batch from parallel sequences; returns an EncodedBatch (base offset -1).
 
     `timestamps` None stamps every record with `now_ms`. With a codec, the records are built in
@@ -1426,10 +1422,14 @@ def encode_batch(values, keys=None, headers=None, timestamps=None, int64_t now_m
     `offset_deltas` (strictly increasing ints in [0, 2**31)) gives each record its offset delta
     instead of 0, 1, 2, ...; `last_offset_delta` (default: the last record's delta, never less)
     keeps a rewritten batch's offset range (the cleaner keeps records' offsets, gaps and all).
+    `max_bytes > 0` (uncompressed, no offset_deltas) makes the batch the longest run of records
+    from the first that fits in `max_bytes` (at least one record): `count` says how many, and
+    the caller encodes the rest into the next batch, so no record is encoded twice.
     """
     cdef EncodedBatch eb = EncodedBatch.__new__(EncodedBatch)
-    cdef Py_ssize_t n, i
-    cdef int64_t ts, base_ts, max_ts
+    cdef Py_ssize_t n, i, done, limit
+    cdef Py_ssize_t saved_glue, saved_pieces, saved_len, saved_hits, saved_refs, saved_ref_bytes
+    cdef int64_t ts, base_ts, max_ts, saved_max_ts
     cdef list values_list
     try:
         values_list = values if type(values) is list else list(values)
@@ -1457,6 +1457,8 @@ def encode_batch(values, keys=None, headers=None, timestamps=None, int64_t now_m
         max_ts = base_ts
     if codec != 0:
         gather_threshold = MAX_BATCH_BYTES              # compressors need one contiguous stream
+    # a compressed size is known only at the end, and a rewrite keeps its offsets: no limit
+    limit = max_bytes if max_bytes > 0 and codec == 0 and deltas is None else MAX_BATCH_BYTES
     eb.collect_hits = index
     eb.uid_ms = uid_ms
     if uid_ms >= 0:
@@ -1466,13 +1468,15 @@ def encode_batch(values, keys=None, headers=None, timestamps=None, int64_t now_m
     eb.add_piece(NULL, 0, BATCH_HEADER_SIZE)                # the header, filled by finish()
     eb.glue_len = BATCH_HEADER_SIZE
     eb.record_ts = base_ts if log_append_time < 0 else log_append_time
+    done = 0
     if (timestamps is None and headers is None and deltas is None
-            and (keys is None or type(keys) is list)
-            and eb.put_plain_records(values_list, keys, n, gather_threshold, uid_ms >= 0)):
-        pass
-    else:
+            and (keys is None or type(keys) is list)):
+        done = eb.put_plain_records(values_list, keys, n, gather_threshold, uid_ms >= 0, limit)
+    if done == 0:
+        done = n
         eb.reserve(estimate_glue(values_list, keys, gather_threshold)
                    + (21 * n if uid_ms >= 0 else 0))
+        saved_max_ts = max_ts
         for i in range(n):
             prefetch_values(values_list, i)
             if timestamps is None:
@@ -1487,6 +1491,9 @@ def encode_batch(values, keys=None, headers=None, timestamps=None, int64_t now_m
             eb.record_ts = ts if log_append_time < 0 else log_append_time
             eb.record_delta = <int32_t>i if deltas is None else <int32_t>deltas[i]
             eb.record_index = i
+            saved_glue, saved_pieces, saved_hits = eb.glue_len, eb.n_pieces, eb.n_hits
+            saved_len, saved_ref_bytes = eb.pieces[eb.n_pieces - 1].len, eb.ref_bytes
+            saved_refs = len(eb.refs)
             if ((hdrs is None or (type(hdrs) is list and not hdrs))
                     and (key is None or type(key) is bytes)
                     and (value is None or type(value) is bytes)):
@@ -1495,6 +1502,19 @@ def encode_batch(values, keys=None, headers=None, timestamps=None, int64_t now_m
             else:
                 eb.put_record(ts - base_ts, eb.record_delta, key, value, hdrs, gather_threshold,
                               uid_ms >= 0)
+            if i > 0 and eb.glue_len + eb.ref_bytes > limit:
+                # full: this record goes into the caller's next batch
+                eb.glue_len, eb.n_pieces, eb.n_hits = saved_glue, saved_pieces, saved_hits
+                eb.pieces[saved_pieces - 1].len = saved_len
+                eb.ref_bytes = saved_ref_bytes
+                del eb.refs[saved_refs:]
+                max_ts = saved_max_ts
+                done = i
+                break
+            saved_max_ts = max_ts
+    n = done
+    if eb.uid_bytes is not None and PyBytes_GET_SIZE(eb.uid_bytes) != 16 * n:
+        eb.uid_bytes = eb.uid_bytes[:16 * n]
     eb.count = <int32_t>n
     if deltas is None:
         eb.last_offset_delta = <int32_t>(n - 1)
