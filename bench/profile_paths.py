@@ -45,6 +45,8 @@ from mqcore._ext.scan import first_offset_at_or_after, read_record
 from mqcore.storage.partition import MAX_DECOMPRESSED
 
 PERF_CTL: list[str] = []  # perf's control FIFO, when --perf-ctl names one
+# as bench/test_append.py: a batch of 1000 x 1 KiB with generated IDs stays one batch
+MAX_BATCH = 2 << 20
 
 
 def perf_control(command: str) -> None:
@@ -73,14 +75,31 @@ def print_medians(times: dict[str, list[float]]) -> None:
         print(f"{label:50s} median {ts[len(ts) // 2] * 1e6:7.2f} us   min {ts[0] * 1e6:7.2f} us")
 
 
-def interleaved(pieces: dict[str, Callable[[int], object]], args: list[int]) -> None:
-    """Time every piece on every argument, one after the other, and print the medians."""
+def interleaved(
+    pieces: dict[str, Callable[[int], object]], args: list[int], ratio_to: str | None = None
+) -> None:
+    """Time every piece on every argument, one after the other, and print the medians.
+
+    The order rotates by one piece per argument: the piece that runs first meets the
+    argument's data cold, and a fixed order would charge that to the same piece every time.
+    With `ratio_to`, also print each piece's median of per-round ratios (that piece's time /
+    this one's): steadier on a drifting host than a ratio of medians taken apart.
+    """
     times: dict[str, list[float]] = {label: [] for label in pieces}
-    for a in args:
-        for label, fn in pieces.items():
+    order = list(pieces.items())
+    for i, a in enumerate(args):
+        k = i % len(order)
+        for label, fn in order[k:] + order[:k]:
             start = time.perf_counter()
             fn(a)
             times[label].append(time.perf_counter() - start)
+    if ratio_to is not None:
+        base = times[ratio_to]
+        for label, ts in times.items():
+            if label != ratio_to:
+                per_round = sorted(b / t for b, t in zip(base, ts, strict=True))
+                print(f"{ratio_to} / {label}: median per-round ratio "
+                      f"{per_round[len(per_round) // 2]:.2f}")  # fmt: skip
     print_medians(times)
 
 
@@ -116,7 +135,9 @@ def profile_append(directory: str, size: int, count: int, breakdown: bool, repea
             append_loop(os.path.join(directory, f"run{r}"), batches, len(encoded[0]), count)
         return
     store = mqcore.open(os.path.join(directory, "store"), flush="os")
-    store.create_topic("t", segment_bytes=SEGMENT_BYTES)
+    store.create_topic("t", segment_bytes=SEGMENT_BYTES, max_message_bytes=MAX_BATCH)
+    store.create_topic("plain", segment_bytes=SEGMENT_BYTES, max_message_bytes=MAX_BATCH,
+                       unique_ids=False, key_index=False)  # fmt: skip
     raw_fd = os.open(os.path.join(directory, "raw.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     enc_fd = os.open(os.path.join(directory, "enc.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     pre_fd = os.open(os.path.join(directory, "pre.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
@@ -134,9 +155,12 @@ def profile_append(directory: str, size: int, count: int, breakdown: bool, repea
             batches[i], now_ms=T0_MS
         ).write_to(enc_fd),
         "store.append_batch (flush=os)": lambda i: store.append_batch("t", batches[i], partition=0),
+        "store.append_batch, plain topic (flush=os)": lambda i: store.append_batch(
+            "plain", batches[i], partition=0
+        ),
     }
-    prime_page_cache(directory, 4 * count * len(encoded[0]))  # four of the pieces write
-    interleaved(pieces, [r % 8 for r in range(count)])
+    prime_page_cache(directory, 5 * count * len(encoded[0]))  # five of the pieces write
+    interleaved(pieces, [r % 8 for r in range(count)], ratio_to="raw os.write of the encoded bytes")
     for fd in (raw_fd, enc_fd, pre_fd):
         os.close(fd)
     store.close()
