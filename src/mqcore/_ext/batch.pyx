@@ -46,7 +46,7 @@ from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from cpython.number cimport PyNumber_Index
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.errno cimport EAGAIN, EINTR, ENOSPC, errno
-from libc.stdint cimport INT32_MAX, INT64_MAX, int16_t, int32_t, int64_t, uint16_t, uint32_t, uint64_t
+from libc.stdint cimport INT32_MAX, INT64_MAX, PTRDIFF_MAX, int16_t, int32_t, int64_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcmp, memcpy, memmove, memset
 from posix.uio cimport iovec, writev
@@ -1458,7 +1458,11 @@ def encode_batch(values, keys=None, headers=None, timestamps=None, int64_t now_m
     if codec != 0:
         gather_threshold = MAX_BATCH_BYTES              # compressors need one contiguous stream
     # a compressed size is known only at the end, and a rewrite keeps its offsets: no limit
-    limit = max_bytes if max_bytes > 0 and codec == 0 and deltas is None else MAX_BATCH_BYTES
+    # there; without max_bytes every record goes in (finish() refuses a batch past 2 GiB)
+    if max_bytes > 0 and codec == 0 and deltas is None:
+        limit = min(max_bytes, <Py_ssize_t>MAX_BATCH_BYTES)
+    else:
+        limit = PTRDIFF_MAX
     eb.collect_hits = index
     eb.uid_ms = uid_ms
     if uid_ms >= 0:
