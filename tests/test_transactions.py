@@ -177,6 +177,31 @@ def test_check_back_resolves_a_live_transaction_and_a_failing_checker_is_unknown
         txn.commit()
 
 
+def test_commit_is_traced_after_the_append_across_a_millisecond(store_path, monkeypatch):
+    """The commit reads its clock before the real append, which stamps its own "appended"
+    event: when a millisecond passes in between, the trace still lists the append first (a
+    clean-clone run once saw them swapped)."""
+    import time
+
+    import mqcore.consume.transactions as transactions
+
+    with open_store(store_path, trace=True) as store:
+        store.create_topic("t")
+        txn = store.begin("c")
+        kept = txn.append("t", b"v")
+        reads = []
+
+        def clock() -> int:  # the commit's first reading lags 5 ms: a boundary crossed
+            reads.append(1)
+            return time.time_ns() // 1_000_000 - (5 if len(reads) == 1 else 0)
+
+        monkeypatch.setattr(transactions, "now_ms", clock)
+        txn.commit()
+        events = store.trace(kept.unique_id)
+        assert [e.event for e in events] == ["half_appended", "appended", "txn_committed"]
+        assert events[1].time <= events[2].time
+
+
 def test_trace_records_half_commit_and_rollback(store_path):
     with open_store(store_path, trace=True) as store:
         store.create_topic("t")

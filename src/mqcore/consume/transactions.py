@@ -388,7 +388,7 @@ class TransactionManager:
         ends = {(t, p): int(e) for t, p, e in rec.prepared}
         check = PresenceCheck(store)
         results: list[BatchMetadata] = []
-        events: list[TraceEvent] = []
+        committed: list[tuple[str, str, int, int]] = []  # (uid, topic, partition, offset)
         now = now_ms()
         for i, (t, p) in enumerate(sorted(groups)):
             rows = [
@@ -399,11 +399,11 @@ class TransactionManager:
             if rows:
                 md = self._append_real(t, p, rows, now)
                 results.append(md)
-                events.extend(
-                    TraceEvent(uid, "txn_committed", now, t, p, md.base_offset + j, None,
-                               {"transaction_id": rec.tid})
-                    for j, uid in enumerate(md.unique_ids) if uid is not None
-                )  # fmt: skip
+                committed.extend(
+                    (uid, t, p, md.base_offset + j)
+                    for j, uid in enumerate(md.unique_ids)
+                    if uid is not None
+                )
             crash_point(f"txn:after_append:{i + 1}")
         if store.flush_policy.mode == "interval":
             for t, p in groups:
@@ -413,8 +413,14 @@ class TransactionManager:
         self._op(rec.tid, "commit")
         if rec.handle is not None:
             rec.handle.state = "committed"
-        if store._tracer is not None and events:
-            store._tracer.record(events)
+        if store._tracer is not None and committed:
+            # read the clock after the real appends: their "appended" events (stamped by
+            # append_batch) never sort after the commit, even across a millisecond boundary
+            at = max(now, now_ms())
+            store._tracer.record(
+                TraceEvent(uid, "txn_committed", at, t, p, off, None, {"transaction_id": rec.tid})
+                for uid, t, p, off in committed
+            )
         return results
 
     def _append_real(
