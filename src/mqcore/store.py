@@ -166,13 +166,11 @@ def message_headers(
     return out
 
 
-def _tail(seq: Sequence[Any] | None, start: int) -> Sequence[Any] | None:
-    """seq from `start` on (seq itself from 0; None stays None)."""
-    return seq if seq is None or start == 0 else list(seq[start:])
-
-
-def _slice(seq: Sequence[Any] | None, lo: int, hi: int) -> list[Any] | None:
-    return None if seq is None else list(seq[lo:hi])
+def _slice(seq: Sequence[Any] | None, lo: int, hi: int | None = None) -> Sequence[Any] | None:
+    """seq[lo:hi] as a list (seq itself when that is all of it; None stays None)."""
+    if seq is None or (lo == 0 and hi is None):
+        return seq
+    return list(seq[lo:hi])
 
 
 def _advanced(producer: tuple[int, int, int] | None, count: int) -> tuple[int, int, int] | None:
@@ -786,9 +784,9 @@ class Store:
         while start < n or not batches:  # an empty batch: the encoder's error
             batch = encode_batch(
                 values if start == 0 else values[start:],
-                _tail(keys, start),
-                _tail(headers, start),
-                _tail(timestamps, start),
+                _slice(keys, start),
+                _slice(headers, start),
+                _slice(timestamps, start),
                 now,
                 codec,
                 self._log_append_time(cfg, now),

@@ -5,6 +5,7 @@ cdef extern from "bufpool_impl.h" nogil:
         int slots             # blocks kept at most (<= 16)
         size_t max_bytes      # bytes kept at most
         size_t min_block      # smaller blocks are freed, not kept
+        size_t max_block      # and so are larger ones
     # The smallest kept block of at least `want` bytes (its size in cap[0]), or NULL.
     char* mq_pool_take(mq_pool* p, size_t want, size_t* cap)
     # Keep the malloc'd block `d` of `cap` bytes, evicting smaller ones if full, or free it.

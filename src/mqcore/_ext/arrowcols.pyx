@@ -36,6 +36,7 @@ cdef mq_pool arrow_pool
 arrow_pool.slots = 16
 arrow_pool.max_bytes = 128 << 20
 arrow_pool.min_block = POOL_MIN
+arrow_pool.max_block = 128 << 20
 
 # bytes each kind of buffer held in recent batches (halving when unused): its starting size
 cdef Py_ssize_t kind_hint[N_KINDS]

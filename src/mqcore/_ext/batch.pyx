@@ -686,13 +686,11 @@ def decode_messages(const unsigned char[::1] buf not None, Py_ssize_t pos, str t
 # ---------------------------------------------------------------------------------------------
 
 # Glue buffers are kept for reuse (a few, up to 8 MiB each; bufpool_impl.h says why).
-cdef enum:
-    GLUE_MAX_KEPT = 8 << 20
-
 cdef mq_pool glue_pool
 glue_pool.slots = 4
 glue_pool.max_bytes = 32 << 20
 glue_pool.min_block = 0
+glue_pool.max_block = 8 << 20
 
 
 cdef unsigned char* take_glue(Py_ssize_t want, Py_ssize_t* cap):
@@ -707,10 +705,7 @@ cdef unsigned char* take_glue(Py_ssize_t want, Py_ssize_t* cap):
 
 
 cdef void give_glue(unsigned char* g, Py_ssize_t cap) noexcept:
-    if cap <= GLUE_MAX_KEPT:
-        mq_pool_give(&glue_pool, <char*>g, <size_t>cap)
-    else:
-        free(g)
+    mq_pool_give(&glue_pool, <char*>g, <size_t>cap)
 
 
 cdef uint64_t uid_node = 0       # 42 random bits of this process (see the schema above)

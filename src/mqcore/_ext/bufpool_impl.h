@@ -3,9 +3,9 @@
  * A fresh multi-megabyte malloc is served by a new mmap whose pages fault in one by one on first
  * touch; for the encoder's glue buffer and the Arrow column buffers that costs as much as the
  * work done in them (bench/README.md). Each module keeps one pool: blocks given back are kept
- * (up to `slots` of them and `max_bytes` in all, none below `min_block`) and a later take gets
- * the smallest that is large enough. A full pool evicts its smallest blocks for a larger one,
- * so a run of small requests cannot crowd out the large blocks that matter.
+ * (up to `slots` of them and `max_bytes` in all, each between `min_block` and `max_block`) and
+ * a later take gets the smallest that is large enough. A full pool evicts its smallest blocks
+ * for a larger one, so a run of small requests cannot crowd out the large blocks that matter.
  *
  * Not thread-safe by itself: every caller holds the GIL around take and give.
  */
@@ -25,6 +25,7 @@ typedef struct {
     size_t bytes;     /* held in all */
     size_t max_bytes;
     size_t min_block;
+    size_t max_block;
 } mq_pool;
 
 static void mq_pool_drop(mq_pool *p, int i)
@@ -57,7 +58,7 @@ static void mq_pool_give(mq_pool *p, char *d, size_t cap)
     int i, smallest;
     if (d == NULL)
         return;
-    if (cap < p->min_block || cap > p->max_bytes) {
+    if (cap < p->min_block || cap > p->max_block || cap > p->max_bytes) {
         free(d);
         return;
     }
