@@ -3,14 +3,17 @@
 #
 #   header, 64 bytes:
 #      0  magic "MQKI"            4
-#      4  version                 u16   1
-#      6  flags                   u16   bit 0: complete (counts and covered_position are final)
+#      4  version                 u16   2
+#      6  flags                   u16   bit 0: complete (sealed or closed: the counts,
+#                                     covered_position and content_crc are final)
 #      8  slot_count              u32   a power of two
 #     12  key_capacity            u32   key entries the file has room for
 #     16  tag_capacity            u32   tag entries the file has room for
 #     20  key_count               u32
 #     24  tag_count               u32
-#     28  reserved                u32   0
+#     28  content_crc             u32   CRC-32C of header bytes 8-27 and 32-63, the slots,
+#                                     the key entries and the tag entries in use (valid
+#                                     only when complete)
 #     32  base_timestamp          i64   origin of the entries' timestamp deltas (-1: none yet)
 #     40  covered_position        i64   .log bytes the entries describe
 #     48  min_timestamp           i64   smallest record timestamp in the segment (-1: none)
@@ -24,6 +27,8 @@
 # an older entry, so a walk ends after at most key_count steps even on damaged bytes. Deltas
 # outside int32 are stored as INT32_MIN/INT32_MAX ("at most"/"at least"), never wrapped. Tag
 # entries are in offset order (appends only), so a tag read binary-searches its start.
+# A table is trusted only while complete with a matching content_crc: the first insert after
+# an open clears the flag, sealing or closing sets it again with a fresh CRC.
 cimport cython
 from libc.stdint cimport INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, int32_t, int64_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memcpy, memset
@@ -33,6 +38,7 @@ from mqcore._ext.batch cimport (ATTR_CONTROL, ATTR_LOG_APPEND_TIME, BatchHeader,
                                  RecordCursor, RecordView, OK, check_batch,
                                  cursor_finish, error_text, next_header, next_record,
                                  open_records, wrap_add)
+from mqcore._ext.crc32c cimport crc32c_extend
 from mqcore._ext.bytes_be cimport (load_be16, load_be32, load_be64, mq_prefetch, store_be16,
                                    store_be32, store_be64)
 from mqcore._ext.hashing cimport (KIND_KEY, KIND_TAG, KIND_UID, SEED_KEY, SEED_TAG, SEED_UID,
@@ -44,7 +50,7 @@ cdef enum:
     HEADER_SIZE = 64
     KEY_ENTRY = 24
     TAG_ENTRY = 16
-    VERSION = 1
+    VERSION = 2
     PROBE_LOCAL = 32              # tables a probe tracks on the stack (more: on the heap)
     INSERT_AHEAD = 8              # hits whose slot is prefetched ahead of the insert
 
@@ -231,7 +237,7 @@ cdef class KeyTable:
         p = &v[0]
         self.base = <unsigned char*>p
         if memcmp(p, b"MQKI", 4) != 0 or load_be16(p + 4) != VERSION:
-            raise CorruptIndexError("not a version 1 key index (bad magic or version)")
+            raise CorruptIndexError("not a version 2 key index (bad magic or version)")
         self.complete = load_be16(p + 6) & 1
         self.slot_count = load_be32(p + 8)
         self.key_capacity = load_be32(p + 12)
@@ -265,17 +271,64 @@ cdef class KeyTable:
         return 0
 
     def store_header(self, bint complete, int64_t covered_position):
-        """Write the counts, bounds and `complete` flag back into the header."""
+        """Write the counts, bounds and `complete` flag back into the header; a complete
+        header also gets the content CRC of what it describes."""
         self.check_open(True)
         self.complete = complete
         self.covered_position = covered_position
-        store_be16(self.base + 6, 1 if complete else 0)
         store_be32(self.base + 20, self.key_count)
         store_be32(self.base + 24, self.tag_count)
         store_be64(self.base + 32, <uint64_t>self.base_timestamp)
         store_be64(self.base + 40, <uint64_t>covered_position)
         store_be64(self.base + 48, <uint64_t>self.min_timestamp)
         store_be64(self.base + 56, <uint64_t>self.max_timestamp)
+        store_be32(self.base + 28, self.content_crc() if complete else 0)
+        store_be16(self.base + 6, 1 if complete else 0)
+
+    cpdef uint32_t content_crc(self) except? 0xFFFFFFFF:
+        """CRC-32C of the header fields after the flags (but the CRC itself), the slots and
+        the entries in use: what a complete header vouches for."""
+        self.check_open(False)
+        cdef uint32_t crc
+        with nogil:
+            crc = crc32c_extend(0, self.base + 8, 20)
+            crc = crc32c_extend(crc, self.base + 32, HEADER_SIZE - 32)
+            crc = crc32c_extend(crc, self.slots, 4 * <size_t>self.slot_count)
+            crc = crc32c_extend(crc, self.keys, KEY_ENTRY * <size_t>self.key_count)
+            crc = crc32c_extend(crc, self.tags, TAG_ENTRY * <size_t>self.tag_count)
+        return crc
+
+    def content_valid(self):
+        """Whether the table was sealed or closed and is still exactly what it was then (the
+        stored content CRC matches): what an open may trust without a rebuild."""
+        self.check_open(False)
+        return bool(self.complete) and load_be32(self.base + 28) == self.content_crc()
+
+    def chain_problem(self):
+        """Walk every chain: None when each slot's chain runs from newest to older entries of
+        that slot only and every entry is reached exactly once, else what is wrong (for
+        `mqcore verify`; a lookup checks only the chains it walks)."""
+        self.check_open(False)
+        cdef uint64_t mask = self.slot_count - 1
+        cdef uint32_t i, cur, prev
+        cdef int64_t reached = 0
+        cdef const unsigned char* e
+        for i in range(self.slot_count):
+            cur = load_be32(self.slots + 4 * <Py_ssize_t>i)
+            if cur > self.key_count:
+                return f"slot {i} points past the {self.key_count} entries"
+            while cur != 0:
+                e = self.keys + KEY_ENTRY * <Py_ssize_t>(cur - 1)
+                if (load_be64(e) & mask) != i:
+                    return f"entry {cur - 1} is in the chain of slot {i} but hashes elsewhere"
+                prev = load_be32(e + 20)
+                if prev >= cur:
+                    return f"entry {cur - 1} links to entry {prev - 1}, not an older one"
+                reached += 1
+                cur = prev
+        if reached != self.key_count:
+            return f"the chains reach {reached} of the {self.key_count} key entries"
+        return None
 
     def chains_valid(self):
         """Every slot and link points below key_count and links go to older entries.
@@ -386,6 +439,10 @@ cdef class KeyTable:
         cdef const KeyHit* h = <const KeyHit*>&hits[0] if hits.shape[0] else NULL
         cdef Py_ssize_t i, n = hits.shape[0] // sizeof(KeyHit)
         cdef uint64_t mask = self.slot_count - 1
+        if self.complete and n:
+            # the file stops vouching for itself until the next seal or close
+            self.complete = False
+            store_be16(self.base + 6, 0)
         for i in range(n):
             # the slots are spread over the whole table: start the miss of a later hit's slot
             # now, so the inserts' misses overlap instead of queueing one after the other
@@ -435,6 +492,8 @@ cdef class KeyTable:
     def clear(self):
         """Forget every entry (before a rebuild)."""
         self.check_open(True)
+        self.complete = False
+        store_be16(self.base + 6, 0)
         memset(self.slots, 0, 4 * <Py_ssize_t>self.slot_count)
         self.key_count = 0
         self.tag_count = 0

@@ -483,6 +483,7 @@ class Dumper:
                     "min_timestamp": table.min_timestamp,
                     "max_timestamp": table.max_timestamp,
                     "chains_valid": chains,
+                    "content_valid": table.content_valid(),
                 }
             finally:
                 table.release()
@@ -502,6 +503,8 @@ class Dumper:
         )
         if current and not chains:  # a stale header's counts lag the entries: no verdict
             self._damaged(path, 0, "a hash chain links forward or past the entries")
+        elif current and doc["complete"] and not doc["content_valid"]:
+            self._damaged(path, 0, "content CRC mismatch: changed after it was sealed")
 
 
 def _crc_holds(view: memoryview, pos: int, info: BatchInfo) -> bool:

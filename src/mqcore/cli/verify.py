@@ -240,25 +240,30 @@ def _derived(check: PartitionCheck, stem: str, base: int, facts: LogFacts) -> No
 
 
 def _keyindex(check: PartitionCheck, path: str, base: int, facts: LogFacts) -> None:
-    """Header, chains, and (when it covers the whole log) every entry against the batches."""
+    """Header, content CRC, every chain, and (when it covers the whole log) every entry
+    against the batches."""
     from mqcore._ext.keyindex import KeyTable
+
+    def problem(why: str) -> None:
+        check.problems.append(Problem(path, 0, "keyindex", why))
 
     with mapped(path) as view:
         try:
             table = KeyTable(view, False)
         except CorruptIndexError as e:
-            check.problems.append(Problem(path, 0, "keyindex", str(e)))
+            problem(str(e))
             return
         try:
             if table.covered_position != facts.size:
-                check.problems.append(Problem(path, 0, "keyindex",
-                                              f"stale: covers {table.covered_position} of the "
-                                              f"log's {facts.size} bytes"))  # fmt: skip
+                problem(f"stale: covers {table.covered_position} of the log's {facts.size} bytes")
                 return
-            if not table.chains_valid():
-                check.problems.append(Problem(path, 0, "keyindex",
-                                              "a hash chain links forward or past the "
-                                              "entries"))  # fmt: skip
+            if not table.complete:
+                problem("not sealed: its writer did not close it (an open rebuilds it)")
+            elif not table.content_valid():
+                problem("content CRC mismatch: entries or slots changed after it was sealed")
+            chains = table.chain_problem()
+            if chains is not None:
+                problem(f"hash chains: {chains}")
                 return
             order = sorted(facts.at_position)
             starts = array("q", order)

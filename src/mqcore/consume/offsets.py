@@ -18,7 +18,6 @@ flush policy is, so a committed offset survives a process kill and a power loss.
 
 from __future__ import annotations
 
-import os
 import struct
 import threading
 from collections.abc import Mapping
@@ -185,7 +184,6 @@ class OffsetStore:
                 segment_bytes=OFFSETS_SEGMENT_BYTES,
             )
             part = self.store._partition(topic, 0)
-            segments = len(part.segments)
             self.store.append_batch(
                 topic,
                 [None if om is None else encode_value(om) for _, om in items],
@@ -193,10 +191,8 @@ class OffsetStore:
                 partition=0,
             )
             crash_point("offsets.after_append")
-            part.flush()
+            part.flush()  # the batch, and the names of a new segment or partition directory
             crash_point("offsets.after_fdatasync")
-            if len(part.segments) != segments:
-                _fsync_dir(part.directory)  # a new segment's directory entry, under flush="os"
             for (t, p), om in items:
                 if om is None:
                     loaded.pop((group, t, p), None)
@@ -208,11 +204,3 @@ class OffsetStore:
         keys = list(self.group_offsets(group))
         self.commit(group, dict.fromkeys(keys))
         return len(keys)
-
-
-def _fsync_dir(directory: str) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

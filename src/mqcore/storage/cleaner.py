@@ -43,13 +43,13 @@ from mqcore._ext.batch import (
 from mqcore._ext.crc32c import crc32c
 from mqcore.crashpoints import crash_point
 from mqcore.errors import CorruptRecordError
+from mqcore.storage import durable
 from mqcore.storage.partition import (
     CLEANMARK_SUFFIX,
     LOG_SUFFIX,
     SCRATCH_DIR,
     SEGMENT_FILE_SUFFIXES,
     Partition,
-    _fsync_dir,
 )
 from mqcore.storage.retention import disposer, retire_files
 from mqcore.storage.segment import MAX_DECOMPRESSED, LogSegment, segment_name
@@ -133,21 +133,9 @@ def read_cleanmark(path: str) -> int | None:
     return None if fields is None else fields[0]
 
 
-def _write_file(path: str, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def write_cleanmark(path: str, first_cleaned_ms: int, end_offset: int) -> None:
-    """Write a `.cleanmark` atomically (a `.tmp` beside it, fsync'd, renamed over)."""
-    _write_file(path + ".tmp", encode_cleanmark(first_cleaned_ms, end_offset))
-    os.replace(path + ".tmp", path)
+    """Write a `.cleanmark` atomically and durably (storage/durable.py write_atomic)."""
+    durable.write_atomic(path, encode_cleanmark(first_cleaned_ms, end_offset))
 
 
 def dirty_bytes(part: Partition) -> tuple[int, int]:
@@ -334,7 +322,7 @@ def _build_cleaned(part: Partition, group: _Group, sizes: dict[LogSegment, int],
         shutil.rmtree(scratch)
     os.makedirs(scratch)
     stem = segment_name(base)
-    fd = os.open(os.path.join(scratch, stem + LOG_SUFFIX), os.O_WRONLY | os.O_CREAT, 0o644)
+    fd = durable.open_file(os.path.join(scratch, stem + LOG_SUFFIX), os.O_WRONLY | os.O_CREAT)
     try:
         for f in group.members:
             view = f.seg.view(0, sizes[f.seg])
@@ -344,11 +332,10 @@ def _build_cleaned(part: Partition, group: _Group, sizes: dict[LogSegment, int],
                         data = view[piece[0] : piece[0] + piece[1]]
                     else:
                         data = memoryview(piece)
-                    while data:
-                        data = data[os.write(fd, data) :]
+                    durable.write_all(fd, data)
             finally:
                 view.release()
-        os.fsync(fd)
+        durable.sync_data(fd)
     finally:
         os.close(fd)
     seg = LogSegment(
@@ -361,23 +348,23 @@ def _build_cleaned(part: Partition, group: _Group, sizes: dict[LogSegment, int],
     )
     try:
         seg.rebuild(verify_crc=True)
-        seg.attach_key_index(trust=False, active=False)
-        seg.seal(durable=True)
+        seg.attach_key_index(active=False)
+        seg.seal(sync=True)
     finally:
         seg.close()
     mark = encode_cleanmark(group.mark(now), end)
-    _write_file(os.path.join(scratch, stem + CLEANMARK_SUFFIX), mark)
+    durable.write_file(os.path.join(scratch, stem + CLEANMARK_SUFFIX), mark)
     for suffix in SEGMENT_FILE_SUFFIXES:
         path = os.path.join(scratch, stem + suffix)
         if os.path.exists(path):
-            fd = os.open(path, os.O_RDONLY)
+            fd = durable.open_file(path, os.O_RDONLY)
             try:
-                os.fsync(fd)
+                durable.sync_file(fd)
             finally:
                 os.close(fd)
             os.rename(path, os.path.join(part.directory, stem + suffix + ".cleaned"))
     shutil.rmtree(scratch)
-    _fsync_dir(part.directory)
+    durable.sync_dir(part.directory)
 
 
 def _rename_all(directory: str, stem: str, old: str, new: str) -> None:
@@ -386,7 +373,7 @@ def _rename_all(directory: str, stem: str, old: str, new: str) -> None:
         path = os.path.join(directory, stem + suffix)
         if os.path.exists(path + old):
             os.rename(path + old, path + new)
-    _fsync_dir(directory)
+    durable.sync_dir(directory)
 
 
 def _swap(part: Partition, olds: list[LogSegment]) -> None:
@@ -397,13 +384,12 @@ def _swap(part: Partition, olds: list[LogSegment]) -> None:
     _rename_all(directory, stem, ".cleaned", ".swap")  # the .log.swap is the commit
     crash_point("compact.after_swap")
     deleted = [retire_files(old) for old in olds]
-    _fsync_dir(directory)
+    durable.sync_dir(directory)
     crash_point("compact.after_deleted")
     _rename_all(directory, stem, ".swap", "")
     crash_point("compact.after_final")
     new = part._segment(olds[0].base_offset)
     new.load()
-    new.attach_key_index(trust=True, active=False)
     new.seal()
     disposers = [
         disposer(part, old, paths, "compact.before_unlink")

@@ -3,15 +3,20 @@
 The file (format in docs/format.md "Key index", kernel in `_ext/keyindex.pyx`) is derived data,
 like Kafka's indexes. It is created at its full capacity as a sparse file (untouched slots and
 entries take no disk; `du` shows the real size) and mapped read-write; one rebuilt for a sealed
-segment is sized to its entries. When it is missing, damaged or does not cover the
-log exactly, it is rebuilt from the log: at open for a writable store, in memory on first use
-for a read-only one (which never writes files).
+segment is sized to its entries.
+
+A file is used as it is only when its header says it was sealed or closed, covers exactly the
+log's bytes and its content CRC matches (KeyTable.content_valid): a page lost in a power loss
+or overwritten on disk fails the CRC. Anything else is rebuilt from the log: the active
+segment's at open for a writable store, a sealed segment's on first use (in memory for a
+read-only store, which never writes files). Sealing and closing msync the whole file.
 """
 
 from __future__ import annotations
 
 import mmap
 import os
+import threading
 from collections.abc import Callable
 
 from mqcore._ext.keyindex import (
@@ -21,6 +26,7 @@ from mqcore._ext.keyindex import (
     init_header,
 )
 from mqcore.errors import CorruptIndexError
+from mqcore.storage import durable
 
 KEYINDEX_SUFFIX = ".keyindex"
 MIN_SLOTS = 16
@@ -48,24 +54,24 @@ class KeyIndexFile:
         self.table: KeyTable | None = None
         self._map: mmap.mmap | None = None
         self._memory: bytearray | None = None
+        self._lock = threading.Lock()  # one opening or rebuild at a time (readers race to it)
+        self._dirty = False  # entries or header changed since the last seal, close or rebuild
 
     # -- opening ------------------------------------------------------------------------------
 
-    def open(self, covered: int, trust: bool, active: bool, scan: Callable[[], BatchHits]) -> None:
-        """Map the file if it describes exactly `covered` log bytes, else rebuild it.
+    def open(self, covered: int, active: bool, scan: Callable[[], BatchHits]) -> None:
+        """Map the file if it vouches for exactly `covered` log bytes, else rebuild it.
 
-        `trust` (a clean stop, or a segment below the recovery point) skips the check that no
-        entry was written after the header's counts; `scan` lists the log's batch hits for a
-        rebuild. The active segment's table keeps room for `capacity` entries; a sealed one's is
-        built to its size.
+        `scan` lists the log's batch hits for a rebuild. The active segment's table keeps room
+        for `capacity` entries; a sealed one's is built to its size.
         """
-        if self._open_existing(covered, trust):
-            return
-        self.rebuild(scan(), covered, sealed=not active)
+        with self._lock:
+            if self.table is None and not self._open_existing(covered):
+                self.rebuild(scan(), covered, sealed=not active)
 
-    def _open_existing(self, covered: int, trust: bool) -> bool:
+    def _open_existing(self, covered: int) -> bool:
         try:
-            fd = os.open(self.path, os.O_RDWR if self.writable else os.O_RDONLY)
+            fd = durable.open_file(self.path, os.O_RDWR if self.writable else os.O_RDONLY)
         except FileNotFoundError:
             return False
         try:
@@ -81,7 +87,7 @@ class KeyIndexFile:
         except CorruptIndexError:
             m.close()
             return False
-        if table.covered_position != covered or (not trust and not table.chains_valid()):
+        if table.covered_position != covered or not table.content_valid():
             table.release()
             m.close()
             return False
@@ -90,11 +96,14 @@ class KeyIndexFile:
 
     def ensure(self, covered: int, scan: Callable[[], BatchHits]) -> KeyTable:
         """The table, opened or built (in memory when read-only) on first use."""
-        if self.table is None:
-            if not self._open_existing(covered, trust=True):
-                self.rebuild(scan(), covered, sealed=True)
-        assert self.table is not None
-        return self.table
+        table = self.table
+        if table is None:
+            with self._lock:
+                if self.table is None and not self._open_existing(covered):
+                    self.rebuild(scan(), covered, sealed=True)
+                table = self.table
+        assert table is not None
+        return table
 
     # -- building -----------------------------------------------------------------------------
 
@@ -127,11 +136,14 @@ class KeyIndexFile:
         for h, rel, pos in hits:
             self.table.insert(h, rel, pos)
         self.table.store_header(True, covered)
+        if self.writable and self._map is not None:
+            durable.sync_mapping(self._map, self.path)
+        self._dirty = False
 
     def _reuse_file(self, size: int) -> bool:
         """Map an existing file of exactly this geometry for a rebuild in place."""
         try:
-            fd = os.open(self.path, os.O_RDWR)
+            fd = durable.open_file(self.path, os.O_RDWR)
         except FileNotFoundError:
             return False
         try:
@@ -150,7 +162,7 @@ class KeyIndexFile:
 
     def _create_file(self, size: int) -> None:
         tmp = self.path + ".tmp"
-        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = durable.open_file(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
         try:
             os.ftruncate(fd, size)  # sparse: untouched slots and entries take no disk
             self._map = mmap.mmap(fd, size, access=mmap.ACCESS_WRITE)
@@ -178,19 +190,23 @@ class KeyIndexFile:
 
     def add(self, hits: bytes, first_rel_offset: int, position: int) -> None:
         if self.table is not None and hits:
+            self._dirty = True
             self.table.insert(hits, first_rel_offset, position)
 
     # -- flushing, sealing, closing -------------------------------------------------------------
 
-    def flush(self, covered: int, durable: bool) -> None:
-        """Record that the entries describe `covered` log bytes (msync'd first when durable)."""
-        if self.table is None or not self.writable or self._map is None:
+    def flush(self, covered: int, sync: bool) -> None:
+        """Record that the entries describe `covered` log bytes, with a fresh content CRC, and
+        msync the file when `sync` (an unchanged table is left alone)."""
+        table = self.table
+        if table is None or not self.writable or self._map is None:
             return
-        if durable:
-            self._map.flush()
-        self.table.store_header(True, covered)
-        if durable:
-            self._map.flush(0, min(mmap.PAGESIZE, len(self._map)))
+        if not self._dirty and table.complete and table.covered_position == covered:
+            return
+        table.store_header(True, covered)
+        self._dirty = False
+        if sync:
+            durable.sync_mapping(self._map, self.path)
 
     def close_map(self) -> None:
         if self.table is not None:
@@ -202,7 +218,7 @@ class KeyIndexFile:
         self._memory = None
 
     def close(self, covered: int) -> None:
-        self.flush(covered, durable=False)
+        self.flush(covered, sync=True)
         self.close_map()
 
     def delete(self) -> None:

@@ -21,8 +21,8 @@ import os
 import re
 
 from mqcore.config import TopicConfig, validate_name
-from mqcore.crashpoints import crash_point
 from mqcore.errors import CorruptIndexError, StoreError, StoreLockedError
+from mqcore.storage import durable
 
 LOCK_FILE = ".mqcore.lock"
 TOPICS_FILE = "mqcore-topics.json"
@@ -174,29 +174,11 @@ class LogDirectory:
     # -- helpers --------------------------------------------------------------------------------
 
     def _write_atomic(self, name: str, data: bytes) -> None:
-        """Write to name.tmp, fsync, rename over name, fsync the directory."""
-        path = os.path.join(self.path, name)
-        tmp = path + ".tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            crash_point("checkpoint.after_tmp_write")
-            os.fsync(fd)
-            crash_point("checkpoint.after_fsync")
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-        crash_point("checkpoint.after_rename")
-        self.fsync_dir()
+        """Replace a top-level file durably (storage/durable.py write_atomic)."""
+        durable.write_atomic(os.path.join(self.path, name), data)
 
     def fsync_dir(self) -> None:
-        fd = os.open(self.path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        durable.sync_dir(self.path)
 
 
 def _read_checkpoint(path: str) -> dict[tuple[str, int], int]:

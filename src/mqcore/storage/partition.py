@@ -23,7 +23,7 @@ from mqcore._ext.scan import first_offset_at_or_after
 from mqcore.config import FlushPolicy, TopicConfig
 from mqcore.crashpoints import crash_point
 from mqcore.errors import CorruptRecordError, OffsetOutOfRangeError, StoreClosedError
-from mqcore.storage import producer_state
+from mqcore.storage import durable, producer_state
 from mqcore.storage.keyindex import KEYINDEX_SUFFIX
 from mqcore.storage.producer_state import ProducerStateManager
 from mqcore.storage.segment import (
@@ -89,6 +89,9 @@ class Partition:
         self._sync_lock = threading.Lock()
         self.unflushed_messages = 0
         self.recovery_point = 0
+        # directories whose entries changed (a segment or the partition directory created)
+        # since they were last fsync'd: flush() syncs them with the data (flush="os" defers it)
+        self._unsynced_dirs: list[str] = []
         self.closed = False
         self.producer_state: ProducerStateManager | None = None  # writable partitions only
         # readers pin the segments they picked; retention and compaction take a segment out of
@@ -118,7 +121,9 @@ class Partition:
     def _open(self, recovery_point: int | None, clean: bool) -> RecoveryReport:
         report = RecoveryReport()
         if self.writable:
-            os.makedirs(self.directory, exist_ok=True)
+            if not os.path.isdir(self.directory):
+                os.makedirs(self.directory)
+                self._dir_changed(os.path.dirname(self.directory))
             _finish_interrupted_swaps(self.directory)
         bases = _segment_bases(self.directory)
         created = not bases
@@ -128,8 +133,8 @@ class Partition:
             bases = [0]
         self.segments = [self._segment(b) for b in bases]
         self._bases = list(bases)
-        if created and self.flush_policy.mode != "os":
-            _fsync_dir(self.directory)  # the new segment's name must survive a power loss too
+        if created:
+            self._dir_changed(self.directory)
         start_recovery = self._first_to_recover(recovery_point, clean)
         for i, seg in enumerate(self.segments):
             if i < start_recovery:
@@ -146,21 +151,48 @@ class Partition:
                     f"which ends at offset {self.segments[i - 1].next_offset - 1}",
                     path=seg.log_path,
                 )
-        last = len(self.segments) - 1
-        for i, seg in enumerate(self.segments):
-            seg.attach_key_index(trust=i < start_recovery, active=i == last)
+        self.active.attach_key_index(active=True)
         for seg in self.segments[:-1]:
             # sealed segments: a rebuilt time index gets back its closing entry, and every
             # index goes back to its trimmed size at once, so a crash leaves only the active
             # segment's indexes preallocated (10 MiB of zeros each to check at the next open)
             seg.seal()
         report.segments = len(self.segments)
+        if self.writable and report.recovered_segments:
+            self._sync_recovered(report)
         if self.writable:
             self.producer_state = producer_state.load(self)
-        self.recovery_point = (
-            self.end_offset if not report.recovered_segments else self.segments[-1].base_offset
-        )
+        # all of the log is durable now: a clean stop synced it, _sync_recovered the rest
+        self.recovery_point = self.end_offset
         return report
+
+    def _sync_recovered(self, report: RecoveryReport) -> None:
+        """After an unclean stop, make what recovery kept durable before anything relies on it.
+
+        The bytes a killed writer left in the page cache were never fsync'd, yet recovery
+        accepted them: without this, a later roll would seal such a segment without a sync, the
+        recovery point would move past it and a power loss would leave a hole below the point
+        where the next open trusts the log. The directory is synced too (recovery may have
+        deleted or cut segments)."""
+        names = set(report.recovered_segments)
+        for seg in self.segments:
+            if os.path.basename(seg.log_path) in names:
+                seg.flushed_size = 0
+                seg.flush()
+        self._unsynced_dirs.append(self.directory)
+        self._sync_dirs()
+
+    def _dir_changed(self, directory: str) -> None:
+        """A name was created in `directory`: sync it now, or with the next flush under "os"."""
+        if directory not in self._unsynced_dirs:
+            self._unsynced_dirs.append(directory)
+        if self.flush_policy.mode != "os":
+            self._sync_dirs()
+
+    def _sync_dirs(self) -> None:
+        while self._unsynced_dirs:
+            durable.sync_dir(self._unsynced_dirs[0])
+            del self._unsynced_dirs[0]
 
     def _segment(self, base: int) -> LogSegment:
         return LogSegment(
@@ -283,20 +315,20 @@ class Partition:
 
     def _roll(self) -> LogSegment:
         old = self.active
-        old.seal(durable=self.flush_policy.mode != "os")
+        old.seal(sync=self.flush_policy.mode != "os")
         if self.flush_policy.mode != "os":
             old.flush()
         crash_point("roll.after_seal")
         new = self._segment(old.next_offset)
         crash_point("roll.after_new_segment")
-        new.attach_key_index(trust=True, active=True)
+        new.attach_key_index(active=True)
         new.first_batch_timestamp = -1
         self.segments.append(new)
         self._bases.append(new.base_offset)
         self.snapshot_producers()
         crash_point("roll.before_dir_fsync")
+        self._dir_changed(self.directory)
         if self.flush_policy.mode != "os":
-            _fsync_dir(self.directory)
             self.recovery_point = new.base_offset
         return new
 
@@ -322,6 +354,7 @@ class Partition:
             for seg in segs:
                 if seg.fd >= 0:
                     seg.flush()
+            self._sync_dirs()
         self.recovery_point = max(self.recovery_point, end)
         self.snapshot_producers(only_if_changed=True)
         return end
@@ -523,6 +556,7 @@ class Partition:
                 with self._sync_lock:
                     for seg in self.segments:
                         seg.flush()
+                    self._sync_dirs()
                 self.recovery_point = self.end_offset
             for seg in self.segments:
                 seg.close()
@@ -591,7 +625,7 @@ def _finish_interrupted_swaps(directory: str) -> None:
         if name.endswith(".swap"):
             os.unlink(os.path.join(directory, name))
     if committed:
-        _fsync_dir(directory)
+        durable.sync_dir(directory)
 
 
 def _drop_merged(directory: str, stem: str, names: list[str]) -> None:
@@ -609,14 +643,6 @@ def _drop_merged(directory: str, stem: str, names: list[str]) -> None:
         if len(other) == 20 and other.isdigit() and base < int(other) < end:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(os.path.join(directory, name))
-
-
-def _fsync_dir(directory: str) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 __all__ = ["Partition", "RecoveryReport", "has_segments", "segment_name"]

@@ -30,6 +30,7 @@ from mqcore._ext.batch import BatchInfo, EncodedBatch, peek_batch_header
 from mqcore._ext.crc32c import crc32c
 from mqcore.crashpoints import crash_point
 from mqcore.errors import InvalidRecordError, OutOfOrderSequenceError, ProducerFencedError
+from mqcore.storage import durable
 
 if TYPE_CHECKING:
     from mqcore.storage.partition import Partition
@@ -260,18 +261,7 @@ class ProducerStateManager:
         with self._files_lock:
             path = snapshot_path(self.directory, offset)
             tmp = f"{path}.{threading.get_ident()}.tmp"
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-                if self._fsync:
-                    os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, path)
-            if self._fsync:
-                _fsync_dir(self.directory)
+            durable.write_atomic(path, data, sync=self._fsync, tmp=tmp)
             crash_point("producer_snapshot.after_write")
             self.snapshot_offset = max(self.snapshot_offset, offset)
             for old in snapshot_offsets(self.directory)[:-KEEP_SNAPSHOTS]:
@@ -442,14 +432,6 @@ def _backfill(mgr: ProducerStateManager, part: Partition, snapshot_offset: int) 
                 del need[pid]
         if not need:
             return
-
-
-def _fsync_dir(directory: str) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _unlink(path: str) -> None:

@@ -19,11 +19,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from mqcore.crashpoints import crash_point
+from mqcore.storage import durable
 from mqcore.storage.partition import (
     CLEANMARK_SUFFIX,
     SEGMENT_FILE_SUFFIXES,
     Partition,
-    _fsync_dir,
 )
 from mqcore.storage.segment import LogSegment, segment_name
 
@@ -136,7 +136,7 @@ def apply_partition(part: Partition, now: int) -> RetentionReport:
                 del part._bases[:count]
             report.start_offsets[(part.topic, part.partition)] = part.start_offset
         if victims:
-            _fsync_dir(part.directory)
+            durable.sync_dir(part.directory)
             crash_point("retention.after_deleted")
         for dispose in now_dispose:
             dispose()

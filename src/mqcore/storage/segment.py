@@ -18,6 +18,7 @@ from mqcore._ext.mapping import MappedFile
 from mqcore._ext.scan import CORRUPT, IndexPolicy, SegmentScanner
 from mqcore.crashpoints import crash_point
 from mqcore.errors import CorruptRecordError, StoreClosedError
+from mqcore.storage import durable
 from mqcore.storage.index import OffsetIndex, TimeIndex
 from mqcore.storage.keyindex import KEYINDEX_SUFFIX, BatchHits, KeyIndexFile
 
@@ -28,8 +29,6 @@ SCAN_CHUNK = 8 << 20
 HEADER_BYTES = 61
 PAGE = 4096
 MAX_DECOMPRESSED = 256 << 20  # a compressed batch may inflate to at most this many bytes
-
-_fdatasync = getattr(os, "fdatasync", os.fsync)
 
 
 def segment_name(base_offset: int) -> str:
@@ -393,10 +392,11 @@ class LogSegment:
 
     # -- the key index ------------------------------------------------------------------------
 
-    def attach_key_index(self, trust: bool, active: bool) -> None:
-        """Open the writable store's key index, rebuilding it unless it covers the log."""
+    def attach_key_index(self, active: bool) -> None:
+        """Open the writable store's key index now, rebuilding it unless it vouches for the
+        log (the active segment's, which appends extend; a sealed one's opens on first use)."""
         if self.key_index is not None and self.writable:
-            self.key_index.open(self.size, trust, active, self._all_batch_hits)
+            self.key_index.open(self.size, active, self._all_batch_hits)
 
     def key_table(self) -> KeyTable | None:
         """The key index's table, built in memory on first use when the store is read-only."""
@@ -466,9 +466,10 @@ class LogSegment:
 
     # -- sealing, flushing, closing -----------------------------------------------------------
 
-    def seal(self, durable: bool = False) -> None:
+    def seal(self, sync: bool = False) -> None:
         """Roll or close: write the closing time entry and trim both indexes to their entries;
-        the key index's header records the log bytes it covers (msync'd first when durable)."""
+        the key index's header records the log bytes it covers and its CRC (msync'd when
+        `sync`)."""
         if not self.writable:
             return
         self._append_closing_time_entry()
@@ -476,7 +477,7 @@ class LogSegment:
         self.time_index.trim()
         self._release_reserve()
         if self.key_index is not None:
-            self.key_index.flush(self.size, durable)
+            self.key_index.flush(self.size, sync)
 
     def _append_closing_time_entry(self) -> None:
         """The .timeindex entry of a sealed segment: its largest timestamp (Kafka's rule)."""
@@ -490,7 +491,7 @@ class LogSegment:
         """fdatasync the log (indexes are derived data: recovery rebuilds them)."""
         size = self.size
         if self.writable and self.flushed_size < size:
-            _fdatasync(self.fd)
+            durable.sync_data(self.fd)
             self.flushed_size = size
 
     def close(self) -> None:

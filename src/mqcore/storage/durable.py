@@ -1,0 +1,109 @@
+"""Durability primitives: the one place mqcore forces bytes and names to stable storage.
+
+Every fdatasync, fsync and msync of a store goes through these functions, and so does every
+small file replaced atomically (write a temp file, fsync it, rename it over, fsync the
+directory). The power-loss tests keep a ledger of what was made durable and cut everything
+else, as a power loss would (docs/operations.md "Durability", tests/powerloss.py): they wrap
+os.fsync and os.fdatasync, which are looked up at each call for that, and see each msync
+through `observer`.
+
+Files are opened with O_NOFOLLOW: a store never writes through a symbolic link.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from collections.abc import Callable
+
+from mqcore.crashpoints import crash_point
+
+# Tests set this to fn(path): called just before each msync of a mapping of `path` (what it
+# sees then is at most what the msync makes durable). None in normal use.
+observer: Callable[[str], None] | None = None
+
+NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+
+def sync_data(fd: int) -> None:
+    """fdatasync: the file's bytes (and its size) reach stable storage (fsync on macOS, which
+    has no fdatasync)."""
+    getattr(os, "fdatasync", os.fsync)(fd)
+
+
+def sync_file(fd: int) -> None:
+    """fsync: the bytes and every attribute of the file."""
+    os.fsync(fd)
+
+
+def sync_dir(directory: str) -> None:
+    """fsync a directory: the names created, renamed or removed in it become durable."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | NOFOLLOW)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def sync_mapping(m: mmap.mmap, path: str, start: int = 0, length: int | None = None) -> None:
+    """msync a shared writable mapping of `path` (all of it, or [start, start + length))."""
+    if observer is not None:
+        observer(path)
+    if length is None:
+        m.flush()
+    else:
+        m.flush(start, length)
+
+
+def open_file(path: str, flags: int, mode: int = 0o644) -> int:
+    """os.open without following a symbolic link in the last component (ELOOP if it is one)."""
+    return os.open(path, flags | NOFOLLOW, mode)
+
+
+def write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
+    """Write every byte (os.write may write fewer than asked)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def write_file(path: str, data: bytes | bytearray | memoryview, *, sync: bool = True) -> None:
+    """Create or truncate `path`, write `data`, fsync it when `sync`."""
+    fd = open_file(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    try:
+        write_all(fd, data)
+        crash_point("checkpoint.after_tmp_write")
+        if sync:
+            sync_file(fd)
+            crash_point("checkpoint.after_fsync")
+    finally:
+        os.close(fd)
+
+
+def write_atomic(
+    path: str, data: bytes | bytearray | memoryview, *, sync: bool = True, tmp: str | None = None
+) -> None:
+    """Replace `path` by a file holding `data`, all or nothing across a crash.
+
+    Written to `tmp` (default `path + ".tmp"`), fsync'd, renamed over `path`, and the directory
+    fsync'd so the new name survives a power loss; with `sync=False` only the rename is atomic
+    (a process kill never leaves a half-written file, a power loss may lose the new one).
+    """
+    tmp = tmp if tmp is not None else path + ".tmp"
+    write_file(tmp, data, sync=sync)
+    os.replace(tmp, path)
+    crash_point("checkpoint.after_rename")
+    if sync:
+        sync_dir(os.path.dirname(path) or ".")
+
+
+__all__ = [
+    "open_file",
+    "sync_data",
+    "sync_dir",
+    "sync_file",
+    "sync_mapping",
+    "write_all",
+    "write_atomic",
+    "write_file",
+]
