@@ -432,7 +432,7 @@ def test_produce_into_a_locked_store_fails_cleanly(store_path: str) -> None:
         rc, out, err = run_cli("produce", store_path, "live", "--value", "y")
         assert rc == 1 and out == ""
         assert err.startswith("mqcore: error: ") and err.count("\n") == 1
-        assert "is open for writing elsewhere" in err
+        assert "is open for writing by another process" in err
         assert file_bytes(store_path) == before
         assert writer.append("live", b"z").offset == 1  # the writer goes on
     finally:

@@ -270,7 +270,7 @@ def test_repair_leaves_mid_log_damage_unless_told_to_truncate(store: str) -> Non
 def test_verify_needs_the_writer_lock_and_a_real_topic(store: str) -> None:
     with mqcore.open(store):
         rc, _, err = run_cli("verify", store)
-        assert rc == 1 and "open for writing elsewhere" in err
+        assert rc == 1 and "open for writing by another process" in err
     rc, _, err = run_cli("verify", store, "nope")
     assert rc == 1 and "no topic nope" in err
     rc, _, err = run_cli("verify", store, "--truncate")

@@ -11,6 +11,8 @@ from mqcore.errors import InvalidConfigError, InvalidTopicError
 # Kafka's legal topic characters and length (org.apache.kafka.common.internals.Topic).
 _LEGAL_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 MAX_NAME_LENGTH = 249
+MAX_PARTITIONS = 1_000_000  # partitions of one topic
+MAX_TIMESTAMP_DIFF = (1 << 63) - 1  # Kafka's Long.MAX_VALUE: no bound
 
 FLUSH_POLICIES = ("always", "interval", "os")
 TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
@@ -59,6 +61,11 @@ class TopicConfig:
     preallocate_bytes: int = 16 * MiB
     max_message_bytes: int = 1048588  # Kafka's message.max.bytes: 1 MiB + the log overhead
     timestamp_type: str = "CreateTime"
+    # Kafka's message.timestamp.after.max.ms / before.max.ms (Kafka 4 defaults: an hour ahead,
+    # any age): a CreateTime record stamped outside [now - before, now + after] is refused, so
+    # one far-future record cannot hold time retention off forever
+    message_timestamp_after_max_ms: int = 3_600_000
+    message_timestamp_before_max_ms: int = MAX_TIMESTAMP_DIFF
     compression: str = "none"
     retention_ms: int = 7 * DAY_MS
     retention_bytes: int = -1
@@ -73,7 +80,7 @@ class TopicConfig:
     key_index_entries: int = 1 << 20
 
     def __post_init__(self) -> None:
-        _positive_int("partitions", self.partitions, 1, 1_000_000)
+        _positive_int("partitions", self.partitions, 1, MAX_PARTITIONS)
         _positive_int("segment_bytes", self.segment_bytes, 14 + 61, 0x7FFFFFFF)
         _positive_int("segment_ms", self.segment_ms, 1, 2**62)
         _positive_int("index_interval_bytes", self.index_interval_bytes, 0, 0x7FFFFFFF)
@@ -83,6 +90,8 @@ class TopicConfig:
         _positive_int("retention_ms", self.retention_ms, -1, 2**62)
         _positive_int("retention_bytes", self.retention_bytes, -1, 2**62)
         _choice("timestamp_type", self.timestamp_type, TIMESTAMP_TYPES)
+        for name in ("message_timestamp_after_max_ms", "message_timestamp_before_max_ms"):
+            _positive_int(name, getattr(self, name), 0, MAX_TIMESTAMP_DIFF)
         _choice("compression", self.compression, COMPRESSION_TYPES)
         _choice("cleanup_policy", self.cleanup_policy, ("delete", "compact", "compact,delete"))
         _positive_int("delete_retention_ms", self.delete_retention_ms, 0, 2**62)

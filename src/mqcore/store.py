@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import logging
 import threading
 import time
 import warnings
@@ -35,11 +36,13 @@ from mqcore.errors import (
     CorruptIndexError,
     InvalidConfigError,
     InvalidRecordError,
+    MQCoreError,
     OffsetOutOfRangeError,
     ProducerFencedError,
     ReadOnlyStoreError,
     RecordTooLargeError,
     StoreClosedError,
+    StoreError,
     TopicExistsError,
     UnknownPartitionError,
     UnknownTopicError,
@@ -64,7 +67,10 @@ if TYPE_CHECKING:
     from mqcore.consume.group import ConsumeState
 
 
+_log = logging.getLogger("mqcore")
+
 HeadersArg = Mapping[str, bytes | None] | Sequence[tuple[str, bytes | None]] | None
+READ_ONLY_OPEN_PATIENCE = 10.0  # seconds a read-only open retries while a writer changes files
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,9 +248,7 @@ class Store:
             # a failed open must not look open: __del__ would close() it, writing the clean
             # marker over a store that was never recovered
             self._closed = True
-            for parts in self._partitions.values():
-                for part in parts.values():
-                    part.abandon()
+            self._abandon_partitions()
             self._dir.release()
             raise
         self._txn_delay_setup(txn_delay_options)
@@ -252,6 +256,30 @@ class Store:
     # -- opening and closing ------------------------------------------------------------------
 
     def _load(self) -> None:
+        if self.read_only:
+            self._load_read_only()
+        else:
+            self._open_partitions(live=False)
+        for path in self.stray_directories:
+            _log.warning("%s: not a partition of any topic in mqcore-topics.json; not opened", path)
+        for topic, count in self.missing_partitions.items():
+            _log.warning("%s: %d of the %d partitions of topic %r have no directory; not "
+                         "opened", self.path, count, self._configs[topic].partitions,
+                         topic)  # fmt: skip
+        if self.read_only:
+            return
+        self._dir.save_topics(self._configs)
+        self._checkpoint()
+        self._dir.mark_open()
+        if self.flush_policy.mode == "interval":
+            self._flusher = Flusher(
+                self.flush_policy.interval_ms, self._flush_quietly, self._checkpoint
+            )
+            self._flusher.start()
+        self._register_maintenance()
+        self._tasks.start()
+
+    def _open_partitions(self, live: bool) -> None:
         clean = self._dir.was_clean()
         try:
             points: dict[tuple[str, int], int] | None = self._dir.load_recovery_points()
@@ -260,26 +288,74 @@ class Store:
         if not self.read_only:
             self._dir.clear_clean_marker()
         self._configs = self._dir.load_topics()
+        # what is not opened: directories no topic declares, and declared partitions whose
+        # directory is gone (an open never creates one: an empty partition would hide a loss)
+        self.stray_directories = list(self._dir.stray)
+        self.missing_partitions: dict[str, int] = {}  # topic -> declared partitions missing
+        present = self._dir.partition_numbers()
         for topic, cfg in self._configs.items():
             parts: dict[int, Partition] = {}
             self._partitions[topic] = parts
-            for p in range(cfg.partitions):
-                if self.read_only and not has_segments(self._dir.partition_dir(topic, p)):
-                    continue  # not in this directory: reads of it raise UnknownPartitionError
+            numbers = sorted(p for p in present.get(topic, ()) if p < cfg.partitions)
+            if len(numbers) < cfg.partitions and not self.read_only:
+                self.missing_partitions[topic] = cfg.partitions - len(numbers)
+            for p in numbers:  # an absent one: reads of it raise UnknownPartitionError
+                directory = self._dir.partition_dir(topic, p)
+                if self.read_only and not has_segments(directory):
+                    continue
                 part = self._new_partition(topic, p, cfg)
                 point = None if points is None else points.get((topic, p), 0)
                 parts[p] = part
-                self.recovery[(topic, p)] = part.open(point, clean)
-        if not self.read_only:
-            self._dir.save_topics(self._configs)
-            self._checkpoint()
-            if self.flush_policy.mode == "interval":
-                self._flusher = Flusher(
-                    self.flush_policy.interval_ms, self._flush_quietly, self._checkpoint
+                self.recovery[(topic, p)] = part.open(point, clean, live)
+
+    def _load_read_only(self) -> None:
+        """Open a consistent view beside whatever a writer is doing (docs/operations.md
+        "Readers beside a writer").
+
+        With a live writer every segment is trusted and each partition ends at its last whole
+        batch (recovery is the writer's job; a half-written batch is just not visible yet).
+        The writer may roll, delete or replace files while this open reads them: a file that
+        vanished, a mapping cut short, damage that is the writer's own work in progress, or a
+        file replaced after it was opened (Partition.same_files) means the open saw a moment
+        that is already gone, so it lets go of everything and opens again, for at most
+        READ_ONLY_OPEN_PATIENCE seconds. Without a live writer nothing moves, and an error is
+        the store's own."""
+        deadline = time.monotonic() + READ_ONLY_OPEN_PATIENCE
+        pause = 0.001
+        while True:
+            state = self._dir.writer_state()
+            why: BaseException | str = "its writer is still recovering it"
+            if state != "opening":  # a writer still opening may yet cut or remove files
+                try:
+                    self._open_partitions(live=state == "open")
+                    if all(
+                        part.same_files()
+                        for ps in self._partitions.values()
+                        for part in ps.values()
+                    ):
+                        return
+                    why = "a file was replaced while it was being opened"
+                except (OSError, ValueError, MQCoreError) as e:
+                    if state is None and self._dir.writer_state() is None:
+                        if isinstance(e, MQCoreError):
+                            raise
+                        raise StoreError(f"cannot open {self.path} read-only: {e}") from e
+                    why = e
+                self._abandon_partitions()
+            if time.monotonic() >= deadline:
+                raise StoreError(
+                    f"{self.path} kept changing under its writer for {READ_ONLY_OPEN_PATIENCE} s "
+                    f"while a read-only open tried to take a consistent view (last: {why})"
                 )
-                self._flusher.start()
-            self._register_maintenance()
-            self._tasks.start()
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
+
+    def _abandon_partitions(self) -> None:
+        for parts in self._partitions.values():
+            for part in parts.values():
+                part.abandon()
+        self._partitions = {}
+        self.recovery = {}
 
     def _new_partition(self, topic: str, p: int, cfg: TopicConfig) -> Partition:
         return Partition(

@@ -68,6 +68,7 @@ class EncodedBatch:
     count: int
     base_timestamp: int
     max_timestamp: int
+    min_timestamp: int
     last_offset_delta: int
     base_offset: int
     crc: int

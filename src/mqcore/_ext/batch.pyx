@@ -785,6 +785,7 @@ cdef class EncodedBatch:
     cdef readonly int32_t count
     cdef readonly int64_t base_timestamp
     cdef readonly int64_t max_timestamp
+    cdef readonly int64_t min_timestamp  # not in the format: for the log's timestamp bounds
     cdef readonly int32_t last_offset_delta
     cdef readonly int64_t base_offset
     cdef readonly uint32_t crc
@@ -1218,7 +1219,7 @@ cdef class EncodedBatch:
         self.size = total
         if log_append_time >= 0:
             attributes |= ATTR_LOG_APPEND_TIME
-            self.max_timestamp = log_append_time
+            self.max_timestamp = self.min_timestamp = log_append_time
         self.attributes = attributes
         store_be64(h, <uint64_t>self.base_offset)
         store_be32(h + 8, <uint32_t>(total - LOG_OVERHEAD))
@@ -1424,7 +1425,7 @@ def encode_batch(values, keys=None, headers=None, timestamps=None, int64_t now_m
     cdef EncodedBatch eb = EncodedBatch.__new__(EncodedBatch)
     cdef Py_ssize_t n, i, done, limit
     cdef Py_ssize_t saved_glue, saved_pieces, saved_len, saved_hits, saved_refs, saved_ref_bytes
-    cdef int64_t ts, base_ts, max_ts, saved_max_ts
+    cdef int64_t ts, base_ts, max_ts, saved_max_ts, min_ts, saved_min_ts
     cdef list values_list
     try:
         values_list = values if type(values) is list else list(values)
@@ -1446,10 +1447,10 @@ def encode_batch(values, keys=None, headers=None, timestamps=None, int64_t now_m
     if timestamps is None:
         if now_ms < 0:
             raise InvalidRecordError(f"timestamps must be >= 0 ms, not {now_ms}")
-        base_ts = max_ts = now_ms
+        base_ts = max_ts = min_ts = now_ms
     else:
         base_ts = as_timestamp(timestamps[0])
-        max_ts = base_ts
+        max_ts = min_ts = base_ts
     if codec != 0:
         gather_threshold = MAX_BATCH_BYTES              # compressors need one contiguous stream
     # a compressed size is known only at the end, and a rewrite keeps its offsets: no limit
@@ -1475,7 +1476,7 @@ def encode_batch(values, keys=None, headers=None, timestamps=None, int64_t now_m
         done = n
         eb.reserve(estimate_glue(values_list, keys, gather_threshold)
                    + (21 * n if uid_ms >= 0 else 0))
-        saved_max_ts = max_ts
+        saved_max_ts, saved_min_ts = max_ts, min_ts
         for i in range(n):
             prefetch_values(values_list, i)
             if timestamps is None:
@@ -1484,6 +1485,8 @@ def encode_batch(values, keys=None, headers=None, timestamps=None, int64_t now_m
                 ts = as_timestamp(timestamps[i])
                 if ts > max_ts:
                     max_ts = ts
+                if ts < min_ts:
+                    min_ts = ts
             key = None if keys is None else keys[i]
             value = values[i]
             hdrs = None if headers is None else headers[i]
@@ -1507,10 +1510,10 @@ def encode_batch(values, keys=None, headers=None, timestamps=None, int64_t now_m
                 eb.pieces[saved_pieces - 1].len = saved_len
                 eb.ref_bytes = saved_ref_bytes
                 del eb.refs[saved_refs:]
-                max_ts = saved_max_ts
+                max_ts, min_ts = saved_max_ts, saved_min_ts
                 done = i
                 break
-            saved_max_ts = max_ts
+            saved_max_ts, saved_min_ts = max_ts, min_ts
     n = done
     if eb.uid_bytes is not None and PyBytes_GET_SIZE(eb.uid_bytes) != 16 * n:
         eb.uid_bytes = eb.uid_bytes[:16 * n]
@@ -1521,6 +1524,7 @@ def encode_batch(values, keys=None, headers=None, timestamps=None, int64_t now_m
         eb.last_offset_delta = <int32_t>max(last_offset_delta, <int64_t>deltas[n - 1])
     eb.base_timestamp = base_ts
     eb.max_timestamp = max_ts
+    eb.min_timestamp = min_ts
     if codec != 0:
         compressed = compress(codec, PyBytes_FromStringAndSize(
             <const char*>eb.glue + BATCH_HEADER_SIZE, eb.glue_len - BATCH_HEADER_SIZE))

@@ -8,6 +8,7 @@
 # the end of the index, so those pages stay resident and a lookup near the end never faults in
 # cold pages from the middle of a large index.
 from libc.stdint cimport int32_t, int64_t, uint64_t
+from libc.string cimport memcpy
 
 from mqcore._ext.bytes_be cimport load_be32, load_be64
 
@@ -153,3 +154,22 @@ cdef Py_ssize_t valid_time_prefix(const unsigned char* b, Py_ssize_t n,
         prev_ts = ts
         prev_rel = rel
     return n
+
+
+def all_zero(const unsigned char[::1] buf not None):
+    """Whether every byte of `buf` is zero (the untouched tail of a preallocated index),
+    without copying it: a word at a time, nogil."""
+    cdef Py_ssize_t n = buf.shape[0], i = 0
+    cdef const unsigned char* p = &buf[0] if n else NULL
+    cdef uint64_t acc = 0, w
+    with nogil:
+        while i + 8 <= n:
+            memcpy(&w, p + i, 8)
+            acc |= w
+            i += 8
+            if (i & 4095) == 0 and acc:
+                break
+        while i < n and acc == 0:
+            acc |= p[i]
+            i += 1
+    return acc == 0

@@ -343,26 +343,27 @@ class Consumer:
         out: list[Message] = []
         if offset >= part.end_offset:
             return out
-        with part._lock:  # sizes and ends of one consistent moment (appends hold this lock)
-            segs = [(s, s.size, s.next_offset) for s in part.segments]
-        for seg, size, seg_end in segs:
-            if size == 0 or seg_end <= offset:
-                continue
-            table = seg.key_table() if self._tag_hash is not None else None
-            view = seg.view(0, size)
-            try:
-                if table is not None:
-                    done, offset = self._by_tag_column(
-                        tp, seg, view, seg_end, table, offset, room, out, budget
-                    )
-                elif self.spec.tag is not None:
-                    done, offset = self._by_scan(tp, seg, view, offset, room, out, budget)
-                else:
-                    done, offset = self._by_decode(tp, seg, view, offset, room, out, budget)
-            finally:
-                view.release()
-            if done:
-                break
+        # sizes and ends of one consistent moment, pinned: retention or compaction may retire
+        # a segment meanwhile, and its files stay open until this fetch lets go
+        with part.pinned_ends() as segs:
+            for seg, size, seg_end in segs:
+                if size == 0 or seg_end <= offset:
+                    continue
+                table = seg.key_table() if self._tag_hash is not None else None
+                view = seg.view(0, size)
+                try:
+                    if table is not None:
+                        done, offset = self._by_tag_column(
+                            tp, seg, view, seg_end, table, offset, room, out, budget
+                        )
+                    elif self.spec.tag is not None:
+                        done, offset = self._by_scan(tp, seg, view, offset, room, out, budget)
+                    else:
+                        done, offset = self._by_decode(tp, seg, view, offset, room, out, budget)
+                finally:
+                    view.release()
+                if done:
+                    break
         self._positions[tp] = offset
         return out
 

@@ -11,10 +11,13 @@ One pass over a partition (docs/consume.md "Compaction"):
    appear), timestamp, key, value and headers. A batch left empty is dropped.
 3. A segment that loses nothing is not rewritten (only its `.cleanmark` is written, once).
    Otherwise the new segment is built in the scratch directory by the segment code (log,
-   then its indexes rebuilt from it), fsync'd, and swapped in with Kafka's renames:
-   `.cleaned` -> `.swap` (the `.log` last: the commit) -> old files to `.deleted` -> `.swap` to
-   the final names (the `.log` last) -> the old files are unlinked once no reader has the old
-   segment pinned. Partition._finish_interrupted_swaps finishes or undoes a crash at any step.
+   then its indexes rebuilt from it), fsync'd, and swapped in: `.cleaned` -> `.swap` (the
+   `.log` last: the commit), then partition.finish_swap: each new index and the `.cleanmark`
+   replaces the old file of its kind, the merged later segments are removed, and the new
+   `.log` replaces the old one last. Every step is one atomic rename, so a reader in another
+   process always finds one consistent set of files (partition.segment_layout), and
+   partition.tidy_directory finishes or undoes a crash at any step. Readers in this process
+   that pinned an old segment go on reading its open files.
 
 `<base>.cleanmark` (20 bytes): magic b"MQCM", version byte 1, three zero bytes, int64
 big-endian `first_cleaned_ms` (wall-clock ms of the first pass that cleaned this segment), then
@@ -49,9 +52,12 @@ from mqcore.storage.partition import (
     LOG_SUFFIX,
     SCRATCH_DIR,
     SEGMENT_FILE_SUFFIXES,
+    SWAP_SUFFIX,
     Partition,
+    finish_swap,
+    segment_layout,
 )
-from mqcore.storage.retention import disposer, retire_files
+from mqcore.storage.retention import disposer
 from mqcore.storage.segment import MAX_DECOMPRESSED, LogSegment, segment_name
 
 CLEANMARK = struct.Struct(">4sB3xqq")
@@ -377,24 +383,23 @@ def _rename_all(directory: str, stem: str, old: str, new: str) -> None:
 
 
 def _swap(part: Partition, olds: list[LogSegment]) -> None:
-    """Kafka's swap of consecutive segments for their `.cleaned` replacement (the first one's
-    base offset), then the in-memory swap: readers that pinned an old segment go on reading it."""
-    directory, stem = part.directory, segment_name(olds[0].base_offset)
+    """Swap consecutive segments for their `.cleaned` replacement (the first one's base
+    offset) on disk (module docstring), then in memory: readers that pinned an old segment go
+    on reading its open files."""
+    directory, base = part.directory, olds[0].base_offset
+    stem = segment_name(base)
     crash_point("compact.after_cleaned")
-    _rename_all(directory, stem, ".cleaned", ".swap")  # the .log.swap is the commit
+    _rename_all(directory, stem, ".cleaned", SWAP_SUFFIX)  # the .log.swap is the commit
     crash_point("compact.after_swap")
-    deleted = [retire_files(old) for old in olds]
-    durable.sync_dir(directory)
-    crash_point("compact.after_deleted")
-    _rename_all(directory, stem, ".swap", "")
+    for old in olds:
+        old.retire()  # its files are replaced or removed next: it never writes one again
+    new_files = dict(segment_layout(directory))[base]
+    finish_swap(directory, base, new_files)
     crash_point("compact.after_final")
-    new = part._segment(olds[0].base_offset)
+    new = part._segment(base)
     new.load()
     new.seal()
-    disposers = [
-        disposer(part, old, paths, "compact.before_unlink")
-        for old, paths in zip(olds, deleted, strict=True)
-    ]
+    disposers = [disposer(part, old, [], "compact.before_unlink") for old in olds]
     with part._lock:
         i = part.segments.index(olds[0])
         assert part.segments[i : i + len(olds)] == olds

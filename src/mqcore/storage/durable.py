@@ -12,11 +12,13 @@ Files are opened with O_NOFOLLOW: a store never writes through a symbolic link.
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 from collections.abc import Callable
 
 from mqcore.crashpoints import crash_point
+from mqcore.errors import StoreError
 
 # Tests set this to fn(path): called just before each msync of a mapping of `path` (what it
 # sees then is at most what the msync makes durable). None in normal use.
@@ -60,6 +62,19 @@ def open_file(path: str, flags: int, mode: int = 0o644) -> int:
     return os.open(path, flags | NOFOLLOW, mode)
 
 
+def open_store_file(path: str, flags: int, mode: int = 0o644) -> int:
+    """open_file for a store's own files: a symbolic link is refused with StoreError (a link
+    would let the store write, cut or truncate a file outside it)."""
+    try:
+        return open_file(path, flags, mode)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise StoreError(
+                f"{path} is a symbolic link: a store's files are never links (remove it)"
+            ) from None
+        raise
+
+
 def write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
     """Write every byte (os.write may write fewer than asked)."""
     view = memoryview(data)
@@ -69,7 +84,7 @@ def write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
 
 def write_file(path: str, data: bytes | bytearray | memoryview, *, sync: bool = True) -> None:
     """Create or truncate `path`, write `data`, fsync it when `sync`."""
-    fd = open_file(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    fd = open_store_file(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     try:
         write_all(fd, data)
         crash_point("checkpoint.after_tmp_write")
@@ -99,6 +114,7 @@ def write_atomic(
 
 __all__ = [
     "open_file",
+    "open_store_file",
     "sync_data",
     "sync_dir",
     "sync_file",

@@ -15,14 +15,11 @@ import threading
 
 from mqcore._ext import index as _index
 from mqcore.crashpoints import crash_point
+from mqcore.storage import durable
 
 OFFSET_ENTRY = struct.Struct(">ii")  # relativeOffset, position
+BATCH_MIN_BYTES = 61  # a record batch's header: no batch, so no index entry, is smaller
 TIME_ENTRY = struct.Struct(">qi")  # timestamp, relativeOffset
-
-
-def _all_zero(view: memoryview) -> bool:
-    """True when every byte is zero: the untouched tail of a preallocated file."""
-    return bytes(view).count(0) == len(view)  # count() is several times faster than strip()
 
 
 class SparseIndex:
@@ -33,34 +30,41 @@ class SparseIndex:
     def __init__(self, path: str, max_bytes: int, writable: bool):
         self.path = path
         self.writable = writable
+        self.max_bytes = max_bytes  # the size it is preallocated to (segment_index_bytes)
         self.max_entries = max(2, max_bytes // self.entry_size)
         self.entries = 0
         self.disk_bytes = 0  # file size before _map() preallocated it: zeros past it are ours
         self._lock = threading.Lock()
         self._mm: mmap.mmap | None = None
         self._view: memoryview | None = None
-        self._fd = -1
+        self.identity: tuple[int, int] | None = None  # (st_dev, st_ino) of the file mapped
         self._map()
 
     # -- file and mapping -------------------------------------------------------------------
 
     def _map(self) -> None:
-        """Open and map the file as it is; the first append preallocates it (_preallocate), so
-        only the active segment's indexes are ever stretched, never the sealed ones."""
+        """Open and map the file as it is, then close it (the mapping keeps the file: an index
+        costs no descriptor); the first append preallocates it (_preallocate), so only the
+        active segment's indexes are ever stretched, never the sealed ones."""
         flags = os.O_RDWR | os.O_CREAT if self.writable else os.O_RDONLY
         try:
-            self._fd = os.open(self.path, flags, 0o644)
+            fd = durable.open_store_file(self.path, flags)
         except FileNotFoundError:
-            self._fd = -1
+            self.identity = None
             return
-        size = os.fstat(self._fd).st_size
-        self.disk_bytes = size
-        if self.writable:
-            self.max_entries = max(self.max_entries, size // self.entry_size)
-        if size >= self.entry_size:
-            access = mmap.ACCESS_WRITE if self.writable else mmap.ACCESS_READ
-            self._mm = mmap.mmap(self._fd, size, access=access)
-            self._view = memoryview(self._mm)
+        try:
+            st = os.fstat(fd)
+            self.identity = (st.st_dev, st.st_ino)
+            size = st.st_size
+            self.disk_bytes = size
+            if self.writable:
+                self.max_entries = max(self.max_entries, size // self.entry_size)
+            if size >= self.entry_size:
+                access = mmap.ACCESS_WRITE if self.writable else mmap.ACCESS_READ
+                self._mm = mmap.mmap(fd, size, access=access)
+                self._view = memoryview(self._mm)
+        finally:
+            os.close(fd)
 
     def _unmap(self) -> None:
         if self._view is not None:
@@ -69,9 +73,14 @@ class SparseIndex:
         if self._mm is not None:
             self._mm.close()
             self._mm = None
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+
+    def _resize(self, size: int) -> None:
+        """Stretch the file (unmapped) to `size` bytes, never through a link."""
+        fd = durable.open_store_file(self.path, os.O_RDWR)
+        try:
+            os.ftruncate(fd, size)
+        finally:
+            os.close(fd)
 
     @property
     def buffer(self) -> memoryview:
@@ -86,7 +95,15 @@ class SparseIndex:
 
     @property
     def exists(self) -> bool:
-        return self._fd >= 0
+        """Whether the file was there when it was mapped."""
+        return self.identity is not None
+
+    def plausible(self, log_size: int) -> bool:
+        """False when the file is longer than both its preallocated size and what a log of
+        `log_size` bytes could ever need (one entry per batch of at least 61 bytes): damage
+        (a crafted sparse file), rebuilt from the log without reading a byte of it."""
+        need = (log_size // BATCH_MIN_BYTES + 2) * self.entry_size
+        return self.disk_bytes <= max(need, self.max_bytes)
 
     def is_full(self) -> bool:
         # the last slot stays free for the time entry written at roll and close (as Kafka does)
@@ -99,7 +116,7 @@ class SparseIndex:
         zero by construction, and reading 10 MiB of fresh zeros per index made opening slow.
         """
         stored = min(len(raw), self.disk_bytes) // self.entry_size
-        return self.entries >= stored or _all_zero(
+        return self.entries >= stored or _index.all_zero(
             raw[self.entries * self.entry_size : stored * self.entry_size]
         )
 
@@ -109,7 +126,7 @@ class SparseIndex:
             self._unmap()
             want = self.max_entries * self.entry_size
             if os.path.getsize(self.path) < want:
-                os.truncate(self.path, want)
+                self._resize(want)
             self._map()
 
     def make_room(self) -> None:
@@ -136,6 +153,7 @@ class SparseIndex:
         with self._lock:
             if not self.writable:
                 self._unmap()
+                self.identity = None  # in memory now: no file of ours to compare
                 self._view = memoryview(bytes(packed))
                 self.entries = count
                 return
@@ -143,29 +161,29 @@ class SparseIndex:
             self._unmap()
             # written beside and renamed over: a reader in another process that has the old
             # file mapped keeps reading it and never sees a half-written or shrunk one
-            tmp = self.path + ".tmp"
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                view = memoryview(packed)
-                while view:
-                    view = view[os.write(fd, view) :]
-            finally:
-                os.close(fd)
-            os.replace(tmp, self.path)
+            durable.write_atomic(self.path, packed, sync=False)
             self.max_entries = max(self.max_entries, count)
             self._map()
             self.entries = count
 
     def trim(self) -> None:
-        """Cut the file to its valid entries and remap it read-only (segment sealed or closing)."""
+        """Leave the file holding only its valid entries and remap it read-only (segment sealed
+        or closing).
+
+        A preallocated file is replaced by a new one of the valid entries (written beside and
+        renamed over), never cut in place: a reader in another process may have the old file
+        mapped, and touching a page that a truncate took away kills it with SIGBUS. Files of a
+        store only grow in place; whatever shrinks is replaced."""
         with self._lock:
             if not self.writable:
                 return
             valid = self.entries * self.entry_size
-            if self._mm is not None:
-                self._mm.flush()
+            mapped = self._view is not None
+            size = len(self._view) if self._view is not None else self.disk_bytes
+            entries = bytes(self._view[:valid]) if self._view is not None else b""
             self._unmap()
-            os.truncate(self.path, valid)
+            if size != valid or not mapped and self.identity is None:
+                durable.write_atomic(self.path, entries, sync=False)
             crash_point("index.after_trim")
             self.writable = False
             self.max_entries = self.entries

@@ -3,7 +3,9 @@
 Everything mqcore keeps besides segments is a plain file at the top of the directory, named so
 that Kafka ignores it (Kafka treats every sub-directory as a partition, so we add none):
 
-    .mqcore.lock                        flock()ed by the one writer process
+    .mqcore.lock                        "<pid> opening" or "<pid> open": the writer and whether
+                                        it finished recovery (the lock is a flock() on the
+                                        directory itself)
     mqcore-topics.json                  topic -> partitions and config
     mqcore-recovery-point-checkpoint    Kafka's checkpoint text format: offsets known flushed
     mqcore-clean-shutdown               present only while no writer has the store open
@@ -19,8 +21,9 @@ import fcntl
 import json
 import os
 import re
+import time
 
-from mqcore.config import TopicConfig, validate_name
+from mqcore.config import MAX_PARTITIONS, TopicConfig, validate_name
 from mqcore.errors import CorruptIndexError, StoreError, StoreLockedError
 from mqcore.storage import durable
 
@@ -33,6 +36,7 @@ PRODUCER_IDS = "mqcore-producer-ids"
 KAFKA_CLEAN_SHUTDOWN = ".kafka_cleanshutdown"
 
 _PARTITION_DIR = re.compile(r"(.+)-(\d+)")
+LOCK_PATIENCE = 0.25  # seconds a writable open waits out readers' lock probes
 
 
 class LogDirectory:
@@ -51,20 +55,75 @@ class LogDirectory:
     # -- the writer lock ----------------------------------------------------------------------
 
     def _acquire_lock(self) -> None:
-        fd = os.open(os.path.join(self.path, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+        """flock() the store directory itself, exclusively: unlike a lock file, it cannot be
+        deleted or replaced while held, so no second writer ever gets in. `.mqcore.lock` only
+        tells who holds it (never followed if it is a symbolic link)."""
+        fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as e:
+            deadline = time.monotonic() + LOCK_PATIENCE
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except OSError as e:
+                    if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                        raise
+                    # a reader's probe (writer_is_live) holds a shared lock for microseconds
+                    if time.monotonic() >= deadline:
+                        raise StoreLockedError(
+                            f"{self.path} is open for writing by another process "
+                            f"({self.lock_holder()}); open it with read_only=True to read "
+                            "alongside the writer"
+                        ) from None
+                    time.sleep(0.005)
+            self._write_state("opening")
+        except BaseException:
             os.close(fd)
-            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise StoreLockedError(
-                    f"{self.path} is open for writing elsewhere (lock {LOCK_FILE} is held); "
-                    f"open it with read_only=True to read alongside the writer"
-                ) from None
             raise
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
         self._lock_fd = fd
+
+    def mark_open(self) -> None:
+        """The writer finished loading and recovery: readers may take the log as whole."""
+        self._write_state("open")
+
+    def _write_state(self, state: str) -> None:
+        """`<pid> <state>` in .mqcore.lock, replaced in one rename (readers never see half)."""
+        # a symbolic link left there is replaced by the rename, never written through
+        path = os.path.join(self.path, LOCK_FILE)
+        durable.write_atomic(path, f"{os.getpid()} {state}\n".encode(), sync=False)
+
+    def _lock_text(self) -> list[str]:
+        try:
+            fd = durable.open_file(os.path.join(self.path, LOCK_FILE), os.O_RDONLY)
+        except OSError:
+            return []
+        try:
+            return os.read(fd, 64).decode("ascii", "replace").split()
+        finally:
+            os.close(fd)
+
+    def lock_holder(self) -> str:
+        """Who holds the writer lock, from `.mqcore.lock` (for messages)."""
+        words = self._lock_text()
+        return f"pid {words[0]}" if words and words[0].isdigit() else "pid unknown"
+
+    def writer_state(self) -> str | None:
+        """None when no writer holds the store, else "opening" (still loading and recovering:
+        files may be cut or removed) or "open" (a shared flock probe, released at once)."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)
+        except OSError:
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError as e:
+            if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise
+            words = self._lock_text()
+            return "open" if words[1:2] == ["open"] else "opening"
+        finally:
+            os.close(fd)  # closing drops the probe's lock
+        return None
 
     def release(self) -> None:
         if self._lock_fd >= 0:
@@ -96,44 +155,67 @@ class LogDirectory:
     # -- topics metadata ------------------------------------------------------------------------
 
     def load_topics(self) -> dict[str, TopicConfig]:
-        """Topics from mqcore-topics.json, plus partition directories it does not list (a Kafka
-        log directory, or partitions created outside mqcore)."""
-        topics: dict[str, TopicConfig] = {}
+        """The topics of the store.
+
+        An mqcore store declares them in mqcore-topics.json, and only those partitions are
+        opened: a `<topic>-<n>` directory it does not declare is stray, listed in
+        `self.stray` and never opened or acted on (one named `t-999999` must not make an open
+        create a million partitions). A directory without that file is a Kafka log directory:
+        its topics are the `<topic>-<n>` directories holding `.log` files (numbers up to
+        MAX_PARTITIONS; others are stray too).
+        """
+        self.stray: list[str] = []
         meta = os.path.join(self.path, TOPICS_FILE)
-        if os.path.exists(meta):
-            try:
-                with open(meta, encoding="utf-8") as f:
-                    data = json.load(f)
-                for name, cfg in data.get("topics", {}).items():
-                    topics[validate_name(name)] = TopicConfig.from_json(cfg)
-            except (ValueError, TypeError, AttributeError) as e:
-                raise StoreError(f"{meta} is not valid mqcore topic metadata: {e}") from e
-        for name, count in self.discover_partitions().items():
-            if name not in topics:
-                topics[name] = TopicConfig(partitions=count)
-            elif topics[name].partitions < count:
-                topics[name] = topics[name].with_changes(partitions=count)
+        if not os.path.exists(meta):
+            return {t: TopicConfig(partitions=max(ps) + 1) for t, ps in self._discover().items()}
+        topics: dict[str, TopicConfig] = {}
+        try:
+            with open(meta, encoding="utf-8") as f:
+                data = json.load(f)
+            for name, cfg in data.get("topics", {}).items():
+                topics[validate_name(name)] = TopicConfig.from_json(cfg)
+        except (ValueError, TypeError, AttributeError) as e:
+            raise StoreError(f"{meta} is not valid mqcore topic metadata: {e}") from e
+        for name, parts in self._discover().items():
+            declared = topics[name].partitions if name in topics else 0
+            self.stray += [self.partition_dir(name, p) for p in sorted(parts) if p >= declared]
+        self.stray.sort()
         return topics
 
-    def discover_partitions(self) -> dict[str, int]:
-        """topic -> partition count from `<topic>-<n>` directories holding `.log` files."""
+    def _discover(self) -> dict[str, set[int]]:
+        """topic -> partition numbers of the `<topic>-<n>` directories holding `.log` files;
+        a number past MAX_PARTITIONS, or a leading zero, is stray (no partition is named so)."""
         found: dict[str, set[int]] = {}
         for entry in os.scandir(self.path):
             m = _PARTITION_DIR.fullmatch(entry.name)
-            if not m or not entry.is_dir():
+            if not m or not entry.is_dir(follow_symlinks=False):
                 continue
-            topic, part = m.group(1), int(m.group(2))
+            topic, number = m.group(1), m.group(2)
             try:
                 validate_name(topic)
             except ValueError:
                 continue
-            if any(n.endswith(".log") for n in os.listdir(entry.path)):
-                found.setdefault(topic, set()).add(part)
-        return {t: max(parts) + 1 for t, parts in found.items()}
+            if not any(n.endswith(".log") for n in os.listdir(entry.path)):
+                continue
+            if int(number) >= MAX_PARTITIONS or number != str(int(number)):
+                self.stray.append(entry.path)
+                continue
+            found.setdefault(topic, set()).add(int(number))
+        return found
 
     def save_topics(self, topics: dict[str, TopicConfig]) -> None:
         doc = {"version": 1, "topics": {n: c.to_json() for n, c in sorted(topics.items())}}
         self._write_atomic(TOPICS_FILE, json.dumps(doc, indent=1).encode())
+
+    def partition_numbers(self) -> dict[str, set[int]]:
+        """topic -> the numbers of its `<topic>-<n>` directories at the top of the store (a
+        link to one included: opening it is refused, Partition.open)."""
+        found: dict[str, set[int]] = {}
+        for entry in os.scandir(self.path):
+            m = _PARTITION_DIR.fullmatch(entry.name)
+            if m and entry.is_dir() and m.group(2) == str(int(m.group(2))):
+                found.setdefault(m.group(1), set()).add(int(m.group(2)))
+        return found
 
     def partition_dir(self, topic: str, partition: int) -> str:
         return os.path.join(self.path, f"{validate_name(topic)}-{int(partition)}")

@@ -14,6 +14,7 @@ import contextlib
 import os
 import shutil
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -22,7 +23,13 @@ from mqcore._ext.lookup import get_record
 from mqcore._ext.scan import first_offset_at_or_after
 from mqcore.config import FlushPolicy, TopicConfig
 from mqcore.crashpoints import crash_point
-from mqcore.errors import CorruptRecordError, OffsetOutOfRangeError, StoreClosedError
+from mqcore.errors import (
+    CorruptRecordError,
+    InvalidRecordError,
+    OffsetOutOfRangeError,
+    StoreClosedError,
+    StoreError,
+)
 from mqcore.storage import durable, producer_state
 from mqcore.storage.keyindex import KEYINDEX_SUFFIX
 from mqcore.storage.producer_state import ProducerStateManager
@@ -37,6 +44,9 @@ from mqcore.storage.segment import (
 
 # the cleaner builds a new segment here before moving its files in as `.cleaned`
 SCRATCH_DIR = "cleaner.tmp"
+ATTR_LOG_APPEND_TIME = 0x08  # batch attributes bit 3: timestamps are the log's (format.md)
+# a segment file renamed for compaction's swap: the commit of the new segment
+SWAP_SUFFIX = ".swap"
 # `<base>.cleanmark`: when the cleaner first cleaned the segment (storage/cleaner.py)
 CLEANMARK_SUFFIX = ".cleanmark"
 # every file of one segment, in the order a swap renames them: the .log last (the commit)
@@ -92,6 +102,7 @@ class Partition:
         # directories whose entries changed (a segment or the partition directory created)
         # since they were last fsync'd: flush() syncs them with the data (flush="os" defers it)
         self._unsynced_dirs: list[str] = []
+        self._opened_paths: dict[int, dict[str, str]] = {}  # the layout the open read
         self.closed = False
         self.producer_state: ProducerStateManager | None = None  # writable partitions only
         # readers pin the segments they picked; retention and compaction take a segment out of
@@ -102,13 +113,36 @@ class Partition:
 
     # -- opening and recovery -----------------------------------------------------------------
 
-    def open(self, recovery_point: int | None, clean: bool) -> RecoveryReport:
-        """Load the segments; recover those at or after the recovery point unless clean."""
+    def open(self, recovery_point: int | None, clean: bool, live: bool = False) -> RecoveryReport:
+        """Load the segments; recover those at or after the recovery point unless clean.
+
+        `live` (read-only stores only): a writer holds the store open. Its log is whole (it
+        recovered it when it opened) but for the batch it may be writing now, so every segment
+        is trusted and the visible log ends at the last whole batch: nothing is recovered."""
         try:
-            return self._open(recovery_point, clean)
+            return self._open(recovery_point, clean, live and not self.writable)
         except BaseException:
             self.abandon()
             raise
+
+    def same_files(self) -> bool:
+        """Whether the files this open read are still the log as it stands (a read-only open
+        beside a writer checks that its view did not straddle a change): every segment it
+        opened is still named by the same files and its `.log` is the same file, but for
+        segments retention removed from the start (its open files still hold them whole).
+        A roll adding segments, or an index replaced by a trim, changes nothing it saw."""
+        try:
+            now = dict(segment_layout(self.directory))
+        except FileNotFoundError:
+            return False
+        segs = list(self.segments)
+        while segs and segs[0].base_offset not in now and len(segs) > 1:
+            segs.pop(0)  # retention took it after it was opened
+        for seg in segs:
+            opened = self._opened_paths.get(seg.base_offset, {}).get(LOG_SUFFIX)
+            if now.get(seg.base_offset, {}).get(LOG_SUFFIX) != opened or not seg.same_log():
+                return False
+        return True
 
     def abandon(self) -> None:
         """Close every file without sealing or trimming anything: a failed open leaves the
@@ -118,28 +152,38 @@ class Partition:
             seg.writable = False
             seg.close()
 
-    def _open(self, recovery_point: int | None, clean: bool) -> RecoveryReport:
+    def _open(self, recovery_point: int | None, clean: bool, live: bool) -> RecoveryReport:
         report = RecoveryReport()
+        if os.path.islink(self.directory):
+            raise StoreError(
+                f"{self.directory} is a symbolic link: a store's partition directories and "
+                "files are never links"
+            )
         if self.writable:
             if not os.path.isdir(self.directory):
                 os.makedirs(self.directory)
                 self._dir_changed(os.path.dirname(self.directory))
-            _finish_interrupted_swaps(self.directory)
-        bases = _segment_bases(self.directory)
-        created = not bases
+            tidy_directory(self.directory)
+        layout = segment_layout(self.directory)
+        created = not layout
         if created:
             if not self.writable:
-                raise FileNotFoundError(f"no segments in {self.directory}")
-            bases = [0]
-        self.segments = [self._segment(b) for b in bases]
-        self._bases = list(bases)
+                raise StoreError(f"no segments in {self.directory}")
+            layout = [(0, {})]
+        self.segments = []
+        for base, paths in layout:
+            self.segments.append(self._segment(base, paths))
+        self._opened_paths = dict(layout)
+        self._bases = [b for b, _ in layout]
         if created:
             self._dir_changed(self.directory)
-        start_recovery = self._first_to_recover(recovery_point, clean)
+        start_recovery = (
+            len(self.segments) if live else self._first_to_recover(recovery_point, clean)
+        )
         for i, seg in enumerate(self.segments):
             if i < start_recovery:
                 seg.load()
-            if i >= start_recovery or seg.size < os.fstat(seg.fd).st_size:
+            if i >= start_recovery or (not live and seg.size < os.fstat(seg.fd).st_size):
                 # a trusted segment whose file goes on past its last whole batch gets the full
                 # check too: appends (O_APPEND) would land after those bytes, unreadable
                 self._recover_segment(i, report, recovery_point or 0)
@@ -194,10 +238,11 @@ class Partition:
             durable.sync_dir(self._unsynced_dirs[0])
             del self._unsynced_dirs[0]
 
-    def _segment(self, base: int) -> LogSegment:
+    def _segment(self, base: int, paths: dict[str, str] | None = None) -> LogSegment:
         return LogSegment(
             self.directory,
             base,
+            paths=paths,
             writable=self.writable,
             index_interval_bytes=self.config.index_interval_bytes,
             max_index_bytes=self.config.segment_index_bytes,
@@ -283,6 +328,7 @@ class Partition:
 
     def append(self, batch: EncodedBatch) -> int:
         """Assign offsets to `batch`, write it, and flush as the policy says; returns its base."""
+        self._check_timestamps(batch)
         with self._lock:
             if self.closed:
                 raise StoreClosedError(f"partition {self.topic}-{self.partition} is closed")
@@ -297,6 +343,26 @@ class Partition:
         if self.flush_policy.mode == "always":
             self._sync(seg, end, batch.last_offset + 1)
         return base
+
+    def _check_timestamps(self, batch: EncodedBatch) -> None:
+        """Kafka's message.timestamp.after.max.ms / before.max.ms on a CreateTime batch."""
+        if batch.attributes & ATTR_LOG_APPEND_TIME:
+            return  # stamped by the log itself
+        cfg = self.config
+        now = time.time_ns() // 1_000_000
+        after, before = cfg.message_timestamp_after_max_ms, cfg.message_timestamp_before_max_ms
+        if batch.max_timestamp - now > after:
+            raise InvalidRecordError(
+                f"timestamp {batch.max_timestamp} is {batch.max_timestamp - now} ms ahead of the "
+                f"clock; topic {self.topic!r} accepts at most message_timestamp_after_max_ms="
+                f"{after} (timestamps are in ms since the epoch)"
+            )
+        if now - batch.min_timestamp > before:
+            raise InvalidRecordError(
+                f"timestamp {batch.min_timestamp} is {now - batch.min_timestamp} ms behind the "
+                f"clock; topic {self.topic!r} accepts at most message_timestamp_before_max_ms="
+                f"{before}"
+            )
 
     def _should_roll(self, seg: LogSegment, batch: EncodedBatch) -> bool:
         """Kafka's roll rules: size, age by record time, full index, 32-bit offset delta."""
@@ -524,12 +590,20 @@ class Partition:
     @contextlib.contextmanager
     def pinned_segments(self) -> Iterator[list[tuple[LogSegment, int]]]:
         """The segments with the size each has now, pinned until the block ends (queries)."""
+        with self.pinned_ends() as segs:
+            yield [(seg, size) for seg, size, _end in segs]
+
+    @contextlib.contextmanager
+    def pinned_ends(self) -> Iterator[list[tuple[LogSegment, int, int]]]:
+        """(segment, size, next offset) of every segment at one moment (appends hold the
+        lock), pinned until the block ends: retention and compaction may take them out of the
+        log meanwhile, but their files stay open for this reader."""
         with self._lock:
             segs = list(self.segments)
-            sizes = [s.size for s in segs]
+            ends = [(s, s.size, s.next_offset) for s in segs]
             self._pin(segs)
         try:
-            yield list(zip(segs, sizes, strict=True))
+            yield ends
         finally:
             self._unpin(segs)
 
@@ -571,78 +645,130 @@ def _batch_base(buf: memoryview, pos: int) -> int:
 
 
 def has_segments(directory: str) -> bool:
-    """Whether a partition directory exists and holds at least one `.log` segment."""
-    return bool(_segment_bases(directory))
-
-
-def _segment_bases(directory: str) -> list[int]:
-    """Base offsets of the `.log` files in a partition directory, ascending."""
-    bases = []
+    """Whether a partition directory exists and holds at least one segment."""
     try:
-        names = os.listdir(directory)
+        return bool(segment_layout(directory))
     except FileNotFoundError:
-        return []
+        return False
+
+
+def _segment_files(names: list[str]) -> dict[int, set[str]]:
+    """base offset -> the suffixes present (".log", ".index.swap", ...) of segment files."""
+    out: dict[int, set[str]] = {}
     for name in names:
-        stem, dot, suffix = name.partition(".")
-        if dot and "." + suffix == LOG_SUFFIX and len(stem) == 20 and stem.isdigit():
-            bases.append(int(stem))
-    return sorted(bases)
+        stem, dot, rest = name.partition(".")
+        if not dot or len(stem) != 20 or not stem.isdigit():
+            continue
+        suffix = "." + rest
+        if suffix.removesuffix(SWAP_SUFFIX) in SEGMENT_FILE_SUFFIXES:
+            out.setdefault(int(stem), set()).add(suffix)
+    return out
 
 
-def _finish_interrupted_swaps(directory: str) -> None:
-    """Kafka's load-time rule for segment replacement, made safe for the files of a segment
-    (docs/consume.md "Swap protocol"): drop the cleaner's scratch directory and every
-    `.cleaned`, `.deleted` and `.tmp` file; a `<base>.log.swap` means the swap committed, so
-    finish it: each `<base>.*.swap` takes its final name and an old index of that base without
-    a swap (stale: it described the old log) is removed. A `.swap` index without a `.log.swap`
-    was never committed (the log is renamed last) and is dropped."""
+def segment_layout(directory: str) -> list[tuple[int, dict[str, str]]]:
+    """(base offset, suffix -> path) of each segment of a partition directory, ascending, as
+    the directory stands at this moment, in compaction's swap protocol (docs/consume.md
+    "Swap protocol"): a `<base>.log.swap` means a swap committed and not yet finished, so that
+    segment is its new files (the `.swap` one of each kind where it is still there, else the
+    final name, already replaced) and the later segments its new `.cleanmark` covers are gone;
+    `.swap` files without a `.log.swap` were never committed. At every step of a swap this
+    names one whole, consistent set of files, so a reader beside the writer never sees a hole."""
+    files = _segment_files(os.listdir(directory))
+    layout: dict[int, dict[str, str]] = {}
+    superseded: list[tuple[int, int]] = []
+    for base, present in files.items():
+        stem = os.path.join(directory, segment_name(base))
+        if LOG_SUFFIX + SWAP_SUFFIX in present:
+            paths = {}
+            for suffix in SEGMENT_FILE_SUFFIXES:
+                if suffix + SWAP_SUFFIX in present:
+                    paths[suffix] = stem + suffix + SWAP_SUFFIX
+                elif suffix in present:
+                    paths[suffix] = stem + suffix
+            layout[base] = paths
+            end = _covered_end(paths.get(CLEANMARK_SUFFIX))
+            if end is not None:
+                superseded.append((base, end))
+        elif LOG_SUFFIX in present:
+            layout[base] = {s: stem + s for s in SEGMENT_FILE_SUFFIXES if s in present}
+    for base, end in superseded:
+        for other in [b for b in layout if base < b < end]:
+            del layout[other]
+    return sorted(layout.items())
+
+
+def _covered_end(cleanmark: str | None) -> int | None:
+    """The end offset a swap's new `.cleanmark` says its segment covers (merged segments)."""
+    if cleanmark is None:
+        return None
+    from mqcore.storage.cleaner import read_cleanmark_fields  # the sidecar's format lives there
+
+    fields = read_cleanmark_fields(cleanmark)
+    return None if fields is None else fields[1]
+
+
+def tidy_directory(directory: str) -> None:
+    """What a writable open does first: drop the cleaner's scratch directory and every
+    `.cleaned`, `.deleted` and `.tmp` file, finish a committed swap (finish_swap), drop
+    uncommitted `.swap` files, and remove the files of a base that has no `.log` (what a
+    retention deletion leaves when it stops after renaming the `.log`)."""
     scratch = os.path.join(directory, SCRATCH_DIR)
     if os.path.isdir(scratch):
         shutil.rmtree(scratch)
-    names = sorted(os.listdir(directory))
-    for name in names:
+    changed = False
+    for name in os.listdir(directory):
         if name.endswith((".cleaned", ".deleted", ".tmp")):
             os.unlink(os.path.join(directory, name))
-    names = sorted(os.listdir(directory))
-    committed = {n[: -len(LOG_SUFFIX + ".swap")] for n in names if n.endswith(LOG_SUFFIX + ".swap")}
-    for stem in sorted(committed):
-        _drop_merged(directory, stem, names)
-        log = os.path.join(directory, stem + LOG_SUFFIX)
-        # the old .log is renamed to .deleted last of the old files: while it is still there,
-        # a file of this base without a .swap is an old one; once it is gone, a new one that
-        # already took its final name
-        old_files_left = os.path.exists(log)
-        for suffix in SEGMENT_FILE_SUFFIXES:
-            final = os.path.join(directory, stem + suffix)
-            if suffix == LOG_SUFFIX:
-                continue
-            if os.path.exists(final + ".swap"):
-                os.replace(final + ".swap", final)
-            elif old_files_left and os.path.exists(final):
-                os.unlink(final)
-        os.replace(log + ".swap", log)
-    for name in sorted(os.listdir(directory)):
-        if name.endswith(".swap"):
-            os.unlink(os.path.join(directory, name))
-    if committed:
+            changed = True
+    for base, paths in segment_layout(directory):
+        if paths[LOG_SUFFIX].endswith(SWAP_SUFFIX):
+            finish_swap(directory, base, paths)
+            changed = True
+    layout = dict(segment_layout(directory))
+    for base, present in sorted(_segment_files(os.listdir(directory)).items()):
+        stem = os.path.join(directory, segment_name(base))
+        for suffix in present:
+            if base not in layout or suffix.endswith(SWAP_SUFFIX):
+                os.unlink(stem + suffix)
+                changed = True
+    if changed:
         durable.sync_dir(directory)
 
 
-def _drop_merged(directory: str, stem: str, names: list[str]) -> None:
-    """A committed swap may replace several segments merged into one: its `.cleanmark` names
-    the end of the range it covers; the files of later segments inside it are the old ones."""
-    from mqcore.storage.cleaner import read_cleanmark_fields  # the sidecar's format lives there
-
-    path = os.path.join(directory, stem + CLEANMARK_SUFFIX)
-    fields = read_cleanmark_fields(path + ".swap") or read_cleanmark_fields(path)
-    if fields is None:
-        return
-    base, end = int(stem), fields[1]
-    for name in names:
-        other = name.split(".", 1)[0]
-        if len(other) == 20 and other.isdigit() and base < int(other) < end:
+def finish_swap(directory: str, base: int, new: dict[str, str]) -> None:
+    """The steps of a committed swap after its commit (cleaner.swap_in, and recovery when a
+    crash stopped it): every new file but the `.log` takes its final name (an old file of a kind
+    the new segment lacks goes), the segments merged into it go (the range its new `.cleanmark`
+    covers), and the new `.log` replaces the old one last. Each step is one atomic rename or
+    unlink, so a reader's listing always names one consistent set of files (segment_layout)."""
+    stem = os.path.join(directory, segment_name(base))
+    for suffix in SEGMENT_FILE_SUFFIXES[:-1]:  # all but the .log
+        path = new.get(suffix)
+        if path is None:
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(os.path.join(directory, name))
+                os.unlink(stem + suffix)
+        elif path.endswith(SWAP_SUFFIX):
+            os.replace(path, stem + suffix)
+    end = _covered_end(stem + CLEANMARK_SUFFIX)
+    if end is not None:
+        for other, present in _segment_files(os.listdir(directory)).items():
+            if base < other < end:
+                other_stem = os.path.join(directory, segment_name(other))
+                for suffix in sorted(present, key=lambda x: not x.startswith(LOG_SUFFIX)):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(other_stem + suffix)  # the .log first: gone from listings
+    durable.sync_dir(directory)
+    crash_point("compact.after_deleted")
+    os.replace(stem + LOG_SUFFIX + SWAP_SUFFIX, stem + LOG_SUFFIX)
+    durable.sync_dir(directory)
 
 
-__all__ = ["Partition", "RecoveryReport", "has_segments", "segment_name"]
+__all__ = [
+    "Partition",
+    "RecoveryReport",
+    "finish_swap",
+    "has_segments",
+    "segment_layout",
+    "segment_name",
+    "tidy_directory",
+]

@@ -22,6 +22,7 @@ from mqcore.crashpoints import crash_point
 from mqcore.storage import durable
 from mqcore.storage.partition import (
     CLEANMARK_SUFFIX,
+    LOG_SUFFIX,
     SEGMENT_FILE_SUFFIXES,
     Partition,
 )
@@ -79,14 +80,17 @@ def expired_prefix(segments: list[LogSegment], retention_ms: int, retention_byte
 
 
 def segment_files(seg: LogSegment) -> list[str]:
-    """Paths of the segment's files that exist, the .log last."""
+    """Paths of the segment's files that exist, the .log first."""
     stem = os.path.join(seg.directory, segment_name(seg.base_offset))
-    return [stem + s for s in SEGMENT_FILE_SUFFIXES if os.path.exists(stem + s)]
+    suffixes = [LOG_SUFFIX] + [s for s in SEGMENT_FILE_SUFFIXES if s != LOG_SUFFIX]
+    return [stem + s for s in suffixes if os.path.exists(stem + s)]
 
 
 def retire_files(seg: LogSegment) -> list[str]:
     """Rename the segment's files to `.deleted` (its open descriptors and mappings go on
-    working); returns the new paths."""
+    working), the `.log` first: a reader's listing drops the whole segment at that one rename,
+    never a log whose indexes are gone. Returns the new paths."""
+    seg.retire()
     out = []
     for path in segment_files(seg):
         os.rename(path, path + DELETED_SUFFIX)

@@ -64,15 +64,18 @@ class LogSegment:
         map_reserve: int = 0,
         key_index_capacity: int = 0,
         preallocate_bytes: int = 0,
+        paths: dict[str, str] | None = None,
     ):
         self.directory = directory
         self.base_offset = base_offset
         self.writable = writable
         self.index_interval_bytes = index_interval_bytes
         stem = os.path.join(directory, segment_name(base_offset))
-        self.log_path = stem + LOG_SUFFIX
+        # each file's path: its final name, or the one a read-only open found mid-swap
+        paths = paths or {}
+        self.log_path = paths.get(LOG_SUFFIX, stem + LOG_SUFFIX)
         flags = (os.O_RDWR | os.O_CREAT | os.O_APPEND) if writable else os.O_RDONLY
-        self.fd = os.open(self.log_path, flags, 0o644)
+        self.fd = durable.open_store_file(self.log_path, flags)
         st = os.fstat(self.fd)
         self.size = st.st_size
         # appends land in space reserved past the end (docs/format.md "Reserved space"); a
@@ -81,11 +84,17 @@ class LogSegment:
         self.reserved_end = self.size
         if writable and _holds_reserve(st):
             os.ftruncate(self.fd, self.size)
-        self.offset_index = OffsetIndex(stem + INDEX_SUFFIX, max_index_bytes, writable)
-        self.time_index = TimeIndex(stem + TIMEINDEX_SUFFIX, max_index_bytes, writable)
+        self.offset_index = OffsetIndex(
+            paths.get(INDEX_SUFFIX, stem + INDEX_SUFFIX), max_index_bytes, writable
+        )
+        self.time_index = TimeIndex(
+            paths.get(TIMEINDEX_SUFFIX, stem + TIMEINDEX_SUFFIX), max_index_bytes, writable
+        )
         # keys, unique IDs and tags for queries (storage/keyindex.py); None when turned off
         self.key_index = (
-            KeyIndexFile(stem + KEYINDEX_SUFFIX, writable, key_index_capacity)
+            KeyIndexFile(
+                paths.get(KEYINDEX_SUFFIX, stem + KEYINDEX_SUFFIX), writable, key_index_capacity
+            )  # fmt: skip
             if key_index_capacity > 0
             else None
         )
@@ -121,6 +130,8 @@ class LogSegment:
         ok = (
             self.offset_index.exists
             and self.time_index.exists
+            and self.offset_index.plausible(self.size)
+            and self.time_index.plausible(self.size)
             and self.offset_index.load(0x7FFFFFFF, max(self.size, 1))
             and self.time_index.load(0x7FFFFFFF)
         )
@@ -493,6 +504,23 @@ class LogSegment:
         if self.writable and self.flushed_size < size:
             durable.sync_data(self.fd)
             self.flushed_size = size
+
+    def retire(self) -> None:
+        """Retention or compaction took this segment out of the log: its files are about to be
+        removed or replaced, so from now on it only reads what it has open and never writes a
+        file (a key index first asked for now is built in memory)."""
+        self.writable = False
+        if self.key_index is not None:
+            self.key_index.writable = False
+
+    def same_log(self) -> bool:
+        """Whether the `.log` this segment has open is still the file at its path."""
+        try:
+            here = os.stat(self.log_path, follow_symlinks=False)
+        except FileNotFoundError:
+            return False
+        opened = os.fstat(self.fd)
+        return (here.st_dev, here.st_ino) == (opened.st_dev, opened.st_ino)
 
     def close(self) -> None:
         if self.fd < 0:
