@@ -1,6 +1,6 @@
 """spark.read.format("mqcore") on the test run's one local[2] session: the Kafka source schema,
 every column equal to Store.read, the Kafka options, errors that name the problem, splitting,
-and filter pushdown (same rows as without it, fewer records planned)."""
+filters (Spark's own, with its pushdown setting on or off), writing, and the workers' Python."""
 
 from __future__ import annotations
 
@@ -23,11 +23,10 @@ from pyspark.errors import PySparkException  # noqa: E402
 from pyspark.sql import DataFrame, SparkSession  # noqa: E402
 from pyspark.sql import datasource as ds  # noqa: E402
 
-from mqcore.spark.source import (  # noqa: E402
-    MqcoreDataSource,
-    MqcorePushdownDataSource,
-    kafka_spark_schema,
-)
+from mqcore.spark.options import parse_stream_options  # noqa: E402
+from mqcore.spark.plan import OffsetRange  # noqa: E402
+from mqcore.spark.source import MqcoreDataSource, kafka_spark_schema  # noqa: E402
+from mqcore.spark.stream import MqcoreStreamReader  # noqa: E402
 
 KAFKA_DDL = (
     "struct<key:binary,value:binary,topic:string,partition:int,offset:bigint,"
@@ -67,7 +66,8 @@ def rows(df: DataFrame) -> list[Row]:
     values = [c.to_pylist() for c in cols.values()]
     out = [tuple(row) for row in zip(*values, strict=True)]
     if "headers" in cols:
-        out = [r[:7] + ([(h["key"], h["value"]) for h in r[7]],) for r in out]
+        out = [r[:7] + (None if r[7] is None else [(h["key"], h["value"]) for h in r[7]],)
+               for r in out]  # fmt: skip
     return sorted(out, key=lambda r: (r[2], r[3], r[4]))
 
 
@@ -88,7 +88,8 @@ def store_rows(path: str, ranges: Ranges, headers: bool) -> list[Row]:
                     m.timestamp * 1000,
                     m.timestamp_type,
                 )
-                out.append(row + (list(m.headers),) if headers else row)
+                # Spark's Kafka source: null headers for a record that has none
+                out.append(row + (list(m.headers) or None,) if headers else row)
     return out
 
 
@@ -147,8 +148,8 @@ def test_batch_read_equals_store_read(
     assert {r[6] for r in got if r[2] == "audit"} == {1}
     assert {r[6] for r in got if r[2] == "events"} == {0}
     if headers:
-        assert any(v is None for r in got for _, v in r[7])
-        assert any(k == "\u00fc" for r in got for k, _ in r[7])
+        assert any(v is None for r in got for _, v in r[7] or ())
+        assert any(k == "\u00fc" for r in got for k, _ in r[7] or ())
 
 
 def test_splitting_gives_the_same_rows(session: SparkSession, store_path: str) -> None:
@@ -171,7 +172,35 @@ def test_small_batches_keep_sparks_arrow_schema(store_path: str) -> None:
     parts = reader.partitions()
     batches = [b for part in parts for b in reader.read(part)]
     assert batches and all(b.schema.equals(want) and 0 < b.num_rows <= 7 for b in batches)
-    assert sum(b.num_rows for b in batches) == sum(part.value.size for part in parts)
+    assert sum(b.num_rows for b in batches) == len(
+        store_rows(store_path, whole(store_path, "events"), False)
+    )
+
+
+def test_a_record_without_headers_has_null_headers(tmp_path: Path) -> None:
+    """includeHeaders: a record with no header has headers = null, as in Spark's Kafka source
+    (not an empty list), in the batches of a batch read and of a stream alike."""
+    path = str(tmp_path / "store")
+    with mqcore.open(path, flush="os") as st:
+        st.create_topic("t", partitions=2, unique_ids=False)  # no generated uid header
+        for i in range(40):
+            headers = [("h", b"%d" % i)] * (i % 3) if i % 4 else None
+            st.append("t", b"v%d" % i, headers=headers, partition=i % 2)
+    want = {(r[3], r[4]): r[7] for r in store_rows(path, whole(path, "t"), True)}
+    assert None in want.values() and [("h", b"1")] in want.values()
+    options = {"path": path, "subscribe": "t", "includeHeaders": "true", "maxRecordsPerBatch": "6"}
+    source = MqcoreDataSource(options)
+    reader = source.reader(source.schema())
+    batch_read = [b for part in reader.partitions() for b in reader.read(part)]
+    stream = MqcoreStreamReader(parse_stream_options({**options, "startingOffsets": "earliest"}))
+    streamed = list(stream.read(ds.InputPartition(OffsetRange("t", 1, 0, 20))))
+    for batches, count in ((batch_read, 40), (streamed, 20)):
+        got = {}
+        for b in batches:
+            columns = [b.column(c).to_pylist() for c in ("partition", "offset", "headers")]
+            for p, o, h in zip(*columns, strict=True):
+                got[(p, o)] = None if h is None else [(x["key"], x["value"]) for x in h]
+        assert len(got) == count and got == {k: v for k, v in want.items() if k in got}
 
 
 # -- options -------------------------------------------------------------------------------------
@@ -284,7 +313,7 @@ def test_data_loss_through_spark(session: SparkSession, tmp_path: Path) -> None:
     assert rows(df) == store_rows(path, {("t", 0): (first, 40)}, False)
 
 
-# -- pushdown ------------------------------------------------------------------------------------
+# -- filters -------------------------------------------------------------------------------------
 
 
 WHERE = [
@@ -296,77 +325,26 @@ WHERE = [
 ]
 
 
-def test_pushdown_gives_the_rows_of_the_same_query_without_it(
+def test_filters_give_the_same_rows_with_sparks_pushdown_on_or_off(
     session: SparkSession, store_path: str, capfd: pytest.CaptureFixture[str]
 ) -> None:
+    """The source takes no filter (a reused DataFrame would carry one query's filters into the
+    next): with spark.sql.python.filterPushdown.enabled on, Spark still evaluates every one."""
     want = {w: rows(load(session, store_path, subscribe="events").where(w)) for w in WHERE}
-    mqcore.spark.register(session, pushdown=True)
     session.conf.set(mqcore.spark.PUSHDOWN_CONF, "true")
+    mqcore.spark.register(session)
     try:
         for w in WHERE:
             assert rows(load(session, store_path, subscribe="events").where(w)) == want[w], w
-        # Spark filters only what the source handed back: here the value test
-        load(session, store_path, subscribe="events").where(WHERE[1]).explain()
+        load(session, store_path, subscribe="events").where(WHERE[0]).explain()
         filters = [line for line in capfd.readouterr().out.splitlines() if " Filter " in line]
-        assert filters and all("value" in f and "offset" not in f for f in filters), filters
-        assert not any("partition" in f or "topic" in f for f in filters), filters
+        assert filters and all("partition" in f and "offset" in f for f in filters), filters
     finally:
         session.conf.set(mqcore.spark.PUSHDOWN_CONF, "false")
         mqcore.spark.register(session)
     assert want[WHERE[0]] and not want[WHERE[-1]]
-
-
-def test_register_follows_the_pushdown_setting(session: SparkSession, store_path: str) -> None:
-    """A reader that takes filters fails planning while the setting is off; register() picks
-    the reader Spark accepts, so the same query runs either way."""
-    query = "partition = 0 AND offset < 4"
-    assert len(rows(load(session, store_path, subscribe="events").where(query))) == 4
-    mqcore.spark.register(session, pushdown=True)
-    try:
-        with pytest.raises(PySparkException, match="filterPushdown"):
-            load(session, store_path, subscribe="events").where(query).count()
-    finally:
-        mqcore.spark.register(session)
-
-
-def test_pushdown_plans_fewer_records(store_path: str) -> None:
-    """What the tasks read is the planned ranges: count their records with and without."""
-    options = {"path": store_path, "subscribe": "events"}
-
-    def planned(filters: list[Any]) -> tuple[int, list[Any]]:
-        source = MqcorePushdownDataSource(dict(options))
-        reader = source.reader(source.schema())
-        rest = list(reader.pushFilters(filters)) if filters else []
-        return sum(part.value.size for part in reader.partitions()), rest
-
-    everything, _ = planned([])
-    since = datetime.datetime.fromtimestamp((SPARK_BASE_TS + 40_000) / 1000, datetime.timezone.utc)
-    value_filter = ds.StringStartsWith(("value",), "v1")
-    fewer, rest = planned(
-        [ds.EqualTo(("partition",), 2), ds.GreaterThanOrEqual(("timestamp",), since), value_filter]
-    )
-    assert rest == [value_filter] and rest[0] is value_filter
-    first = first_at_or_after(store_path, "events", 2, SPARK_BASE_TS + 40_000)
-    assert fewer == whole(store_path, "events")[("events", 2)][1] - first
-    assert 0 < fewer < everything / 3
-
-
-def test_pushed_timestamp_bounds_are_exact_per_batch(store_path: str) -> None:
-    """Timestamps go backwards in the test store: rows before the bound after the first
-    matching offset are dropped in the Arrow batches, not left to Spark."""
-    source = MqcorePushdownDataSource({"path": store_path, "subscribe": "events"})
-    reader = source.reader(source.schema())
-    since = datetime.datetime.fromtimestamp((SPARK_BASE_TS + 12_000) / 1000, datetime.timezone.utc)
-    assert list(reader.pushFilters([ds.GreaterThan(("timestamp",), since)])) == []
-    batches = [b for part in reader.partitions() for b in reader.read(part)]
-    micros = [ts for b in batches for ts in b.column("timestamp").cast(pa.int64()).to_pylist()]
-    assert micros and min(micros) > (SPARK_BASE_TS + 12_000) * 1000
-    want = [
-        r
-        for r in store_rows(store_path, whole(store_path, "events"), False)
-        if r[5] > (SPARK_BASE_TS + 12_000) * 1000
-    ]
-    assert len(micros) == len(want)
+    for _, _, _, p, o, *_ in want[WHERE[0]]:
+        assert p == 1 and 5 <= o < 30
 
 
 # -- writing -------------------------------------------------------------------------------------
@@ -484,7 +462,8 @@ def test_demo_spark_step_agrees_with_the_store(
     spark: Any, tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     """`make demo`'s last step on a small demo store: its Spark SQL answers equal what a plain
-    read of the store gives, and the pushed-down filter plans one input partition of three."""
+    read of the store gives; its partition filter is Spark's, over all three input partitions
+    (the source takes no filter)."""
     import io
     import re as regex
     from collections import Counter
@@ -521,7 +500,7 @@ def test_demo_spark_step_agrees_with_the_store(
     assert found.status_counts == dict(status)
     assert found.errors_per_host == dict(errors)
     assert found.pushed_count == pushed
-    assert found.input_partitions == (3, 1)
+    assert found.input_partitions == (3, 3)
 
 
 def test_stream_reader_versions(store_path: str) -> None:
@@ -540,3 +519,44 @@ def test_stream_reader_versions(store_path: str) -> None:
         else:
             with pytest.raises(InvalidConfigError, match=f"{name} need PySpark 4.2 or later"):
                 limited.streamReader(schema)
+
+
+# -- the workers' Python ---------------------------------------------------------------------------
+
+
+def test_workers_that_cannot_import_mqcore_are_named_at_register(
+    session: SparkSession, store_path: str
+) -> None:
+    """A script run with a virtualenv's python without activating it: Spark starts its workers
+    with python3, which lacks mqcore. Here a real worker runs the virtualenv's base
+    interpreter: without the check the read fails inside it with a traceback; register() says
+    so first, in one sentence naming PYSPARK_PYTHON."""
+    import subprocess
+    import sys
+
+    from mqcore.errors import InvalidConfigError
+
+    bare = getattr(sys, "_base_executable", sys.executable)
+    probe = subprocess.run(
+        [bare, "-c", "import pyarrow, cramjam"], capture_output=True, check=False
+    )
+    if bare == sys.executable or probe.returncode == 0:
+        pytest.skip("needs a Python without mqcore's dependencies (run the tests in a venv)")
+    sc = session.sparkContext
+    saved = sc.pythonExec
+    sc.pythonExec = bare
+    try:
+        session.dataSource.register(MqcoreDataSource)  # what register() did before the check
+        with pytest.raises(PySparkException, match="No module named") as failed:
+            load(session, store_path, subscribe="events").count()
+        assert "Traceback" in str(failed.value) and "PYSPARK_PYTHON" not in str(failed.value)
+        with pytest.raises(InvalidConfigError) as refused:
+            mqcore.spark.register(session)
+    finally:
+        sc.pythonExec = saved
+        mqcore.spark.register(session)
+    text = str(refused.value)
+    assert text.startswith(f"Spark's Python workers run {bare!r} (PYSPARK_PYTHON")
+    assert "cannot import mqcore (ModuleNotFoundError: No module named" in text
+    assert "set PYSPARK_PYTHON to a Python that has mqcore" in text
+    assert "\n" not in text and ". " not in text.replace(sys.executable, "")

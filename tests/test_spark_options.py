@@ -1,18 +1,20 @@
 """The mqcore Spark source without Spark: option parsing (Kafka's names, defaults, precedence
-and errors), offset resolution against real stores, Kafka's input-partition split with
-segment-boundary cuts, and the filter arithmetic of pushdown."""
+and errors), offset resolution against real stores, Spark's input-partition split (checked
+against a transcription of KafkaOffsetRangeCalculator and Spark's own cases) with
+segment-boundary cuts, and the read slots a reused plan resolves again when it runs."""
 
 from __future__ import annotations
 
-import datetime
 import json
+import math
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from conftest import SPARK_BASE_TS, make_spark_store
+from hypothesis import given, settings
+from hypothesis import strategies as hs
 
 import mqcore
 from mqcore.errors import (
@@ -30,16 +32,17 @@ from mqcore.spark.options import (
     parse_read_options,
     parse_write_options,
 )
-from mqcore.spark.plan import OffsetRange, checked_range, plan_read, split_ranges
-from mqcore.spark.pushdown import (
-    EVERYTHING,
-    HIGH,
-    LOW,
-    Pushdown,
-    complement,
-    filter_intervals,
-    intersect,
-    union,
+from mqcore.spark.plan import (
+    OffsetRange,
+    Piece,
+    ReadSlot,
+    checked_range,
+    java_round,
+    kafka_split,
+    plan_read,
+    plan_slots,
+    read_ranges,
+    split_ranges,
 )
 
 # -- parsing ------------------------------------------------------------------------------------
@@ -424,109 +427,258 @@ def test_split_plan_covers_the_same_offsets(ro: mqcore.Store) -> None:
     assert all(r.size <= 10 for r in plan(ro, subscribe="events", maxRecordsPerPartition="10"))
 
 
-def test_split_cuts_of_a_real_store_are_kafkas_or_segment_starts(ro: mqcore.Store) -> None:
+def test_split_cuts_are_sparks_or_nearby_segment_starts(ro: mqcore.Store) -> None:
+    """Each cut of a real store's split is Spark's, or the segment base offset nearest to it
+    within a quarter of the smaller piece beside it."""
     bases = ro.segment_offsets("events", 2)
     assert len(bases) > 3, "the test store must roll segments"
-    end = ro.end_offset("events", 2)
-    parts = len(bases)
-    even, position, remaining = [], 0, end
-    for i in range(parts - 1):  # Kafka's cuts: remaining // pieces left
-        step = remaining // (parts - i)
-        remaining -= step
-        position += step
-        even.append(position)
-    ranges = plan(ro, assign='{"events":[2]}', minPartitions=str(parts))
-    inner = [r.start for r in ranges[1:]]
-    assert len(inner) == parts - 1
-    for cut, kafka in zip(inner, even, strict=True):
-        near = [b for b in bases if abs(b - kafka) <= end // (4 * parts)]
-        assert cut == (min(near, key=lambda b: abs(b - kafka)) if near else kafka)
-    assert set(inner) & set(bases), "some cut should land on a segment start"
+    for options in ({"minPartitions": str(len(bases))}, {"maxRecordsPerPartition": "9"}):
+        opts = parse_read_options({"path": ro.path, "assign": '{"events":[2]}', **options})
+        whole = [OffsetRange("events", 2, 0, ro.end_offset("events", 2))]
+        spark = kafka_split(whole, opts.min_partitions, opts.max_records_per_partition)
+        got = plan_read(ro, opts)
+        assert len(got) == len(spark) > 1 and spans(got) == spans(spark)
+        edges = [got[0].start, *(r.end for r in got)]
+        moved = 0
+        for k, (mine, theirs) in enumerate(zip(edges, [spark[0].start, *(r.end for r in spark)],
+                                               strict=True)):  # fmt: skip
+            if mine != theirs:
+                moved += 1
+                room = min(theirs - edges[k - 1], spark[k].end - theirs) // 4
+                assert mine in bases and abs(mine - theirs) <= room
+        if "minPartitions" in options:
+            assert moved, "some cut should land on a segment start"
+        else:
+            assert all(r.size <= 9 for r in got)
 
 
-# -- pushdown arithmetic -------------------------------------------------------------------------
+# -- Spark's rule --------------------------------------------------------------------------------
 
 
-def test_interval_operations() -> None:
-    a = ((0, 10), (20, 30))
-    assert intersect(a, ((5, 25),)) == ((5, 10), (20, 25))
-    assert union(a, ((8, 21), (40, 41))) == ((0, 30), (40, 41))
-    assert complement(a) == ((LOW, 0), (10, 20), (30, HIGH))
-    assert complement(complement(a)) == a
-    assert intersect(a, complement(a)) == ()
+def spark_get_ranges(
+    ranges: list[tuple[str, int, int]], min_partitions: int | None, max_records: int | None
+) -> list[tuple[str, int, int]]:
+    """KafkaOffsetRangeCalculator.getRanges (Spark 4.1) transcribed line by line, on (topic,
+    from, until) triples; Scala's math.round as Java's Math.round (nearest, ties up)."""
+    from decimal import ROUND_HALF_UP, Decimal
 
+    def part_count(size: int, total: int, parts: int) -> int:
+        x = Decimal(size / total * parts).to_integral_value(rounding=ROUND_HALF_UP)
+        return max(int(x), 1)
 
-@pytest.fixture
-def filters() -> Any:
-    return pytest.importorskip("pyspark.sql.datasource", reason="PySpark is not installed")
+    def divided(parts: int, r: tuple[str, int, int]) -> list[tuple[str, int, int]]:
+        tp, start, until = r
+        remaining, out = until - start, []
+        for part in range(parts):
+            this = remaining // (parts - part)
+            remaining -= this
+            end = min(start + this, until)
+            out.append((tp, start, end))
+            start = end
+        return out
 
-
-def test_filters_answered_exactly_become_intervals(filters: Any) -> None:
-    ds = filters
-    utc = datetime.timezone.utc
-    t0 = datetime.datetime(2023, 11, 14, 22, 13, 20, tzinfo=utc)  # SPARK_BASE_TS
-    assert filter_intervals(ds.EqualTo(("partition",), 2)) == ("partition", ((2, 3),))
-    assert filter_intervals(ds.GreaterThan(("offset",), 5)) == ("offset", ((6, HIGH),))
-    assert filter_intervals(ds.LessThanOrEqual(("offset",), 5)) == ("offset", ((LOW, 6),))
-    assert filter_intervals(ds.In(("offset",), (3, 1, 2, 9))) == ("offset", ((1, 4), (9, 10)))
-    assert filter_intervals(ds.Not(ds.EqualTo(("partition",), 1))) == (
-        "partition",
-        ((LOW, 1), (2, HIGH)),
-    )
-    assert filter_intervals(ds.GreaterThanOrEqual(("timestamp",), t0)) == (
-        "timestamp",
-        ((SPARK_BASE_TS * 1000, HIGH),),
-    )
-    assert filter_intervals(ds.IsNotNull(("offset",))) == ("offset", EVERYTHING)
-    for other in (
-        ds.EqualTo(("value",), b"x"),
-        ds.EqualTo(("offset",), 1.5),
-        ds.EqualTo(("offset",), True),
-        ds.In(("partition",), (1, None)),
-        ds.GreaterThan(("timestamp",), t0.replace(tzinfo=None)),
-        ds.StringContains(("topic",), "ev"),
-        ds.EqualTo(("headers", "key"), "a"),
-    ):
-        assert filter_intervals(other) is None
-
-
-def test_push_returns_the_filters_it_did_not_take_by_reference(filters: Any) -> None:
-    ds = filters
-    taken = [ds.EqualTo(("partition",), 1), ds.GreaterThanOrEqual(("offset",), 4)]
-    left = [ds.StringStartsWith(("value",), "x"), ds.EqualTo(("offset",), 1.5)]
-    push = Pushdown()
-    rest = push.push([left[0], taken[0], left[1], taken[1]])
-    assert len(rest) == 2 and all(a is b for a, b in zip(rest, left, strict=True))
-    assert push.partitions == ((1, 2),) and push.offsets == ((4, HIGH),)
-    topic = Pushdown()
-    assert topic.push([ds.IsNotNull(("topic",)), ds.EqualTo(("topic",), "t")]) == []
-    assert topic.keeps("t", 0) and not topic.keeps("u", 0)
-    assert Pushdown().push([ds.IsNull(("topic",))]) == []
-    nothing = Pushdown()
-    nothing.push([ds.IsNull(("topic",))])
-    assert not nothing.keeps("t", 0)
-
-
-def test_narrow_reads_only_what_the_filters_can_match(filters: Any, ro: mqcore.Store) -> None:
-    ds = filters
-    push = Pushdown()
-    utc = datetime.timezone.utc
-    since = datetime.datetime.fromtimestamp((SPARK_BASE_TS + 20_000) / 1000, tz=utc)
-    push.push(
-        [
-            ds.In(("partition",), (0, 2)),
-            ds.Not(ds.In(("topic",), ("audit",))),
-            ds.LessThan(("offset",), 60),
-            ds.GreaterThanOrEqual(("timestamp",), since),
+    offset_ranges = [r for r in ranges if r[2] - r[1] > 0]
+    if (min_partitions is None or len(offset_ranges) >= min_partitions) and max_records is None:
+        return offset_ranges
+    if max_records is not None:
+        offset_ranges = [
+            d
+            for r in offset_ranges
+            for d in divided(-(-(r[2] - r[1]) // max_records), r)
+            if d[2] - d[1] > 0
         ]
-    )
-    opts = parse_read_options({"path": ro.path, "subscribePattern": ".*"})
-    ranges = plan_read(ro, opts, push.narrow)
-    want = {}
-    for t, p in (("events", 0), ("events", 2), ("other", 0)):
-        first = first_offset_at_or_after(ro, t, p, SPARK_BASE_TS + 20_000)
-        assert first is not None
-        if first < min(60, ro.end_offset(t, p)):
-            want[(t, p)] = (first, min(60, ro.end_offset(t, p)))
-    assert spans(ranges) == want
-    assert ("other", 0) in want and ("audit", 0) not in want
+    if min_partitions is None or min_partitions <= len(offset_ranges):
+        return offset_ranges
+    total = sum(r[2] - r[1] for r in offset_ranges)
+    unsplit = [r for r in offset_ranges if part_count(r[2] - r[1], total, min_partitions) == 1]
+    unsplit_tps = {r[0] for r in unsplit}
+    split_total = total - sum(r[2] - r[1] for r in unsplit)
+    split_min = max(min_partitions - len(unsplit), 1)
+    out = []
+    for r in offset_ranges:
+        parts = 1 if r[0] in unsplit_tps else part_count(r[2] - r[1], split_total, split_min)
+        out += [d for d in divided(parts, r) if d[2] - d[1] > 0]
+    return out
+
+
+def as_triples(ranges: list[OffsetRange]) -> list[tuple[str, int, int]]:
+    return [(r.topic, r.start, r.end) for r in ranges]
+
+
+def as_ranges(triples: list[tuple[str, int, int]]) -> list[OffsetRange]:
+    return [OffsetRange(t, 1, a, b) for t, a, b in triples]
+
+
+# KafkaOffsetRangeCalculatorSuite's cases: (minPartitions, input, Spark's answer)
+SPARK_CASES = [
+    (3, [("t1", 1, 2), ("t2", 1, 2), ("t3", 1, 2)], [("t1", 1, 2), ("t2", 1, 2), ("t3", 1, 2)]),
+    (4, [("t1", 1, 5)], [("t1", 1, 2), ("t1", 2, 3), ("t1", 3, 4), ("t1", 4, 5)]),
+    (4, [("t1", 1, 5), ("t2", 1, 21)],
+     [("t1", 1, 5), ("t2", 1, 7), ("t2", 7, 14), ("t2", 14, 21)]),
+    (4, [("t1", 1, 1), ("t2", 1, 21)],  # SPARK-30656
+     [("t2", 1, 6), ("t2", 6, 11), ("t2", 11, 16), ("t2", 16, 21)]),
+    (4, [("t1", 1, 2), ("t2", 1, 1001)],  # SPARK-30656
+     [("t1", 1, 2), ("t2", 1, 334), ("t2", 334, 667), ("t2", 667, 1001)]),
+    (1, [("t1", 1, 5), ("t2", 1, 21)], [("t1", 1, 5), ("t2", 1, 21)]),
+    (3, [("t1", 1, 11)], [("t1", 1, 4), ("t1", 4, 7), ("t1", 7, 11)]),
+    (4, [("t1", 1, 5), ("t2", 1, 21), ("t3", 1, 1)],
+     [("t1", 1, 5), ("t2", 1, 7), ("t2", 7, 14), ("t2", 14, 21)]),
+    (6, [("t1", 0, 10), ("t2", 0, 10), ("t3", 0, 1)],  # SPARK-28489
+     [("t1", 0, 3), ("t1", 3, 6), ("t1", 6, 10), ("t2", 0, 3), ("t2", 3, 6), ("t2", 6, 10),
+      ("t3", 0, 1)]),
+    (9, [("t1", 0, 10000), ("t2", 0, 15000), ("t3", 0, 20000)],  # SPARK-36576
+     [("t1", 0, 5000), ("t1", 5000, 10000), ("t2", 0, 5000), ("t2", 5000, 10000),
+      ("t2", 10000, 15000), ("t3", 0, 5000), ("t3", 5000, 10000), ("t3", 10000, 15000),
+      ("t3", 15000, 20000)]),
+    (6, [("t1", 0, 500), ("t2", 0, 12000), ("t3", 0, 15001)],  # SPARK-36576
+     [("t1", 0, 500), ("t2", 0, 6000), ("t2", 6000, 12000), ("t3", 0, 5000),
+      ("t3", 5000, 10000), ("t3", 10000, 15001)]),
+    (6, [("t1", 0, 1), ("t2", 0, 1), ("t3", 0, 10000)],  # SPARK-36576
+     [("t1", 0, 1), ("t2", 0, 1), ("t3", 0, 2500), ("t3", 2500, 5000), ("t3", 5000, 7500),
+      ("t3", 7500, 10000)]),
+    (4, [("t1", 0, 1), ("t2", 0, 1), ("t3", 0, 2)],  # SPARK-46798
+     [("t1", 0, 1), ("t2", 0, 1), ("t3", 0, 1), ("t3", 1, 2)]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("min_partitions", "given", "want"), SPARK_CASES)
+def test_split_gives_sparks_answers(
+    min_partitions: int, given: list[tuple[str, int, int]], want: list[tuple[str, int, int]]
+) -> None:
+    assert spark_get_ranges(given, min_partitions, None) == want
+    assert as_triples(kafka_split(as_ranges(given), min_partitions, None)) == want
+    # with no segment near a cut, the plan is Spark's
+    assert as_triples(split_ranges(as_ranges(given), lambda t, p: [], min_partitions, None)) == want
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    sizes=hs.lists(hs.tuples(hs.integers(0, 50), hs.integers(0, 4000)), min_size=1, max_size=7),
+    min_partitions=hs.none() | hs.integers(1, 40),
+    max_records=hs.none() | hs.integers(1, 3000),
+)
+def test_split_is_sparks_rule_on_any_ranges(
+    sizes: list[tuple[int, int]], min_partitions: int | None, max_records: int | None
+) -> None:
+    given_ranges = [(f"t{i}", start, start + size) for i, (start, size) in enumerate(sizes)]
+    want = spark_get_ranges(given_ranges, min_partitions, max_records)
+    assert as_triples(kafka_split(as_ranges(given_ranges), min_partitions, max_records)) == want
+
+
+def test_split_rounds_like_java() -> None:
+    """Spark's getPartCount rounds with Java's Math.round: the nearest integer, ties up;
+    0.49999999999999994 rounds to 0 there, where floor(x + 0.5) gives 1."""
+    x = 0.49999999999999994
+    assert math.floor(x + 0.5) == 1
+    assert [java_round(v) for v in (0.5, 1.5, 2.4999, x, 7.0, 2.5000000000000004)] == [
+        1, 2, 2, 0, 7, 3
+    ]  # fmt: skip
+
+
+# -- read slots: a plan that outlives its query ------------------------------------------------
+
+
+def slot_offsets(st: mqcore.Store, opts: ReadOptions, slots: list[ReadSlot]) -> list[tuple]:
+    """Every (topic, partition, offset) the slots read now, in slot order (repeats kept)."""
+    return [
+        (r.topic, r.partition, o)
+        for slot in slots
+        for r in read_ranges(st, opts, slot)
+        for o in range(r.start, r.end)
+    ]
+
+
+def fresh_offsets(st: mqcore.Store, opts: ReadOptions) -> list[tuple]:
+    return sorted((r.topic, r.partition, o) for r in plan_read(st, opts)
+                  for o in range(r.start, r.end))  # fmt: skip
+
+
+def test_slots_leave_the_outer_ends_open_and_keep_the_cuts(ro: mqcore.Store) -> None:
+    opts = parse_read_options({"path": ro.path, "subscribe": "events", "minPartitions": "6"})
+    slots = plan_slots(ro, opts)
+    pieces = plan_read(ro, opts)
+    assert [s.piece for s in slots] == [
+        Piece(
+            r.topic,
+            r.partition,
+            None if i == 0 or pieces[i - 1].partition != r.partition else r.start,
+            None if i + 1 == len(pieces) or pieces[i + 1].partition != r.partition else r.end,
+        )
+        for i, r in enumerate(pieces)
+    ]
+    assert slots[0].planned == {("events", 0), ("events", 1), ("events", 2)}
+    assert all(s.planned is None for s in slots[1:])
+    assert slot_offsets(ro, opts, slots) == fresh_offsets(ro, opts)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"subscribe": "t"},
+        {"subscribe": "t", "minPartitions": "5"},
+        {"subscribe": "t", "maxRecordsPerPartition": "7"},
+        {"subscribePattern": "t.*", "minPartitions": "4"},
+        {
+            "subscribe": "t",
+            "startingTimestamp": str(SPARK_BASE_TS + 20),
+            "startingOffsetsByTimestampStrategy": "latest",
+        },
+        {"subscribe": "t", "endingTimestamp": str(SPARK_BASE_TS + 1000)},
+    ],
+)
+def test_a_reused_plan_reads_what_a_fresh_plan_reads(
+    tmp_path: Path, options: dict[str, str]
+) -> None:
+    """Slots planned once, read after appends (to a partition empty when planned, too), a new
+    topic and retention: each offset of a fresh plan once, and nothing else."""
+    path = str(tmp_path / "store")
+    with mqcore.open(path, flush="os") as st:
+        st.create_topic("t", partitions=3, segment_bytes=500, retention_bytes=1, retention_ms=-1)
+        for i in range(60):
+            st.append("t", b"%d" % i, partition=i % 2, timestamp=SPARK_BASE_TS + i)
+        opts = parse_read_options({"path": path, **options})
+        slots = plan_slots(st, opts)
+        assert sorted(slot_offsets(st, opts, slots)) == fresh_offsets(st, opts)
+        for i in range(60, 100):
+            st.append("t", b"%d" % i, partition=i % 3, timestamp=SPARK_BASE_TS + i)
+        st.create_topic("t2", partitions=1)
+        st.append("t2", b"new", timestamp=SPARK_BASE_TS + 500)
+        got = slot_offsets(st, opts, slots)
+        assert sorted(got) == fresh_offsets(st, opts) and len(set(got)) == len(got)
+        st.apply_retention("t")
+        assert st.start_offset("t", 0) > 0
+        got = slot_offsets(st, opts, slots)
+        assert sorted(got) == fresh_offsets(st, opts) and len(set(got)) == len(got)
+
+
+def test_an_empty_plan_is_one_slot_that_reads_what_appears(tmp_path: Path) -> None:
+    path = str(tmp_path / "store")
+    with mqcore.open(path, flush="os") as st:
+        st.create_topic("t", partitions=2)
+        opts = parse_read_options({"path": path, "subscribe": "t"})
+        slots = plan_slots(st, opts)
+        assert slots == [ReadSlot(None, frozenset())]
+        assert slot_offsets(st, opts, slots) == []
+        st.append("t", b"x", partition=1)
+        assert slot_offsets(st, opts, slots) == [("t", 1, 0)]
+
+
+def test_a_reused_plan_checks_per_partition_offsets_as_planning_does(tmp_path: Path) -> None:
+    """Explicit offsets stay as given (no late binding); a topic that appears under a pattern
+    but is missing from them is refused, as a fresh plan refuses it."""
+    path = str(tmp_path / "store")
+    with mqcore.open(path, flush="os") as st:
+        st.create_topic("t", partitions=1)
+        for i in range(10):
+            st.append("t", b"%d" % i)
+        opts = parse_read_options(
+            {"path": path, "subscribePattern": "t.*", "startingOffsets": '{"t":{"0":4}}'}
+        )
+        slots = plan_slots(st, opts)
+        st.append("t", b"10")
+        assert slot_offsets(st, opts, slots) == [("t", 0, o) for o in range(4, 11)]
+        st.create_topic("t2", partitions=1)
+        with pytest.raises(InvalidConfigError, match="must name every partition read"):
+            slot_offsets(st, opts, slots)
+        with pytest.raises(InvalidConfigError, match="must name every partition read"):
+            plan_read(st, opts)

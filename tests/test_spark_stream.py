@@ -207,6 +207,20 @@ def test_stream_options() -> None:
         parse_write_options({"path": "/s", "checkpointLocation": "/c"})
 
 
+def test_min_offsets_per_trigger_above_max_is_refused() -> None:
+    """Kafka's source refuses minOffsetsPerTrigger > maxOffsetsPerTrigger (Spark's
+    KafkaMicroBatchSourceSuite); equal values are fine."""
+    limits = {"path": "/s", "subscribe": "a", "maxOffsetsPerTrigger": "10"}
+    with pytest.raises(InvalidConfigError, match=r"'minOffsetsPerTrigger' \(11\) must not be "
+                       r"higher than 'maxOffsetsPerTrigger' \(10\)"):  # fmt: skip
+        parse_stream_options({**limits, "minOffsetsPerTrigger": "11"})
+    source = MqcoreDataSource({**limits, "minOffsetsPerTrigger": "11"})
+    with pytest.raises(InvalidConfigError, match="must not be higher"):
+        source.streamReader(source.schema())
+    same = parse_stream_options({**limits, "minOffsetsPerTrigger": "10"})
+    assert (same.min_offsets_per_trigger, same.max_offsets_per_trigger) == (10, 10)
+
+
 def test_offsets_are_kafkas_checkpoint_shape() -> None:
     offsets = {("b", 10): 7, ("b", 2): 5, ("a", 0): 0}
     text = json.dumps(offsets_to_json(offsets))

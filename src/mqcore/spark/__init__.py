@@ -14,23 +14,21 @@ from typing import Any
 
 __all__ = ["PUSHDOWN_CONF", "register"]
 
+# Spark's Python filter-pushdown setting. The mqcore reader takes no filters (docs/spark.md
+# "Filters"), so reads run the same with it on or off.
 PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 
 
-def register(spark: Any, *, pushdown: bool | None = None) -> None:
-    """Register the "mqcore" data source with a SparkSession.
-
-    `pushdown` picks the reader that takes filters (partition, offset, timestamp and topic
-    comparisons answered from the indexes). Spark refuses to plan a read whose reader takes
-    filters while spark.sql.python.filterPushdown.enabled is off, so by default it follows
-    that setting as it is now; register again after changing it.
-    """
+def register(spark: Any) -> None:
+    """Register the "mqcore" data source with a SparkSession, after checking that Spark's
+    Python workers can import mqcore (InvalidConfigError naming PYSPARK_PYTHON if not)."""
     try:
-        from mqcore.spark.source import MqcoreDataSource, MqcorePushdownDataSource
+        from mqcore.spark.source import MqcoreDataSource
     except ImportError as e:
         raise ImportError(
             "mqcore.spark needs PySpark 4.1 or later: pip install 'mqcore[spark]'"
         ) from e
-    if pushdown is None:
-        pushdown = str(spark.conf.get(PUSHDOWN_CONF, "false")).strip().lower() == "true"
-    spark.dataSource.register(MqcorePushdownDataSource if pushdown else MqcoreDataSource)
+    from mqcore.spark.workers import check_workers
+
+    check_workers(spark)
+    spark.dataSource.register(MqcoreDataSource)

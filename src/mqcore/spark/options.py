@@ -212,6 +212,11 @@ def parse_stream_options(options: Mapping[str, str]) -> StreamOptions:
     )
     max_per_trigger = _positive(opts, "maxOffsetsPerTrigger")
     min_per_trigger = _positive(opts, "minOffsetsPerTrigger")
+    if max_per_trigger is not None and (min_per_trigger or 0) > max_per_trigger:
+        raise InvalidConfigError(
+            f"option 'minOffsetsPerTrigger' ({min_per_trigger}) must not be higher than "
+            f"'maxOffsetsPerTrigger' ({max_per_trigger}), as in Kafka's source"
+        )
     delay = DEFAULT_MAX_TRIGGER_DELAY_MS
     if "maxTriggerDelay" in opts:
         delay = _duration_ms(opts["maxTriggerDelay"], "maxTriggerDelay")

@@ -1,14 +1,21 @@
-"""Planning a Spark batch read: parsed options + an open store -> offset ranges to read.
+"""Planning a Spark batch read: parsed options + an open store -> what each task reads.
 
-Runs where Spark plans the query (and again, per range, in each task to catch retention that
-ran in between). No Spark imports: tests drive it with plain stores.
+No Spark imports: tests drive it with plain stores.
 
   1. the subscription names topic-partitions (subscribe / subscribePattern / assign);
   2. each side of the range resolves per partition: earliest / latest / an offset, or the first
      offset whose timestamp is >= T (Kafka's offsetsForTimes rule) through the time index;
   3. failOnDataLoss decides what a range reaching outside [start_offset, end_offset] means;
-  4. ranges split like Kafka's (maxRecordsPerPartition first, then minPartitions in proportion
-     to size), each cut moved onto a nearby segment boundary when one is close.
+  4. ranges split by Spark's rule (maxRecordsPerPartition, then minPartitions over the ranges
+     that get more than one piece; SPARK-36576), each cut moved onto a nearby segment boundary.
+
+PySpark keeps a batch read's partitions() per DataFrame and hands them to every later query
+of it (docs/spark.md "Reusing a DataFrame"), so what planning fixes must hold for any of those
+queries. A task therefore reads a ReadSlot, not offsets: the cuts between the pieces of one
+partition are fixed when planned; the outer ends (the starting and ending options) are
+resolved again when the task opens the store (read_ranges), as Kafka's source binds earliest and
+latest per task; and the first slot also reads every partition the subscription names by then
+that the plan had no piece of (created since, or empty when planned).
 """
 
 from __future__ import annotations
@@ -23,55 +30,102 @@ from mqcore.errors import InvalidConfigError, OffsetOutOfRangeError
 from mqcore.spark.options import EARLIEST, LATEST, Bound, ReadOptions, Subscription, TopicPartition
 from mqcore.store import Store
 
-Span = tuple[int, int]  # offsets [lo, hi)
-
 
 @dataclass(frozen=True)
 class OffsetRange:
-    """Offsets [start, end) of one topic-partition: what one Spark task reads. A key or
-    msg_id lookup sets `pieces`: then only those sorted, disjoint spans inside it are read."""
+    """Offsets [start, end) of one topic-partition."""
 
     topic: str
     partition: int
     start: int
     end: int
-    pieces: tuple[Span, ...] = ()
 
     @property
     def size(self) -> int:
-        """The records planned: what the task reads."""
-        if self.pieces:
-            return sum(hi - lo for lo, hi in self.pieces)
         return self.end - self.start
 
-    def spans(self) -> tuple[Span, ...]:
-        return self.pieces or ((self.start, self.end),)
+
+@dataclass(frozen=True)
+class Piece:
+    """One planned piece of a partition's range: the offsets of [lo, hi) inside the range as
+    resolved when the task reads it. lo None: from the range's start; hi None: to its end."""
+
+    topic: str
+    partition: int
+    lo: int | None = None
+    hi: int | None = None
 
 
-def pieced(topic: str, partition: int, pieces: Sequence[Span]) -> OffsetRange | None:
-    """The range reading just `pieces` (sorted, disjoint, non-empty each); None for none."""
-    if not pieces:
-        return None
-    return OffsetRange(topic, partition, pieces[0][0], pieces[-1][1], tuple(pieces))
+@dataclass(frozen=True)
+class ReadSlot:
+    """What one Spark task of a batch read reads: its piece, and, in the plan's first slot,
+    every partition of the subscription outside `planned` (None elsewhere)."""
+
+    piece: Piece | None
+    planned: frozenset[TopicPartition] | None = None
 
 
-Narrow = Callable[[Store, list[OffsetRange]], list[OffsetRange]]
-
-
-def plan_read(store: Store, opts: ReadOptions, narrow: Narrow | None = None) -> list[OffsetRange]:
-    """The non-empty offset ranges of the read, split into Spark input partitions; `narrow`
-    (pushed filters) may cut the resolved ranges down before they are split."""
+def plan_read(store: Store, opts: ReadOptions) -> list[OffsetRange]:
+    """The non-empty offset ranges of the read as of now, split into Spark input partitions."""
     tps = topic_partitions(store, opts.subscription)
-    starts = resolve_bound(store, opts.starting, tps, opts.starting_strategy, starting=True)
-    ends = resolve_bound(store, opts.ending, tps, opts.starting_strategy, starting=False)
-    ranges = [
-        checked_range(store, OffsetRange(t, p, starts[(t, p)], ends[(t, p)]), opts) for t, p in tps
-    ]
-    if narrow is not None:
-        ranges = narrow(store, ranges)
+    ranges = resolve_ranges(store, opts, tps)
     return split_ranges(
         ranges, store.segment_offsets, opts.min_partitions, opts.max_records_per_partition
     )
+
+
+def plan_slots(store: Store, opts: ReadOptions) -> list[ReadSlot]:
+    """The read's tasks: plan_read's pieces with each partition's outer ends left open, the
+    first slot also reading the partitions the plan has no piece of. Never empty."""
+    pieces = plan_read(store, opts)
+    first = {(r.topic, r.partition): r.start for r in reversed(pieces)}
+    last = {(r.topic, r.partition): r.end for r in pieces}
+    slots = [
+        ReadSlot(
+            Piece(
+                r.topic,
+                r.partition,
+                None if first[(r.topic, r.partition)] == r.start else r.start,
+                None if last[(r.topic, r.partition)] == r.end else r.end,
+            )
+        )
+        for r in pieces
+    ]
+    planned = frozenset(last)
+    if not slots:
+        return [ReadSlot(None, planned)]
+    return [ReadSlot(slots[0].piece, planned), *slots[1:]]
+
+
+def read_ranges(store: Store, opts: ReadOptions, slot: ReadSlot) -> list[OffsetRange]:
+    """The offsets a task reads for `slot`, with the read's bounds resolved and checked
+    against the log now: its piece's share, then (first slot) the unplanned partitions."""
+    out: list[OffsetRange] = []
+    piece = slot.piece
+    if piece is not None:
+        tp = (piece.topic, piece.partition)
+        (rng,) = resolve_ranges(store, opts, [tp], validate=False)
+        lo = rng.start if piece.lo is None else max(rng.start, piece.lo)
+        hi = rng.end if piece.hi is None else min(rng.end, piece.hi)
+        if lo < hi:
+            out.append(OffsetRange(rng.topic, rng.partition, lo, hi))
+    if slot.planned is not None:
+        now = topic_partitions(store, opts.subscription)
+        ranges = resolve_ranges(store, opts, now)  # checks JSON bounds as planning does
+        out.extend(r for r in ranges if (r.topic, r.partition) not in slot.planned and r.size)
+    return out
+
+
+def resolve_ranges(
+    store: Store, opts: ReadOptions, tps: Sequence[TopicPartition], validate: bool = True
+) -> list[OffsetRange]:
+    """Each partition's range from the starting and ending options, checked against the log
+    (failOnDataLoss). `validate`: per-partition JSON must name exactly `tps`."""
+    strategy = opts.starting_strategy
+    starts = resolve_bound(store, opts.starting, tps, strategy, True, validate)
+    ends = resolve_bound(store, opts.ending, tps, strategy, False, validate)
+    return [checked_range(store, OffsetRange(t, p, starts[(t, p)], ends[(t, p)]), opts)
+            for t, p in tps]  # fmt: skip
 
 
 def topic_partitions(store: Store, sub: Subscription) -> list[TopicPartition]:
@@ -89,10 +143,15 @@ def topic_partitions(store: Store, sub: Subscription) -> list[TopicPartition]:
 
 
 def resolve_bound(
-    store: Store, bound: Bound, tps: Sequence[TopicPartition], strategy: str, starting: bool
+    store: Store,
+    bound: Bound,
+    tps: Sequence[TopicPartition],
+    strategy: str,
+    starting: bool,
+    validate: bool = True,
 ) -> dict[TopicPartition, int]:
     """The offset each partition's range starts (or ends) at."""
-    if bound.per_partition and set(bound.offsets) != set(tps):
+    if validate and bound.per_partition and set(bound.offsets) != set(tps):
         raise InvalidConfigError(
             f"option {bound.option!r} must name every partition read and no other: it names "
             f"{_names(bound.offsets)}, the subscription reads {_names(tps)}"
@@ -152,11 +211,10 @@ def checked_range(store: Store, rng: OffsetRange, opts: ReadOptions) -> OffsetRa
             f"{t}-{p}: starting offset {start} ({opts.starting.option}) is after ending offset "
             f"{stop} ({opts.ending.option})"
         )
-    if rng.pieces:
-        kept = [(max(lo, start), min(hi, stop)) for lo, hi in rng.pieces]
-        found = pieced(t, p, [(lo, hi) for lo, hi in kept if lo < hi])
-        return found if found is not None else OffsetRange(t, p, start, start)
     return OffsetRange(t, p, start, stop)
+
+
+# -- splitting --------------------------------------------------------------------------------
 
 
 def split_ranges(
@@ -165,85 +223,115 @@ def split_ranges(
     min_partitions: int | None,
     max_records: int | None,
 ) -> list[OffsetRange]:
-    """Kafka's split: one range per topic-partition unless maxRecordsPerPartition or
-    minPartitions asks for more; then cuts at segment boundaries where one is near."""
-    out = [r for r in ranges if r.size > 0]
-    if max_records is None and (min_partitions is None or len(out) >= min_partitions):
-        return out
-    bases = {(r.topic, r.partition): segment_offsets(r.topic, r.partition) for r in out}
-    if max_records is not None:
-        out = [
-            piece
-            for r in out
-            for piece in _divide(r, math.ceil(r.size / max_records), bases, max_records)
-        ]
-    if min_partitions is not None and min_partitions > len(out):
-        total = sum(r.size for r in out)
-        out = [
-            piece
-            for r in out
-            for piece in _divide(
-                r, max(math.floor(r.size / total * min_partitions + 0.5), 1), bases, max_records
-            )
-        ]
-    return out
+    """Spark's split (kafka_split), then each cut moved onto a segment boundary near it."""
+    out = kafka_split(ranges, min_partitions, max_records)
+    if len(out) == len([r for r in ranges if r.size > 0]):
+        return out  # nothing was cut
+    return _snapped(out, segment_offsets, max_records)
 
 
-def _divide(
-    rng: OffsetRange,
-    parts: int,
-    bases: dict[TopicPartition, list[int]],
-    max_records: int | None,
+def kafka_split(
+    ranges: Sequence[OffsetRange], min_partitions: int | None, max_records: int | None
 ) -> list[OffsetRange]:
-    """`rng` in `parts` pieces of (nearly) equal size; each inner cut moves to a segment
-    boundary within a quarter piece of it, unless that breaks maxRecordsPerPartition."""
-    if parts <= 1:
-        return [rng]
-    if rng.pieces:
-        return _divide_pieces(rng, parts)
-    cuts, position, remaining = [], rng.start, rng.size
-    for i in range(parts - 1):
+    """Spark's KafkaOffsetRangeCalculator.getRanges: empty ranges dropped; each range cut in
+    ceil(size / maxRecordsPerPartition) pieces; then, when fewer pieces than minPartitions,
+    a piece whose share of minPartitions rounds to 1 stays whole (and so does every piece of
+    its topic-partition), and the rest share what remains of minPartitions in proportion to
+    size (SPARK-36576). A piece of n parts takes remaining // (parts left) records each step."""
+    out = [r for r in ranges if r.size > 0]
+    if max_records is not None:
+        out = [p for r in out for p in _divided(r, math.ceil(r.size / max_records))]
+    if min_partitions is None or min_partitions <= len(out):
+        return out
+    total = sum(r.size for r in out)
+    whole = [r for r in out if _part_count(r.size, total, min_partitions) == 1]
+    whole_tps = {(r.topic, r.partition) for r in whole}
+    split_total = total - sum(r.size for r in whole)
+    split_min = max(min_partitions - len(whole), 1)
+    return [
+        p
+        for r in out
+        for p in _divided(
+            r,
+            1
+            if (r.topic, r.partition) in whole_tps
+            else _part_count(r.size, split_total, split_min),
+        )
+    ]
+
+
+def _part_count(size: int, total: int, parts: int) -> int:
+    """Spark's getPartCount: max(math.round(size.toDouble / total * parts), 1)."""
+    return max(java_round(size / total * parts), 1)
+
+
+def java_round(x: float) -> int:
+    """Java's Math.round of a double >= 0: the nearest integer, ties up. Not floor(x + 0.5),
+    whose addition rounds 0.49999999999999994 up to 1."""
+    whole = math.floor(x)
+    return whole + (1 if x - whole >= 0.5 else 0)
+
+
+def _divided(rng: OffsetRange, parts: int) -> list[OffsetRange]:
+    """Spark's getDividedPartition: `parts` pieces, each remaining // (parts left) records;
+    empty pieces dropped."""
+    out, start, remaining = [], rng.start, rng.size
+    for i in range(parts):
         step = remaining // (parts - i)
         remaining -= step
-        position += step
-        cuts.append(position)
-    snapped = _snap(cuts, bases[(rng.topic, rng.partition)], rng.size // (4 * parts))
-    edges = [rng.start, *snapped, rng.end]
-    if max_records is not None and any(b - a > max_records for a, b in pairwise(edges)):
-        edges = [rng.start, *cuts, rng.end]
-    return [OffsetRange(rng.topic, rng.partition, a, b) for a, b in pairwise(edges) if b > a]
+        end = min(start + step, rng.end)
+        if end > start:
+            out.append(OffsetRange(rng.topic, rng.partition, start, end))
+        start = end
+    return out
 
 
-def _divide_pieces(rng: OffsetRange, parts: int) -> list[OffsetRange]:
-    """A lookup's spans in `parts` groups of (nearly) equal record counts, in offset order;
-    a span is cut where a group fills up."""
-    groups: list[list[Span]] = [[]]
-    remaining, left = rng.size, parts
-    room = remaining // left
-    for lo, hi in rng.pieces:
-        while lo < hi:
-            if room == 0 and left > 1:
-                groups.append([])
-                left -= 1
-                room = remaining // left
-            take = hi - lo if left == 1 else min(hi - lo, room)
-            groups[-1].append((lo, lo + take))
-            lo, room, remaining = lo + take, room - take, remaining - take
-    return [r for r in (pieced(rng.topic, rng.partition, g) for g in groups) if r is not None]
+def _snapped(
+    pieces: list[OffsetRange],
+    segment_offsets: Callable[[str, int], list[int]],
+    max_records: int | None,
+) -> list[OffsetRange]:
+    """Each cut between two pieces of one partition moved to the nearest segment base offset
+    within a quarter of the smaller piece, unless the move makes a piece larger than
+    maxRecordsPerPartition: most tasks then start at the first batch of a segment file."""
+    out: list[OffsetRange] = []
+    i = 0
+    while i < len(pieces):
+        j = i
+        while j + 1 < len(pieces) and (pieces[j + 1].topic, pieces[j + 1].partition) == (
+            pieces[i].topic,
+            pieces[i].partition,
+        ):
+            j += 1
+        group = pieces[i : j + 1]
+        if len(group) > 1:
+            bases = segment_offsets(group[0].topic, group[0].partition)
+            group = _snap_group(group, bases, max_records)
+        out.extend(group)
+        i = j + 1
+    return out
 
 
-def _snap(cuts: list[int], bases: list[int], tolerance: int) -> list[int]:
-    """Each cut replaced by the nearest segment base offset within `tolerance`, kept rising."""
-    out: list[int] = []
-    for cut in cuts:
+def _snap_group(
+    group: list[OffsetRange], bases: list[int], max_records: int | None
+) -> list[OffsetRange]:
+    """The contiguous pieces of one partition with their inner cuts snapped (_snapped)."""
+    edges = [group[0].start, *(r.end for r in group)]
+    for k in range(1, len(edges) - 1):
+        cut = edges[k]
+        tolerance = min(cut - edges[k - 1], edges[k + 1] - cut) // 4
         i = bisect.bisect_left(bases, cut)
         near = [b for b in bases[max(i - 1, 0) : i + 1] if abs(b - cut) <= tolerance]
-        best = min(near, key=lambda b: abs(b - cut)) if near else cut
-        if not out or best > out[-1]:
-            out.append(best)
-        elif cut > out[-1]:
-            out.append(cut)
-    return out
+        if not near:
+            continue
+        best = min(near, key=lambda b: abs(b - cut))
+        too_big = max_records is not None and (
+            best - edges[k - 1] > max_records or edges[k + 1] - best > max_records
+        )
+        if edges[k - 1] < best < edges[k + 1] and not too_big:
+            edges[k] = best
+    t, p = group[0].topic, group[0].partition
+    return [OffsetRange(t, p, a, b) for a, b in pairwise(edges)]
 
 
 def _names(tps: Iterable[TopicPartition]) -> str:

@@ -2,16 +2,17 @@
 
 What runs where (docs/spark.md "What runs where"): Spark creates MqcoreDataSource in a Python
 planner process on the driver, where schema() checks the options; reader() and partitions()
-open the store read-only there to resolve offsets and cut the ranges; each task's read() opens
-the store read-only on its executor and yields pyarrow RecordBatches that the Cython decoder
-built (Store.iter_arrow): no Python object per record. Streaming (streamReader(),
-streamWriter()) lives in mqcore.spark.stream.
+open the store read-only there to check the bounds and cut the ranges into tasks (ReadSlots);
+each task's read() opens the store read-only on its executor, resolves its range against the
+log as it is then (a reused DataFrame's plan is reused by Spark), and yields pyarrow
+RecordBatches that the Cython decoder built (Store.iter_arrow): no Python object per record.
+Streaming (streamReader(), streamWriter()) lives in mqcore.spark.stream.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import (
     DataSource,
@@ -34,7 +35,8 @@ from pyspark.sql.types import (
 
 import mqcore
 from mqcore.errors import InvalidConfigError
-from mqcore.spark.extras import EXTRA_COLUMNS, add_extras
+from mqcore.spark.batches import range_batches
+from mqcore.spark.extras import EXTRA_COLUMNS
 from mqcore.spark.options import (
     ReadOptions,
     WriteOptions,
@@ -42,15 +44,12 @@ from mqcore.spark.options import (
     parse_stream_options,
     parse_write_options,
 )
-from mqcore.spark.plan import OffsetRange, checked_range, plan_read
-from mqcore.spark.pushdown import Pushdown
+from mqcore.spark.plan import ReadSlot, plan_slots, read_ranges
 from mqcore.spark.sink import MqcoreArrowWriter, sink_columns
 from mqcore.spark.stream import MqcoreStreamReader, MqcoreStreamWriter
 
 if TYPE_CHECKING:
     import pyarrow as pa
-
-    from mqcore.store import Store
 
 NAME = "mqcore"
 
@@ -125,15 +124,6 @@ class MqcoreDataSource(DataSource):
         return MqcoreStreamWriter(opts, _sink_columns(schema, opts))
 
 
-class MqcorePushdownDataSource(MqcoreDataSource):
-    """The same source with a reader that takes filters (spark.sql.python.filterPushdown)."""
-
-    def reader(self, schema: StructType) -> MqcorePushdownReader:
-        opts = parse_read_options(self.options)
-        _check_schema(schema, opts)
-        return MqcorePushdownReader(opts)
-
-
 def _sink_columns(schema: StructType, opts: WriteOptions) -> list[str]:
     """The sink columns of `schema`, checked, and the store and `topic` option checked."""
     columns = sink_columns(schema, opts)
@@ -154,84 +144,24 @@ def _check_schema(schema: StructType, opts: ReadOptions) -> None:
 
 
 class MqcoreReader(DataSourceReader):
-    """Plans offset ranges from the store's indexes and reads them as Arrow batches."""
+    """Plans the read's tasks from the store's indexes and reads them as Arrow batches.
+
+    PySpark reuses one reader and its partitions() for every query of a DataFrame, so the
+    reader holds only the options, and each task resolves its range when it runs (plan.py,
+    docs/spark.md "Reusing a DataFrame"). It takes no filters: Spark evaluates them all."""
 
     def __init__(self, opts: ReadOptions) -> None:
         self.opts = opts
-        self.pushdown = Pushdown()
-        # rows the decoder built in this process before the pushed filters dropped any: what
-        # a plan read (tests compare plans with it; Spark's tasks each count their own)
-        self.rows_decoded = 0
 
     def partitions(self) -> Sequence[InputPartition]:
         with mqcore.open(self.opts.path, read_only=True) as store:
-            ranges = plan_read(store, self.opts, self.pushdown.narrow)
-        return [InputPartition(rng) for rng in ranges]
+            slots = plan_slots(store, self.opts)
+        return [InputPartition(slot) for slot in slots]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        # PySpark 4.1 hands read() None for a plan without partitions, later ones
-        # InputPartition(None): nothing to read either way
-        rng = getattr(partition, "value", None)
-        if not isinstance(rng, OffsetRange):
-            return
-        opts = self.opts
-        with mqcore.open(opts.path, read_only=True) as store:
-            rng = checked_range(store, rng, opts)  # retention may have run since planning
-            for batch in self._coalesced(self._filtered(store, rng)):
-                if opts.include_extras:
-                    batch = add_extras(batch, rng.topic, rng.partition, opts.include_headers)
-                yield batch
-
-    def _filtered(self, store: Store, rng: OffsetRange) -> Iterator[pa.RecordBatch]:
-        """The decoder's batches of the range (only its pieces; with a value needle, only
-        batches holding it), each cut down to the rows the pushed filters keep."""
-        opts, push = self.opts, self.pushdown
-        t, p = rng.topic, rng.partition
-        limits: dict[str, Any] = {
-            "include_headers": opts.include_headers or opts.include_extras,
-            "max_records": opts.max_records_per_batch,
-            "max_bytes": opts.max_bytes_per_batch,
-        }
-        for lo, hi in rng.spans():
-            if push.needles:
-                needle = max(push.needles, key=len)
-                batches = store.iter_arrow_holding(t, p, lo, hi, needle, **limits)
-            else:
-                batches = store.iter_arrow(t, p, lo, hi, **limits)
-            for batch in batches:
-                self.rows_decoded += batch.num_rows
-                kept = push.filter_batch(batch)
-                if kept.num_rows:
-                    yield kept
-
-    def _coalesced(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """The batches, small neighbours (pieces of a lookup, filtered rows) joined up to the
-        batch bounds, so Spark gets few batches."""
-        max_rows, max_bytes = self.opts.max_records_per_batch, self.opts.max_bytes_per_batch
-        pending: list[pa.RecordBatch] = []
-        rows = size = 0
-        for batch in batches:
-            if pending and (rows + batch.num_rows > max_rows or size + batch.nbytes > max_bytes):
-                yield _joined(pending)
-                pending, rows, size = [], 0, 0
-            pending.append(batch)
-            rows, size = rows + batch.num_rows, size + batch.nbytes
-        if pending:
-            yield _joined(pending)
-
-
-def _joined(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
-    import pyarrow as pa
-
-    if len(batches) == 1:
-        return batches[0]
-    return pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
-
-
-class MqcorePushdownReader(MqcoreReader):
-    """MqcoreReader that answers partition, offset, timestamp and topic comparisons from the
-    store's indexes, key and msg_id lookups from the key index and the ID itself, and a value
-    needle with the search kernel; Spark evaluates every filter it hands back."""
-
-    def pushFilters(self, filters: list[Any]) -> list[Any]:  # noqa: N802 - Spark's name
-        return self.pushdown.push(filters)
+        slot = partition.value
+        if not isinstance(slot, ReadSlot):
+            raise TypeError(f"an mqcore batch task needs a ReadSlot, not {slot!r}")
+        with mqcore.open(self.opts.path, read_only=True) as store:
+            for rng in read_ranges(store, self.opts, slot):
+                yield from range_batches(store, rng, self.opts)

@@ -53,7 +53,7 @@ from mqcore.errors import (
     StoreLockedError,
     UnknownPartitionError,
 )
-from mqcore.spark.extras import add_extras
+from mqcore.spark.batches import range_batches
 from mqcore.spark.options import StreamOptions, TopicPartition, WriteOptions
 from mqcore.spark.plan import (
     OffsetRange,
@@ -311,18 +311,7 @@ class MqcoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         opts = self.opts.read
         with mqcore.open(opts.path, read_only=True) as store:
             rng = checked_range(store, rng, opts)  # retention may have run since planning
-            for batch in store.iter_arrow(
-                rng.topic,
-                rng.partition,
-                rng.start,
-                rng.end,
-                include_headers=opts.include_headers or opts.include_extras,
-                max_records=opts.max_records_per_batch,
-                max_bytes=opts.max_bytes_per_batch,
-            ):
-                if opts.include_extras:
-                    batch = add_extras(batch, rng.topic, rng.partition, opts.include_headers)
-                yield batch
+            yield from range_batches(store, rng, opts)
 
     def commit(self, end: dict[str, Any]) -> None:
         self._commit_group(offsets_from_json(end))
