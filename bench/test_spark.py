@@ -2,7 +2,7 @@
 mqcore source, from Parquet files holding the same rows, and from a row-yielding Python data
 source (the BASELINE below: what a plain Python source that yields tuples gives).
 
-One local[2] session serves the module, with spark.sql.python.filterPushdown.enabled on.
+One local[2] session serves the module.
 The store (2 partitions of ~200-byte log lines with keys, as `bench/test_query.py` writes
 them) is built once per session; the Parquet files are written once from the store's own Arrow
 batches, so they hold exactly the same rows and columns (the Kafka source's seven). Each side
@@ -14,8 +14,9 @@ above hands Spark all seven columns. Queries, each a Spark action:
   count    df.count()
   filter   df.where("contains(value, X'...')").count(): Spark evaluates it on every row
            (no source gets it: Spark pushes no filter for a binary column's contains)
-  key      df.where("key = X'...'").count(): mqcore answers it from the key index; Parquet
-           gets it pushed too (row-group statistics; keys are spread, so they skip nothing)
+  key      df.where("key = X'...'").count(): Spark evaluates it on every row of the mqcore
+           source (no filter reaches its reader since the DataFrame-reuse fix: docs/spark.md);
+           Parquet gets it pushed (row-group statistics; keys are spread, so they skip nothing)
 """
 
 from __future__ import annotations

@@ -473,12 +473,9 @@ def test_demo_spark_step_agrees_with_the_store(
 
     path = str(tmp_path / "demo")
     demo.run(path, 3000, 7, io.StringIO())
-    before = spark.conf.get(mqcore.spark.PUSHDOWN_CONF, "false")
-    spark.conf.set(mqcore.spark.PUSHDOWN_CONF, "true")
     try:
         found = demo.step_spark(path, demo.Printer(io.StringIO()), spark)
     finally:
-        spark.conf.set(mqcore.spark.PUSHDOWN_CONF, before)
         mqcore.spark.register(spark)
     with mqcore.open(path, read_only=True) as store:
 
@@ -496,11 +493,11 @@ def test_demo_spark_step_agrees_with_the_store(
             status[hit.group(1).decode() if hit else ""] += 1
         events = [json.loads(v) for v in values(demo.EVENTS)]
         errors = Counter(e["host"] for e in events if e["level"] == "ERROR")
-        pushed = min(1000, store.end_offset(demo.ACCESS, 1))
+        bounded = min(1000, store.end_offset(demo.ACCESS, 1))
     assert found.status_counts == dict(status)
     assert found.errors_per_host == dict(errors)
-    assert found.pushed_count == pushed
-    assert found.input_partitions == (3, 3)
+    assert found.bounded_count == bounded
+    assert found.input_partitions == (3, 1)
 
 
 def test_stream_reader_versions(store_path: str) -> None:
