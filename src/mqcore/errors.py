@@ -12,6 +12,7 @@ __all__ = [
     "StoreError",
     "StoreClosedError",
     "StoreLockedError",
+    "StoreChangedError",
     "ReadOnlyStoreError",
     "InvalidTopicError",
     "UnknownTopicError",
@@ -54,6 +55,11 @@ class StoreClosedError(StoreError):
 
 class StoreLockedError(StoreError):
     """Another process holds the writer lock of the store directory."""
+
+
+class StoreChangedError(StoreError):
+    """A read-only store went back to a segment file that its writer has since replaced or
+    removed (compaction, retention): reopen the store to read the log as it is now."""
 
 
 class ReadOnlyStoreError(StoreError):

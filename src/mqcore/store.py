@@ -51,6 +51,7 @@ from mqcore.query import engine
 from mqcore.query.engine import QueryResult
 from mqcore.query.ids import decode_msg_id, encode_msg_id, parse_uid, uid_text
 from mqcore.storage import cleaner, retention
+from mqcore.storage.cache import SegmentCache
 from mqcore.storage.cleaner import CompactionReport
 from mqcore.storage.flusher import Flusher
 from mqcore.storage.logdir import LogDirectory
@@ -70,6 +71,7 @@ if TYPE_CHECKING:
 _log = logging.getLogger("mqcore")
 
 HeadersArg = Mapping[str, bytes | None] | Sequence[tuple[str, bytes | None]] | None
+MIN_OPEN_SEGMENTS = 8  # the fewest sealed segments a store keeps open (a read spans several)
 READ_ONLY_OPEN_PATIENCE = 10.0  # seconds a read-only open retries while a writer changes files
 
 
@@ -215,6 +217,7 @@ class Store:
         trace: bool | float = False,
         retention_check_interval_ms: int = 300_000,
         compaction_check_interval_ms: int = 15_000,
+        max_open_segments: int = 1000,
         **topic_defaults: Any,
     ):
         rate = sample_rate(trace)
@@ -223,6 +226,17 @@ class Store:
             retention_check_interval_ms, compaction_check_interval_ms
         )
         self.flush_policy = FlushPolicy(flush, flush_interval_ms, flush_messages)
+        if (
+            isinstance(max_open_segments, bool)
+            or not isinstance(max_open_segments, int)
+            or not MIN_OPEN_SEGMENTS <= max_open_segments <= 1 << 30
+        ):
+            raise InvalidConfigError(
+                f"max_open_segments must be an int in [{MIN_OPEN_SEGMENTS}, 2**30], not "
+                f"{max_open_segments!r}"
+            )
+        # sealed segments open at once (their maps; they keep no descriptor): docs/operations.md
+        self._segment_cache = SegmentCache(max_open_segments)
         self.read_only = read_only
         self.auto_create_topics = auto_create_topics
         self.verify_crc = verify_crc
@@ -365,6 +379,7 @@ class Store:
             cfg,
             self.flush_policy,
             writable=not self.read_only,
+            cache=self._segment_cache,
         )
 
     def close(self) -> None:

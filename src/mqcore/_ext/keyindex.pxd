@@ -44,6 +44,7 @@ cdef class KeyTable:
 
     cdef int check_open(self, bint write) except -1
     cpdef uint32_t content_crc(self) except? 0xFFFFFFFF
+    cdef int heads_match(self) except -1
     cdef void note_time(self, int64_t ts) noexcept
     cdef int insert_hit(self, const KeyHit* h, int64_t rel_offset, int64_t position) except -1
 

@@ -11,9 +11,9 @@
 #     16  tag_capacity            u32   tag entries the file has room for
 #     20  key_count               u32
 #     24  tag_count               u32
-#     28  content_crc             u32   CRC-32C of header bytes 8-27 and 32-63, the slots,
-#                                     the key entries and the tag entries in use (valid
-#                                     only when complete)
+#     28  content_crc             u32   CRC-32C of header bytes 8-27 and 32-63, the key
+#                                     entries and the tag entries in use (valid only when
+#                                     complete); the slots are checked against the entries
 #     32  base_timestamp          i64   origin of the entries' timestamp deltas (-1: none yet)
 #     40  covered_position        i64   .log bytes the entries describe
 #     48  min_timestamp           i64   smallest record timestamp in the segment (-1: none)
@@ -27,8 +27,10 @@
 # an older entry, so a walk ends after at most key_count steps even on damaged bytes. Deltas
 # outside int32 are stored as INT32_MIN/INT32_MAX ("at most"/"at least"), never wrapped. Tag
 # entries are in offset order (appends only), so a tag read binary-searches its start.
-# A table is trusted only while complete with a matching content_crc: the first insert after
-# an open clears the flag, sealing or closing sets it again with a fresh CRC.
+# A table is trusted only while complete with a matching content_crc and every used chain's
+# slot naming the chain's newest entry (content_valid): the first insert after an open clears
+# the flag, sealing or closing sets it again with a fresh CRC. The CRC leaves the slots out so
+# that sealing reads only what was written (the slot array is mostly untouched sparse pages).
 cimport cython
 from libc.stdint cimport INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, int32_t, int64_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memcpy, memset
@@ -286,23 +288,50 @@ cdef class KeyTable:
         store_be16(self.base + 6, 1 if complete else 0)
 
     cpdef uint32_t content_crc(self) except? 0xFFFFFFFF:
-        """CRC-32C of the header fields after the flags (but the CRC itself), the slots and
-        the entries in use: what a complete header vouches for."""
+        """CRC-32C of the header fields after the flags (but the CRC itself) and the entries
+        in use: what a complete header vouches for, with heads_match for the slots."""
         self.check_open(False)
         cdef uint32_t crc
         with nogil:
             crc = crc32c_extend(0, self.base + 8, 20)
             crc = crc32c_extend(crc, self.base + 32, HEADER_SIZE - 32)
-            crc = crc32c_extend(crc, self.slots, 4 * <size_t>self.slot_count)
             crc = crc32c_extend(crc, self.keys, KEY_ENTRY * <size_t>self.key_count)
             crc = crc32c_extend(crc, self.tags, TAG_ENTRY * <size_t>self.tag_count)
         return crc
 
+    cdef int heads_match(self) except -1:
+        """1 when the slot of every chain that has entries names its newest entry (0 if not).
+        With the entries' CRC (their links included) that makes every entry reachable from its
+        slot; a slot no entry hashes to is never read here, and a lookup that follows a stray
+        one only meets entries it verifies. Reads the entries and the slots they use only."""
+        cdef uint64_t mask = self.slot_count - 1, b
+        cdef uint32_t i
+        cdef int ok = 1
+        cdef unsigned char* seen = <unsigned char*>PyMem_Malloc((self.slot_count + 7) // 8)
+        if seen == NULL:
+            raise MemoryError()
+        memset(seen, 0, (self.slot_count + 7) // 8)
+        with nogil:
+            i = self.key_count
+            while i > 0:
+                i -= 1
+                b = load_be64(self.keys + KEY_ENTRY * <Py_ssize_t>i) & mask
+                if seen[b >> 3] & (1 << (b & 7)):
+                    continue
+                seen[b >> 3] |= <unsigned char>(1 << (b & 7))
+                if load_be32(self.slots + 4 * <Py_ssize_t>b) != i + 1:
+                    ok = 0
+                    break
+        PyMem_Free(seen)
+        return ok
+
     def content_valid(self):
-        """Whether the table was sealed or closed and is still exactly what it was then (the
-        stored content CRC matches): what an open may trust without a rebuild."""
+        """Whether the table was sealed or closed and is still what it was then (the stored
+        content CRC matches and the slots name the chains' heads): what an open may trust
+        without a rebuild."""
         self.check_open(False)
-        return bool(self.complete) and load_be32(self.base + 28) == self.content_crc()
+        return (bool(self.complete) and load_be32(self.base + 28) == self.content_crc()
+                and self.heads_match() == 1)
 
     def chain_problem(self):
         """Walk every chain: None when each slot's chain runs from newest to older entries of

@@ -6,7 +6,8 @@
 # fields the Python objects keep and follows their locking rule.
 #   Partition   _lock (RLock), segments, _bases, topic, partition
 #   LogSegment  base_offset, next_offset, size, offset_index (entries, _view), _mapped
-#               (MappedFile), view(), verified_batches, log_path, key_index (table), key_table()
+#               (MappedFile), view(), verified_batches, log_path, key_index (table), key_table(),
+#               is_open, ensure_open()
 # Under the partition lock a lookup picks its segments, their sizes, the offset-index floor or
 # the key-index entries, and takes a buffer of each mapping it will read (export_mapping).
 # That buffer is the read's pin: a MappedFile unmaps only when its last buffer is released, so
@@ -144,6 +145,8 @@ cdef object get_in(object part, object offset_obj, bint verify_crc, Py_ssize_t m
                     or offset >= <int64_t>segments[len(segments) - 1].next_offset):
                 return None
             seg = segments[segment_index(<list?>part._bases, offset)]
+            if not seg.is_open:
+                seg.ensure_open()  # first use, or closed by the store's segment cache
             index_floor(seg, offset, &position)
             limit = seg.size
             export_mapping(seg, limit, &b)

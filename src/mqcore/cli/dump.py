@@ -504,7 +504,9 @@ class Dumper:
         if current and not chains:  # a stale header's counts lag the entries: no verdict
             self._damaged(path, 0, "a hash chain links forward or past the entries")
         elif current and doc["complete"] and not doc["content_valid"]:
-            self._damaged(path, 0, "content CRC mismatch: changed after it was sealed")
+            self._damaged(
+                path, 0, "not what was sealed: its content CRC or a chain's head does not match"
+            )
 
 
 def _crc_holds(view: memoryview, pos: int, info: BatchInfo) -> bool:

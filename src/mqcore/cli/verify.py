@@ -260,7 +260,7 @@ def _keyindex(check: PartitionCheck, path: str, base: int, facts: LogFacts) -> N
             if not table.complete:
                 problem("not sealed: its writer did not close it (an open rebuilds it)")
             elif not table.content_valid():
-                problem("content CRC mismatch: entries or slots changed after it was sealed")
+                problem("not what was sealed: its content CRC or a chain's head does not match")
             chains = table.chain_problem()
             if chains is not None:
                 problem(f"hash chains: {chains}")

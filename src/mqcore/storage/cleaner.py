@@ -55,6 +55,7 @@ from mqcore.storage.partition import (
     SWAP_SUFFIX,
     Partition,
     finish_swap,
+    key_index_capacity,
     segment_layout,
 )
 from mqcore.storage.retention import disposer
@@ -350,7 +351,7 @@ def _build_cleaned(part: Partition, group: _Group, sizes: dict[LogSegment, int],
         writable=True,
         index_interval_bytes=cfg.index_interval_bytes,
         max_index_bytes=cfg.segment_index_bytes,
-        key_index_capacity=cfg.key_index_entries if cfg.key_index else 0,
+        key_index_capacity=key_index_capacity(cfg),
     )
     try:
         seg.rebuild(verify_crc=True)
@@ -392,13 +393,13 @@ def _swap(part: Partition, olds: list[LogSegment]) -> None:
     _rename_all(directory, stem, ".cleaned", SWAP_SUFFIX)  # the .log.swap is the commit
     crash_point("compact.after_swap")
     for old in olds:
-        old.retire()  # its files are replaced or removed next: it never writes one again
+        # its files are replaced or removed next: it never writes one again, and a reader
+        # that holds it keeps the files it has open
+        old.retire(part.is_pinned(old))
     new_files = dict(segment_layout(directory))[base]
     finish_swap(directory, base, new_files)
     crash_point("compact.after_final")
-    new = part._segment(base)
-    new.load()
-    new.seal()
+    new = part._segment(base, lazy=True)  # opened on first use
     disposers = [disposer(part, old, [], "compact.before_unlink") for old in olds]
     with part._lock:
         i = part.segments.index(olds[0])

@@ -17,6 +17,7 @@ import mmap
 import os
 from collections.abc import Callable
 
+from mqcore._ext.mapping import MappedFile
 from mqcore.crashpoints import crash_point
 from mqcore.errors import StoreError
 
@@ -47,14 +48,11 @@ def sync_dir(directory: str) -> None:
         os.close(fd)
 
 
-def sync_mapping(m: mmap.mmap, path: str, start: int = 0, length: int | None = None) -> None:
+def sync_mapping(m: MappedFile, path: str, start: int = 0, length: int | None = None) -> None:
     """msync a shared writable mapping of `path` (all of it, or [start, start + length))."""
     if observer is not None:
         observer(path)
-    if length is None:
-        m.flush()
-    else:
-        m.flush(start, length)
+    m.flush(start, -1 if length is None else length)
 
 
 def open_file(path: str, flags: int, mode: int = 0o644) -> int:
@@ -73,6 +71,27 @@ def open_store_file(path: str, flags: int, mode: int = 0o644) -> int:
                 f"{path} is a symbolic link: a store's files are never links (remove it)"
             ) from None
         raise
+
+
+def back_pages(path: str, m: MappedFile, start: int, end: int) -> int:
+    """Give the pages of [start, end) of a shared writable mapping of `path` their disk blocks
+    through the write path (pwrite of what they hold now, zeros in a hole), before the mapping
+    writes them: the first store into a hole of a mapped file takes a page fault that allocates
+    the block under the filesystem's journal (ext4: ~5-10 ms each, seen here), a pwrite does
+    the same in ~0.1 ms. Returns the page-aligned end reached."""
+    start -= start % mmap.PAGESIZE
+    end = min(len(m), -(-end // mmap.PAGESIZE) * mmap.PAGESIZE)
+    if end <= start:
+        return max(start, end)
+    fd = open_store_file(path, os.O_WRONLY)
+    try:
+        with memoryview(m) as view:
+            at = start
+            while at < end:
+                at += os.pwrite(fd, view[at:end], at)
+    finally:
+        os.close(fd)
+    return end
 
 
 def write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
@@ -113,6 +132,7 @@ def write_atomic(
 
 
 __all__ = [
+    "back_pages",
     "open_file",
     "open_store_file",
     "sync_data",

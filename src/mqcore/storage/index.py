@@ -14,11 +14,13 @@ import struct
 import threading
 
 from mqcore._ext import index as _index
+from mqcore._ext.mapping import MappedFile
 from mqcore.crashpoints import crash_point
 from mqcore.storage import durable
 
 OFFSET_ENTRY = struct.Struct(">ii")  # relativeOffset, position
 BATCH_MIN_BYTES = 61  # a record batch's header: no batch, so no index entry, is smaller
+BACK_AHEAD = 64 << 10  # index bytes given disk blocks at a time ahead of the next entry
 TIME_ENTRY = struct.Struct(">qi")  # timestamp, relativeOffset
 
 
@@ -27,7 +29,7 @@ class SparseIndex:
 
     entry_size = 0
 
-    def __init__(self, path: str, max_bytes: int, writable: bool):
+    def __init__(self, path: str, max_bytes: int, writable: bool, mapped: bool = True):
         self.path = path
         self.writable = writable
         self.max_bytes = max_bytes  # the size it is preallocated to (segment_index_bytes)
@@ -35,17 +37,37 @@ class SparseIndex:
         self.entries = 0
         self.disk_bytes = 0  # file size before _map() preallocated it: zeros past it are ours
         self._lock = threading.Lock()
-        self._mm: mmap.mmap | None = None
+        self._mm: MappedFile | None = None
         self._view: memoryview | None = None
         self.identity: tuple[int, int] | None = None  # (st_dev, st_ino) of the file mapped
-        self._map()
+        self.is_mapped = False
+        self._backed = 0  # bytes of the mapping known to have disk blocks (durable.back_pages)
+        if mapped:
+            self.open()
+
+    def open(self) -> None:
+        """Map the file (its entries as load() or the last mapping counted them)."""
+        with self._lock:
+            if not self.is_mapped:
+                self._map()
+                self.is_mapped = True
+
+    def unmap(self) -> None:
+        """Let go of the mapping (the segment is closed until its next use); the entry count
+        stays. A buffer a reader still holds keeps the file mapped until it lets go."""
+        with self._lock:
+            if self._mm is None and self._view is not None:
+                return  # entries rebuilt in memory (read-only): they are all there is
+            self._drop_mapping()
+            self.is_mapped = False
 
     # -- file and mapping -------------------------------------------------------------------
 
-    def _map(self) -> None:
-        """Open and map the file as it is, then close it (the mapping keeps the file: an index
-        costs no descriptor); the first append preallocates it (_preallocate), so only the
-        active segment's indexes are ever stretched, never the sealed ones."""
+    def _map(self, stretch_to: int = 0) -> None:
+        """Open and map the file as it is (stretched to `stretch_to` bytes first, and the
+        pages of the next entries given their blocks: _preallocate), then close it (the
+        mapping keeps the file: an index costs no descriptor); the first append preallocates
+        it, so only the active segment's indexes are ever stretched, never the sealed ones."""
         flags = os.O_RDWR | os.O_CREAT if self.writable else os.O_RDONLY
         try:
             fd = durable.open_store_file(self.path, flags)
@@ -54,14 +76,23 @@ class SparseIndex:
             return
         try:
             st = os.fstat(fd)
+            if st.st_size < stretch_to:
+                os.ftruncate(fd, stretch_to)
+                at = self.entries * self.entry_size
+                # the pages the next entries land in get blocks by the write path: a store
+                # into a hole of the mapping is a slow page fault (durable.back_pages)
+                at -= at % mmap.PAGESIZE
+                end = min(stretch_to, at + BACK_AHEAD)
+                os.pwrite(fd, os.pread(fd, end - at, at), at)
+                self._backed = end
+                st = os.fstat(fd)
             self.identity = (st.st_dev, st.st_ino)
             size = st.st_size
             self.disk_bytes = size
             if self.writable:
                 self.max_entries = max(self.max_entries, size // self.entry_size)
             if size >= self.entry_size:
-                access = mmap.ACCESS_WRITE if self.writable else mmap.ACCESS_READ
-                self._mm = mmap.mmap(fd, size, access=access)
+                self._mm = MappedFile(fd, size, self.writable)
                 self._view = memoryview(self._mm)
         finally:
             os.close(fd)
@@ -74,13 +105,14 @@ class SparseIndex:
             self._mm.close()
             self._mm = None
 
-    def _resize(self, size: int) -> None:
-        """Stretch the file (unmapped) to `size` bytes, never through a link."""
-        fd = durable.open_store_file(self.path, os.O_RDWR)
+    def _drop_mapping(self) -> None:
+        """_unmap, or when a reader still holds a buffer of the mapping, drop our references
+        and let the last buffer's release unmap it."""
         try:
-            os.ftruncate(fd, size)
-        finally:
-            os.close(fd)
+            self._unmap()
+        except BufferError:
+            self._view = None
+            self._mm = None
 
     @property
     def buffer(self) -> memoryview:
@@ -124,10 +156,8 @@ class SparseIndex:
         """Stretch the file to max_entries and map all of it (Kafka's preallocated index)."""
         with self._lock:
             self._unmap()
-            want = self.max_entries * self.entry_size
-            if os.path.getsize(self.path) < want:
-                self._resize(want)
-            self._map()
+            self._backed = 0
+            self._map(stretch_to=self.max_entries * self.entry_size)
 
     def make_room(self) -> None:
         """Preallocate now if the next entry would need it, so an append can fail (a full disk)
@@ -142,7 +172,9 @@ class SparseIndex:
         at = self.entries * self.entry_size
         if self._view is None or at + self.entry_size > len(self._view):
             self._preallocate()
-        assert self._view is not None
+        assert self._view is not None and self._mm is not None
+        if at + self.entry_size > self._backed:
+            self._backed = durable.back_pages(self.path, self._mm, at, at + BACK_AHEAD)
         self._view[at : at + self.entry_size] = data
         self.entries += 1
 
@@ -175,7 +207,7 @@ class SparseIndex:
         mapped, and touching a page that a truncate took away kills it with SIGBUS. Files of a
         store only grow in place; whatever shrinks is replaced."""
         with self._lock:
-            if not self.writable:
+            if not self.writable or not self.is_mapped:
                 return
             valid = self.entries * self.entry_size
             mapped = self._view is not None
@@ -197,7 +229,8 @@ class SparseIndex:
         if trim:
             self.trim()
         with self._lock:
-            self._unmap()
+            self._drop_mapping()
+            self.is_mapped = False
 
     def delete(self) -> None:
         self.close(trim=False)

@@ -14,22 +14,25 @@ read-only store, which never writes files). Sealing and closing msync the whole 
 
 from __future__ import annotations
 
-import mmap
 import os
 import threading
 from collections.abc import Callable
 
 from mqcore._ext.keyindex import (
     HEADER_BYTES,
+    KEY_ENTRY_BYTES,
+    TAG_ENTRY_BYTES,
     KeyTable,
     file_size,
     init_header,
 )
+from mqcore._ext.mapping import MappedFile
 from mqcore.errors import CorruptIndexError
 from mqcore.storage import durable
 
 KEYINDEX_SUFFIX = ".keyindex"
 MIN_SLOTS = 16
+BACK_AHEAD = 64 << 10  # entry bytes given disk blocks at a time ahead of the inserts
 
 
 # (hits, first relative offset, batch position) for every batch of a segment, in log order
@@ -52,10 +55,12 @@ class KeyIndexFile:
         self.writable = writable
         self.capacity = capacity
         self.table: KeyTable | None = None
-        self._map: mmap.mmap | None = None
+        self._map: MappedFile | None = None
         self._memory: bytearray | None = None
         self._lock = threading.Lock()  # one opening or rebuild at a time (readers race to it)
         self._dirty = False  # entries or header changed since the last seal, close or rebuild
+        # how far the key and tag entry regions have disk blocks (durable.back_pages)
+        self._backed_keys = self._backed_tags = 0
 
     # -- opening ------------------------------------------------------------------------------
 
@@ -78,8 +83,7 @@ class KeyIndexFile:
             size = os.fstat(fd).st_size
             if size < HEADER_BYTES:
                 return False
-            access = mmap.ACCESS_WRITE if self.writable else mmap.ACCESS_READ
-            m = mmap.mmap(fd, size, access=access)
+            m = MappedFile(fd, size, self.writable)
         finally:
             os.close(fd)
         try:
@@ -125,7 +129,7 @@ class KeyIndexFile:
             self.table = KeyTable(self._map, True)
             self.table.clear()
         elif self.writable:
-            self._create_file(size)
+            self._create_file(size, slots)
             assert self._map is not None
             init_header(memoryview(self._map).cast("B"), slots, key_cap, tag_cap)
             self.table = KeyTable(self._map, True)
@@ -135,9 +139,9 @@ class KeyIndexFile:
             self.table = KeyTable(self._memory, True)
         for h, rel, pos in hits:
             self.table.insert(h, rel, pos)
+        # not msync'd: a rebuilt table is derived data the CRC vouches for; sealing and closing
+        # sync what the store relies on
         self.table.store_header(True, covered)
-        if self.writable and self._map is not None:
-            durable.sync_mapping(self._map, self.path)
         self._dirty = False
 
     def _reuse_file(self, size: int) -> bool:
@@ -149,7 +153,7 @@ class KeyIndexFile:
         try:
             if os.fstat(fd).st_size != size:
                 return False
-            m = mmap.mmap(fd, size, access=mmap.ACCESS_WRITE)
+            m = MappedFile(fd, size, True)
         finally:
             os.close(fd)
         try:
@@ -160,15 +164,20 @@ class KeyIndexFile:
         self._map = m
         return True
 
-    def _create_file(self, size: int) -> None:
+    def _create_file(self, size: int, slots: int) -> None:
+        """A new file of `size` bytes: the header and slots written (zeros) so that their
+        pages have disk blocks before the mapping stores into them at random; the entries stay
+        sparse and get blocks as they fill (_back_entries)."""
         tmp = self.path + ".tmp"
         fd = durable.open_file(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
         try:
-            os.ftruncate(fd, size)  # sparse: untouched slots and entries take no disk
-            self._map = mmap.mmap(fd, size, access=mmap.ACCESS_WRITE)
+            os.ftruncate(fd, size)  # sparse: untouched entries take no disk
+            durable.write_all(fd, bytes(min(size, HEADER_BYTES + 4 * slots)))
+            self._map = MappedFile(fd, size, True)
         finally:
             os.close(fd)
         os.replace(tmp, self.path)
+        self._backed_keys = self._backed_tags = 0
 
     # -- appending ----------------------------------------------------------------------------
 
@@ -189,9 +198,36 @@ class KeyIndexFile:
         self.rebuild([], covered, sealed=False)
 
     def add(self, hits: bytes, first_rel_offset: int, position: int) -> None:
-        if self.table is not None and hits:
+        table = self.table
+        if table is not None and hits:
             self._dirty = True
-            self.table.insert(hits, first_rel_offset, position)
+            if self._map is not None:
+                self._back_entries(table, *KeyTable.count_hits(hits))
+            table.insert(hits, first_rel_offset, position)
+
+    def _back_entries(self, table: KeyTable, keys: int, tags: int) -> None:
+        """Disk blocks for the entry pages the next inserts write (durable.back_pages: a
+        store into a hole of the mapping is a slow page fault); the slots got theirs when the
+        file was made."""
+        assert self._map is not None
+        keys_at = HEADER_BYTES + 4 * table.slot_count
+        used = keys_at + KEY_ENTRY_BYTES * table.key_count  # written entries have their blocks
+        if keys and used + KEY_ENTRY_BYTES * keys > self._backed_keys:
+            self._backed_keys = durable.back_pages(
+                self.path,
+                self._map,
+                max(self._backed_keys, used),
+                used + max(KEY_ENTRY_BYTES * keys, BACK_AHEAD),
+            )
+        tags_at = keys_at + KEY_ENTRY_BYTES * table.key_capacity
+        used = tags_at + TAG_ENTRY_BYTES * table.tag_count
+        if tags and used + TAG_ENTRY_BYTES * tags > self._backed_tags:
+            self._backed_tags = durable.back_pages(
+                self.path,
+                self._map,
+                max(self._backed_tags, used),
+                used + max(TAG_ENTRY_BYTES * tags, BACK_AHEAD),
+            )
 
     # -- flushing, sealing, closing -------------------------------------------------------------
 
@@ -207,6 +243,14 @@ class KeyIndexFile:
         self._dirty = False
         if sync:
             durable.sync_mapping(self._map, self.path)
+
+    def drop(self) -> None:
+        """Let go of the table without releasing it (the segment is closed until its next use):
+        a reader that took the table keeps a valid one, and the mapping goes with the last
+        reference to it. Only for a table with nothing left to write (sealed)."""
+        self.table = None
+        self._map = None
+        self._memory = None
 
     def close_map(self) -> None:
         if self.table is not None:

@@ -31,6 +31,7 @@ from mqcore.errors import (
     StoreError,
 )
 from mqcore.storage import durable, producer_state
+from mqcore.storage.cache import SegmentCache
 from mqcore.storage.keyindex import KEYINDEX_SUFFIX
 from mqcore.storage.producer_state import ProducerStateManager
 from mqcore.storage.segment import (
@@ -44,6 +45,7 @@ from mqcore.storage.segment import (
 
 # the cleaner builds a new segment here before moving its files in as `.cleaned`
 SCRATCH_DIR = "cleaner.tmp"
+MIN_KEY_INDEX_ENTRIES = 16  # TopicConfig's lower bound of key_index_entries
 ATTR_LOG_APPEND_TIME = 0x08  # batch attributes bit 3: timestamps are the log's (format.md)
 # a segment file renamed for compaction's swap: the commit of the new segment
 SWAP_SUFFIX = ".swap"
@@ -86,6 +88,7 @@ class Partition:
         config: TopicConfig,
         flush: FlushPolicy,
         writable: bool,
+        cache: SegmentCache | None = None,
     ):
         self.topic = topic
         self.partition = partition
@@ -94,6 +97,7 @@ class Partition:
         self.flush_policy = flush
         self.writable = writable
         self.segments: list[LogSegment] = []
+        self.cache = cache  # the store's open sealed segments (storage/cache.py)
         self._bases: list[int] = []
         self._lock = threading.RLock()
         self._sync_lock = threading.Lock()
@@ -124,6 +128,16 @@ class Partition:
         except BaseException:
             self.abandon()
             raise
+
+    def _park(self, seg: LogSegment) -> None:
+        """A sealed segment gives back its descriptor and joins the store's open segments."""
+        seg.park()
+        if self.cache is not None:
+            self.cache.admit(seg)
+
+    def is_pinned(self, seg: LogSegment) -> bool:
+        """Whether a reader holds `seg` (call with the lock held)."""
+        return seg in self._pins
 
     def same_files(self) -> bool:
         """Whether the files this open read are still the log as it stands (a read-only open
@@ -170,37 +184,51 @@ class Partition:
             if not self.writable:
                 raise StoreError(f"no segments in {self.directory}")
             layout = [(0, {})]
-        self.segments = []
-        for base, paths in layout:
-            self.segments.append(self._segment(base, paths))
-        self._opened_paths = dict(layout)
         self._bases = [b for b, _ in layout]
+        last = len(layout) - 1
+        start_recovery = len(layout) if live else self._first_to_recover(recovery_point, clean)
+        # Every segment but the active one is only stat'ed here: one the log trusts is opened
+        # on first use, one recovery scans is opened for the scan and given back after it
+        # (sealed segments keep no descriptor: storage/cache.py), so opening a partition never
+        # holds more than a few descriptors whatever its segment count.
+        self.segments = [
+            self._segment(base, paths, lazy=i < last) for i, (base, paths) in enumerate(layout)
+        ]
+        self._opened_paths = dict(layout)
         if created:
             self._dir_changed(self.directory)
-        start_recovery = (
-            len(self.segments) if live else self._first_to_recover(recovery_point, clean)
-        )
-        for i, seg in enumerate(self.segments):
+        i = 0
+        while i < len(self.segments):
+            seg = self.segments[i]
+            if i < start_recovery and i < last:
+                i += 1  # trusted and sealed: loaded on first use
+                continue
             if i < start_recovery:
                 seg.load()
             if i >= start_recovery or (not live and seg.size < os.fstat(seg.fd).st_size):
                 # a trusted segment whose file goes on past its last whole batch gets the full
                 # check too: appends (O_APPEND) would land after those bytes, unreadable
+                seg.open_for_scan()
                 self._recover_segment(i, report, recovery_point or 0)
-                if len(self.segments) <= i + 1:
-                    break
-            if i and seg.base_offset < self.segments[i - 1].next_offset:
+            prev = self.segments[i - 1] if i else None
+            if prev is not None and prev.loaded and seg.base_offset < prev.next_offset:
                 raise CorruptRecordError(
                     f"segment base offset {seg.base_offset} overlaps the previous segment, "
-                    f"which ends at offset {self.segments[i - 1].next_offset - 1}",
+                    f"which ends at offset {prev.next_offset - 1}",
                     path=seg.log_path,
                 )
+            if seg is not self.segments[-1] or not self.writable:
+                # a scanned sealed segment: a rebuilt time index gets back its closing entry,
+                # its indexes go back to their trimmed size, what recovery kept is synced, and
+                # it gives back its descriptor (a read-only store appends nothing: all sealed)
+                seg.seal()
+                if self.writable:
+                    seg.flush()
+                self._park(seg)
+            i += 1
         self.active.attach_key_index(active=True)
-        for seg in self.segments[:-1]:
-            # sealed segments: a rebuilt time index gets back its closing entry, and every
-            # index goes back to its trimmed size at once, so a crash leaves only the active
-            # segment's indexes preallocated (10 MiB of zeros each to check at the next open)
-            seg.seal()
+        if not self.writable:
+            self._hold_for_reading()
         report.segments = len(self.segments)
         if self.writable and report.recovered_segments:
             self._sync_recovered(report)
@@ -210,6 +238,18 @@ class Partition:
         self.recovery_point = self.end_offset
         return report
 
+    def _hold_for_reading(self) -> None:
+        """A read-only store opens its segments now, newest first, while the store's segment
+        cache has room: open files stay readable whatever the writer later does to their
+        names, so a store of up to max_open_segments segments reads the log exactly as it was
+        when it opened. One opened later finds the file as it is then (StoreChangedError if
+        the writer replaced or removed it meanwhile: operations.md "Readers beside a writer")."""
+        for seg in reversed(self.segments):
+            if self.cache is not None and len(self.cache) >= self.cache.limit:
+                return
+            if not seg.is_open:
+                seg.ensure_open()
+
     def _sync_recovered(self, report: RecoveryReport) -> None:
         """After an unclean stop, make what recovery kept durable before anything relies on it.
 
@@ -218,11 +258,7 @@ class Partition:
         recovery point would move past it and a power loss would leave a hole below the point
         where the next open trusts the log. The directory is synced too (recovery may have
         deleted or cut segments)."""
-        names = set(report.recovered_segments)
-        for seg in self.segments:
-            if os.path.basename(seg.log_path) in names:
-                seg.flushed_size = 0
-                seg.flush()
+        self.active.flush()  # the sealed ones were synced as they were scanned
         self._unsynced_dirs.append(self.directory)
         self._sync_dirs()
 
@@ -238,23 +274,28 @@ class Partition:
             durable.sync_dir(self._unsynced_dirs[0])
             del self._unsynced_dirs[0]
 
-    def _segment(self, base: int, paths: dict[str, str] | None = None) -> LogSegment:
+    def _segment(
+        self, base: int, paths: dict[str, str] | None = None, lazy: bool = False
+    ) -> LogSegment:
         return LogSegment(
             self.directory,
             base,
             paths=paths,
+            cache=self.cache,
+            owner_lock=self._lock,
+            lazy=lazy,
             writable=self.writable,
             index_interval_bytes=self.config.index_interval_bytes,
             max_index_bytes=self.config.segment_index_bytes,
             map_reserve=self.config.segment_bytes,
             preallocate_bytes=self.config.preallocate_bytes,
-            key_index_capacity=self.config.key_index_entries if self.config.key_index else 0,
+            key_index_capacity=key_index_capacity(self.config),
         )
 
     def _first_to_recover(self, recovery_point: int | None, clean: bool) -> int:
         """Index of the first segment to scan: the one holding the recovery point."""
         if clean:
-            return len(self.segments)
+            return len(self._bases)
         if recovery_point is None:
             return 0
         return max(0, bisect.bisect_right(self._bases, recovery_point) - 1)
@@ -278,7 +319,7 @@ class Partition:
         if outcome.valid_bytes == outcome.file_bytes and outcome.error is None:
             return
         bad = outcome.valid_bytes
-        later = [s for s in self.segments[i + 1 :] if os.fstat(s.fd).st_size > 0]
+        later = [s for s in self.segments[i + 1 :] if s.size > 0]
         good_after = seg.first_valid_batch_after(bad, seg.next_offset)
         if good_after is None and seg.has_valid_batch_at(bad):
             good_after = bad
@@ -298,7 +339,7 @@ class Partition:
             report.unflushed_holes.append(f"{name}@{bad}")
         for extra in self.segments[i + 1 :]:
             report.deleted_segments.append(os.path.basename(extra.log_path))
-            report.truncated_bytes += os.fstat(extra.fd).st_size
+            report.truncated_bytes += extra.size
             extra.delete() if self.writable else extra.close()  # read-only: just stop there
         del self.segments[i + 1 :]
         del self._bases[i + 1 :]
@@ -384,6 +425,7 @@ class Partition:
         old.seal(sync=self.flush_policy.mode != "os")
         if self.flush_policy.mode != "os":
             old.flush()
+        self._park(old)
         crash_point("roll.after_seal")
         new = self._segment(old.next_offset)
         crash_point("roll.after_new_segment")
@@ -406,7 +448,7 @@ class Partition:
         """
         if seg.flushed_size < upto:
             with self._sync_lock:
-                if seg.flushed_size < upto and seg.fd >= 0:
+                if seg.flushed_size < upto and not seg.closed:
                     seg.flush()
         self.recovery_point = max(self.recovery_point, durable_offset)
 
@@ -418,7 +460,7 @@ class Partition:
             self.unflushed_messages = 0
         with self._sync_lock:
             for seg in segs:
-                if seg.fd >= 0:
+                if not seg.closed:
                     seg.flush()
             self._sync_dirs()
         self.recovery_point = max(self.recovery_point, end)
@@ -642,6 +684,15 @@ class Partition:
 def _batch_base(buf: memoryview, pos: int) -> int:
     info = peek_batch_header(buf, pos)
     return info.base_offset if info is not None else -1
+
+
+def key_index_capacity(config: TopicConfig) -> int:
+    """Key entries a new active segment's table has room for: key_index_entries, but no more
+    than its segment could fill (a record with a key takes well over 8 bytes of log), so small
+    segments get small tables; a full table rolls the segment, as a full index does."""
+    if not config.key_index:
+        return 0
+    return min(config.key_index_entries, max(MIN_KEY_INDEX_ENTRIES, config.segment_bytes // 8))
 
 
 def has_segments(directory: str) -> bool:

@@ -366,8 +366,11 @@ def load(part: Partition) -> ProducerStateManager:
 
 def _headers(part: Partition, offset: int, end: int) -> Iterator[BatchInfo]:
     """Headers of the batches holding offsets [offset, end), in log order."""
-    for seg in part.segments:
-        if seg.next_offset <= offset or seg.base_offset >= end:
+    segs = part.segments
+    for i, seg in enumerate(segs):
+        # by base offsets only: a sealed segment nobody reads stays unopened
+        upper = segs[i + 1].base_offset if i + 1 < len(segs) else end
+        if upper <= offset or seg.base_offset >= end:
             continue
         pos = seg.position_for(offset) if offset > seg.base_offset else 0
         yield from _segment_headers(seg, pos, offset)

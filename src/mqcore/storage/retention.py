@@ -86,11 +86,12 @@ def segment_files(seg: LogSegment) -> list[str]:
     return [stem + s for s in suffixes if os.path.exists(stem + s)]
 
 
-def retire_files(seg: LogSegment) -> list[str]:
+def retire_files(seg: LogSegment, keep_open: bool) -> list[str]:
     """Rename the segment's files to `.deleted` (its open descriptors and mappings go on
     working), the `.log` first: a reader's listing drops the whole segment at that one rename,
-    never a log whose indexes are gone. Returns the new paths."""
-    seg.retire()
+    never a log whose indexes are gone. `keep_open`: readers hold it, open it first. Returns
+    the new paths."""
+    seg.retire(keep_open)
     out = []
     for path in segment_files(seg):
         os.rename(path, path + DELETED_SUFFIX)
@@ -132,7 +133,7 @@ def apply_partition(part: Partition, now: int) -> RetentionReport:
             if count > 0:
                 for seg in part.segments[:count]:
                     victims.append((seg, seg.size))
-                    paths = retire_files(seg)
+                    paths = retire_files(seg, part.is_pinned(seg))
                     dispose = disposer(part, seg, paths, "retention.before_unlink")
                     if part.retire(seg, dispose):
                         now_dispose.append(dispose)

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 import threading
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from mqcore._ext.batch import EncodedBatch, peek_batch_header, read_batch_info
 from mqcore._ext.filespace import reserve
@@ -17,10 +19,13 @@ from mqcore._ext.keyindex import KeyTable, batch_hits
 from mqcore._ext.mapping import MappedFile
 from mqcore._ext.scan import CORRUPT, IndexPolicy, SegmentScanner
 from mqcore.crashpoints import crash_point
-from mqcore.errors import CorruptRecordError, StoreClosedError
+from mqcore.errors import CorruptRecordError, StoreChangedError, StoreClosedError, StoreError
 from mqcore.storage import durable
 from mqcore.storage.index import OffsetIndex, TimeIndex
 from mqcore.storage.keyindex import KEYINDEX_SUFFIX, BatchHits, KeyIndexFile
+
+if TYPE_CHECKING:
+    from mqcore.storage.cache import SegmentCache
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -65,6 +70,9 @@ class LogSegment:
         key_index_capacity: int = 0,
         preallocate_bytes: int = 0,
         paths: dict[str, str] | None = None,
+        cache: SegmentCache | None = None,
+        owner_lock: Any = None,
+        lazy: bool = False,
     ):
         self.directory = directory
         self.base_offset = base_offset
@@ -74,21 +82,27 @@ class LogSegment:
         # each file's path: its final name, or the one a read-only open found mid-swap
         paths = paths or {}
         self.log_path = paths.get(LOG_SUFFIX, stem + LOG_SUFFIX)
-        flags = (os.O_RDWR | os.O_CREAT | os.O_APPEND) if writable else os.O_RDONLY
-        self.fd = durable.open_store_file(self.log_path, flags)
-        st = os.fstat(self.fd)
-        self.size = st.st_size
-        # appends land in space reserved past the end (docs/format.md "Reserved space"); a
-        # reserve left by a process that died is handed back before anything else happens
+        # Open or not (docs/operations.md "Limits"): a sealed segment of a clean log is only
+        # stat'ed at open and opened on first use; once loaded it keeps no descriptor (its log
+        # and indexes are mapped) and the cache may close it again; what load() learned stays.
+        self.cache = cache
+        self.owner_lock = owner_lock  # the partition's lock: held while the cache closes it
+        self.is_open = False
+        self.sealed = lazy  # no more appends: the partition rolled past it (or it was found so)
+        self.retired = False  # out of the log: never closed by the cache, never writes a file
+        self.closed = False  # for good
+        self.fd = -1
+        self.identity: tuple[int, int] | None = None  # (st_dev, st_ino) of the .log
+        self._state = threading.RLock()
         self.preallocate_bytes = preallocate_bytes if writable else 0
-        self.reserved_end = self.size
-        if writable and _holds_reserve(st):
-            os.ftruncate(self.fd, self.size)
         self.offset_index = OffsetIndex(
-            paths.get(INDEX_SUFFIX, stem + INDEX_SUFFIX), max_index_bytes, writable
+            paths.get(INDEX_SUFFIX, stem + INDEX_SUFFIX), max_index_bytes, writable, mapped=False
         )
         self.time_index = TimeIndex(
-            paths.get(TIMEINDEX_SUFFIX, stem + TIMEINDEX_SUFFIX), max_index_bytes, writable
+            paths.get(TIMEINDEX_SUFFIX, stem + TIMEINDEX_SUFFIX),
+            max_index_bytes,
+            writable,
+            mapped=False,
         )
         # keys, unique IDs and tags for queries (storage/keyindex.py); None when turned off
         self.key_index = (
@@ -98,12 +112,12 @@ class LogSegment:
             if key_index_capacity > 0
             else None
         )
-        self.next_offset = base_offset
-        self.max_timestamp = -1
-        self.offset_of_max_timestamp = -1
-        self.first_batch_timestamp = -1
+        self._next_offset = base_offset
+        self._max_timestamp = -1
+        self._offset_of_max_timestamp = -1
+        self._first_batch_timestamp = -1
+        self._loaded = not lazy  # a new or opened segment: the caller loads or recovers it
         self.policy = IndexPolicy(index_interval_bytes)
-        self.flushed_size = self.size
         # batches whose CRC a get() already checked: position -> sampled record positions
         # (gets in them skip the CRC and start near their record; scan.read_record)
         self.verified_batches: dict[int, bytes] = {}
@@ -112,6 +126,158 @@ class LogSegment:
         self._mapped: MappedFile | None = None
         self._view: memoryview | None = None
         self._map_lock = threading.Lock()
+        if lazy:
+            st = os.lstat(self.log_path)
+            if stat.S_ISLNK(st.st_mode):
+                raise StoreError(
+                    f"{self.log_path} is a symbolic link: a store's files are never links "
+                    "(remove it)"
+                )
+            self.size = st.st_size
+            self.identity = (st.st_dev, st.st_ino)
+        else:
+            self.size = 0
+            self._open_files()
+        self.reserved_end = self.size
+        self.flushed_size = self.size
+
+    # -- what load() learned: read on demand, so a segment nobody asks about is never opened ---
+
+    @property
+    def next_offset(self) -> int:
+        if not self._loaded:
+            self.ensure_open()
+        return self._next_offset
+
+    @next_offset.setter
+    def next_offset(self, value: int) -> None:
+        self._next_offset = value
+
+    @property
+    def max_timestamp(self) -> int:
+        if not self._loaded:
+            self.ensure_open()
+        return self._max_timestamp
+
+    @max_timestamp.setter
+    def max_timestamp(self, value: int) -> None:
+        self._max_timestamp = value
+
+    @property
+    def offset_of_max_timestamp(self) -> int:
+        if not self._loaded:
+            self.ensure_open()
+        return self._offset_of_max_timestamp
+
+    @offset_of_max_timestamp.setter
+    def offset_of_max_timestamp(self, value: int) -> None:
+        self._offset_of_max_timestamp = value
+
+    @property
+    def first_batch_timestamp(self) -> int:
+        if not self._loaded:
+            self.ensure_open()
+        return self._first_batch_timestamp
+
+    @first_batch_timestamp.setter
+    def first_batch_timestamp(self, value: int) -> None:
+        self._first_batch_timestamp = value
+
+    # -- opening and closing the files ----------------------------------------------------------
+
+    def _open_files(self) -> None:
+        """Open the `.log` (for appends too when writable and not sealed) and map the indexes.
+        A reopened segment must find the very file it loaded: a read-only store whose writer
+        replaced or removed it since is told so (StoreChangedError), never reads other bytes."""
+        appending = self.writable and not self.sealed
+        flags = (os.O_RDWR | os.O_CREAT | os.O_APPEND) if appending else os.O_RDONLY
+        try:
+            fd = durable.open_store_file(self.log_path, flags)
+        except FileNotFoundError:
+            if self.identity is None:
+                raise
+            raise self._changed("removed") from None
+        st = os.fstat(fd)
+        if self.identity is not None and (st.st_dev, st.st_ino) != self.identity:
+            os.close(fd)
+            raise self._changed("replaced")
+        self.identity = (st.st_dev, st.st_ino)
+        self.fd = fd
+        if not self._loaded or self.size == 0:
+            self.size = st.st_size
+        if appending and _holds_reserve(st):
+            # a reserve left by a process that died is handed back before anything else
+            os.ftruncate(fd, st.st_size)
+        self.offset_index.open()
+        self.time_index.open()
+        self.is_open = True
+
+    def _changed(self, how: str) -> StoreChangedError:
+        return StoreChangedError(
+            f"{self.log_path} was {how} by the store's writer after this read-only store opened "
+            "(retention or compaction); reopen the store to read the log as it is now"
+        )
+
+    @property
+    def loaded(self) -> bool:
+        """Whether load() or a scan has run: next_offset and the timestamps are known."""
+        return self._loaded
+
+    def open_for_scan(self) -> None:
+        """Open the files for recovery's scan, which sets what load() would (unsynced: what a
+        killed writer left may never have reached the disk)."""
+        with self._state:
+            self.sealed = False  # recovery may cut it, or make it the active one
+            if not self.is_open:
+                self._open_files()
+            self.flushed_size = 0
+
+    def ensure_open(self) -> None:
+        """Open and load the segment if it is not (first use, or closed by the cache)."""
+        if self.is_open and self._loaded:
+            return
+        with self._state:
+            if self.closed:
+                raise StoreClosedError(f"segment {self.log_path} is closed")
+            if not self.is_open:
+                self._open_files()
+            if not self._loaded:
+                self.load()
+                if self.sealed and self.writable:
+                    self.seal()
+            if self.sealed:
+                self.park()
+        if self.cache is not None and self.sealed:
+            self.cache.admit(self)
+
+    def park(self) -> None:
+        """A sealed segment keeps no descriptor: map the whole log for reads, close the file."""
+        with self._state:
+            if self.fd < 0 or not self.sealed:
+                return
+            if self.size > 0 and (self._view is None or len(self._view) < self.size):
+                self._remap(self.size)
+            os.close(self.fd)
+            self.fd = -1
+
+    def release(self) -> bool:
+        """The cache closes this segment: mappings and descriptors go, what load() learned
+        stays, and the next use opens it again. Buffers readers took stay valid (a mapping is
+        unmapped when its last one is released; a key table held elsewhere keeps its own).
+        Never the active segment, nor one retention or compaction retired."""
+        with self._state:
+            if not self.is_open or not self.sealed or self.retired or self.closed:
+                return False
+            self._unmap()
+            self.offset_index.unmap()
+            self.time_index.unmap()
+            if self.key_index is not None:
+                self.key_index.drop()
+            if self.fd >= 0:
+                os.close(self.fd)
+                self.fd = -1
+            self.is_open = False
+            return True
 
     # -- loading ------------------------------------------------------------------------------
 
@@ -122,6 +288,14 @@ class LogSegment:
         rebuilt by a header scan. The tail after the last index entry is scanned for the next
         offset and largest timestamp.
         """
+        self._loaded = True  # its fields are being set: reading them must not load again
+        try:
+            self._load()
+        except BaseException:
+            self._loaded = False
+            raise
+
+    def _load(self) -> None:
         if self.size == 0:
             # a new or empty segment: a preallocated index reads as zero entries, not as (0, 0)
             self.offset_index.entries = self.time_index.entries = 0
@@ -162,7 +336,7 @@ class LogSegment:
         if time_last is not None and time_last[0] >= max_ts:
             max_ts, max_off = time_last[0], self.base_offset + time_last[1]
         self.max_timestamp, self.offset_of_max_timestamp = max_ts, max_off
-        self.first_batch_timestamp = self._first_batch_timestamp()
+        self.first_batch_timestamp = self._read_first_batch_timestamp()
         last_index_offset = self.base_offset + last[0] if last is not None else -1
         self.policy = IndexPolicy(
             self.index_interval_bytes,
@@ -208,7 +382,7 @@ class LogSegment:
         info = peek_batch_header(os.pread(self.fd, HEADER_BYTES, position), 0)
         return info is not None and info.last_offset == self.base_offset + relative_offset
 
-    def _first_batch_timestamp(self) -> int:
+    def _read_first_batch_timestamp(self) -> int:
         head = os.pread(self.fd, HEADER_BYTES, 0)
         if len(head) < HEADER_BYTES:
             return -1
@@ -242,6 +416,7 @@ class LogSegment:
 
     def rebuild(self, verify_crc: bool) -> ScanOutcome:
         """Scan the whole log, rebuild both indexes from it, and cut nothing (see recover)."""
+        self._loaded = True  # the scan sets what load() would
         scanner = SegmentScanner(self.base_offset, self.index_interval_bytes, verify_crc)
         self._scan(scanner, 0)
         outcome = ScanOutcome(
@@ -413,6 +588,10 @@ class LogSegment:
         """The key index's table, built in memory on first use when the store is read-only."""
         if self.key_index is None:
             return None
+        table = self.key_index.table
+        if table is not None:
+            return table
+        self.ensure_open()
         return self.key_index.ensure(self.size, self._all_batch_hits)
 
     def _all_batch_hits(self) -> BatchHits:
@@ -436,11 +615,15 @@ class LogSegment:
 
     def position_for(self, offset: int) -> int:
         """Start position of the batch holding `offset`, or of a batch before it (index floor)."""
+        if not self.is_open:
+            self.ensure_open()
         entry = self.offset_index.floor(offset - self.base_offset)
         return entry[1] if entry is not None else 0
 
     def position_for_time(self, timestamp: int) -> int:
         """A position at or before the first batch whose records may reach `timestamp`."""
+        if not self.is_open:
+            self.ensure_open()
         entry = self.time_index.floor(timestamp)
         if entry is None:
             return 0
@@ -451,17 +634,25 @@ class LogSegment:
         after the bytes were written (so every byte is inside the file)."""
         mapped = self._view
         if mapped is None or limit > len(mapped):
+            if limit <= 0:
+                return memoryview(b"")  # an empty sealed segment has no mapping
             mapped = self._remap(limit)
         return mapped[start:limit]
 
     def _remap(self, limit: int) -> memoryview:
+        if self.fd < 0:
+            self.ensure_open()  # first use, or closed by the cache (raises once closed for good)
+            if self._view is not None and limit <= len(self._view):
+                return self._view
         with self._map_lock:
             if self._view is not None and limit <= len(self._view):
                 return self._view
             if self.fd < 0:
                 raise StoreClosedError(f"segment {self.log_path} is closed")
             old, old_view = self._mapped, self._view
-            self._mapped = MappedFile(self.fd, max(limit, self.map_reserve, 1))
+            # the active segment's mapping reaches its roll size, so appends need no remap
+            reserve = 0 if self.sealed else self.map_reserve
+            self._mapped = MappedFile(self.fd, max(limit, reserve, 1))
             self._view = memoryview(self._mapped)
             if old is not None and old_view is not None:
                 old_view.release()
@@ -481,6 +672,7 @@ class LogSegment:
         """Roll or close: write the closing time entry and trim both indexes to their entries;
         the key index's header records the log bytes it covers and its CRC (msync'd when
         `sync`)."""
+        self.sealed = True
         if not self.writable:
             return
         self._append_closing_time_entry()
@@ -499,44 +691,67 @@ class LogSegment:
             self.time_index.append(entry[0], entry[1] - self.base_offset, closing=True)
 
     def flush(self) -> None:
-        """fdatasync the log (indexes are derived data: recovery rebuilds them)."""
+        """fdatasync the log (indexes are derived data: recovery rebuilds them); a sealed
+        segment that keeps no descriptor opens its file for the sync."""
         size = self.size
-        if self.writable and self.flushed_size < size:
-            durable.sync_data(self.fd)
+        if not self.writable or self.flushed_size >= size:
+            return
+        with self._state:
+            if self.fd >= 0:
+                durable.sync_data(self.fd)
+            elif not self.closed:
+                fd = durable.open_store_file(self.log_path, os.O_RDONLY)
+                try:
+                    durable.sync_data(fd)
+                finally:
+                    os.close(fd)
             self.flushed_size = size
 
-    def retire(self) -> None:
+    def retire(self, keep_open: bool) -> None:
         """Retention or compaction took this segment out of the log: its files are about to be
         removed or replaced, so from now on it only reads what it has open and never writes a
-        file (a key index first asked for now is built in memory)."""
-        self.writable = False
-        if self.key_index is not None:
-            self.key_index.writable = False
+        file (a key index first asked for now is built in memory). `keep_open` (readers still
+        hold it): open it now, so it keeps the files it reads whatever is done to their names."""
+        if keep_open:
+            self.ensure_open()
+        with self._state:
+            self.retired = True
+            self.writable = False
+            if self.key_index is not None:
+                self.key_index.writable = False
+        if self.cache is not None:
+            self.cache.forget(self)
 
     def same_log(self) -> bool:
-        """Whether the `.log` this segment has open is still the file at its path."""
+        """Whether the `.log` this segment opened (or stat'ed) is still the file at its path."""
         try:
             here = os.stat(self.log_path, follow_symlinks=False)
         except FileNotFoundError:
             return False
-        opened = os.fstat(self.fd)
-        return (here.st_dev, here.st_ino) == (opened.st_dev, opened.st_ino)
+        return (here.st_dev, here.st_ino) == self.identity
 
     def close(self) -> None:
-        if self.fd < 0:
-            return
-        self._unmap()
-        if self.writable:
-            self._release_reserve()
-        self.offset_index.close(trim=self.writable)
-        self.time_index.close(trim=self.writable)
-        if self.key_index is not None:
-            if self.writable:
-                self.key_index.close(self.size)
-            else:
-                self.key_index.close_map()
-        os.close(self.fd)
-        self.fd = -1
+        with self._state:
+            if self.closed:
+                return
+            self.closed = True
+            self._unmap()
+            if self.is_open and self.writable and not self.sealed:
+                self._release_reserve()
+            trim = self.writable and self.is_open
+            self.offset_index.close(trim=trim)
+            self.time_index.close(trim=trim)
+            if self.key_index is not None:
+                if self.writable:
+                    self.key_index.close(self.size)
+                else:
+                    self.key_index.close_map()
+            if self.fd >= 0:
+                os.close(self.fd)
+                self.fd = -1
+            self.is_open = False
+        if self.cache is not None:
+            self.cache.forget(self)
 
     def delete(self) -> None:
         """Remove the segment's files (recovery dropping an empty trailing segment)."""
