@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 import mqcore
 from mqcore.errors import InvalidConfigError, InvalidRecordError
+from mqcore.query.engine import SCAN_CALL_RECORDS
 from mqcore.query.pattern import compile_pattern
 
 TOPIC = "t"
@@ -90,6 +91,24 @@ def test_timeout_holds_inside_a_kernel_chunk(filled: mqcore.Store) -> None:
         cursor = r.cursor
     assert r.complete
     assert found == [(0, 0), (0, 1), (0, 2)] + [(0, o) for o in range(101, 111)]
+
+
+def test_timeout_holds_inside_a_segment_scan(store: mqcore.Store) -> None:
+    """Without Python filters the deadline is checked between kernel calls; one call examines at
+    most SCAN_CALL_RECORDS records, not a whole segment (up to 1 GiB). With the time up, a
+    content search of a 300,000-record segment stops after the first call, and resuming from
+    its cursor finds exactly what one unbounded search finds."""
+    store.create_topic(TOPIC)
+    for i in range(10):
+        store.append_batch(TOPIC, [b"x%d" % (i * 30_000 + j) for j in range(30_000)])
+    first = store.search(TOPIC, contains=b"x29999", timeout=0)
+    assert first.reason == "timeout" and 0 < first.scanned_records <= SCAN_CALL_RECORDS
+    rest = store.search(TOPIC, contains=b"x29999", cursor=first.cursor, limit=100)
+    assert (
+        [m.offset for m in [*first, *rest]]
+        == [m.offset for m in store.search(TOPIC, contains=b"x29999", limit=100)]
+        == [29_999, *range(299_990, 300_000)]
+    )
 
 
 @pytest.mark.parametrize("timeout", [-1, -0.001, math.nan, "1", True, [1]])
