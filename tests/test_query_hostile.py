@@ -179,6 +179,26 @@ def test_a_tag_without_utf8_text_is_refused_naming_it(filled: mqcore.Store, tag:
 
 
 @pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (5, "must be bytes or str, not int"),  # bytes(5) is five zero bytes
+        (None, "must be bytes or str, not NoneType"),
+        ("\udcff", "is not valid text (UTF-8)"),
+    ],
+)
+def test_a_key_or_needle_must_be_bytes_or_text(
+    filled: mqcore.Store, value: object, message: str
+) -> None:
+    with pytest.raises(InvalidConfigError, match="key .*" + re.escape(message)):
+        filled.find_by_key(TOPIC, value)  # type: ignore[arg-type]
+    if value is not None:  # contains=None means no needle
+        with pytest.raises(InvalidConfigError, match="contains .*" + re.escape(message)):
+            filled.search(TOPIC, contains=value)  # type: ignore[arg-type]
+    assert len(filled.find_by_key(TOPIC, bytearray(b"k"))) == 0
+    assert len(filled.search(TOPIC, contains=memoryview(b"after"), limit=100)) == 10
+
+
+@pytest.mark.parametrize(
     ("keys", "message"),
     [
         ([5], "keys must be str or bytes words, not int"),

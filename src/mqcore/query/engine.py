@@ -165,6 +165,21 @@ def check_timeout(timeout: object) -> float:
     return float(timeout)
 
 
+def query_bytes(value: object, what: str) -> bytes:
+    """A key or needle as bytes: bytes-like as is, a str as UTF-8. Anything else is refused
+    (bytes(5) would be five zero bytes), as is text without a UTF-8 form."""
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, (bytearray, memoryview)):
+        return bytes(value)
+    if not isinstance(value, str):
+        raise InvalidConfigError(f"{what} must be bytes or str, not {type(value).__name__}")
+    try:
+        return value.encode()
+    except UnicodeEncodeError:
+        raise InvalidConfigError(f"{what} {shown(value)} is not valid text (UTF-8)") from None
+
+
 def check_tag(tag: object) -> bytes:
     """A tag filter as the bytes the `tag` header holds (UTF-8 of the text)."""
     if not isinstance(tag, str):
@@ -219,7 +234,7 @@ def key_spans(
 
 
 def key_hash(key: bytes | str) -> tuple[bytes, int]:
-    raw = key.encode() if isinstance(key, str) else bytes(key)
+    raw = query_bytes(key, "key")
     return raw, xxh64_hash(raw, KEY_SEED)
 
 
@@ -327,7 +342,7 @@ def make_spec(
     lo, hi = time_bounds(start, end)
     spec = ScanSpec(lo, hi)
     if contains is not None:
-        spec.needle = contains.encode() if isinstance(contains, str) else bytes(contains)
+        spec.needle = query_bytes(contains, "contains")
     if regex is not None:
         spec.pattern = compile_pattern(regex)
     if tag is not None:
