@@ -219,3 +219,32 @@ def test_search_contains_sqlite(
 
     record_scan(benchmark, data, "sqlite-instr")
     assert benchmark.pedantic(scan, rounds=3, warmup_rounds=1, iterations=1) == 0
+
+
+# a pattern no value matches: every value goes through the regex engine (the kernel cannot skip
+# a batch for a regex), so the round measures decoding plus one regex search per message
+REGEX = rb"timeout after \d{5,}ms|status=9\d\d"
+
+
+def regex_scan(data: ScanData) -> int:
+    r = data.store.search(SCAN_TOPIC, regex=REGEX)
+    assert r.complete
+    return len(r)
+
+
+@pytest.mark.parametrize("case", SCAN_CASES)
+def test_search_regex_mqcore(
+    benchmark: BenchmarkFixture, scan_data: dict[str, ScanData], case: str
+) -> None:
+    """store.search(topic, regex=REGEX), a full scan: every value is matched."""
+    data = scan_data[case]
+    benchmark.group = f"search-regex-{data.case}"
+    record(
+        benchmark,
+        f"search-regex/{data.case}/mqcore",
+        nbytes=data.log_bytes,
+        messages=data.messages,
+        payload_bytes=data.value_bytes,
+    )
+    found = benchmark.pedantic(regex_scan, args=(data,), rounds=3, warmup_rounds=1, iterations=1)
+    assert found == 0

@@ -274,6 +274,49 @@ def test_a_failed_get_releases_its_mapping_too(tmp_path: object) -> None:
     assert mapped.closed
 
 
+def miscount_first_batch(log: str, records_count: int) -> None:
+    """Rewrite the recordsCount of the log's first batch and make its CRC right again."""
+    with open(log, "r+b") as f:
+        data = bytearray(f.read())
+        struct.pack_into(">i", data, 57, records_count)
+        struct.pack_into(
+            ">I", data, 17, crc32c(bytes(data[21 : 12 + struct.unpack_from(">i", data, 8)[0]]))
+        )
+        f.seek(0)
+        f.write(data)
+
+
+@pytest.mark.parametrize("n", [5, 100])  # below and above the memo's sampling threshold (64)
+@pytest.mark.parametrize("compression", ["none", "gzip"])
+@pytest.mark.parametrize("verify_crc", [True, False])
+@pytest.mark.parametrize("missing", [1, 2])
+def test_get_refuses_a_batch_holding_more_records_than_its_count_like_read(
+    tmp_path: object, n: int, compression: str, verify_crc: bool, missing: int
+) -> None:
+    """Issue 16: a CRC-valid batch whose recordsCount is smaller than the records it holds
+    (a faulty writer's) made Store.read raise but get() answered from it. Every path that
+    reads the batch (get, get_by_id, find_by_key, read) must raise CorruptRecordError."""
+    path = os.path.join(str(tmp_path), "s")
+    with mqcore.open(path) as store:
+        store.create_topic("t")
+        md = store.append_batch(
+            "t", [b"v%d" % i for i in range(n)], keys=[b"k"] * n, partition=0,
+            compression=compression,
+        )  # fmt: skip
+        ids = md.msg_ids
+    miscount_first_batch(os.path.join(path, "t-0", "00000000000000000000.log"), n - missing)
+    with mqcore.open(path, read_only=True, verify_crc=verify_crc) as store:
+        with pytest.raises(CorruptRecordError, match="bytes left over after the last record"):
+            store.read("t", 0, 0, n)
+        for offset in range(n):  # the first read of the batch and every later one
+            with pytest.raises(CorruptRecordError, match="bytes left over"):
+                store.get("t", 0, offset)
+            with pytest.raises(CorruptRecordError, match="bytes left over"):
+                store.get_by_id(ids[offset])
+        with pytest.raises(CorruptRecordError):
+            store.find_by_key("t", b"k")
+
+
 def insert_entry(table: KeyTable, key: bytes, rel_offset: int, position: int) -> None:
     """A key entry for `key` naming the record at rel_offset: a collision when that record
     carries another key."""

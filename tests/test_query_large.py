@@ -584,6 +584,9 @@ def atom_compare(name: str, op: str, lit: tuple[str, object], flipped: bool) -> 
 
 
 def atom_between(lo: tuple[str, object], hi: tuple[str, object], negated: bool, kw: str) -> Sel:
+    # bounds in order: a reversed pair is a syntax error (RocketMQ's rule, test_selector.py)
+    lo, hi = sorted((lo, hi), key=lambda bound: bound[1])  # type: ignore[arg-type, return-value]
+
     def meaning(p: Props) -> Tri:
         inside = tri_and(compare(p, "amount", ">=", lo[1]), compare(p, "amount", "<=", hi[1]))
         return tri_not(inside) if negated else inside

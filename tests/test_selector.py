@@ -4,8 +4,14 @@ property tests that NOT/AND/OR follow Kleene logic and that evaluation never rai
 
 from __future__ import annotations
 
+import math
+import operator
+import sys
+import time
+from decimal import Decimal
+
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mqcore.errors import SelectorSyntaxError
@@ -127,6 +133,8 @@ CASES: list[tuple[str, dict[str, str], bool | None]] = [
     ("a BETWEEN 1.5 AND 2", {"a": "1.75"}, U),  # '1.75' <= 2 needs an integer: UNKNOWN
     ("a BETWEEN 'b' AND 'd'", {"a": "c"}, T),
     ("a BETWEEN NULL AND 5", {"a": "9"}, F),
+    ("a BETWEEN 10 AND 10", {"a": "10"}, T),
+    ("a BETWEEN 0 AND 10.0", {"a": "5.5"}, U),
     ("a BETWEEN lo AND hi", {"a": "5", "lo": "1", "hi": "10"}, T),
     ("a BETWEEN 2 AND 10 AND b = 1", {"a": "3", "b": "1"}, T),
     # IN
@@ -151,7 +159,18 @@ CASES: list[tuple[str, dict[str, str], bool | None]] = [
     # CONTAINS / STARTSWITH / ENDSWITH
     ("a CONTAINS 'ell'", {"a": "hello"}, T),
     ("a CONTAINS 'xyz'", {"a": "hello"}, F),
-    ("a CONTAINS ''", {"a": ""}, T),
+    # an empty needle is FALSE, negated or not, with any left side (RocketMQ's ExpressionTest)
+    ("a CONTAINS ''", {"a": ""}, F),
+    ("a CONTAINS ''", {"a": "axb"}, F),
+    ("a STARTSWITH ''", {"a": "axb"}, F),
+    ("a ENDSWITH ''", {"a": "axb"}, F),
+    ("a NOT CONTAINS ''", {"a": "axb"}, F),
+    ("a NOT STARTSWITH ''", {"a": "axb"}, F),
+    ("a NOT ENDSWITH ''", {"a": "axb"}, F),
+    ("NOT (a CONTAINS '')", {"a": "axb"}, T),
+    ("'axb' CONTAINS ''", {}, F),
+    ("'axb' STARTSWITH ''", {}, F),
+    ("'' ENDSWITH ''", {}, F),
     ("a CONTAINS 'x'", {}, U),
     ("a NOT CONTAINS 'xyz'", {"a": "hello"}, T),
     ("a NOT CONTAINS 'x'", {}, U),
@@ -225,6 +244,14 @@ SYNTAX_ERRORS: list[tuple[str, int, str]] = [
     ("a = 1 AND OR b = 2", 11, "unexpected OR"),
     ("a < TRUE", 5, "TRUE/FALSE can only be compared with = or <>"),
     ("a BETWEEN FALSE AND 1", 11, "TRUE/FALSE cannot be used with BETWEEN"),
+    # RocketMQ's ParserTest: a reversed range is a mistake, not an empty set
+    (" a between 10 and 0", 12, "BETWEEN's lower bound 10 is greater than its upper bound 0"),
+    ("a NOT BETWEEN 2.5 AND -1", 15, "lower bound 2.5 is greater than its upper bound -1"),
+    ("a BETWEEN 'b' AND 'a'", 11, "lower bound 'b' is greater than its upper bound 'a'"),
+    # literals far past int64 are refused by their digit count, never converted
+    ("a > " + "1" * 5000, 5, "integer literal out of range"),
+    ("a > -" + "9" * 100_000, 5, "integer literal out of range"),
+    ("a IN (1, " + "7" * 5000 + ")", 10, "integer literal out of range"),
     ("AND = 1", 1, "unexpected AND"),
     ("a = 'x' AND (b = 'it''s' OR", 28, "unexpected end of selector"),
     ("é = 1", 1, "unexpected character 'é'"),
@@ -300,11 +327,176 @@ def test_non_str_values_are_compared_through_str() -> None:
     assert compile_selector("a = 'x'").evaluate({"a": Unprintable()}) is None  # type: ignore[dict-item]
 
 
-def test_huge_integer_text_does_not_coerce_or_raise() -> None:
+def test_long_literals_with_leading_zeros_are_small_numbers() -> None:
+    assert compile_selector("a = " + "0" * 5000 + "5").evaluate({"a": "5"}) is True
+    assert compile_selector("a = -" + "0" * 5000).evaluate({"a": "0"}) is True
+
+
+def test_integer_text_of_any_length_compares_exactly() -> None:
+    """Past 4,300 digits int() refuses and below it is quadratic: integers are compared by
+    sign, digit count and digits instead, so every length gets the exact answer."""
     digits = "9" * 10_000
-    assert compile_selector("a > 1").evaluate({"a": digits}) is None
-    assert compile_selector("a > 1.0").evaluate({"a": digits}) is None  # overflows to inf
-    assert compile_selector("a IN (1)").evaluate({"a": digits}) is None
+    assert compile_selector("a > 1").evaluate({"a": digits}) is True
+    assert compile_selector("a < -1").evaluate({"a": "-" + digits}) is True
+    assert compile_selector("a IN (1)").evaluate({"a": digits}) is False
+    assert compile_selector("a = b").evaluate({"a": digits, "b": "0" * 7 + digits}) is True
+    assert compile_selector("a < b").evaluate({"a": digits, "b": "1" + digits}) is True
+    assert compile_selector("a > b").evaluate({"a": digits, "b": "1.5e308"}) is True
+    assert compile_selector("a < b").evaluate({"a": "-" + digits, "b": "-1.5e308"}) is True
+    # around the largest double (309 digits): below it the int and the double compare exactly
+    largest = "1.7976931348623157e308"
+    assert compile_selector("a < b").evaluate({"a": "1" + "0" * 305, "b": largest}) is True
+    exact = str(int(sys.float_info.max))  # 309 digits
+    assert compile_selector("a = b").evaluate({"a": exact, "b": largest}) is True
+    assert compile_selector("a > b").evaluate({"a": str(int(exact) + 1), "b": largest}) is True
+    assert compile_selector("a > b").evaluate({"a": "2" + "0" * 308, "b": largest}) is True
+    # a float comparison needs a finite double: this one overflows to inf
+    assert compile_selector("a > 1.0").evaluate({"a": digits}) is None
+
+
+ADVERSARIAL_NUMBERS = [
+    "1" * 20_000 + "x",
+    "1" * 20_000,
+    " " + "1" * 20_000 + ".",
+    "1" * 20_000 + "." + "1" * 20_000 + "e",
+    "1" * 20_000 + "e" + "1" * 20_000 + "x",
+    "." + "1" * 40_000 + "x",
+    "-" + "0" * 40_000 + "1",
+    "+" + "9" * 40_000 + "e-" + "9" * 40_000,
+]
+NUMERIC_SELECTORS = [
+    "a > 10",
+    "a > 1.5",
+    "a = b",
+    "a < b",
+    "a IN (1.5, 2)",
+    "a NOT IN (3)",
+    "a BETWEEN 1 AND 2.5",
+    "a = TRUE",
+    "a > '5'",
+]
+
+
+def test_number_coercion_is_linear_time() -> None:
+    """Issue 16: a 20 KB property of digits and a non-digit took 12-15 s per comparison with
+    a float (a backtracking regex). Every numeric comparison of each 20-80 KB text must now
+    take a small fraction of that (generous bound for a loaded 2-core machine)."""
+    selectors = [compile_selector(text) for text in NUMERIC_SELECTORS]
+    started = time.monotonic()
+    for value in ADVERSARIAL_NUMBERS:
+        for selector in selectors:
+            assert selector.evaluate({"a": value, "b": value[::-1]}) in (True, False, None)
+    assert time.monotonic() - started < 3.0
+
+
+def test_long_literals_lex_in_linear_time() -> None:
+    started = time.monotonic()
+    for literal in ("1" * 200_000, "1" * 100_000 + "." + "1" * 100_000, "." + "1" * 200_000):
+        with pytest.raises(SelectorSyntaxError):
+            compile_selector(f"a > {literal}x")
+    with pytest.raises(SelectorSyntaxError, match="float literal out of range"):
+        compile_selector("a > " + "1" * 100_000 + "." + "1" * 100_000)  # RocketMQ's ParserTest
+    assert time.monotonic() - started < 3.0
+
+
+# ---- numbers against an independent reference ------------------------------------------
+
+
+def is_integer_text(text: str) -> bool:
+    body = text[1:] if text[:1] in ("+", "-") else text
+    return body.isascii() and body.isdigit()
+
+
+def is_decimal_text(text: str) -> bool:
+    """[+-]digits[.digits][e[+-]digits], either side of the point may be empty but not both."""
+    body = text[1:] if text[:1] in ("+", "-") else text
+    mantissa, has_exponent, exponent = body.lower().partition("e")
+    if has_exponent and not is_integer_text(exponent):
+        return False
+    whole, _, fraction = mantissa.partition(".")
+    return bool(whole or fraction) and all(
+        part == "" or (part.isascii() and part.isdigit()) for part in (whole, fraction)
+    )
+
+
+def reference_number(text: str, want: str) -> Decimal | None:
+    """What a property's text coerces to, by Decimal: `want` "int" takes [+-]digits exactly,
+    "float" a decimal number rounded to the nearest double (None past its range), "number"
+    the first that applies."""
+    stripped = text.strip(" ")
+    if want in ("int", "number") and is_integer_text(stripped):
+        return Decimal(stripped)
+    if want in ("float", "number") and is_decimal_text(stripped):
+        rounded = float(Decimal(stripped))
+        return Decimal(rounded) if math.isfinite(rounded) else None
+    return None
+
+
+@st.composite
+def integer_texts(draw: st.DrawFn) -> str:
+    """[+-]digits of lengths around the edges that matter: int64 (19), the largest double
+    (309 digits), the exact-int threshold (400) and int()'s limit (4,300), and past them; runs
+    of one digit with a varied head and tail, so texts of one length often share most digits."""
+    length = draw(
+        st.one_of(
+            st.integers(1, 25),
+            st.integers(300, 320),
+            st.integers(395, 405),
+            st.integers(4290, 4310),
+            st.integers(5000, 6000),
+        )
+    )
+    tail = draw(st.text("0123456789", max_size=min(5, length - 1)))
+    body = draw(st.sampled_from("123456789")) + draw(st.sampled_from("09")) * (
+        length - 1 - len(tail)
+    )
+    zeros = "0" * draw(st.sampled_from([0, 0, 0, 1, 500]))
+    return draw(st.sampled_from(["", "-", "+"])) + zeros + body + tail
+
+
+@st.composite
+def numeric_texts(draw: st.DrawFn) -> str:
+    """Integer and decimal texts (with fractions, exponents, spaces and the odd junk
+    character) of up to 6,000 digits, past int()'s 4,300."""
+    text = draw(integer_texts())
+    if draw(st.integers(0, 3)) == 0:
+        text += "." + draw(st.sampled_from(["", "5", "25"]))
+    if draw(st.integers(0, 3)) == 0:
+        text += "e" + draw(st.sampled_from(["", "-", "+"])) + draw(st.sampled_from(["1", "310"]))
+    if draw(st.integers(0, 9)) == 0:
+        text = draw(st.sampled_from([" ", "x", "_"])) + text
+    return text + draw(st.sampled_from(["", "", "", " ", "x"]))
+
+
+LITERAL_VALUES = st.one_of(
+    st.integers(-(2**63), 2**63 - 1),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.sampled_from([1e300, -1e308, 1.7976931348623157e308, 2**63 - 1, -(2**63), 0]),
+)
+ORDER = {"=": operator.eq, "<>": operator.ne, "<": operator.lt, "<=": operator.le,
+         ">": operator.gt, ">=": operator.ge}  # fmt: skip
+
+
+@settings(max_examples=300)
+@given(numeric_texts(), LITERAL_VALUES, st.sampled_from(sorted(ORDER)))
+def test_property_against_a_number_agrees_with_decimal(
+    text: str, literal: int | float, op: str
+) -> None:
+    source = repr(literal) if isinstance(literal, float) else str(literal)
+    value = reference_number(text, "float" if isinstance(literal, float) else "int")
+    expected = None if value is None else ORDER[op](value, Decimal(literal))
+    assert compile_selector(f"a {op} {source}").evaluate({"a": text}) is expected
+
+
+@settings(max_examples=300)
+@given(numeric_texts(), numeric_texts(), st.sampled_from(sorted(ORDER)))
+def test_property_against_a_property_agrees_with_decimal(a: str, b: str, op: str) -> None:
+    x, y = reference_number(a, "number"), reference_number(b, "number")
+    if x is not None and y is not None:
+        expected = ORDER[op](x, y)
+    else:
+        expected = ORDER[op](a, b)  # not both numbers: compared as text
+    assert compile_selector(f"a {op} b").evaluate({"a": a, "b": b}) is expected
 
 
 # ---- property tests ----------------------------------------------------------------------

@@ -132,7 +132,11 @@ class SelectorSyntaxError(MQCoreError, ValueError):
     """A SQL92 property selector does not parse; `column` (1-based) is where the mistake is."""
 
     def __init__(self, message: str, text: str = "", column: int = 1):
-        super().__init__(f"{message} at column {column} of selector {text!r}")
+        shown = repr(text)
+        if len(text) > 120:  # a long selector: the part around the mistake
+            start = max(0, column - 41)
+            shown = f"{text[start : start + 80]!r} (from column {start + 1} of {len(text):,})"
+        super().__init__(f"{message} at column {column} of selector {shown}")
         self.text = text
         self.column = column
 

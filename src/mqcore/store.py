@@ -151,7 +151,7 @@ def message_headers(
     if tag is not None:
         if not isinstance(tag, str) or not tag or " " in tag:
             raise InvalidRecordError(f"a tag must be a non-empty str without spaces, not {tag!r}")
-        out.append(("tag", tag.encode()))
+        out.append(("tag", _utf8(tag, "tag")))
     for name, value in (properties or {}).items():
         if not isinstance(name, str) or not name or name in RESERVED_HEADERS:
             raise InvalidRecordError(
@@ -161,17 +161,37 @@ def message_headers(
             raise InvalidRecordError(
                 f"property {name!r} must be a str, int or float, not {type(value).__name__}"
             )
-        out.append((name, str(value).encode()))
+        out.append((name, _utf8(str(value), f"property {name!r}")))
     if isinstance(keys, (str, bytes)):
         keys = keys.split()  # RocketMQ's KEYS: one string of space-separated words
+    elif keys is not None and not isinstance(keys, Sequence):
+        raise InvalidRecordError(f"keys must be a str, bytes or a list of words, not {keys!r}")
     if keys:
-        words = [k.encode() if isinstance(k, str) else bytes(k) for k in keys]
+        words = [_key_word(k) for k in keys]
         if any(not w or b" " in w for w in words):
             raise InvalidRecordError(f"extra keys must be non-empty and without spaces: {keys!r}")
         out.append(("keys", b" ".join(words)))
     if unique_id is not None:
         out.append(("uid", parse_uid(unique_id)))
     return out
+
+
+def _utf8(text: str, what: str) -> bytes:
+    """`text` as UTF-8; InvalidRecordError naming `what` for text that has none (a lone
+    surrogate, as a command line's undecodable byte becomes)."""
+    try:
+        return text.encode()
+    except UnicodeEncodeError:
+        raise InvalidRecordError(f"{what} is not valid text (UTF-8): {text!r}") from None
+
+
+def _key_word(word: object) -> bytes:
+    """One extra key as bytes: a str (UTF-8) or bytes-like; bytes(5) would be five zero bytes."""
+    if isinstance(word, str):
+        return _utf8(word, "keys word")
+    if isinstance(word, (bytes, bytearray, memoryview)):
+        return bytes(word)
+    raise InvalidRecordError(f"keys must be str or bytes words, not {type(word).__name__}")
 
 
 def _slice(seq: Sequence[Any] | None, lo: int, hi: int | None = None) -> Sequence[Any] | None:

@@ -629,10 +629,8 @@ def find_indexed(parts, key, int kind, start, end, limit, cursor):
         load_engine()
     if type(key) is bytes:
         raw = <bytes>key
-    elif isinstance(key, str):
-        raw = (<str>key).encode()
     else:
-        raw = bytes(key)
+        raw = _engine.query_bytes(key, "key")  # str as UTF-8; refuses what has no bytes
     if start is not None or end is not None:
         lo, hi = _engine.time_bounds(start, end)
     if type(limit) is int and 1 <= <object>limit <= _max_limit:

@@ -14,19 +14,14 @@ from libc.string cimport memset
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 
-from cpython.buffer cimport PyBUF_READ
-from cpython.memoryview cimport PyMemoryView_FromMemory
-
 from mqcore._ext.batch cimport (
     ATTR_CODEC_MASK, ATTR_CONTROL, ATTR_LOG_APPEND_TIME, BATCH_HEADER_SIZE, BatchHeader,
-    E_OFFSET_ORDER, E_SHORT, LOG_OVERHEAD, OK, Message, RecordCursor, RecordView, check_batch,
+    E_OFFSET_ORDER, E_SHORT, LOG_OVERHEAD, OK, RecordCursor, RecordView, check_batch,
     cursor_finish, cursor_init, error_text, make_message, next_record, open_records, walk_batch,
     wrap_add,
 )
 from mqcore._ext.bytes_be cimport mq_prefetch, mq_prefetch_range, store_be32, store_be64
 from mqcore._ext.varint cimport read_varint
-
-from mqcore._ext.batch import decode_messages
 
 from mqcore.errors import CorruptRecordError
 
@@ -559,6 +554,7 @@ cdef object read_at(const unsigned char* buf, Py_ssize_t n, Py_ssize_t position,
     cdef BatchHeader h
     cdef Py_ssize_t pos = position, records_size
     cdef int rc, status
+    cdef bint whole
     cdef const unsigned char* records
     if position < 0 or position > n:
         raise ValueError(f"position {position} outside a buffer of {n} bytes")
@@ -591,17 +587,42 @@ cdef object read_at(const unsigned char* buf, Py_ssize_t n, Py_ssize_t position,
     if verify_crc and memo is None:
         walk_batch(buf + pos, n - pos, &h, True, source, pos)  # whole: the walk found it
     if h.attributes & ATTR_CODEC_MASK or h.attributes & ATTR_CONTROL:
-        return read_decoded(buf, n, pos, offset, topic, partition, verified, memo is None, source,
-                            max_decompressed)
+        return read_decoded(buf + pos, &h, offset, topic, partition, verified, memo is None,
+                            source, pos, max_decompressed)
     records = buf + pos + BATCH_HEADER_SIZE
     records_size = LOG_OVERHEAD + h.batch_length - BATCH_HEADER_SIZE
     if memo is None:
-        memo = (sample_positions(records, records_size, &h)
-                if h.records_count >= SAMPLED_MIN_RECORDS else header_memo(records_size, &h))
+        # the first read of a batch decodes every record, as Store.read does: a batch whose
+        # recordsCount disagrees with the records it holds raises, CRC or not
+        whole = False
+        if h.records_count >= SAMPLED_MIN_RECORDS:  # the samples walk every record already
+            memo = sample_positions(records, records_size, &h)
+            whole = (<const MemoHeader*>PyBytes_AS_STRING(memo)).flags & MEMO_WHOLE
+        else:
+            memo = header_memo(records_size, &h)
+        rc = OK if whole else check_records(records, records_size, &h)
+        if rc != OK:
+            raise CorruptRecordError(error_text(rc), path=source, position=pos)
         if verified is not None:
             remember(verified, pos, memo)
     return read_in_batch(records, records_size, &h, memo, offset, topic, partition, source, pos,
                          True)
+
+
+cdef int check_records(const unsigned char* records, Py_ssize_t size,
+                       const BatchHeader* h) noexcept nogil:
+    """OK when the records area holds exactly recordsCount well-formed records (what
+    decode_messages requires of a batch it reads to the end), else the first error."""
+    cdef RecordCursor c
+    cdef RecordView r
+    cdef int rc
+    cursor_init(&c, records, size, h)
+    while True:
+        rc = next_record(&c, &r)
+        if rc == 0:
+            return cursor_finish(&c)
+        if rc < 0:
+            return rc
 
 
 cdef object read_in_batch(const unsigned char* records, Py_ssize_t records_size,
@@ -627,21 +648,31 @@ cdef object read_in_batch(const unsigned char* records, Py_ssize_t records_size,
             return None
 
 
-cdef object read_decoded(const unsigned char* buf, Py_ssize_t n, Py_ssize_t pos, int64_t offset,
+cdef object read_decoded(const unsigned char* batch, const BatchHeader* h, int64_t offset,
                          str topic, int partition, dict verified, bint first, object source,
-                         Py_ssize_t max_decompressed):
-    """A compressed or control batch at `pos`: decode_messages from it (control batches hold no
-    user records), then remember that its CRC was checked."""
-    cdef list out = []
-    cdef object mv = PyMemoryView_FromMemory(<char*>buf, n, PyBUF_READ)
-    try:
-        decode_messages(mv, pos, topic, partition, offset, 1, out, False, max_decompressed,
-                        source, 0, offset)
-    finally:
-        mv.release()
+                         Py_ssize_t pos, Py_ssize_t max_decompressed):
+    """A compressed or control batch at `pos`: its records (decompressed) are decoded and
+    checked to the last one, the one at `offset` kept (control batches hold no user records);
+    then remember that its CRC was checked."""
+    cdef RecordCursor c
+    cdef RecordView r
+    cdef int rc
+    found = None
+    area = open_records(batch, h, max_decompressed, &c)  # owns the cursor's bytes
+    while True:
+        rc = next_record(&c, &r)
+        if rc == 0:
+            rc = cursor_finish(&c)
+        if rc < 0:
+            raise CorruptRecordError(error_text(rc), path=source, position=pos)
+        if rc == OK:
+            break
+        if h.base_offset + r.offset_delta == offset and not h.attributes & ATTR_CONTROL:
+            found = make_message(topic, partition, h, &r)
+    del area
     if verified is not None and first:
         remember(verified, pos, b"")
-    return out[0] if out and (<Message>out[0]).offset == offset else None
+    return found
 
 
 cdef int remember(dict verified, Py_ssize_t pos, bytes memo) except -1:

@@ -23,8 +23,9 @@ Every command but `produce`, `verify`, `compact` and `retention` opens the store
 writer. Those four take the writer lock and fail with StoreLockedError while another process
 holds it. `--json` prints one JSON object per line; bytes that are not UTF-8 appear as
 {"base64": "..."} there (kcat's \\xNN escapes in `consume --json`, which writes kcat -J
-envelopes) and as \\xNN in text. Errors mqcore raises on purpose print one line,
-`mqcore: error: ...`, to stderr and exit with status 1; usage errors exit 2.
+envelopes) and as \\xNN in text. Errors print one line, `mqcore: error: ...`, to stderr and
+exit with status 1 (any other exception too: a bug is reported as `unexpected <type>: ...`, never
+as a traceback); usage errors print the usage and one error line, and exit with status 2.
 """
 
 from __future__ import annotations
@@ -63,8 +64,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(file=sys.stderr)
         return 130
     except (MQCoreError, OSError) as e:
-        print(f"mqcore: error: {e}", file=sys.stderr)
+        print(f"mqcore: error: {_one_line(str(e))}", file=sys.stderr)
         return 1
+    except Exception as e:  # noqa: BLE001 - a bug must still end in one line, not a traceback
+        print(f"mqcore: error: unexpected {type(e).__name__}: {_one_line(str(e))}", file=sys.stderr)
+        return 1
+
+
+def _one_line(text: str) -> str:
+    """An error message on one line: line breaks inside it become spaces."""
+    return " ".join(text.splitlines())
 
 
 def build_parser() -> argparse.ArgumentParser:

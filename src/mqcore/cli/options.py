@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from datetime import datetime, timezone
 
@@ -57,12 +58,45 @@ def arg_bytes(text: str) -> bytes:
     return os.fsencode(text)
 
 
+INT64_MAX = (1 << 63) - 1
+_INTEGER = re.compile(r"-?[0-9]{1,19}")  # ASCII digits only: int() also takes "1_000", " 5"
+
+
+def parse_int(text: str) -> int | None:
+    """`text` as a 64-bit signed integer written plainly (an optional minus and at most 19
+    ASCII digits), or None. The digit count is checked before int() runs."""
+    if _INTEGER.fullmatch(text) is None:
+        return None
+    n = int(text)
+    return n if -INT64_MAX - 1 <= n <= INT64_MAX else None
+
+
+def integer(text: str) -> int:
+    """argparse type: a 64-bit signed integer."""
+    n = parse_int(text)
+    if n is None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer in the 64-bit range")
+    return n
+
+
+def check_seconds(value: float | None, what: str) -> float | None:
+    """A parsed duration in seconds: >= 0 (inf allowed), not NaN; None stays None."""
+    if value is not None and not value >= 0:
+        raise InvalidConfigError(f"{what} must be a number of seconds >= 0, not {value}")
+    return value
+
+
 def parse_time(text: str, what: str) -> int:
     """Milliseconds since the epoch from `123456789000` or an ISO-8601 date or datetime
     (`2024-05-01`, `2024-05-01T12:30:00.5+02:00`, a trailing `Z`); no zone means UTC."""
     s = text.strip()
     if s.lstrip("-").isdigit():
-        ms = int(s)
+        number = parse_int(s)
+        if number is None:
+            raise InvalidConfigError(
+                f"{what} {_cut(text)} is not a count of milliseconds in the 64-bit range"
+            )
+        ms = number
     else:
         if s.endswith(("Z", "z")):
             s = s[:-1] + "+00:00"
@@ -70,7 +104,7 @@ def parse_time(text: str, what: str) -> int:
             dt = datetime.fromisoformat(s)
         except ValueError:
             raise InvalidConfigError(
-                f"{what} {text!r} is neither milliseconds nor an ISO-8601 datetime"
+                f"{what} {_cut(text)} is neither milliseconds nor an ISO-8601 datetime"
             ) from None
         if dt.tzinfo is None:
             dt = dt.replace(tzinfo=timezone.utc)
@@ -93,12 +127,17 @@ def parse_pair(text: str, what: str, need_value: bool = True) -> tuple[str, str 
     return name, value
 
 
+def _cut(text: str, limit: int = 60) -> str:
+    """repr(text) for a message, cut to about `limit` characters."""
+    shown = repr(text)
+    return shown if len(shown) <= limit else f"{shown[: limit - 20]}...({len(text):,} characters)"
+
+
 def non_negative(text: str) -> int:
     """argparse type: an int >= 0."""
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    n = parse_int(text)
+    if n is None:
+        raise argparse.ArgumentTypeError(f"{_cut(text)} is not an integer in the 64-bit range")
     if n < 0:
         raise argparse.ArgumentTypeError(f"{text} is negative")
     return n

@@ -18,7 +18,7 @@ import mqcore
 from mqcore import compression
 from mqcore._ext.hashing import kafka_partition
 from mqcore.cli import render
-from mqcore.cli.options import UsageError, add_json, arg_bytes, parse_pair, positive
+from mqcore.cli.options import UsageError, add_json, arg_bytes, integer, parse_pair, positive
 from mqcore.errors import UnknownPartitionError, UnknownTopicError
 from mqcore.storage.logdir import LogDirectory
 from mqcore.store import HeadersArg, message_headers
@@ -58,7 +58,7 @@ def add_parsers(sub: Any) -> None:
     p.add_argument(
         "-p",
         "--partition",
-        type=int,
+        type=integer,
         default=None,
         help="write to this partition (default: by key like Kafka's partitioner; messages "
         "without a key go round-robin, a batch at a time)",

@@ -23,6 +23,8 @@ from mqcore.cli.options import (
     add_json,
     add_progress,
     arg_bytes,
+    check_seconds,
+    integer,
     parse_time,
     positive,
     progress_enabled,
@@ -66,7 +68,7 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--where", metavar="SQL92", help='properties selector, e.g. "amount > 10"')
     p.add_argument("--contains", metavar="TEXT", help="values containing these bytes")
     p.add_argument("--regex", metavar="PATTERN", help="values matching this regex (bytes)")
-    p.add_argument("-p", "--partition", type=int, default=None, help="only this partition")
+    p.add_argument("-p", "--partition", type=integer, default=None, help="only this partition")
     p.add_argument(
         "--limit",
         type=positive,
@@ -91,6 +93,7 @@ def add_parsers(sub: Any) -> None:
 
 def cmd_query(args: argparse.Namespace, out: TextIO) -> int:
     kind = _kind(args)
+    check_seconds(args.timeout, "--timeout")
     start = None if args.start is None else parse_time(args.start, "--from")
     end = None if args.end is None else parse_time(args.end, "--to")
     limit: dict[str, Any] = {} if args.limit is None else {"limit": args.limit}  # else the API's

@@ -13,7 +13,7 @@ from typing import Any, TextIO
 
 import mqcore
 from mqcore.cli import render
-from mqcore.cli.options import add_json
+from mqcore.cli.options import add_json, integer, parse_int
 from mqcore.errors import (
     InvalidConfigError,
     MessageNotFoundError,
@@ -37,7 +37,7 @@ def add_parsers(sub: Any) -> None:
     consume.add_argument(
         "-p",
         "--partition",
-        type=int,
+        type=integer,
         default=None,
         help="only this partition (default: all, in order)",
     )
@@ -52,7 +52,7 @@ def add_parsers(sub: Any) -> None:
     consume.add_argument(
         "-n",
         "--count",
-        type=int,
+        type=integer,
         default=None,
         help="stop after COUNT messages in total (default: to the end)",
     )
@@ -74,8 +74,8 @@ def add_parsers(sub: Any) -> None:
     )
     get.add_argument("store", help="store directory")
     get.add_argument("topic")
-    get.add_argument("partition", type=int)
-    get.add_argument("offset", type=int)
+    get.add_argument("partition", type=integer)
+    get.add_argument("offset", type=integer)
     add_json(get, "a message object")
     get.set_defaults(run=cmd_get)
 
@@ -152,10 +152,12 @@ def resolve_offset(store: mqcore.Store, topic: str, partition: int, spec: str) -
 
 
 def _int(text: str, spec: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise InvalidConfigError(f"offset {spec!r} is not beginning, end, N, -N or s@MS") from None
+    n = parse_int(text)
+    if n is None:
+        raise InvalidConfigError(
+            f"offset {spec[:60]!r} is not beginning, end, N, -N or s@MS (N and MS in 64 bits)"
+        )
+    return n
 
 
 def iter_messages(

@@ -10,6 +10,7 @@ the time index's answer, and skip segments whose timestamps cannot match. Result
 from __future__ import annotations
 
 import contextlib
+import math
 import re
 import struct
 import time
@@ -23,6 +24,7 @@ from mqcore._ext.lookup import find_indexed  # noqa: F401 - the key lookup, in t
 from mqcore._ext.search import scan_records
 from mqcore.errors import CorruptRecordError, InvalidConfigError
 from mqcore.query.ids import parse_uid, uid_time_ms
+from mqcore.query.pattern import BytesPattern, compile_pattern
 from mqcore.storage.partition import Partition
 from mqcore.storage.segment import MAX_DECOMPRESSED, LogSegment
 
@@ -35,6 +37,9 @@ if TYPE_CHECKING:
 MAX_LIMIT = 100_000  # results one query may return (caps user limits before allocating)
 MAX_PROBE = 1 << 20  # index entries one segment probe may walk
 SCAN_CHUNK = 4096  # records a scan kernel call may return before Python filters them
+# records one scan kernel call may examine: a call is not interrupted, so this bounds how far
+# past its deadline a search can run (about 0.03 s of plain 1 KiB records, more compressed)
+SCAN_CALL_RECORDS = 1 << 18
 KEY_SPAN_MAX_HITS = 4096  # key_spans: candidates in one segment past which it is read whole
 NO_END = (1 << 63) - 1
 CURSOR_PREFIX = "c1-"
@@ -86,24 +91,36 @@ class QueryResult:
         return pa.Table.from_pydict(rows, schema=schema)
 
 
+# "c1-<partition>-<offset>", both canonical decimal (no sign, no leading zero, ASCII digits
+# only): one text per position, and digit counts bounded before anything is converted
+_CURSOR = re.compile(r"c1-(0|[1-9][0-9]{0,9})-(0|[1-9][0-9]{0,18})")
+MAX_PARTITION = 0x7FFFFFFF
+
+
 def encode_cursor(partition: int, offset: int) -> str:
     return f"{CURSOR_PREFIX}{partition}-{offset}"
 
 
 def decode_cursor(cursor: str | None) -> tuple[int, int]:
-    """(partition, offset) to resume at; (-1, 0) for no cursor."""
+    """(partition, offset) to resume at; (-1, 0) for no cursor. InvalidConfigError names a
+    cursor that encode_cursor did not write (or that names an impossible place)."""
     if cursor is None:
         return -1, 0
-    try:
-        if not cursor.startswith(CURSOR_PREFIX):
-            raise ValueError
-        p, o = cursor[len(CURSOR_PREFIX) :].split("-")
-        partition, offset = int(p), int(o)
-        if partition < 0 or offset < 0:
-            raise ValueError
-        return partition, offset
-    except (AttributeError, ValueError):
-        raise InvalidConfigError(f"{cursor!r} is not a query cursor") from None
+    match = _CURSOR.fullmatch(cursor) if isinstance(cursor, str) else None
+    if match is not None:
+        partition, offset = int(match[1]), int(match[2])
+        if partition <= MAX_PARTITION and offset <= NO_END:
+            return partition, offset
+    raise InvalidConfigError(
+        f"cursor {shown(cursor)} is not a query cursor (c1-PARTITION-OFFSET, as a result's "
+        "`cursor` gives it)"
+    )
+
+
+def shown(value: object, limit: int = 80) -> str:
+    """repr(value) for an error message, cut to about `limit` characters."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 20]}...({len(text):,} characters)"
 
 
 def resume_points(
@@ -119,7 +136,7 @@ def resume_points(
 def check_limit(name: str, value: object, cap: int) -> int:
     """A user limit as an int in [1, cap] (capped before anything is allocated)."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidConfigError(f"{name} must be an int >= 1, not {value!r}")
+        raise InvalidConfigError(f"{name} must be an int >= 1, not {shown(value)}")
     return min(value, cap)
 
 
@@ -127,9 +144,50 @@ def time_bounds(start: int | None, end: int | None) -> tuple[int, int]:
     lo = 0 if start is None else start
     hi = NO_END if end is None else end
     for name, v in (("start", lo), ("end", hi)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-            raise InvalidConfigError(f"{name} must be a timestamp in ms >= 0, not {v!r}")
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= NO_END:
+            raise InvalidConfigError(
+                f"{name} must be a timestamp in ms in [0, 2**63), not {shown(v)}"
+            )
     return lo, hi
+
+
+def check_timeout(timeout: object) -> float:
+    """A scan's time budget in seconds (None: unbounded); a number >= 0, not NaN."""
+    if timeout is None:
+        return math.inf
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, (int, float))
+        or math.isnan(timeout)
+        or timeout < 0
+    ):
+        raise InvalidConfigError(f"timeout must be a number of seconds >= 0, not {shown(timeout)}")
+    return float(timeout)
+
+
+def query_bytes(value: object, what: str) -> bytes:
+    """A key or needle as bytes: bytes-like as is, a str as UTF-8. Anything else is refused
+    (bytes(5) would be five zero bytes), as is text without a UTF-8 form."""
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, (bytearray, memoryview)):
+        return bytes(value)
+    if not isinstance(value, str):
+        raise InvalidConfigError(f"{what} must be bytes or str, not {type(value).__name__}")
+    try:
+        return value.encode()
+    except UnicodeEncodeError:
+        raise InvalidConfigError(f"{what} {shown(value)} is not valid text (UTF-8)") from None
+
+
+def check_tag(tag: object) -> bytes:
+    """A tag filter as the bytes the `tag` header holds (UTF-8 of the text)."""
+    if not isinstance(tag, str):
+        raise InvalidConfigError(f"tag must be a str, not {type(tag).__name__}")
+    try:
+        return tag.encode()
+    except UnicodeEncodeError:
+        raise InvalidConfigError(f"tag {shown(tag)} is not valid text (UTF-8)") from None
 
 
 def segments_of(part: Partition) -> contextlib.AbstractContextManager[list[tuple[LogSegment, int]]]:
@@ -176,7 +234,7 @@ def key_spans(
 
 
 def key_hash(key: bytes | str) -> tuple[bytes, int]:
-    raw = key.encode() if isinstance(key, str) else bytes(key)
+    raw = query_bytes(key, "key")
     return raw, xxh64_hash(raw, KEY_SEED)
 
 
@@ -251,8 +309,13 @@ class ScanSpec:
     hi: int = NO_END
     needle: bytes | None = None
     tag: bytes | None = None
-    pattern: re.Pattern[bytes] | None = None
+    pattern: BytesPattern | None = None
     selector: Selector | None = None
+
+    @property
+    def filters_in_python(self) -> bool:
+        """Whether candidates go through `accepts` (a regex or a selector) after the kernel."""
+        return self.pattern is not None or self.selector is not None
 
     def accepts(self, m: Message) -> bool:
         if self.pattern is not None and (m.value is None or not self.pattern.search(m.value)):
@@ -279,14 +342,11 @@ def make_spec(
     lo, hi = time_bounds(start, end)
     spec = ScanSpec(lo, hi)
     if contains is not None:
-        spec.needle = contains.encode() if isinstance(contains, str) else bytes(contains)
+        spec.needle = query_bytes(contains, "contains")
     if regex is not None:
-        try:
-            spec.pattern = re.compile(regex.encode() if isinstance(regex, str) else regex)
-        except re.error as e:
-            raise InvalidConfigError(f"bad regex {regex!r}: {e}") from None
+        spec.pattern = compile_pattern(regex)
     if tag is not None:
-        spec.tag = tag.encode()
+        spec.tag = check_tag(tag)
     if where is not None:
         from mqcore.query.selector import compile_selector  # its parser loads on first use
 
@@ -352,29 +412,44 @@ def scan_segment(
         offset = from_offset
         while True:
             room = min(SCAN_CHUNK, budget.limit - len(result.messages))
-            if spec.pattern is not None or spec.selector is not None:
+            if spec.filters_in_python:
                 room = SCAN_CHUNK  # Python filters follow: the limit counts after them
             r = scan_records(
                 view, pos, part.topic, part.partition, offset, NO_END, spec.lo, spec.hi,
                 spec.needle, False, spec.tag, room,
-                max(1, budget.max_scan - result.scanned_records), True, MAX_DECOMPRESSED,
-                seg.log_path, 0,
+                max(1, min(budget.max_scan - result.scanned_records, SCAN_CALL_RECORDS)), True,
+                MAX_DECOMPRESSED, seg.log_path, 0,
             )  # fmt: skip
             result.scanned_records += r.records_scanned
             result.scanned_bytes += r.bytes_scanned
-            for m in r.messages:
-                if spec.accepts(m):
-                    result.messages.append(m)
-                    if len(result.messages) >= budget.limit:
-                        return LIMIT, m.offset + 1
+            stopped = filter_chunk(r.messages, spec, budget, result)
+            if stopped is not None:
+                return stopped
             pos, offset = r.next_position, r.next_offset
             if r.reason == "end":
                 return None, offset
-            stop = budget.spent(result)
-            if stop is not None:
-                return stop, offset
+            why = budget.spent(result)
+            if why is not None:
+                return why, offset
     finally:
         view.release()
+
+
+def filter_chunk(
+    messages: list[Message], spec: ScanSpec, budget: ScanBudget, result: QueryResult
+) -> tuple[str, int] | None:
+    """Add the kernel's candidates that `spec` accepts to `result`; (why, next offset) when the
+    limit is reached, or when the time is up after filtering one in Python (each candidate can
+    cost time proportional to its size, so the deadline is checked after every one)."""
+    timed = spec.filters_in_python and budget.deadline != math.inf
+    for m in messages:
+        if spec.accepts(m):
+            result.messages.append(m)
+            if len(result.messages) >= budget.limit:
+                return LIMIT, m.offset + 1
+        if timed and time.monotonic() >= budget.deadline:
+            return TIMEOUT, m.offset + 1
+    return None
 
 
 _MIN_TS = -(1 << 63)
@@ -466,7 +541,7 @@ def run_scan(
     budget = ScanBudget(
         check_limit("limit", limit, MAX_LIMIT),
         check_limit("max_scan", max_scan, NO_END),
-        time.monotonic() + (timeout if timeout is not None else 1e18),
+        time.monotonic() + check_timeout(timeout),
     )
     result = QueryResult()
     for part, from_offset in resume_points(parts, cursor):

@@ -24,11 +24,14 @@
 #   string     = "'" { any character but "'" | "''" } "'" ;   ("''" is one quote)
 #
 # Precedence: NOT binds tighter than AND, AND tighter than OR. TRUE/FALSE only take = and <>.
+# BETWEEN with two literal bounds, the lower one greater, is an error (RocketMQ's rule).
 #
 # Coercion. Properties are strings; a missing property is NULL (the empty string is not NULL).
-#   - property vs integer literal: the stripped text must be [+-]digits, else no coercion;
-#   - property vs float literal: the stripped text must be a finite decimal number (ints qualify;
-#     nan/inf do not);
+#   - property vs integer literal: the stripped text must be [+-]digits, else no coercion; it is
+#     compared exactly whatever its length (past MAX_INT_DIGITS digits by sign, digit count and
+#     digits, never through int(), which is quadratic and refuses more than 4,300 digits);
+#   - property vs float literal: the stripped text must be a decimal number (ints qualify; nan/inf
+#     do not) whose nearest double is finite; it is compared as that double;
 #   - property vs TRUE/FALSE: the stripped text must be 'true' or 'false', any case;
 #   - property vs string literal: compared as strings (code point order);
 #   - property vs property: numerically when both coerce to numbers, else as strings;
@@ -38,7 +41,10 @@
 # comparison UNKNOWN (None). NOT UNKNOWN = UNKNOWN; FALSE AND x = FALSE; TRUE OR x = TRUE;
 # otherwise an UNKNOWN operand makes AND/OR UNKNOWN. Only IS [NOT] NULL tests nullness.
 # BETWEEN x AND y is (v >= x AND v <= y). IN is TRUE on any equal element, FALSE when every
-# comparison was definitely unequal, else UNKNOWN. A message matches only on TRUE.
+# comparison was definitely unequal, else UNKNOWN. CONTAINS/STARTSWITH/ENDSWITH with the empty
+# string are FALSE, with or without NOT (RocketMQ's rule). A message matches only on TRUE.
+# Every coercion and comparison takes time linear in the text's length: one property, however
+# long, cannot stall a consumer.
 """RocketMQ-style SQL92 property selectors compiled once into a tree of closures.
 
 `compile_selector(text)` parses the selector and returns a `Selector` whose `evaluate(props)`
@@ -61,7 +67,7 @@ __all__ = ["Selector", "compile_selector"]
 
 Props = Mapping[str, object]
 Predicate = Callable[[Props], bool | None]
-Value = str | int | float | bool | None
+Value = str | int | float | bool | None  # a literal's value
 Compare = Callable[[Any, Any], bool]
 
 INT64_MIN = -(2**63)
@@ -87,8 +93,63 @@ MIRRORED = {"=": "=", "<>": "<>", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
 # --------------------------------------------------------------------------------------------
 
 _INT_TEXT = re.compile(r"[+-]?[0-9]+")
-_FLOAT_TEXT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+# Unambiguous (each digit can be matched one way only), so a failing match backtracks in
+# linear time; "[0-9]+\.?[0-9]*" was quadratic on a long run of digits and a non-digit.
+_FLOAT_TEXT = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 _BOOL_TEXT = {"true": True, "false": False}
+MAX_INT_DIGITS = 400  # past every int64 and every finite double (309 digits)
+
+
+class HugeInt:
+    """An integer of more than MAX_INT_DIGITS significant digits, kept as its sign and digits.
+
+    It lies beyond every int64 and every finite double, so against those its sign decides; two
+    of them compare by sign, then digit count, then digits. Comparisons and hashing take linear
+    time (int() of such text is quadratic, and refused past 4,300 digits)."""
+
+    __slots__ = ("sign", "digits")
+
+    def __init__(self, sign: int, digits: str) -> None:
+        self.sign = sign
+        self.digits = digits  # no leading zeros, more than MAX_INT_DIGITS of them
+
+    def _order(self, other: object) -> int | None:
+        """-1, 0 or 1 as self is below, equal to or above `other`; None for a non-number."""
+        if isinstance(other, HugeInt):
+            if self.sign != other.sign:
+                return self.sign
+            mine, theirs = (len(self.digits), self.digits), (len(other.digits), other.digits)
+            return ((mine > theirs) - (mine < theirs)) * self.sign
+        if isinstance(other, (int, float)) and not isinstance(other, bool):
+            return self.sign
+        return None
+
+    def __eq__(self, other: object) -> bool:
+        return self._order(other) == 0
+
+    def __hash__(self) -> int:
+        return hash((self.sign, self.digits))
+
+    def __lt__(self, other: object) -> bool:
+        return self._compared(other) < 0
+
+    def __le__(self, other: object) -> bool:
+        return self._compared(other) <= 0
+
+    def __gt__(self, other: object) -> bool:
+        return self._compared(other) > 0
+
+    def __ge__(self, other: object) -> bool:
+        return self._compared(other) >= 0
+
+    def _compared(self, other: object) -> int:
+        order = self._order(other)
+        if order is None:
+            raise TypeError(f"a HugeInt does not compare with {type(other).__name__}")
+        return order
+
+
+Integer = int | HugeInt
 
 
 def _fetch(props: Props, name: str) -> str | None:
@@ -107,16 +168,22 @@ def _as_str(text: str) -> str:
     return text
 
 
-def _as_int(text: str) -> int | None:
+def _integer(text: str) -> Integer:
+    """Checked [+-]digits text as an int, or as a HugeInt past MAX_INT_DIGITS digits."""
+    sign = -1 if text.startswith("-") else 1
+    digits = text.lstrip("+-").lstrip("0")
+    if len(digits) > MAX_INT_DIGITS:
+        return HugeInt(sign, digits)
+    return sign * int(digits or "0")
+
+
+def _as_int(text: str) -> Integer | None:
     """`text` as an integer, or None when it is not [+-]digits (after stripping)."""
     if not (text.isascii() and text.isdigit()):  # the common case skips the regex
         text = text.strip()
         if _INT_TEXT.fullmatch(text) is None:
             return None
-    try:
-        return int(text)
-    except ValueError:  # more digits than int() converts
-        return None
+    return _integer(text)
 
 
 def _as_float(text: str) -> float | None:
@@ -124,7 +191,7 @@ def _as_float(text: str) -> float | None:
     stripped = text.strip()
     if _FLOAT_TEXT.fullmatch(stripped) is None:
         return None
-    number = float(stripped)
+    number = float(stripped)  # correctly rounded, in linear time
     return number if math.isfinite(number) else None
 
 
@@ -133,13 +200,13 @@ def _as_bool(text: str) -> bool | None:
     return _BOOL_TEXT.get(text.strip().lower())
 
 
-def _as_number(text: str) -> int | float | None:
+def _as_number(text: str) -> Integer | float | None:
     """`text` as an integer if it is one, else as a finite float, else None."""
     number = _as_int(text)
     return number if number is not None else _as_float(text)
 
 
-COERCERS: dict[type, Callable[[str], Value]] = {
+COERCERS: dict[type, Callable[[str], object]] = {
     str: _as_str,
     int: _as_int,
     float: _as_float,
@@ -177,15 +244,17 @@ def _constant(result: bool | None) -> Predicate:
 
 def _compare_literals(compare: Compare, left: Value, right: Value) -> bool | None:
     """Compare two literal values under the coercion rules (used for folding constants)."""
+    a: object = left
+    b: object = right
     if isinstance(left, str) and not isinstance(right, str) and right is not None:
-        left = COERCERS[type(right)](left)
+        a = COERCERS[type(right)](left)
     elif isinstance(right, str) and not isinstance(left, str) and left is not None:
-        right = COERCERS[type(left)](right)
+        b = COERCERS[type(left)](right)
     elif isinstance(left, bool) != isinstance(right, bool):
         return None
-    if left is None or right is None:
+    if a is None or b is None:
         return None
-    return bool(compare(left, right))
+    return bool(compare(a, b))
 
 
 def _compare_property(compare: Compare, name: str, literal: Value) -> Predicate:
@@ -284,17 +353,22 @@ STRING_CHECKS: dict[str, Callable[[str, str], bool]] = {
 }
 
 
-def _string_test(keyword: str, left: Operand, needle: str) -> Predicate:
-    """`left CONTAINS|STARTSWITH|ENDSWITH 'needle'`; UNKNOWN on NULL or a non-string literal."""
+def _string_test(keyword: str, left: Operand, needle: str, negated: bool) -> Predicate:
+    """`left [NOT] CONTAINS|STARTSWITH|ENDSWITH 'needle'`; UNKNOWN on NULL or a non-string
+    literal. The empty needle is FALSE, negated or not (RocketMQ's ContainsExpression and
+    NotContainsExpression both answer FALSE for it; NOT (x CONTAINS '') is then TRUE)."""
+    if not needle:
+        return _constant(False)
     check = STRING_CHECKS[keyword]
     if isinstance(left, Lit):
         value = left.value
-        return _constant(check(value, needle) if isinstance(value, str) else None)
+        result = check(value, needle) if isinstance(value, str) else None
+        return _constant(None if result is None else result != negated)
     name = left.name
 
     def predicate(props: Props) -> bool | None:
         text = _fetch(props, name)
-        return None if text is None else check(text, needle)
+        return None if text is None else check(text, needle) != negated
 
     return predicate
 
@@ -415,8 +489,8 @@ def _number_token(kind: str, source: str, text: str, start: int) -> Token:
     """An INT or FLOAT token, rejecting values outside int64 / the finite doubles."""
     column = start + 1
     if kind == INT:
-        integer = int(source)
-        if not INT64_MIN <= integer <= INT64_MAX:
+        integer = _integer(source)  # by digit count first: never int() of a long literal
+        if isinstance(integer, HugeInt) or not INT64_MIN <= integer <= INT64_MAX:
             raise _fail("integer literal out of range", text, column)
         return Token(INT, integer, column, source)
     real = float(source)
@@ -584,17 +658,19 @@ class _Parser:
         if self.accept(KEYWORD, "IS"):
             return self.parse_is_null(left)
         negated = self.accept(KEYWORD, "NOT") is not None
-        predicate = self.parse_keyword_predicate(left, negated)
-        return _negate(predicate) if negated else predicate
+        return self.parse_keyword_predicate(left, negated)
 
     def parse_keyword_predicate(self, left: Operand, negated: bool) -> Predicate:
+        """BETWEEN, IN or a string test after `left` (and NOT when `negated`)."""
         token = self.advance()
         if token.kind == KEYWORD and token.value == "BETWEEN":
-            return self.parse_between(left)
+            predicate = self.parse_between(left)
+            return _negate(predicate) if negated else predicate
         if token.kind == KEYWORD and token.value == "IN":
-            return self.parse_in(left)
+            predicate = self.parse_in(left)
+            return _negate(predicate) if negated else predicate
         if token.kind == KEYWORD and token.value in STRING_TESTS:
-            return self.parse_string_test(str(token.value), left)
+            return self.parse_string_test(str(token.value), left, negated)
         if negated:
             raise self.error(
                 "expected BETWEEN, IN, CONTAINS, STARTSWITH or ENDSWITH after NOT, "
@@ -625,7 +701,22 @@ class _Parser:
         high = self.parse_operand()
         for side in (left, low, high):
             self.reject_boolean(side, "TRUE/FALSE cannot be used with BETWEEN")
+        if (
+            isinstance(low, Lit)
+            and isinstance(high, Lit)
+            and _compare_literals(operator.gt, low.value, high.value)
+        ):
+            raise _fail(
+                f"BETWEEN's lower bound {self.source_of(low)} is greater than its upper bound "
+                f"{self.source_of(high)}",
+                self.text,
+                low.column,
+            )
         return _all_of([_comparison(">=", left, low), _comparison("<=", left, high)])
+
+    def source_of(self, literal: Lit) -> str:
+        """The text of `literal` as written in the selector."""
+        return next(t.source for t in self.tokens if t.column == literal.column)
 
     def parse_in(self, left: Operand) -> Predicate:
         self.expect(PUNCT, "(", "expected '(' after IN")
@@ -651,13 +742,13 @@ class _Parser:
         predicate = _is_null(left)
         return _negate(predicate) if negated else predicate
 
-    def parse_string_test(self, keyword: str, left: Operand) -> Predicate:
+    def parse_string_test(self, keyword: str, left: Operand, negated: bool) -> Predicate:
         token = self.advance()
         if token.kind != STRING:
             raise self.error(
                 f"expected a string literal after {keyword}, found {_describe(token)}", token
             )
-        return _string_test(keyword, left, str(token.value))
+        return _string_test(keyword, left, str(token.value), negated)
 
 
 # --------------------------------------------------------------------------------------------
