@@ -1297,9 +1297,9 @@ class Store:
         self._tasks.add("compaction", compaction_ms, self._compact_dirty)
 
     def _maintained(self, topic: str | None, wanted: Callable[[str], bool]) -> list[Partition]:
-        """Partitions of `topic` (or of every topic) whose cleanup policy `wanted` accepts (the
-        topics trimmed by resolution never: a store made before they were created with
-        retention_bytes=-1 may hold other settings for them)."""
+        """Partitions of `topic` (or of every topic) whose cleanup policy `wanted` accepts; never
+        those of the topics trimmed by resolution, whatever their stored settings say (a store
+        made by an older mqcore created them with the store's topic defaults)."""
         self._check_writable()
         with self._lock:  # a topic created meanwhile waits for the next pass
             topics = sorted(self._partitions) if topic is None else [topic]

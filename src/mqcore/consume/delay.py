@@ -3,14 +3,19 @@
 A message sent with `deliver_at=` / `delay_ms=` is appended to the internal topic `__delay`
 instead of its real topic, so every reader of the real topic sees it only once it is delivered
 (docs/consume.md). Delivery re-appends the record to the real topic with its key,
-headers and unique ID, in due order (deliver_at, then timer-log offset). Progress is durable in
+headers and unique ID, in due order (deliver_at, then origin offset). Progress is durable in
 `__delay_state`: the newest record there is a snapshot of what was delivered; a PREPARE snapshot
-written before the real appends names the in-doubt messages and where their target partitions
-ended, so a crash mid-delivery neither loses nor duplicates (a message whose unique ID is already
-in its target partition is not appended again).
+written (and fdatasync'd, whatever the flush policy) before the real appends names the in-doubt
+messages and where their target partitions ended, so a crash or a power loss mid-delivery
+neither loses nor duplicates (a message whose unique ID is already in its target partition is
+not appended again); the real appends are fdatasync'd before the "done" snapshot. `trim()`
+deletes the delivered prefix of the timer log, re-parking the few pending messages in it
+(trim.py).
 
-Also the pieces transactions share: PendingMetadata, the internal header layout, the store
-options of both features, the unique-ID presence check and the crash hook of the tests.
+Also the pieces transactions share: PendingMetadata, the internal header layout (read_parked,
+re-parked copies), the store options of both features, the unique-ID presence check, the
+checks of bookkeeping records (junk is skipped and reported), make_durable and the crash hook
+of the tests.
 """
 
 from __future__ import annotations

@@ -9,6 +9,11 @@ IDs kept) and writes a COMMIT op; `rollback()` writes a ROLLBACK op. Ops live in
 is unresolved: one with a PREPARE op is rolled forward (its real appends are skipped for unique
 IDs already in the target partition), any other older than transaction_timeout_ms is checked
 back with the registered checker (docs/consume.md).
+
+Whatever the flush policy, the half messages and the PREPARE are fdatasync'd before the first
+real append and the real appends before the COMMIT, so a power loss never commits twice, in
+part, or loses a commit that returned. `trim()` deletes the prefix of both topics that no load
+needs (trim.py); records that do not parse are skipped and reported (internal.py).
 """
 
 from __future__ import annotations
