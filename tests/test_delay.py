@@ -15,7 +15,7 @@ from conftest import child_env
 
 import mqcore
 from mqcore.consume.delay import DAY_MS, DELAY_TOPIC, PendingMetadata, now_ms
-from mqcore.errors import InvalidConfigError, InvalidRecordError
+from mqcore.errors import InternalTopicError, InvalidConfigError, InvalidRecordError
 
 QUIET = {"flush": "os", "transaction_check_interval_ms": 0, "delay_tick_ms": 0}
 
@@ -136,7 +136,7 @@ def test_bad_delays_are_refused(store, bad):
         store.append("t", b"v", deliver_at=1, delay_ms=1)
     with pytest.raises(InvalidRecordError, match="3 deliver_at values for 2"):
         store.append_batch("t", [b"a", b"b"], deliver_at=[1, 2, 3])
-    with pytest.raises(InvalidRecordError, match="internal topic"):
+    with pytest.raises(InternalTopicError, match="__delay.*internal"):
         store.append(DELAY_TOPIC, b"v", delay_ms=1)
     assert store.end_offset("t") == 0 and DELAY_TOPIC not in store.topics()
 

@@ -56,7 +56,7 @@ CHILD = textwrap.dedent(
 def build(path: str) -> None:
     """One partition of SEGMENTS one-batch segments, copied to every other partition."""
     with mqcore.open(path, flush="os") as s:
-        s.create_topic("t", partitions=PARTITIONS, segment_bytes=100)
+        s.create_topic("t", partitions=PARTITIONS, segment_bytes=100, key_index_entries=64)
         for i in range(SEGMENTS):
             s.append("t", b"v%05d" % i + b"." * 40, key=b"k%d" % (i % 7), partition=0)
     first = os.path.join(path, "t-0")

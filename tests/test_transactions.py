@@ -16,6 +16,7 @@ from conftest import child_env
 import mqcore
 from mqcore.consume.transactions import HALF_TOPIC, OP_TOPIC, TransactionInfo
 from mqcore.errors import (
+    InternalTopicError,
     InvalidConfigError,
     InvalidRecordError,
     ReadOnlyStoreError,
@@ -122,7 +123,7 @@ def test_bad_input_is_refused(store_path):
             with pytest.raises(InvalidConfigError, match="transaction_id"):
                 store.begin(bad_id)  # type: ignore[arg-type]
         txn = store.begin()
-        with pytest.raises(InvalidRecordError, match="__txn_half"):
+        with pytest.raises(InternalTopicError, match="__txn_half"):
             txn.append(HALF_TOPIC, b"x")
         with pytest.raises(InvalidRecordError, match="timestamps"):
             txn.append("t", b"x", timestamp=-1)

@@ -15,6 +15,7 @@ __all__ = [
     "StoreChangedError",
     "ReadOnlyStoreError",
     "InvalidTopicError",
+    "InternalTopicError",
     "UnknownTopicError",
     "TopicExistsError",
     "UnknownPartitionError",
@@ -72,6 +73,11 @@ class InvalidConfigError(MQCoreError, ValueError):
 
 class InvalidTopicError(MQCoreError, ValueError):
     """A topic name breaks Kafka's rule: [a-zA-Z0-9._-], 1..249 characters, not '.' or '..'."""
+
+
+class InternalTopicError(InvalidTopicError):
+    """A topic whose name starts with `__` is internal: only mqcore writes it (Kafka refuses
+    produce requests to its internal topics the same way)."""
 
 
 class UnknownTopicError(MQCoreError, KeyError):

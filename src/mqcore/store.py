@@ -28,10 +28,24 @@ from mqcore._ext.batch import EncodedBatch, Message, encode_batch
 from mqcore._ext.hashing import kafka_partition
 from mqcore.arrow import new_columns, to_record_batch
 from mqcore.config import FlushPolicy, TopicConfig, validate_name
-from mqcore.consume.delay import DelayManager, PendingMetadata, check_delay, pop_options
+from mqcore.consume.delay import (
+    DELAY_STATE_TOPIC,
+    DELAY_TOPIC,
+    DelayManager,
+    PendingMetadata,
+    check_delay,
+    pop_options,
+)
+from mqcore.consume.internal import SkipLog, SkippedRecord, is_internal, refuse_internal
 from mqcore.consume.producer import Producer
 from mqcore.consume.trace import TraceEvent, Tracer, sample_rate
-from mqcore.consume.transactions import Transaction, TransactionInfo, TransactionManager
+from mqcore.consume.transactions import (
+    HALF_TOPIC,
+    OP_TOPIC,
+    Transaction,
+    TransactionInfo,
+    TransactionManager,
+)
 from mqcore.errors import (
     CorruptIndexError,
     InvalidConfigError,
@@ -73,6 +87,9 @@ _log = logging.getLogger("mqcore")
 HeadersArg = Mapping[str, bytes | None] | Sequence[tuple[str, bytes | None]] | None
 MIN_OPEN_SEGMENTS = 8  # the fewest sealed segments a store keeps open (a read spans several)
 READ_ONLY_OPEN_PATIENCE = 10.0  # seconds a read-only open retries while a writer changes files
+# the parked logs of transactions and delays and their bookkeeping: trimmed by resolution
+# (consume/trim.py), never by retention or compaction
+TRIMMED_BY_RESOLUTION = frozenset({HALF_TOPIC, OP_TOPIC, DELAY_TOPIC, DELAY_STATE_TOPIC})
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,6 +292,7 @@ class Store:
         self._flusher: Flusher | None = None
         self._tasks = BackgroundTasks()
         self._tracer = Tracer(self, rate) if rate > 0 else None
+        self._skipped = SkipLog()  # internal records a reader could not parse (consume/internal)
         self.recovery: dict[tuple[str, int], RecoveryReport] = {}
         try:
             self._load()
@@ -454,9 +472,15 @@ class Store:
 
         `config` takes TopicConfig fields (segment_bytes, segment_ms, max_message_bytes,
         timestamp_type, compression, retention_ms, ...); unset ones come from the store defaults.
+        A name starting with `__` is internal (InternalTopicError): mqcore creates those.
         """
         self._check_writable()
         validate_name(name)
+        refuse_internal(name, "create")
+        self._create_topic(name, partitions, **config)
+
+    def _create_topic(self, name: str, partitions: int | None = None, **config: Any) -> None:
+        """create_topic without the internal-name guard (for _internal_topic)."""
         cfg = self.topic_defaults.with_changes(
             partitions=self.topic_defaults.partitions if partitions is None else partitions,
             **config,
@@ -481,8 +505,15 @@ class Store:
         """Create internal topic `name` (a `__` name) on first use, whatever auto_create_topics
         says; returns the name. Internal topics hold the consumption model's state."""
         if name not in self._configs:
-            self.create_topic(name, partitions, **config)
+            self._check_writable()
+            validate_name(name)
+            self._create_topic(name, partitions, **config)
         return name
+
+    def skipped_records(self) -> list[SkippedRecord]:
+        """Records of internal topics that a reader could not parse and skipped (each also
+        logged once as a warning): junk written by something other than mqcore."""
+        return list(self._skipped.records)
 
     def topics(self) -> list[str]:
         self._check_open()
@@ -610,8 +641,10 @@ class Store:
         tombstone. `tag`, `properties`, extra `keys` (words indexed like the key: a list, or one
         space-separated string as RocketMQ writes them) and a producer's
         `unique_id` travel as record headers (message_headers). With `deliver_at` (ms) or
-        `delay_ms` the message waits in the timer log and a PendingMetadata comes back."""
+        `delay_ms` the message waits in the timer log and a PendingMetadata comes back.
+        Internal topics (`__` names) are refused: InternalTopicError."""
         self._check_writable()
+        refuse_internal(topic)
         headers = message_headers(headers, tag, properties, keys, unique_id)
         if deliver_at is not None or delay_ms is not None:
             return self._delayed(topic, [value], [key], [headers], partition, [timestamp],
@@ -765,9 +798,11 @@ class Store:
         of BatchMetadata (one per partition, ascending) comes back; without keys the whole batch
         goes to the next partition in round robin. `deliver_at`/`delay_ms` (one int for the
         batch or one per message) park the messages in the timer log: a list of
-        PendingMetadata, one per message, comes back (docs/consume.md).
+        PendingMetadata, one per message, comes back (docs/consume.md). Internal topics (`__`
+        names) are refused: InternalTopicError.
         """
         self._check_writable()
+        refuse_internal(topic)
         self._parts(topic, create=True)  # auto-creates the topic when allowed
         values = values if type(values) is list else list(values)
         if tags is not None or properties is not None or unique_ids is not None:
@@ -787,6 +822,37 @@ class Store:
             )
         if partition is None:
             partition = self._choose_partition(topic, None, self._configs[topic].partitions)
+        return self._write_batch(topic, values, keys, headers, partition, timestamps, compression,
+                                 _producer)  # fmt: skip
+
+    def _append_internal(
+        self,
+        topic: str,
+        values: Sequence[bytes | None],
+        keys: Sequence[bytes | None] | None = None,
+        headers: Sequence[HeadersArg] | None = None,
+        partition: int = 0,
+        timestamps: Sequence[int] | None = None,
+    ) -> BatchMetadata:
+        """Append to internal topic `topic` (made by _internal_topic): the write path of
+        mqcore's own state (consume/), which the public appends refuse."""
+        if not is_internal(topic):
+            raise InvalidConfigError(f"_append_internal is for internal topics, not {topic!r}")
+        self._check_writable()
+        return self._write_batch(topic, list(values), keys, headers, partition, timestamps)
+
+    def _write_batch(
+        self,
+        topic: str,
+        values: list[bytes | None],
+        keys: Sequence[bytes | None] | None,
+        headers: Sequence[HeadersArg] | None,
+        partition: int,
+        timestamps: Sequence[int] | None,
+        compression: str | None = None,
+        _producer: tuple[int, int, int] | None = None,
+    ) -> BatchMetadata:
+        """Encode and write one partition's batch (split to fit max_message_bytes)."""
         part = self._partition(topic, partition)
         cfg = part.config
         codec = codecs.codec_id(compression if compression is not None else cfg.compression)
@@ -1342,7 +1408,9 @@ class Store:
         self._tasks.add("compaction", compaction_ms, self._compact_dirty)
 
     def _maintained(self, topic: str | None, wanted: Callable[[str], bool]) -> list[Partition]:
-        """Partitions of `topic` (or of every topic) whose cleanup policy `wanted` accepts."""
+        """Partitions of `topic` (or of every topic) whose cleanup policy `wanted` accepts; never
+        those of the topics trimmed by resolution, whatever their stored settings say (a store
+        made by an older mqcore created them with the store's topic defaults)."""
         self._check_writable()
         with self._lock:  # a topic created meanwhile waits for the next pass
             topics = sorted(self._partitions) if topic is None else [topic]
@@ -1350,7 +1418,7 @@ class Store:
                 part
                 for t in topics
                 for _, part in sorted(self._parts(t).items())
-                if wanted(self._configs[t].cleanup_policy)
+                if wanted(self._configs[t].cleanup_policy) and t not in TRIMMED_BY_RESOLUTION
             ]
 
     def apply_retention(
@@ -1362,9 +1430,16 @@ class Store:
     ) -> RetentionReport:
         """Delete expired whole segments (by retention_ms and retention_bytes) of `topic`, or of
         every topic whose cleanup_policy has "delete"; the log start offsets move forward.
-        `progress(done, total)` is called per partition, counted in segments."""
+        `progress(done, total)` is called per partition, counted in segments. The internal
+        topics of transactions and delays are trimmed by resolution instead: the prefix whose
+        transactions are all resolved, whose delayed messages are all delivered."""
         parts = self._maintained(topic, retention.applies)
-        return retention.apply(parts, _now_ms() if now is None else now, progress)
+        report = retention.apply(parts, _now_ms() if now is None else now, progress)
+        if topic is None or topic in (HALF_TOPIC, OP_TOPIC):
+            report.merge(self._txns.trim())
+        if topic is None or topic in (DELAY_TOPIC, DELAY_STATE_TOPIC):
+            report.merge(self._delays.trim())
+        return report
 
     def compact(
         self,

@@ -19,6 +19,7 @@ from mqcore import compression
 from mqcore._ext.hashing import kafka_partition
 from mqcore.cli import render
 from mqcore.cli.options import UsageError, add_json, arg_bytes, integer, parse_pair, positive
+from mqcore.consume.internal import refuse_internal
 from mqcore.errors import UnknownPartitionError, UnknownTopicError
 from mqcore.storage.logdir import LogDirectory
 from mqcore.store import HeadersArg, message_headers
@@ -111,6 +112,8 @@ def add_parsers(sub: Any) -> None:
 
 
 def cmd_produce(args: argparse.Namespace, out: TextIO) -> int:
+    # internal topics (`__` names) are written only by mqcore: refused before anything opens
+    refuse_internal(args.topic)
     create = args.create or args.partitions is not None
     if args.key_separator == "":
         raise UsageError("--key-separator must not be empty")

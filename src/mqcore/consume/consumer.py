@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from mqcore._ext.batch import Message, decode_messages
 from mqcore._ext.hashing import TAG_SEED, xxh64_hash
 from mqcore._ext.search import scan_records
+from mqcore.consume.delay import make_durable
 from mqcore.consume.group import DLQ_PREFIX, RETRY_PREFIX, TopicPartition, validate_group
 from mqcore.consume.offsets import OffsetAndMetadata
 from mqcore.consume.retry import check_levels, copy_headers, due_time, reconsume_times
@@ -117,7 +118,10 @@ class Consumer:
         self.auto_offset_reset = auto_offset_reset
         self.enable_auto_commit = enable_auto_commit
         self.retry_topic = store._internal_topic(
-            RETRY_PREFIX + group, partitions=len(self.levels), unique_ids=False
+            RETRY_PREFIX + group,
+            partitions=len(self.levels),
+            unique_ids=False,
+            cleanup_policy="delete",  # never compacted: copies share their original's key
         )
         have = store.partitions(self.retry_topic)
         if have != len(self.levels):
@@ -140,6 +144,9 @@ class Consumer:
         # at each partition (the retry topic alone has one partition per backoff level)
         self._drained: dict[str, int] = {}
         self._delivered_uids: dict[TopicPartition, list[tuple[int, str]]] = {}
+        # retry and dead-letter partitions holding copies that nack() appended since the last
+        # commit: made durable before a commit moves past their originals
+        self._unsynced_copies: set[TopicPartition] = set()
         self._rotation = 0
         self._last_auto = self._now()
         self._closed = False
@@ -567,8 +574,12 @@ class Consumer:
         self._write_commit(chosen)
 
     def _write_commit(self, chosen: Mapping[TopicPartition, int]) -> None:
+        """Make the copies of nacked messages durable, then the offsets (offsets.py): a commit
+        never reaches the disk without the copy that carries a message it moves past."""
         if not chosen:
             return
+        make_durable(self.store, sorted(self._unsynced_copies))
+        self._unsynced_copies.clear()
         now = _wall_ms()
         self._state.offsets.commit(
             self.group, {tp: OffsetAndMetadata(off, "", now) for tp, off in chosen.items()}
@@ -687,24 +698,19 @@ class Consumer:
         events = events_for([message], "nacked", wall, self.group, reconsume=times)
         uid = message.unique_id
         if times >= self.max_reconsume_times:
-            dlq = self.store._internal_topic(self.dlq_topic, partitions=1, unique_ids=False)
-            md = self.store.append(
-                dlq, message.value, message.key, copy_headers(message, times, None), partition=0
+            topic = self.store._internal_topic(
+                self.dlq_topic, partitions=1, unique_ids=False, cleanup_policy="delete"
             )
-            event = "dead_lettered"
+            level, headers, event = 0, copy_headers(message, times, None), "dead_lettered"
         else:
-            level = min(times + 1, len(self.levels)) - 1
-            md = self.store.append(
-                self.retry_topic,
-                message.value,
-                message.key,
-                copy_headers(message, times + 1, now + self.levels[level]),
-                partition=level,
-            )
+            topic, level = self.retry_topic, min(times + 1, len(self.levels)) - 1
+            headers = copy_headers(message, times + 1, now + self.levels[level])
             event = "retried"
+        md = self.store._append_internal(topic, [message.value], [message.key], [headers], level)
+        self._unsynced_copies.add((topic, level))
         if uid is not None:
             events.append(
-                TraceEvent(uid, event, wall, md.topic, md.partition, md.offset, self.group,
+                TraceEvent(uid, event, wall, topic, level, md.base_offset, self.group,
                            {"reconsume": times + (event == "retried")})
             )  # fmt: skip
         if self.store._tracer is not None:

@@ -3,14 +3,19 @@
 A message sent with `deliver_at=` / `delay_ms=` is appended to the internal topic `__delay`
 instead of its real topic, so every reader of the real topic sees it only once it is delivered
 (docs/consume.md). Delivery re-appends the record to the real topic with its key,
-headers and unique ID, in due order (deliver_at, then timer-log offset). Progress is durable in
+headers and unique ID, in due order (deliver_at, then origin offset). Progress is durable in
 `__delay_state`: the newest record there is a snapshot of what was delivered; a PREPARE snapshot
-written before the real appends names the in-doubt messages and where their target partitions
-ended, so a crash mid-delivery neither loses nor duplicates (a message whose unique ID is already
-in its target partition is not appended again).
+written (and fdatasync'd, whatever the flush policy) before the real appends names the in-doubt
+messages and where their target partitions ended, so a crash or a power loss mid-delivery
+neither loses nor duplicates (a message whose unique ID is already in its target partition is
+not appended again); the real appends are fdatasync'd before the "done" snapshot. `trim()`
+deletes the delivered prefix of the timer log, re-parking the few pending messages in it
+(trim.py).
 
-Also the pieces transactions share: PendingMetadata, the internal header layout, the store
-options of both features, the unique-ID presence check and the crash hook of the tests.
+Also the pieces transactions share: PendingMetadata, the internal header layout (read_parked,
+re-parked copies), the store options of both features, the unique-ID presence check, the
+checks of bookkeeping records (junk is skipped and reported), make_durable and the crash hook
+of the tests.
 """
 
 from __future__ import annotations
@@ -24,9 +29,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from mqcore.consume.internal import is_internal, refuse_internal
 from mqcore.consume.trace import TraceEvent
+from mqcore.consume.trim import delete_below, trim_point
 from mqcore.errors import InvalidConfigError, InvalidRecordError, StoreClosedError
 from mqcore.query import engine
+from mqcore.storage.retention import RetentionReport
 
 if TYPE_CHECKING:
     from mqcore._ext.batch import Message
@@ -43,8 +51,16 @@ H_TOPIC = "mq.topic"
 H_PARTITION = "mq.partition"
 H_DELIVER_AT = "mq.deliver_at"
 H_TIMESTAMP = "mq.ts"
+H_MOVED = "mq.moved"  # a re-parked copy only, before the others: where it was first parked
 DELAY_HEADERS = (H_TOPIC, H_PARTITION, H_DELIVER_AT, H_TIMESTAMP)
 DAY_MS = 86_400_000
+# the parked logs and their bookkeeping are trimmed by resolution (trim.py), never by time, size
+# or compaction, whatever the store's topic defaults say
+KEPT_UNTIL_RESOLVED: dict[str, Any] = {
+    "cleanup_policy": "delete",
+    "retention_ms": -1,
+    "retention_bytes": -1,
+}
 
 # tests set this to a function of a point name ("delay:after_prepare", "txn:after_append:1",
 # ...) that kills the process there; None in normal use
@@ -142,23 +158,91 @@ def parked_headers(
     return out
 
 
-def split_parked(
-    msg: Message, names: Sequence[str]
-) -> tuple[dict[str, bytes | None], list[tuple[str, bytes | None]]]:
-    """(internal header values by name, the producer's headers) of a parked record; a record
-    whose first headers are not `names` is corrupt bookkeeping."""
+@dataclass(frozen=True, slots=True)
+class Parked:
+    """What the internal headers of a parked record (`__delay` or `__txn_half`) say."""
+
+    topic: str  # the real topic and partition it goes to
+    partition: int
+    timestamp: int | None  # the producer's explicit timestamp (None: stamp at delivery)
+    deliver_at: int | None  # delayed messages
+    txn: str | None  # half messages: the transaction id
+    origin: int  # the offset where it was first parked (a re-parked copy names it)
+    user: list[tuple[str, bytes | None]]  # the producer's headers
+
+
+def _fixed_int(raw: bytes | None, width: int, name: str) -> int:
+    if raw is None or len(raw) != width:
+        raise InvalidRecordError(f"header {name} is not {width} bytes")
+    return int.from_bytes(raw, "big", signed=True)
+
+
+def read_parked(msg: Message, names: Sequence[str]) -> Parked:
+    """The internal fields of a parked record; InvalidRecordError says what is wrong with a
+    record that is not one (corrupt bookkeeping, or junk written by something else).
+
+    A re-parked copy carries one more header *before* the others: H_MOVED, the offset of the
+    first copy (trim.py). The producer's headers follow the internal ones, so a producer header
+    with one of these names is never taken for ours."""
     hdrs = list(msg.headers)
+    origin = msg.offset
+    if hdrs and hdrs[0][0] == H_MOVED:
+        origin = _fixed_int(hdrs[0][1], 8, H_MOVED)
+        if not 0 <= origin < msg.offset:
+            raise InvalidRecordError(f"{H_MOVED} {origin} is not an earlier offset")
+        hdrs = hdrs[1:]
     head = hdrs[: len(names)]
     if [h[0] for h in head] != list(names):
-        raise InvalidRecordError(
-            f"record {msg.topic}-{msg.partition}@{msg.offset} lacks the internal headers {names}"
-        )
-    return dict(head), hdrs[len(names) :]
+        raise InvalidRecordError(f"the record lacks the internal headers {list(names)}")
+    fields = dict(head)
+    try:
+        topic = (fields[H_TOPIC] or b"").decode()
+        txn = None if H_TXN not in fields else (fields[H_TXN] or b"").decode()
+    except UnicodeDecodeError as e:
+        raise InvalidRecordError(f"an internal header is not UTF-8: {e}") from None
+    if not topic or is_internal(topic) or txn == "":
+        raise InvalidRecordError(f"bad target topic {topic!r} or transaction id {txn!r}")
+    partition = _fixed_int(fields[H_PARTITION], 4, H_PARTITION)
+    raw_ts = fields[H_TIMESTAMP]
+    timestamp = None if raw_ts is None else _fixed_int(raw_ts, 8, H_TIMESTAMP)
+    deliver_at = None
+    if H_DELIVER_AT in fields:
+        deliver_at = _fixed_int(fields[H_DELIVER_AT], 8, H_DELIVER_AT)
+    if partition < 0 or (timestamp is not None and timestamp < 0):
+        raise InvalidRecordError(f"negative partition {partition} or timestamp {timestamp}")
+    return Parked(topic, partition, timestamp, deliver_at, txn, origin, hdrs[len(names) :])
 
 
-def stored_timestamp(raw: bytes | None) -> int | None:
-    """The producer's explicit timestamp a parked record kept (None: stamp at delivery)."""
-    return None if raw is None else int.from_bytes(raw, "big", signed=True)
+def read_target(store: Store, msg: Message, names: Sequence[str]) -> Parked:
+    """read_parked, and the real topic-partition must exist in this store."""
+    parked = read_parked(msg, names)
+    if parked.topic not in store._partitions or not (
+        parked.partition < store._configs[parked.topic].partitions
+    ):
+        raise InvalidRecordError(f"no partition {parked.partition} of topic {parked.topic!r}")
+    return parked
+
+
+def moved_copy_headers(msg: Message) -> list[tuple[str, bytes | None]]:
+    """The headers of a re-parked copy of `msg`: H_MOVED (its first offset), then its own."""
+    hdrs = list(msg.headers)
+    origin = msg.offset
+    if hdrs and hdrs[0][0] == H_MOVED:
+        origin = _fixed_int(hdrs[0][1], 8, H_MOVED)
+        hdrs = hdrs[1:]
+    return [(H_MOVED, int_header(origin, 8)), *hdrs]
+
+
+def make_durable(store: Store, parts: Iterable[tuple[str, int]]) -> None:
+    """fdatasync these partitions (and the names of their new segments) now, whatever the flush
+    policy: the step that follows relies on what they hold (docs/consume.md "Durability")."""
+    for topic, partition in parts:
+        store._partition(topic, partition).flush()
+
+
+def durable_end(store: Store, topic: str) -> int:
+    """Offsets of the one-partition `topic` below this are on disk (its recovery point)."""
+    return store._partition(topic, 0).recovery_point
 
 
 # -- never append twice ------------------------------------------------------------------------
@@ -202,19 +286,6 @@ def scan(store: Store, topic: str, partition: int, start: int) -> Iterable[Messa
         offset = chunk[-1].offset + 1
 
 
-def last_record(store: Store, topic: str) -> Message | None:
-    """The newest record of a one-partition internal topic (None when it is empty)."""
-    if topic not in store._partitions:
-        return None
-    end = store.end_offset(topic, 0)
-    start = store.start_offset(topic, 0)
-    for off in range(end - 1, start - 1, -1):
-        m = store.get(topic, 0, off)
-        if m is not None:
-            return m
-    return None
-
-
 def to_ranges(offsets: Iterable[int]) -> list[list[int]]:
     """Sorted offsets as [first, last] runs (what the snapshots store)."""
     out: list[list[int]] = []
@@ -232,6 +303,56 @@ def from_ranges(runs: Iterable[Sequence[int]]) -> set[int]:
 
 def state_record(**fields: Any) -> bytes:
     return json.dumps(fields, separators=(",", ":")).encode()
+
+
+def json_record(msg: Message) -> dict[str, Any]:
+    """The JSON object a bookkeeping record holds; ValueError when it holds something else."""
+    try:
+        value = json.loads(msg.value or b"")
+    except ValueError as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise ValueError(f"not JSON: {e}") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"not a JSON object: {type(value).__name__}")
+    return value
+
+
+def is_offset(value: object) -> bool:
+    return type(value) is int and 0 <= value < 2**63
+
+
+def check_rows(value: object, kinds: Sequence[type], name: str) -> list[list[Any]]:
+    """`value` must be a list of rows [x, y, ...] of these kinds (ints: offsets >= 0)."""
+    if not isinstance(value, list):
+        raise ValueError(f"{name} is not a list")
+    for row in value:
+        if not (isinstance(row, list) and len(row) == len(kinds)) or not all(
+            is_offset(x) if k is int else isinstance(x, k) for x, k in zip(row, kinds, strict=True)
+        ):
+            raise ValueError(f"{name} holds a bad row {row!r}")
+    return value
+
+
+def read_state(msg: Message) -> dict[str, Any]:
+    """A `__delay_state` snapshot, checked field by field (ValueError names the bad one)."""
+    state = json_record(msg)
+    kind = state.get("t")
+    if kind not in ("prepare", "done"):
+        raise ValueError(f"unknown kind {kind!r}")
+    if not is_offset(state.get("low")):
+        raise ValueError("no valid low")
+    check_rows(state.get("above"), (int, int), "above")
+    check_rows(state.get("doubt"), (int, int), "doubt")
+    if kind == "prepare":
+        items = check_rows(state.get("items"), (int, str, int), "items")
+        targets = check_rows(state.get("targets"), (str, int, int), "targets")
+        if {(t, p) for _o, t, p in items} - {(t, p) for t, p, _e in targets}:
+            raise ValueError("an item's target has no end offset")
+    return state
+
+
+def report_skipped(store: Store, msg: Message, reason: object) -> None:
+    """Skip-and-report an internal record its reader cannot parse (consume/internal.py)."""
+    store._skipped.report(msg.topic, msg.partition, msg.offset, str(reason))
 
 
 # -- the delay manager -------------------------------------------------------------------------
@@ -267,19 +388,24 @@ class DelayManager:
     """The timer log, its heap of pending messages and the delivery loop of one store.
 
     Loaded lazily (first delayed append, first delivery, or the background task): the newest
-    `__delay_state` record gives (low, delivered offsets above low); `__delay` is read from low
-    and every record not delivered goes on the heap as (deliver_at, timer offset)."""
+    valid `__delay_state` record gives (low, delivered offsets above low); `__delay` is read from
+    low and every record not delivered goes on the heap as (deliver_at, origin, timer offset)."""
 
     def __init__(self, store: Store, options: TxnDelayOptions):
         self.store = store
         self.options = options
         self._lock = threading.RLock()
         self._loaded = False
-        self._heap: list[tuple[int, int, str, int]] = []  # (deliver_at, offset, topic, partition)
-        self._pending: set[int] = set()
+        # (deliver_at, origin, timer offset, topic, partition): due order is deliver_at, then
+        # where the message was first parked; an entry whose offset is no longer pending (it
+        # was re-parked) is dropped when it comes up
+        self._heap: list[tuple[int, int, int, str, int]] = []
+        self._pending: dict[int, int] = {}  # timer offset -> origin
+        self._by_origin: dict[int, int] = {}  # origin -> timer offset, of pending messages
         self._low = 0  # every timer offset below it is delivered
         self._above: set[int] = set()  # delivered offsets >= low
         self._in_doubt: dict[int, int] = {}  # timer offset -> target end offset before the crash
+        self._state_offset = -1  # the newest state record (the only one a load needs)
         self.max_round = 10_000
 
     # -- loading
@@ -288,9 +414,8 @@ class DelayManager:
         if self._loaded:
             return
         store = self.store
-        last = last_record(store, DELAY_STATE_TOPIC)
-        if last is not None and last.value is not None:
-            state = json.loads(last.value)
+        state = self._newest_state()
+        if state is not None:
             self._low = int(state["low"])
             self._above = from_ranges(state["above"])
             self._in_doubt = {int(off): int(end) for off, end in state["doubt"]}
@@ -302,18 +427,50 @@ class DelayManager:
             for m in scan(store, DELAY_TOPIC, 0, self._low):
                 if m.offset in self._above:
                     continue
-                fields, _ = split_parked(m, DELAY_HEADERS)
-                self._push(
-                    int.from_bytes(fields[H_DELIVER_AT] or b"", "big", signed=True),
-                    m.offset,
-                    (fields[H_TOPIC] or b"").decode(),
-                    int.from_bytes(fields[H_PARTITION] or b"", "big", signed=True),
-                )
+                try:
+                    parked = read_target(store, m, DELAY_HEADERS)
+                except InvalidRecordError as e:
+                    report_skipped(store, m, e)  # never pending: the low passes over it
+                    continue
+                earlier = self._by_origin.get(parked.origin)
+                if earlier is not None:  # a re-parked copy: it replaces the earlier one
+                    self._done(earlier)
+                assert parked.deliver_at is not None
+                self._push(parked.deliver_at, parked.origin, m.offset, parked.topic,
+                           parked.partition)  # fmt: skip
         self._loaded = True
 
-    def _push(self, at: int, offset: int, topic: str, partition: int) -> None:
-        heapq.heappush(self._heap, (at, offset, topic, partition))
-        self._pending.add(offset)
+    def _newest_state(self) -> dict[str, Any] | None:
+        """The newest `__delay_state` record that parses (junk after it is skipped, reported)."""
+        store = self.store
+        if DELAY_STATE_TOPIC not in store._partitions:
+            return None
+        start = store.start_offset(DELAY_STATE_TOPIC, 0)
+        for off in range(store.end_offset(DELAY_STATE_TOPIC, 0) - 1, start - 1, -1):
+            m = store.get(DELAY_STATE_TOPIC, 0, off)
+            if m is None:
+                continue
+            try:
+                state = read_state(m)
+            except ValueError as e:
+                report_skipped(store, m, e)
+                continue
+            self._state_offset = off
+            return state
+        return None
+
+    def _push(self, at: int, origin: int, offset: int, topic: str, partition: int) -> None:
+        heapq.heappush(self._heap, (at, origin, offset, topic, partition))
+        self._pending[offset] = origin
+        self._by_origin[origin] = offset
+
+    def _done(self, offset: int) -> None:
+        """The message at timer offset `offset` is delivered (or re-parked elsewhere)."""
+        origin = self._pending.pop(offset)
+        if self._by_origin.get(origin) == offset:
+            del self._by_origin[origin]
+        self._in_doubt.pop(offset, None)
+        self._above.add(offset)
 
     def pending(self) -> int:
         """How many delayed messages wait for delivery."""
@@ -339,8 +496,7 @@ class DelayManager:
         have; no key and no partition: round robin per message), so the placement is fixed."""
         store = self.store
         store._check_writable()
-        if topic in (DELAY_TOPIC, DELAY_STATE_TOPIC) or topic.startswith("__txn_"):
-            raise InvalidRecordError(f"cannot delay messages into internal topic {topic!r}")
+        refuse_internal(topic, "delay messages into")
         store._parts(topic, create=True)
         count = store._configs[topic].partitions
         n = len(values)
@@ -368,14 +524,14 @@ class DelayManager:
         with self._lock:
             self._load()
             timer = store._internal_topic(
-                DELAY_TOPIC, unique_ids=True, key_index=False, retention_ms=-1
+                DELAY_TOPIC, unique_ids=True, key_index=False, **KEPT_UNTIL_RESOLVED
             )
-            md = store.append_batch(timer, list(values), keys, rows, partition=0)
+            md = store._append_internal(timer, values, keys, rows)
             now = now_ms()
             out = []
             for i in range(n):
                 off = md.base_offset + i
-                self._push(deliver_at[i], off, topic, parts[i])
+                self._push(deliver_at[i], off, off, topic, parts[i])
                 out.append(
                     PendingMetadata(
                         topic, parts[i], now, md.unique_id(i), "delayed", off, deliver_at[i]
@@ -413,37 +569,36 @@ class DelayManager:
                 return total
 
     def _round(self, now: int) -> int:
+        """One delivery round. Durable order, whatever the flush policy: the timer records and
+        the `prepare` snapshot before the first real append (so a redelivery after any crash
+        or power loss knows these messages are in doubt), the real appends before the `done`
+        snapshot (so "delivered" never outlives the messages)."""
         store = self.store
         with self._lock:
             self._load()
-            due: list[tuple[int, int, str, int]] = []
+            due: list[tuple[int, int, int, str, int]] = []
             while self._heap and self._heap[0][0] <= now and len(due) < self.max_round:
-                due.append(heapq.heappop(self._heap))
+                entry = heapq.heappop(self._heap)
+                if self._pending.get(entry[2]) == entry[1]:  # else re-parked since
+                    due.append(entry)
             if not due:
                 return 0
             groups: dict[tuple[str, int], list[tuple[int, int, Message]]] = {}
-            for at, off, topic, p in due:
+            for at, _origin, off, topic, p in due:
                 m = store.get(DELAY_TOPIC, 0, off)
-                if m is None:  # gone (retention of the timer log): nothing to deliver
+                if m is None:  # gone (the timer log was trimmed under it): nothing to deliver
                     _log.warning("delayed message at __delay offset %d is gone", off)
                     continue
                 groups.setdefault((topic, p), []).append((at, off, m))
-            state = store._internal_topic(
-                DELAY_STATE_TOPIC, unique_ids=False, key_index=False, retention_ms=-1
-            )
             in_doubt = dict(self._in_doubt)
             targets = [[t, p, store.end_offset(t, p)] for t, p in sorted(groups)]
-            store.append(
-                state,
-                state_record(
-                    t="prepare",
-                    low=self._low,
-                    above=to_ranges(self._above),
-                    items=[[off, t, p] for (t, p), g in groups.items() for _a, off, _m in g],
-                    targets=targets,
-                    doubt=[[off, end] for off, end in self._in_doubt.items()],
-                ),
+            make_durable(store, [(DELAY_TOPIC, 0)])  # what the snapshot names, and its low
+            self._write_state(
+                "prepare",
+                items=[[off, t, p] for (t, p), g in groups.items() for _a, off, _m in g],
+                targets=targets,
             )
+            make_durable(store, [(DELAY_STATE_TOPIC, 0)])
             crash_point("delay:after_prepare")
             check = PresenceCheck(store)
             events: list[TraceEvent] = []
@@ -456,38 +611,44 @@ class DelayManager:
                 if rows:
                     events.extend(self._deliver(t, p, rows, now))
                 crash_point(f"delay:after_append:{i + 1}")
-            if store.flush_policy.mode == "interval":
-                for t, p in groups:
-                    store._partition(t, p).flush()
-            for _at, off, _t, _p in due:
-                self._pending.discard(off)
-                self._in_doubt.pop(off, None)
-                self._above.add(off)
+            make_durable(store, groups)
+            for _at, _origin, off, _t, _p in due:
+                self._done(off)
             self._advance_low()
-            store.append(
-                state,
-                state_record(
-                    t="done",
-                    low=self._low,
-                    above=to_ranges(self._above),
-                    doubt=[[off, end] for off, end in self._in_doubt.items()],
-                ),
-            )
+            self._write_state("done")
         if store._tracer is not None and events:
             store._tracer.record(events)
         return len(due)
+
+    def _write_state(self, kind: str, **extra: Any) -> None:
+        """Append a snapshot: the low, the delivered offsets above it, the messages in doubt."""
+        state = self.store._internal_topic(
+            DELAY_STATE_TOPIC, unique_ids=False, key_index=False, **KEPT_UNTIL_RESOLVED
+        )
+        md = self.store._append_internal(
+            state,
+            [
+                state_record(
+                    t=kind,
+                    low=self._low,
+                    above=to_ranges(self._above),
+                    doubt=[[off, end] for off, end in self._in_doubt.items()],
+                    **extra,
+                )
+            ],
+        )
+        self._state_offset = md.base_offset
 
     def _deliver(
         self, topic: str, partition: int, rows: list[tuple[int, int, Message]], now: int
     ) -> list[TraceEvent]:
         values, keys, headers, stamps = [], [], [], []
         for _at, _off, m in rows:
-            fields, user = split_parked(m, DELAY_HEADERS)
+            parked = read_parked(m, DELAY_HEADERS)  # read at load or append: known good
             values.append(m.value)
             keys.append(m.key)
-            headers.append(user)
-            ts = stored_timestamp(fields[H_TIMESTAMP])
-            stamps.append(now_ms() if ts is None else ts)
+            headers.append(parked.user)
+            stamps.append(now_ms() if parked.timestamp is None else parked.timestamp)
         md = self.store.append_batch(
             topic, values, keys, headers, partition=partition, timestamps=stamps
         )
@@ -511,6 +672,62 @@ class DelayManager:
         while self._low < end and self._low not in self._pending:
             self._above.discard(self._low)
             self._low += 1
+
+    # -- trimming (consume/trim.py)
+
+    def trim(self) -> RetentionReport:
+        """Delete the prefix of `__delay` whose messages are all delivered, re-parking the few
+        pending ones first when that frees at least twice what it copies, and the
+        `__delay_state` records older than the newest one. Every record the deletion relies on
+        is made durable first."""
+        store = self.store
+        report = RetentionReport()
+        with self._lock:
+            self._load()
+            if DELAY_TOPIC not in store._partitions or DELAY_STATE_TOPIC not in store._partitions:
+                return report
+            bases = store.segment_offsets(DELAY_TOPIC, 0)
+            cap = min(self._in_doubt, default=bases[-1])  # in doubt: redelivered, never moved
+            boundary = trim_point(bases, sorted(self._pending), cap)
+            movers = sorted(off for off in self._pending if off < boundary)
+            if movers:
+                self._repark(movers)
+            make_durable(store, [(DELAY_TOPIC, 0), (DELAY_STATE_TOPIC, 0)])
+            report.merge(delete_below(store._partition(DELAY_TOPIC, 0), self._low))
+            if self._state_offset >= 0:
+                report.merge(
+                    delete_below(store._partition(DELAY_STATE_TOPIC, 0), self._state_offset)
+                )
+        return report
+
+    def _repark(self, offsets: list[int]) -> None:
+        """Copy pending messages to the end of the timer log (H_MOVED names their origin), then
+        record the old places as done. The copies are durable before the snapshot that drops
+        the originals; a crash between the two leaves both, and the load keeps the copy."""
+        store = self.store
+        msgs = []
+        for off in offsets:
+            m = store.get(DELAY_TOPIC, 0, off)
+            if m is None:
+                raise InvalidRecordError(f"pending delayed message at {DELAY_TOPIC}@{off} is gone")
+            msgs.append(m)
+        md = store._append_internal(
+            DELAY_TOPIC,
+            [m.value for m in msgs],
+            [m.key for m in msgs],
+            [moved_copy_headers(m) for m in msgs],
+            timestamps=[m.timestamp for m in msgs],
+        )
+        make_durable(store, [(DELAY_TOPIC, 0)])
+        crash_point("delay:after_repark")
+        for i, m in enumerate(msgs):
+            parked = read_parked(m, DELAY_HEADERS)
+            assert parked.deliver_at is not None
+            self._done(m.offset)
+            self._push(parked.deliver_at, parked.origin, md.base_offset + i, parked.topic,
+                       parked.partition)  # fmt: skip
+        self._advance_low()
+        self._write_state("done")
 
     def register(self) -> None:
         """The background delivery task (not for read-only stores or delay_tick_ms=0)."""

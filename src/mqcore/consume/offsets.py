@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from mqcore.crashpoints import crash_point
-from mqcore.errors import CorruptRecordError
 
 if TYPE_CHECKING:
     from mqcore.store import Store
@@ -93,9 +92,11 @@ class _Reader:
         return s
 
 
-def decode_key(raw: bytes) -> GroupKey | None:
+def decode_key(raw: bytes | None) -> GroupKey | None:
     """(group, topic, partition), or None for a key that is not an offset commit (Kafka also
-    stores group metadata, key version 2, in this topic)."""
+    stores group metadata, key version 2, in this topic); ValueError for one that is no key."""
+    if raw is None:
+        raise ValueError("no key")
     r = _Reader(raw)
     version = r.take(">h")
     if version not in (0, 1):
@@ -140,8 +141,6 @@ class OffsetStore:
             if not msgs:
                 break
             for m in msgs:
-                if m.key is None:
-                    continue
                 try:
                     key = decode_key(m.key)
                     if key is None:
@@ -150,10 +149,12 @@ class OffsetStore:
                         out.pop(key, None)
                     else:
                         out[key] = decode_value(m.value)
-                except (ValueError, UnicodeDecodeError) as e:
-                    raise CorruptRecordError(
-                        f"{OFFSETS_TOPIC} record at offset {m.offset} is not an offset commit: {e}"
-                    ) from None
+                except ValueError as e:  # UnicodeDecodeError included
+                    # junk (not written by a commit) is skipped and reported, never fatal:
+                    # one such record must not stop every consumer of every group
+                    self.store._skipped.report(
+                        OFFSETS_TOPIC, 0, m.offset, f"not an offset commit: {e}"
+                    )
             offset = msgs[-1].offset + 1
         return out
 
@@ -184,11 +185,10 @@ class OffsetStore:
                 segment_bytes=OFFSETS_SEGMENT_BYTES,
             )
             part = self.store._partition(topic, 0)
-            self.store.append_batch(
+            self.store._append_internal(
                 topic,
                 [None if om is None else encode_value(om) for _, om in items],
                 [encode_key(group, t, p) for (t, p), _ in items],
-                partition=0,
             )
             crash_point("offsets.after_append")
             part.flush()  # the batch, and the names of a new segment or partition directory

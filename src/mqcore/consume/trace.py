@@ -91,8 +91,8 @@ class Tracer:
         chosen = [e for e in events if self.sampled(e.unique_id)]
         if not chosen:
             return
-        topic = self.store._internal_topic(TRACE_TOPIC, unique_ids=False)
-        self.store.append_batch(
+        topic = self.store._internal_topic(TRACE_TOPIC, unique_ids=False, cleanup_policy="delete")
+        self.store._append_internal(
             topic,
             [json.dumps(e.to_json(), separators=(",", ":")).encode() for e in chosen],
             [e.unique_id.encode() for e in chosen],
@@ -104,24 +104,34 @@ class Tracer:
         if TRACE_TOPIC not in self.store._partitions:
             return []
         found = self.store.find_by_key(TRACE_TOPIC, unique_id.encode(), limit=limit)
-        return sorted(
-            (_from_json(m.value) for m in found.messages if m.value is not None),
-            key=lambda e: e.time,
-        )
+        events = []
+        for m in found.messages:
+            try:
+                events.append(_from_json(m.value))
+            except ValueError as e:  # junk is skipped and reported (consume/internal.py)
+                self.store._skipped.report(m.topic, m.partition, m.offset, str(e))
+        return sorted(events, key=lambda e: e.time)
 
 
-def _from_json(raw: bytes) -> TraceEvent:
-    d = json.loads(raw)
+def _from_json(raw: bytes | None) -> TraceEvent:
+    """The event a `__trace` record holds; ValueError for a record that holds none."""
+    try:
+        d = json.loads(raw or b"")
+    except ValueError as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise ValueError(f"not JSON: {e}") from None
+    kinds = {"unique_id": str, "event": str, "time": int, "topic": str, "partition": int,
+             "offset": int}  # fmt: skip
+    if not isinstance(d, dict) or any(type(d.get(k)) is not t for k, t in kinds.items()):
+        raise ValueError("not a trace event")
+    group, detail = d.get("group"), d.get("detail", {})
+    if d["event"] not in EVENTS or not isinstance(group, (str, type(None))):
+        raise ValueError(f"not a trace event: {d['event']!r}")
+    if not isinstance(detail, dict):
+        raise ValueError("the detail is not an object")
     return TraceEvent(
-        d["unique_id"],
-        d["event"],
-        d["time"],
-        d["topic"],
-        d["partition"],
-        d["offset"],
-        d.get("group"),
-        d.get("detail", {}),
-    )
+        d["unique_id"], d["event"], d["time"], d["topic"], d["partition"], d["offset"], group,
+        detail,
+    )  # fmt: skip
 
 
 def events_for(

@@ -9,11 +9,15 @@ IDs kept) and writes a COMMIT op; `rollback()` writes a ROLLBACK op. Ops live in
 is unresolved: one with a PREPARE op is rolled forward (its real appends are skipped for unique
 IDs already in the target partition), any other older than transaction_timeout_ms is checked
 back with the registered checker (docs/consume.md).
+
+Whatever the flush policy, the half messages and the PREPARE are fdatasync'd before the first
+real append and the real appends before the COMMIT, so a power loss never commits twice, in
+part, or loses a commit that returned. `trim()` deletes the prefix of both topics that no load
+needs (trim.py); records that do not parse are skipped and reported (internal.py).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import uuid
@@ -26,21 +30,32 @@ from mqcore.consume.delay import (
     H_TIMESTAMP,
     H_TOPIC,
     H_TXN,
+    KEPT_UNTIL_RESOLVED,
     PendingMetadata,
     PresenceCheck,
     TxnDelayOptions,
     background,
+    check_rows,
     crash_point,
+    durable_end,
     int_header,
+    is_offset,
+    json_record,
+    make_durable,
+    moved_copy_headers,
     now_ms,
     parked_headers,
+    read_parked,
+    read_target,
+    report_skipped,
     scan,
-    split_parked,
     state_record,
-    stored_timestamp,
 )
+from mqcore.consume.internal import refuse_internal
 from mqcore.consume.trace import TraceEvent
+from mqcore.consume.trim import delete_below, trim_point
 from mqcore.errors import InvalidConfigError, InvalidRecordError, TransactionStateError
+from mqcore.storage.retention import RetentionReport
 
 if TYPE_CHECKING:
     from mqcore._ext.batch import Message
@@ -52,6 +67,7 @@ HALF_TOPIC = "__txn_half"
 OP_TOPIC = "__txn_op"
 HALF_HEADERS = (H_TXN, H_TOPIC, H_PARTITION, H_TIMESTAMP)
 ANSWERS = ("commit", "rollback", "unknown")
+OPS = ("prepare", "commit", "rollback", "unknown")
 
 
 @dataclass(frozen=True)
@@ -71,13 +87,74 @@ class _Txn:
     """Bookkeeping of one unresolved transaction (live in this process or found at open)."""
 
     tid: str
-    offsets: list[int] = field(default_factory=list)  # its half messages in __txn_half
+    offsets: list[int] = field(default_factory=list)  # where its half messages are now
+    origins: list[int] = field(default_factory=list)  # where each was first parked (send order)
     uids: list[str | None] = field(default_factory=list)
     targets: dict[tuple[str, int], None] = field(default_factory=dict)  # ordered set
     started: int = -1
     checks: int = 0
     prepared: list[list[Any]] | None = None  # [[topic, partition, end offset]] of its PREPARE
     handle: Transaction | None = None
+    op_offset: int = -1  # its newest op in __txn_op (-1: none yet)
+    slots: dict[int, int] = field(default_factory=dict)  # origin -> index in the lists
+    _first: int | None = None  # min(offsets), cached
+
+    def note(self, offset: int, origin: int, uid: str | None, target: tuple[str, int],
+             ts: int) -> None:  # fmt: skip
+        """A half message at `offset`; a re-parked copy (same origin) replaces the earlier."""
+        i = self.slots.get(origin)
+        if i is None:
+            self.slots[origin] = len(self.offsets)
+            self.offsets.append(offset)
+            self.origins.append(origin)
+            self.uids.append(uid)
+            if self._first is not None:
+                self._first = min(self._first, offset)
+        else:
+            self.offsets[i] = offset
+            self._first = None
+        self.targets[target] = None
+        if ts >= 0:
+            self.started = ts if self.started < 0 else min(self.started, ts)
+
+    def first(self) -> int:
+        """The lowest offset of its half messages (call only when it has some)."""
+        if self._first is None:
+            self._first = min(self.offsets)
+        return self._first
+
+    def in_order(self) -> list[int]:
+        """Offsets of its half messages in send order (the order the commit appends them)."""
+        return [off for _origin, off in sorted(zip(self.origins, self.offsets, strict=True))]
+
+
+@dataclass
+class _Done:
+    """A resolved transaction, kept while `__txn_op` holds its decision."""
+
+    op_offset: int  # its commit or rollback op (-1: an empty transaction, no op)
+    last_half: int  # its newest half message (-1: none seen)
+
+
+def _read_op(m: Message) -> tuple[str, dict[str, Any]]:
+    """(transaction id, fields) of a `__txn_op` record; ValueError says why it is not one."""
+    d = json_record(m)
+    try:
+        tid = (m.key or b"").decode()
+    except UnicodeDecodeError as e:
+        raise ValueError(f"the transaction id (key) is not UTF-8: {e}") from None
+    if not tid:
+        raise ValueError("no transaction id (key)")
+    op = d.get("op")
+    if op not in OPS:
+        raise ValueError(f"unknown op {op!r}")
+    if not is_offset(d.get("low")):
+        raise ValueError("no valid low")
+    if op == "prepare":
+        check_rows(d.get("targets"), (str, int, int), "targets")
+    if op == "unknown" and not is_offset(d.get("checks")):
+        raise ValueError("no valid checks")
+    return tid, d
 
 
 def _check_tid(tid: object) -> str:
@@ -178,72 +255,84 @@ class TransactionManager:
         self._lock = threading.RLock()
         self._loaded = False
         self._open: dict[str, _Txn] = {}
-        self._resolved: set[str] = set()
+        self._resolved: dict[str, _Done] = {}
+        self._low_written = 0  # the `low` of the newest op: where a load reads __txn_half from
+        self._last_op = -1  # offset of the newest op
         self._warned_no_checker = False
 
     # -- loading
 
     def _load(self) -> None:
-        """Replay `__txn_op`, then read `__txn_half` from the last op's `low` watermark."""
+        """Replay `__txn_op`, then read `__txn_half` from the last op's `low` watermark.
+        Records that do not parse are skipped and reported (consume/internal.py)."""
         if self._loaded:
             return
         store = self.store
-        low = 0
         prepared: dict[str, list[list[Any]]] = {}
         checks: dict[str, int] = {}
+        newest: dict[str, int] = {}  # tid -> offset of its newest op, while unresolved
         if OP_TOPIC in store._partitions:
             for m in scan(store, OP_TOPIC, 0, 0):
-                d = json.loads(m.value or b"{}")
-                tid = (m.key or b"").decode()
-                low = int(d["low"])
-                if d["op"] in ("commit", "rollback"):
-                    self._resolved.add(tid)
-                    prepared.pop(tid, None)
-                    checks.pop(tid, None)
-                elif d["op"] == "prepare":
-                    prepared[tid] = d["targets"]
-                elif d["op"] == "unknown":
-                    checks[tid] = int(d["checks"])
-        if HALF_TOPIC in store._partitions:
-            for m in scan(store, HALF_TOPIC, 0, low):
-                fields, _ = split_parked(m, HALF_HEADERS)
-                tid = (fields[H_TXN] or b"").decode()
-                if tid in self._resolved:
+                try:
+                    tid, d = _read_op(m)
+                except ValueError as e:
+                    report_skipped(store, m, e)
                     continue
-                rec = self._open.get(tid)
+                self._low_written, self._last_op = d["low"], m.offset
+                if d["op"] in ("commit", "rollback"):
+                    self._resolved[tid] = _Done(m.offset, -1)
+                    for pending in (prepared, checks, newest):
+                        pending.pop(tid, None)
+                    continue
+                self._resolved.pop(tid, None)  # an id reused after its old decision was trimmed
+                newest[tid] = m.offset
+                if d["op"] == "prepare":
+                    prepared[tid] = d["targets"]
+                else:
+                    checks[tid] = d["checks"]
+        if HALF_TOPIC in store._partitions:
+            for m in scan(store, HALF_TOPIC, 0, self._low_written):
+                try:
+                    parked = read_target(store, m, HALF_HEADERS)
+                except InvalidRecordError as e:
+                    report_skipped(store, m, e)
+                    continue
+                assert parked.txn is not None
+                done = self._resolved.get(parked.txn)
+                if done is not None:
+                    done.last_half = m.offset
+                    continue
+                rec = self._open.get(parked.txn)
                 if rec is None:
-                    rec = self._open[tid] = _Txn(tid, started=m.timestamp)
-                    rec.prepared = prepared.get(tid)
-                    rec.checks = checks.get(tid, 0)
-                self._note(rec, m.offset, m.unique_id, fields, m.timestamp)
+                    rec = self._open[parked.txn] = _Txn(parked.txn)
+                    rec.prepared = prepared.get(parked.txn)
+                    rec.checks = checks.get(parked.txn, 0)
+                    rec.op_offset = newest.get(parked.txn, -1)
+                target = (parked.topic, parked.partition)
+                rec.note(m.offset, parked.origin, m.unique_id, target, m.timestamp)
         self._loaded = True
-
-    @staticmethod
-    def _note(
-        rec: _Txn, offset: int, uid: str | None, fields: dict[str, bytes | None], ts: int
-    ) -> None:
-        target = (
-            (fields[H_TOPIC] or b"").decode(),
-            int.from_bytes(fields[H_PARTITION] or b"", "big", signed=True),
-        )
-        rec.offsets.append(offset)
-        rec.uids.append(uid)
-        rec.targets[target] = None
-        if rec.started < 0:
-            rec.started = ts
 
     def _low(self) -> int:
         """Every half message below this offset belongs to a resolved transaction."""
-        firsts = [r.offsets[0] for r in self._open.values() if r.offsets]
+        firsts = [r.first() for r in self._open.values() if r.offsets]
         if firsts:
             return min(firsts)
         return self.store.end_offset(HALF_TOPIC, 0) if HALF_TOPIC in self.store._partitions else 0
 
-    def _op(self, tid: str, op: str, **fields: Any) -> None:
-        topic = self.store._internal_topic(
-            OP_TOPIC, unique_ids=False, key_index=True, retention_ms=-1
+    def _op(self, tid: str, op: str, **fields: Any) -> int:
+        """Append an op; returns its offset. Its `low` never passes the durable end of
+        `__txn_half`: were the op to reach the disk and the half messages below its low not,
+        the next ones would get offsets below it and a load would never read them."""
+        store = self.store
+        topic = store._internal_topic(
+            OP_TOPIC, unique_ids=False, key_index=True, **KEPT_UNTIL_RESOLVED
         )
-        self.store.append(topic, state_record(op=op, low=self._low(), **fields), key=tid.encode())
+        low = self._low()
+        if HALF_TOPIC in store._partitions:
+            low = min(low, durable_end(store, HALF_TOPIC))
+        md = store._append_internal(topic, [state_record(op=op, low=low, **fields)], [tid.encode()])
+        self._low_written, self._last_op = low, md.base_offset
+        return md.base_offset
 
     # -- the producer's side
 
@@ -280,8 +369,7 @@ class TransactionManager:
     ) -> list[PendingMetadata]:
         store = self.store
         store._check_writable()
-        if topic.startswith("__txn_") or topic.startswith("__delay"):
-            raise InvalidRecordError(f"cannot send transactional messages to {topic!r}")
+        refuse_internal(topic, "send transactional messages to")
         if not values:
             return []
         with self._lock:
@@ -307,19 +395,15 @@ class TransactionManager:
                 rows.append(parked_headers(internal, None if headers is None else headers[i]))
                 parts.append(p)
             half = store._internal_topic(
-                HALF_TOPIC, unique_ids=True, key_index=False, retention_ms=-1
+                HALF_TOPIC, unique_ids=True, key_index=False, **KEPT_UNTIL_RESOLVED
             )
-            md = store.append_batch(half, list(values), keys, rows, partition=0)
+            md = store._append_internal(half, values, keys, rows)
             now = now_ms()
             out = []
             for i, p in enumerate(parts):
                 uid = md.unique_id(i)
                 off = md.base_offset + i
-                rec.offsets.append(off)
-                rec.uids.append(uid)
-                rec.targets[(topic, p)] = None
-                if rec.started < 0:
-                    rec.started = now
+                rec.note(off, off, uid, (topic, p), now)
                 out.append(PendingMetadata(topic, p, now, uid, "half", off))
         if store._tracer is not None:
             store._tracer.record(
@@ -344,7 +428,7 @@ class TransactionManager:
             rec = self._live(txn, "commit")
             if not rec.offsets:
                 del self._open[rec.tid]
-                self._resolved.add(rec.tid)
+                self._resolved[rec.tid] = _Done(-1, -1)
                 txn.state = "committed"
                 return []
             return self._apply_commit(rec)
@@ -364,25 +448,29 @@ class TransactionManager:
 
     def _apply_commit(self, rec: _Txn) -> list[BatchMetadata]:
         """PREPARE (unless already written), the real appends, COMMIT. After a PREPARE from
-        an earlier attempt, a message whose unique ID is in its target partition is skipped."""
+        an earlier attempt, a message whose unique ID is in its target partition is skipped.
+
+        Durable order, whatever the flush policy (docs/consume.md "Durability"): the half
+        messages, then the PREPARE, before the first real append (so a crash or a power loss
+        from there on rolls forward, skipping what is there, never commits twice or in part);
+        the real appends before the COMMIT (which never outlives them). So once commit()
+        returns, the transaction survives a power loss."""
         store = self.store
+        make_durable(store, [(HALF_TOPIC, 0)])
         groups: dict[tuple[str, int], list[Message]] = {}
-        for off in rec.offsets:
+        for off in rec.in_order():
             m = store.get(HALF_TOPIC, 0, off)
             if m is None:
                 raise TransactionStateError(
                     f"half message {off} of transaction {rec.tid!r} is gone from {HALF_TOPIC}"
                 )
-            fields, _ = split_parked(m, HALF_HEADERS)
-            target = (
-                (fields[H_TOPIC] or b"").decode(),
-                int.from_bytes(fields[H_PARTITION] or b"", "big", signed=True),
-            )
-            groups.setdefault(target, []).append(m)
+            parked = read_parked(m, HALF_HEADERS)  # read at send or load: known good
+            groups.setdefault((parked.topic, parked.partition), []).append(m)
         retry = rec.prepared is not None
         if rec.prepared is None:
             targets: list[list[Any]] = [[t, p, store.end_offset(t, p)] for t, p in sorted(groups)]
-            self._op(rec.tid, "prepare", targets=targets)
+            rec.op_offset = self._op(rec.tid, "prepare", targets=targets)
+            make_durable(store, [(OP_TOPIC, 0)])
             rec.prepared = targets
             crash_point("txn:after_prepare")
         ends = {(t, p): int(e) for t, p, e in rec.prepared}
@@ -405,12 +493,9 @@ class TransactionManager:
                     if uid is not None
                 )
             crash_point(f"txn:after_append:{i + 1}")
-        if store.flush_policy.mode == "interval":
-            for t, p in groups:
-                store._partition(t, p).flush()
+        make_durable(store, groups)
         del self._open[rec.tid]
-        self._resolved.add(rec.tid)
-        self._op(rec.tid, "commit")
+        self._resolved[rec.tid] = _Done(self._op(rec.tid, "commit"), max(rec.offsets))
         if rec.handle is not None:
             rec.handle.state = "committed"
         if store._tracer is not None and committed:
@@ -428,21 +513,19 @@ class TransactionManager:
     ) -> BatchMetadata:
         values, keys, headers, stamps = [], [], [], []
         for m in rows:
-            fields, user = split_parked(m, HALF_HEADERS)
+            parked = read_parked(m, HALF_HEADERS)
             values.append(m.value)
             keys.append(m.key)
-            headers.append(user)
-            ts = stored_timestamp(fields[H_TIMESTAMP])
-            stamps.append(now if ts is None else ts)
+            headers.append(parked.user)
+            stamps.append(now if parked.timestamp is None else parked.timestamp)
         return self.store.append_batch(
             topic, values, keys, headers, partition=partition, timestamps=stamps
         )
 
     def _rollback(self, rec: _Txn, reason: str) -> None:
         del self._open[rec.tid]
-        self._resolved.add(rec.tid)
-        if rec.offsets:
-            self._op(rec.tid, "rollback", reason=reason)
+        op = self._op(rec.tid, "rollback", reason=reason) if rec.offsets else -1
+        self._resolved[rec.tid] = _Done(op, max(rec.offsets, default=-1))
         if rec.handle is not None:
             rec.handle.state = "rolled_back"
         store = self.store
@@ -491,9 +574,10 @@ class TransactionManager:
                 rec.started,
                 len(rec.offsets),
                 tuple(rec.targets),
-                tuple(rec.uids),
+                tuple(rec.uids[i] for i in sorted(range(len(rec.uids)),
+                                                  key=rec.origins.__getitem__)),
                 rec.checks,
-            )
+            )  # fmt: skip
             try:
                 answer = checker(info)
             except Exception as e:  # a failing checker is an "unknown"; asked again later
@@ -523,7 +607,7 @@ class TransactionManager:
                         self._rollback(rec, "max_checks")
                         outcomes[rec.tid] = "rolled_back"
                     else:
-                        self._op(rec.tid, "unknown", checks=rec.checks)
+                        rec.op_offset = self._op(rec.tid, "unknown", checks=rec.checks)
                         outcomes[rec.tid] = "unknown"
         return outcomes
 
@@ -532,6 +616,74 @@ class TransactionManager:
         with self._lock:
             self._load()
             return sorted(r.tid for r in self._open.values() if r.offsets)
+
+    # -- trimming (consume/trim.py)
+
+    def trim(self) -> RetentionReport:
+        """Delete the prefix of `__txn_half` whose messages all belong to resolved
+        transactions (re-parking the open ones' first when that frees at least twice what it
+        copies), and the prefix of `__txn_op` that no load needs any more: the ops of
+        transactions whose half messages all lie below where a load starts reading. Every
+        record the deletion relies on is made durable first."""
+        store = self.store
+        report = RetentionReport()
+        with self._lock:
+            self._load()
+            if HALF_TOPIC not in store._partitions or OP_TOPIC not in store._partitions:
+                return report
+            bases = store.segment_offsets(HALF_TOPIC, 0)
+            committing = [r.first() for r in self._open.values() if r.prepared and r.offsets]
+            movable = [r for r in self._open.values() if r.offsets and r.prepared is None]
+            live = sorted(off for r in movable for off in r.offsets)
+            boundary = trim_point(bases, live, min(committing, default=bases[-1]))
+            movers = [r for r in movable if r.first() < boundary]
+            if movers:
+                self._repark(movers, boundary)
+            make_durable(store, [(HALF_TOPIC, 0), (OP_TOPIC, 0)])
+            half = store._partition(HALF_TOPIC, 0)
+            report.merge(delete_below(half, min(boundary, self._low())))
+            # a load reads __txn_half from the newest op's low (or its start): the decisions
+            # of the transactions with a half message there, and the newest op of each open
+            # one, must stay; everything below the oldest of those may go
+            reads_from = max(self._low_written, half.start_offset)
+            needed = [d.op_offset for d in self._resolved.values() if d.last_half >= reads_from]
+            needed += [r.op_offset for r in self._open.values() if r.op_offset >= 0]
+            if self._last_op >= 0:
+                needed.append(self._last_op)
+                ops = store._partition(OP_TOPIC, 0)
+                report.merge(delete_below(ops, min(needed)))
+                first_op = ops.start_offset
+                for tid in [t for t, d in self._resolved.items() if d.op_offset < first_op]:
+                    del self._resolved[tid]  # its decision is gone: the id may be used again
+        return report
+
+    def _repark(self, recs: list[_Txn], boundary: int) -> None:
+        """Copy the half messages below `boundary` of these open transactions to the end of
+        `__txn_half` (H_MOVED names where each was first parked; a load keeps the copy and
+        the send order); the originals go with the trimmed prefix."""
+        store = self.store
+        moves: list[tuple[_Txn, Message]] = []
+        for rec in recs:
+            for off in rec.offsets:
+                if off < boundary:
+                    m = store.get(HALF_TOPIC, 0, off)
+                    if m is None:
+                        raise TransactionStateError(
+                            f"half message {off} of transaction {rec.tid!r} is gone"
+                        )
+                    moves.append((rec, m))
+        md = store._append_internal(
+            HALF_TOPIC,
+            [m.value for _r, m in moves],
+            [m.key for _r, m in moves],
+            [moved_copy_headers(m) for _r, m in moves],
+            timestamps=[m.timestamp for _r, m in moves],
+        )
+        crash_point("txn:after_repark")
+        for i, (rec, m) in enumerate(moves):
+            parked = read_parked(m, HALF_HEADERS)
+            target = (parked.topic, parked.partition)
+            rec.note(md.base_offset + i, parked.origin, m.unique_id, target, m.timestamp)
 
     def register(self) -> None:
         if self.options.transaction_check_interval_ms > 0:

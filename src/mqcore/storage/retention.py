@@ -117,17 +117,43 @@ def disposer(part: Partition, seg: LogSegment, paths: list[str], point: str) -> 
 
 
 def apply_partition(part: Partition, now: int) -> RetentionReport:
-    """One retention pass over one partition."""
-    report = RetentionReport()
+    """One retention pass over one partition: its expired prefix (expired_prefix) goes; when
+    every segment expired, the active one is rolled first so it can go too (Kafka's rule)."""
     cfg = part.config
+    return _delete_leading(
+        part, lambda segs: expired_prefix(segs, cfg.retention_ms, cfg.retention_bytes, now), True
+    )
+
+
+def delete_below(part: Partition, offset: int) -> RetentionReport:
+    """Move the log start to the segment boundary at or below `offset`: the leading segments
+    that end at or below it go (never the active one), by retention's steps (Kafka's
+    deleteRecords on whole segments; consume/trim.py uses it for the internal topics)."""
+
+    def below(segs: list[LogSegment]) -> int:
+        count = 0
+        while count < len(segs) - 1 and segs[count + 1].base_offset <= offset:
+            count += 1
+        return count
+
+    return _delete_leading(part, below, False)
+
+
+def _delete_leading(
+    part: Partition, how_many: Callable[[list[LogSegment]], int], roll_all: bool
+) -> RetentionReport:
+    """Delete the first `how_many(segments)` segments (never the active one; with `roll_all`,
+    roll first when that is all of them): out of the list at once, `.log` then the other files
+    renamed to `.deleted`, the directory fsync'd, the files unlinked when no reader pins them."""
+    report = RetentionReport()
     with part.maintenance:
         now_dispose = []
         victims: list[tuple[LogSegment, int]] = []
         with part._lock:
             if part.closed or not part.writable:
                 return report
-            count = expired_prefix(part.segments, cfg.retention_ms, cfg.retention_bytes, now)
-            if count >= len(part.segments) and part.active.size > 0:
+            count = how_many(part.segments)
+            if roll_all and count >= len(part.segments) and part.active.size > 0:
                 part._roll()  # every segment expired: Kafka rolls so the active can go too
             count = min(count, len(part.segments) - 1)
             if count > 0:
@@ -169,4 +195,11 @@ def apply(parts: list[Partition], now: int, progress: Progress | None = None) ->
     return report
 
 
-__all__ = ["CLEANMARK_SUFFIX", "RetentionReport", "apply", "apply_partition", "expired_prefix"]
+__all__ = [
+    "CLEANMARK_SUFFIX",
+    "RetentionReport",
+    "apply",
+    "apply_partition",
+    "delete_below",
+    "expired_prefix",
+]

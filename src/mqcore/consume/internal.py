@@ -1,0 +1,80 @@
+"""Internal topics: the naming rule, the refusal of ordinary appends, and the report of internal
+records their readers could not parse.
+
+Kafka's rule: a topic whose name starts with `__` is internal. mqcore keeps the state of the
+consumption model there (`__consumer_offsets`, `__retry.<group>`, `__dlq.<group>`,
+`__txn_half`, `__txn_op`, `__delay`, `__delay_state`, `__trace`). Only mqcore writes them
+(`Store._append_internal`); the public appends, `create_topic` and `mqcore produce` refuse
+them, as a Kafka broker refuses a produce request to an internal topic.
+
+A record of an internal topic that its reader cannot parse (written by something else: a Kafka
+tool, an older mqcore that accepted ordinary appends, a bug) is skipped and reported, never
+fatal: one junk record must not stop every consumer or every transaction. Each is logged once
+as a warning on the "mqcore" logger and listed by `Store.skipped_records()`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+
+from mqcore.errors import InternalTopicError
+
+INTERNAL_PREFIX = "__"
+MAX_KEPT = 10_000  # skipped records listed (the count goes on past it)
+
+_log = logging.getLogger("mqcore")
+
+
+def is_internal(topic: str) -> bool:
+    return topic.startswith(INTERNAL_PREFIX)
+
+
+def refuse_internal(topic: str, action: str = "append to") -> None:
+    """InternalTopicError when `topic` is internal (the guard of every public write)."""
+    if topic.startswith(INTERNAL_PREFIX):
+        raise InternalTopicError(
+            f"cannot {action} topic {topic!r}: it is internal (its name starts with "
+            f"{INTERNAL_PREFIX!r}); internal topics are written only by mqcore"
+        )
+
+
+@dataclass(frozen=True)
+class SkippedRecord:
+    """An internal record a reader skipped: where it is and why it could not be used."""
+
+    topic: str
+    partition: int
+    offset: int
+    reason: str
+
+
+class SkipLog:
+    """The skipped internal records of one store, each logged and listed once."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._seen: set[tuple[str, int, int]] = set()
+        self.records: list[SkippedRecord] = []
+        self.count = 0
+
+    def report(self, topic: str, partition: int, offset: int, reason: str) -> None:
+        where = (topic, partition, offset)
+        with self._lock:
+            if where in self._seen:
+                return
+            self._seen.add(where)
+            self.count += 1
+            if len(self.records) < MAX_KEPT:
+                self.records.append(SkippedRecord(topic, partition, offset, reason))
+        _log.warning("skipped internal record %s-%d@%d: %s", topic, partition, offset, reason)
+
+
+__all__ = [
+    "INTERNAL_PREFIX",
+    "SkipLog",
+    "SkippedRecord",
+    "is_internal",
+    "refuse_internal",
+]
