@@ -308,6 +308,11 @@ def test_get_refuses_a_batch_holding_more_records_than_its_count_like_read(
     with mqcore.open(path, read_only=True, verify_crc=verify_crc) as store:
         with pytest.raises(CorruptRecordError, match="bytes left over after the last record"):
             store.read("t", 0, 0, n)
+        for offset in (0, n // 2, n - 1):  # a read that wants fewer records than the batch has
+            with pytest.raises(CorruptRecordError, match="bytes left over"):
+                store.read("t", 0, offset, 1)
+        with pytest.raises(CorruptRecordError, match="bytes left over"):
+            store.read_arrow("t", 0, 0, 1)
         for offset in range(n):  # the first read of the batch and every later one
             with pytest.raises(CorruptRecordError, match="bytes left over"):
                 store.get("t", 0, offset)

@@ -127,7 +127,8 @@ def test_exactly_one_strategy(options: dict[str, str]) -> None:
     [
         ({"subscribe": " , "}, "names no topic"),
         ({"subscribe": "a/b"}, "outside"),
-        ({"subscribePattern": "("}, "not a valid regular expression"),
+        ({"subscribePattern": "("}, "bad option 'subscribePattern'"),
+        ({"subscribePattern": "(a)\\1"}, "RE2 syntax"),
         ({"subscribePattern": " "}, "is empty"),
         ({"assign": "[0]"}, "must be a JSON object"),
         ({"assign": '{"a":0}'}, "needs a list of partition numbers"),
@@ -148,6 +149,19 @@ def test_assign_and_pattern() -> None:
     assert o.subscription.assigned == (("a", 2), ("b", 0), ("b", 1))
     p = parse(subscribePattern="ev.*").subscription
     assert p.matches("events") and not p.matches("xevents") and not p.matches("e")
+
+
+def test_a_pathological_subscribe_pattern_costs_linear_time() -> None:
+    """subscribePattern is a user's regex matched against every topic name: with Python's
+    backtracking `re`, `(a+)+$` against a 40-character name that almost matches ran for
+    minutes. It goes through RE2 like every user pattern (query/pattern.py)."""
+    import time
+
+    p = parse(subscribePattern="(a+)+b").subscription
+    started = time.monotonic()
+    assert not p.matches("a" * 240 + "c")
+    assert p.matches("a" * 240 + "b")
+    assert time.monotonic() - started < 1.0  # Python's re: 2**240 steps
 
 
 @pytest.mark.parametrize(

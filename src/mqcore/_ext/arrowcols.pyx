@@ -21,7 +21,8 @@ from libc.string cimport memcpy, memset
 from mqcore._ext._bufpool_c cimport mq_pool, mq_pool_give, mq_pool_take
 from mqcore._ext.batch cimport (
     ATTR_CONTROL, ATTR_LOG_APPEND_TIME, BATCH_HEADER_SIZE, E_SHORT, LOG_OVERHEAD, OK, BatchHeader,
-    HeaderView, RecordCursor, RecordView, check_batch, cursor_finish, cursor_init, error_text,
+    HeaderView, RecordCursor, RecordView, check_batch, cursor_drain, cursor_finish, cursor_init,
+    error_text,
     next_header, next_record, open_records, walk_batch, wrap_add, wrap_mul,
 )
 
@@ -394,6 +395,9 @@ cdef class ArrowColumns:
                 self.num_rows += 1
                 next_offset = offset + 1
             if stop:
+                rc = cursor_drain(&c)  # the rest is checked, not returned (batch.pyx)
+                if rc != OK:
+                    raise CorruptRecordError(error_text(rc), path=source, position=file_pos + pos)
                 break
             if h.base_offset + h.last_offset_delta + 1 > next_offset:
                 next_offset = h.base_offset + h.last_offset_delta + 1

@@ -81,6 +81,8 @@ cdef void cursor_init(RecordCursor* c, const unsigned char* records, Py_ssize_t 
                       const BatchHeader* h) noexcept nogil
 cdef int next_record(RecordCursor* c, RecordView* r) noexcept nogil
 cdef int cursor_finish(const RecordCursor* c) noexcept nogil
+# Walk the records left (a reader stopped early) and check the batch whole: OK or the error.
+cdef int cursor_drain(RecordCursor* c) noexcept nogil
 cdef int next_header(const unsigned char** p, const unsigned char* end,
                      HeaderView* hv) noexcept nogil
 cdef str error_text(int code)

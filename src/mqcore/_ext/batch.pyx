@@ -245,6 +245,19 @@ cdef int cursor_finish(const RecordCursor* c) noexcept nogil:
     return OK
 
 
+cdef int cursor_drain(RecordCursor* c) noexcept nogil:
+    """Walk the records a reader does not want (it stopped early) and check the batch as a
+    whole, recordsCount and framing included, as when every record is read: OK or the error."""
+    cdef RecordView r
+    cdef int rc
+    while True:
+        rc = next_record(c, &r)
+        if rc == 0:
+            return cursor_finish(c)
+        if rc < 0:
+            return rc
+
+
 cdef int next_header(const unsigned char** p, const unsigned char* end,
                      HeaderView* hv) noexcept nogil:
     """Decode one header at *p (bounded by the record's end) and advance *p."""
@@ -673,7 +686,12 @@ def decode_messages(const unsigned char[::1] buf not None, Py_ssize_t pos, str t
             produced += 1
             next_offset = offset + 1
         if stop:
-            # the batch holds more records than were wanted: the next read starts at next_offset
+            # the batch holds more records than were wanted: the next read starts at
+            # next_offset. A batch that is read is checked whole all the same (as get() checks
+            # it), however little of it a caller wanted
+            rc = cursor_drain(&c)
+            if rc != OK:
+                raise corrupt(rc, source, file_pos + pos)
             break
         next_offset = max(next_offset, h.base_offset + h.last_offset_delta + 1)
         pos += LOG_OVERHEAD + h.batch_length

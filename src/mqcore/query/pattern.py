@@ -23,14 +23,19 @@ __all__ = ["BytesPattern", "compile_pattern"]
 class BytesPattern:
     """A compiled user pattern: `search(value)` says whether it occurs anywhere in `value`."""
 
-    __slots__ = ("pattern", "_search")
+    __slots__ = ("pattern", "_search", "_fullmatch")
 
-    def __init__(self, pattern: bytes, search: Any) -> None:
+    def __init__(self, pattern: bytes, search: Any, fullmatch: Any) -> None:
         self.pattern = pattern
         self._search = search
+        self._fullmatch = fullmatch
 
     def search(self, value: bytes) -> bool:
         return self._search(value) is not None
+
+    def fullmatch(self, value: bytes) -> bool:
+        """Whether the pattern matches all of `value` (Kafka's subscribePattern rule)."""
+        return self._fullmatch(value) is not None
 
     def __repr__(self) -> str:
         return f"BytesPattern({self.pattern!r})"
@@ -71,4 +76,4 @@ def compile_pattern(pattern: str | bytes, what: str = "regex") -> BytesPattern:
         raise InvalidConfigError(
             f"bad {what} {pattern!r}: {reason} (RE2 syntax: no backreferences or lookaround)"
         ) from None
-    return BytesPattern(raw, compiled.search)
+    return BytesPattern(raw, compiled.search, compiled.fullmatch)

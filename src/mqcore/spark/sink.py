@@ -38,6 +38,7 @@ from pyspark.sql.types import (
 )
 
 import mqcore
+from mqcore.consume.internal import refuse_internal
 from mqcore.errors import InvalidConfigError, InvalidRecordError, UnknownTopicError
 from mqcore.spark.options import WriteOptions
 
@@ -188,6 +189,7 @@ def check_topics(store: mqcore.Store, tables: Sequence[pa.Table], topic: str | N
 
     if topic is not None:
         store.partitions(topic)  # UnknownTopicError naming it
+        refuse_internal(topic)  # before any row: a refusal after some rows would leave half
         return
     for table in tables:
         topics = table.column("topic")
@@ -196,6 +198,7 @@ def check_topics(store: mqcore.Store, tables: Sequence[pa.Table], topic: str | N
                 "a row has a null topic; set the 'topic' option to give such rows one"
             )
         for name in pc.unique(topics).to_pylist():
+            refuse_internal(name)
             if name not in store.topics():
                 raise UnknownTopicError(
                     f"topic {name!r} of the data does not exist in {store.path}; nothing "
