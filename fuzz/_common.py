@@ -9,8 +9,11 @@ sanitizer report is a finding.
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Callable
 
 import atheris
@@ -35,6 +38,13 @@ MAX_DECOMPRESSED = 1 << 20
 
 # Where harnesses that need files put them: tmpfs when there is one.
 SCRATCH = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+
+
+def scratch_dir(prefix: str) -> str:
+    """A fresh directory under SCRATCH for one harness run, removed when the run exits."""
+    path = tempfile.mkdtemp(prefix=prefix, dir=SCRATCH)
+    atexit.register(shutil.rmtree, path, True)
+    return path
 
 
 def run(test_one_input: Callable[[bytes], None]) -> None:

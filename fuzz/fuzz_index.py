@@ -4,7 +4,6 @@ a file holding the input, and the _ext.index kernels directly on the same bytes.
 from __future__ import annotations
 
 import os
-import tempfile
 
 import _common
 from _common import EXPECTED
@@ -12,7 +11,7 @@ from _common import EXPECTED
 index = _common.index
 storage_index = _common.mqcore.storage.index
 
-_DIR = tempfile.mkdtemp(prefix="mqcore-fuzz-index-", dir=_common.SCRATCH)
+_DIR = _common.scratch_dir("mqcore-fuzz-index-")
 _PATH = os.path.join(_DIR, "00000000000000000000.index")
 
 # probe values: below, inside and above anything a real index holds

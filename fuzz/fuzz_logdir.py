@@ -4,14 +4,13 @@ the recovery-point checkpoint (Kafka's text format), each holding the input."""
 from __future__ import annotations
 
 import os
-import tempfile
 
 import _common
 from _common import EXPECTED
 
 logdir = _common.mqcore.storage.logdir
 
-_DIR = tempfile.mkdtemp(prefix="mqcore-fuzz-logdir-", dir=_common.SCRATCH)
+_DIR = _common.scratch_dir("mqcore-fuzz-logdir-")
 _DIRECTORY = logdir.LogDirectory(_DIR, writable=False)
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 
 import _common
 from _common import EXPECTED, touch_message
@@ -21,7 +20,7 @@ from _common import EXPECTED, touch_message
 mqcore = _common.mqcore
 logdir = mqcore.storage.logdir
 
-_ROOT = tempfile.mkdtemp(prefix="mqcore-fuzz-recovery-", dir=_common.SCRATCH)
+_ROOT = _common.scratch_dir("mqcore-fuzz-recovery-")
 _STORE = os.path.join(_ROOT, "store")
 _BASE = "00000000000000000000"
 # small derived files, so each run is quick (the defaults preallocate megabytes per segment)

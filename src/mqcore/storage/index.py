@@ -21,6 +21,7 @@ from mqcore.storage import durable
 OFFSET_ENTRY = struct.Struct(">ii")  # relativeOffset, position
 BATCH_MIN_BYTES = 61  # a record batch's header: no batch, so no index entry, is smaller
 BACK_AHEAD = 64 << 10  # index bytes given disk blocks at a time ahead of the next entry
+REST_CHECKED = 64 << 10  # bytes past the valid entries an open checks are zero
 TIME_ENTRY = struct.Struct(">qi")  # timestamp, relativeOffset
 
 
@@ -78,12 +79,15 @@ class SparseIndex:
             st = os.fstat(fd)
             if st.st_size < stretch_to:
                 os.ftruncate(fd, stretch_to)
-                at = self.entries * self.entry_size
                 # the pages the next entries land in get blocks by the write path: a store
-                # into a hole of the mapping is a slow page fault (durable.back_pages)
-                at -= at % mmap.PAGESIZE
+                # into a hole of the mapping is a slow page fault (durable.back_pages); the
+                # entries already in the first of them are written back as they are
+                at = self.entries * self.entry_size
+                page = at - at % mmap.PAGESIZE
                 end = min(stretch_to, at + BACK_AHEAD)
-                os.pwrite(fd, os.pread(fd, end - at, at), at)
+                if end > at:
+                    kept = os.pread(fd, at - page, page)
+                    os.pwrite(fd, kept + bytes(end - at), page)
                 self._backed = end
                 st = os.fstat(fd)
             self.identity = (st.st_dev, st.st_ino)
@@ -142,15 +146,14 @@ class SparseIndex:
         return self.entries >= self.max_entries - 1
 
     def _rest_is_zero(self, raw: memoryview) -> bool:
-        """Whether the whole entries after the valid ones are zero (an untrimmed tail).
-
-        Only the bytes the file held before _map() preallocated it are looked at: the rest is
-        zero by construction, and reading 10 MiB of fresh zeros per index made opening slow.
-        """
-        stored = min(len(raw), self.disk_bytes) // self.entry_size
-        return self.entries >= stored or _index.all_zero(
-            raw[self.entries * self.entry_size : stored * self.entry_size]
-        )
+        """Whether the entries after the valid ones are zero (an untrimmed tail), as far as
+        REST_CHECKED bytes past them: entries cut off by damage lie right after the valid
+        prefix. Farther garbage cannot mislead a lookup either: the valid prefix is all that
+        is used, and load() rebuilds an index that does not reach the log's tail. (Reading all
+        10 MiB of a preallocated index at every open made a reader beside a writer slow.)"""
+        at = self.entries * self.entry_size
+        stored = min(len(raw), self.disk_bytes, at + REST_CHECKED) // self.entry_size
+        return self.entries >= stored or _index.all_zero(raw[at : stored * self.entry_size])
 
     def _preallocate(self) -> None:
         """Stretch the file to max_entries and map all of it (Kafka's preallocated index)."""

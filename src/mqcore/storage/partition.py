@@ -27,6 +27,7 @@ from mqcore.errors import (
     CorruptRecordError,
     InvalidRecordError,
     OffsetOutOfRangeError,
+    StoreChangedError,
     StoreClosedError,
     StoreError,
 )
@@ -244,11 +245,32 @@ class Partition:
         names, so a store of up to max_open_segments segments reads the log exactly as it was
         when it opened. One opened later finds the file as it is then (StoreChangedError if
         the writer replaced or removed it meanwhile: operations.md "Readers beside a writer")."""
-        for seg in reversed(self.segments):
+        for i in range(len(self.segments) - 1, -1, -1):
             if self.cache is not None and len(self.cache) >= self.cache.limit:
                 return
-            if not seg.is_open:
+            seg = self.segments[i]
+            if seg.is_open:
+                continue
+            try:
                 seg.ensure_open()
+            except StoreChangedError:
+                if not self._retention_took(i):
+                    raise  # replaced, or merged by compaction: the caller opens again
+                for gone in self.segments[: i + 1]:
+                    gone.close()
+                del self.segments[: i + 1]
+                del self._bases[: i + 1]
+                return
+
+    def _retention_took(self, i: int) -> bool:
+        """Whether segment i and every older one are gone from the directory: retention moved
+        the log start past them since this read-only open listed them (nothing else removes
+        the oldest segments), so the view just starts later."""
+        try:
+            now = segment_layout(self.directory)
+        except FileNotFoundError:
+            return False
+        return bool(now) and now[0][0] > self.segments[i].base_offset and i + 1 < len(self.segments)
 
     def _sync_recovered(self, report: RecoveryReport) -> None:
         """After an unclean stop, make what recovery kept durable before anything relies on it.
