@@ -369,19 +369,19 @@ def test_damaged_key_index_page_is_not_trusted(tmp_path: Path, region: str) -> N
     assert damaged >= 1
     with mqcore.open(store, read_only=True) as s:
         assert sorted(m.offset for m in s.find_by_key("t", b"hot", limit=100)) == want
-    verify = subprocess.run(
-        [sys.executable, "-m", "mqcore.cli", "verify", store],
-        capture_output=True,
-        text=True,
-        env=_env(),
-    )
+    verify = _verify(store)
     assert verify.returncode != 0 and "not what was sealed" in verify.stdout, verify.stdout
     with mqcore.open(store) as s:  # a writer rebuilds it on first use
         assert sorted(m.offset for m in s.find_by_key("t", b"hot", limit=100)) == want
-    verify = subprocess.run(
+    verify = _verify(store)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+def _verify(store: str) -> subprocess.CompletedProcess[str]:
+    """`mqcore verify STORE`, as a user runs it."""
+    return subprocess.run(
         [sys.executable, "-m", "mqcore.cli", "verify", store],
         capture_output=True,
         text=True,
         env=_env(),
     )
-    assert verify.returncode == 0, verify.stdout + verify.stderr

@@ -60,7 +60,7 @@ class KeyIndexFile:
         self._lock = threading.Lock()  # one opening or rebuild at a time (readers race to it)
         self._dirty = False  # entries or header changed since the last seal, close or rebuild
         # how far the key and tag entry regions have disk blocks (durable.back_pages)
-        self._backed_keys = self._backed_tags = 0
+        self._backed = [0, 0]
 
     # -- opening ------------------------------------------------------------------------------
 
@@ -177,7 +177,7 @@ class KeyIndexFile:
         finally:
             os.close(fd)
         os.replace(tmp, self.path)
-        self._backed_keys = self._backed_tags = 0
+        self._backed = [0, 0]
 
     # -- appending ----------------------------------------------------------------------------
 
@@ -211,23 +211,17 @@ class KeyIndexFile:
         file was made."""
         assert self._map is not None
         keys_at = HEADER_BYTES + 4 * table.slot_count
-        used = keys_at + KEY_ENTRY_BYTES * table.key_count  # written entries have their blocks
-        if keys and used + KEY_ENTRY_BYTES * keys > self._backed_keys:
-            self._backed_keys = durable.back_pages(
-                self.path,
-                self._map,
-                max(self._backed_keys, used),
-                used + max(KEY_ENTRY_BYTES * keys, BACK_AHEAD),
-            )
         tags_at = keys_at + KEY_ENTRY_BYTES * table.key_capacity
-        used = tags_at + TAG_ENTRY_BYTES * table.tag_count
-        if tags and used + TAG_ENTRY_BYTES * tags > self._backed_tags:
-            self._backed_tags = durable.back_pages(
-                self.path,
-                self._map,
-                max(self._backed_tags, used),
-                used + max(TAG_ENTRY_BYTES * tags, BACK_AHEAD),
-            )
+        for region, at, width, used, more in (
+            (0, keys_at, KEY_ENTRY_BYTES, table.key_count, keys),
+            (1, tags_at, TAG_ENTRY_BYTES, table.tag_count, tags),
+        ):
+            end = at + width * used  # written entries have their blocks
+            if more and end + width * more > self._backed[region]:
+                self._backed[region] = durable.back_pages(
+                    self.path, self._map, max(self._backed[region], end),
+                    end + max(width * more, BACK_AHEAD),
+                )  # fmt: skip
 
     # -- flushing, sealing, closing -------------------------------------------------------------
 

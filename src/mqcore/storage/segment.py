@@ -55,6 +55,24 @@ class ScanOutcome:
         return self.file_bytes - self.valid_bytes
 
 
+class _Loaded:
+    """A field of LogSegment that load() (or a recovery scan) sets: reading it first loads a
+    segment that was only stat'ed (opening it); setting it just stores the value."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.attr = "_" + name
+
+    def __get__(self, seg: LogSegment | None, owner: type | None = None) -> Any:
+        if seg is None:
+            return self
+        if not seg._loaded:
+            seg.ensure_open()
+        return getattr(seg, self.attr)
+
+    def __set__(self, seg: LogSegment, value: int) -> None:
+        setattr(seg, self.attr, value)
+
+
 class LogSegment:
     """Appends to and reads from one segment; the partition above decides when to roll."""
 
@@ -141,47 +159,11 @@ class LogSegment:
         self.reserved_end = self.size
         self.flushed_size = self.size
 
-    # -- what load() learned: read on demand, so a segment nobody asks about is never opened ---
-
-    @property
-    def next_offset(self) -> int:
-        if not self._loaded:
-            self.ensure_open()
-        return self._next_offset
-
-    @next_offset.setter
-    def next_offset(self, value: int) -> None:
-        self._next_offset = value
-
-    @property
-    def max_timestamp(self) -> int:
-        if not self._loaded:
-            self.ensure_open()
-        return self._max_timestamp
-
-    @max_timestamp.setter
-    def max_timestamp(self, value: int) -> None:
-        self._max_timestamp = value
-
-    @property
-    def offset_of_max_timestamp(self) -> int:
-        if not self._loaded:
-            self.ensure_open()
-        return self._offset_of_max_timestamp
-
-    @offset_of_max_timestamp.setter
-    def offset_of_max_timestamp(self, value: int) -> None:
-        self._offset_of_max_timestamp = value
-
-    @property
-    def first_batch_timestamp(self) -> int:
-        if not self._loaded:
-            self.ensure_open()
-        return self._first_batch_timestamp
-
-    @first_batch_timestamp.setter
-    def first_batch_timestamp(self, value: int) -> None:
-        self._first_batch_timestamp = value
+    # what load() learned: read on demand, so a segment nobody asks about is never opened
+    next_offset = _Loaded()
+    max_timestamp = _Loaded()
+    offset_of_max_timestamp = _Loaded()
+    first_batch_timestamp = _Loaded()
 
     # -- opening and closing the files ----------------------------------------------------------
 
