@@ -9,15 +9,20 @@ WORKFLOWS := $(wildcard .github/workflows/*.yml)
 
 .PHONY: build test demo bench lint typecheck sdist wheel wheel-test sdist-test clean fuzz fuzz-build asan
 
+JOBS   ?= $(shell nproc 2>/dev/null || echo 2)
+
+# The editable install builds no kernels (MQCORE_KERNELS=none): the rule below builds them once,
+# in place, where the editable install's path entry (src/) finds them.
 $(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --upgrade pip
-	$(PY) -m pip install -e '.[dev]'
+	MQCORE_KERNELS=none $(PY) -m pip install -e '.[dev]'
 	touch $(STAMP)
 
-# Rebuild the kernels in place whenever a .pyx/.pxd/.h changed since the last build.
+# Rebuild the kernels in place whenever a .pyx/.pxd/.h changed since the last build, on every
+# core (Cython's translation and the C compiles both).
 $(VENV)/.ext-stamp: $(STAMP) $(PYX) setup.py
-	$(PY) setup.py -q build_ext --inplace
+	MQCORE_BUILD_JOBS=$(JOBS) $(PY) setup.py -q build_ext --inplace --parallel $(JOBS)
 	touch $@
 
 build: $(VENV)/.ext-stamp

@@ -21,7 +21,8 @@ KERNELS = [
     "filespace",
     "lookup",
 ]
-# MQCORE_KERNELS="crc32c varint" builds a subset (fuzz and sanitizer builds of one kernel).
+# MQCORE_KERNELS="crc32c varint" builds a subset (fuzz and sanitizer builds of one kernel);
+# MQCORE_KERNELS=none builds none (the Makefile's editable install: it builds them in place once).
 if os.environ.get("MQCORE_KERNELS"):
     KERNELS = [k for k in KERNELS if k in os.environ["MQCORE_KERNELS"].split()]
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import random
 import re
+import subprocess
+import sys
 from collections import Counter
 from typing import Any
 
@@ -14,6 +16,7 @@ import mqcore
 from mqcore import demo
 from mqcore._ext.batch import decode_messages, read_batch_info
 from mqcore._ext.hashing import kafka_partition
+from tests.conftest import child_env
 
 MESSAGES = 400
 SEED = 7
@@ -213,3 +216,31 @@ def test_too_few_messages_is_a_usage_error(
         demo.main(["--no-spark", "--path", os.path.join(tmp_path, "d"), "--messages", "3"])
     assert exc.value.code == 2
     assert "at least" in capfd.readouterr().err
+
+
+def test_the_commands_it_suggests_run_without_an_activated_venv(tmp_path: os.PathLike[str]) -> None:
+    """`make demo` runs the venv's python without activating the venv: the closing "look
+    around" commands must work from the same shell as printed (they said `mqcore topics ...`,
+    which was `command not found`)."""
+    env = child_env()
+    venv_bin = os.path.dirname(sys.executable)
+    env["PATH"] = (
+        os.pathsep.join(
+            p for p in env.get("PATH", "").split(os.pathsep) if os.path.realpath(p) != venv_bin
+        )
+        or "/usr/bin:/bin"
+    )
+    path = os.path.join(tmp_path, "d")
+    demo_run = subprocess.run(
+        [sys.executable, "-m", "mqcore.demo", "--no-spark", "--path", path, "--messages", "50"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert demo_run.returncode == 0, demo_run.stderr
+    tail = demo_run.stdout.split("Look around with the CLI:")[1]
+    commands = [line.strip() for line in tail.splitlines() if " topics " in line]
+    assert commands
+    listed = subprocess.run(
+        commands[0], shell=True, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert listed.returncode == 0, (commands[0], listed.stderr)
+    assert demo.ACCESS in listed.stdout and demo.EVENTS in listed.stdout

@@ -39,6 +39,10 @@ CRASH_POINTS = (
     "compact.after_deleted",
     "compact.after_final",
     "compact.before_unlink",
+    # an active key index grown by doubling (storage/keyindex.py): the new file in place,
+    # then its entries copied
+    "keyindex.after_grow_file",
+    "keyindex.after_grow_copy",
     # retention (storage/retention.py)
     "retention.after_deleted",
     "retention.before_unlink",

@@ -23,6 +23,7 @@ import os
 import random
 import shutil
 import sys
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -569,8 +570,15 @@ def step_spark(path: str, p: Printer, spark: Any) -> SparkFindings:
     return SparkFindings(status, errors, count, parts)
 
 
-def spark_session() -> Any:
-    """A local session for the demo; None without PySpark."""
+SPARK_LOG = os.path.join(tempfile.gettempdir(), "mqcore-demo-spark.log")
+
+
+def spark_session(log_path: str = SPARK_LOG) -> Any:
+    """A local session for the demo; None without PySpark.
+
+    The JVM's own stderr (its start-up warnings and log4j output) goes to `log_path`, so the
+    demo's output is the demo's: the JVM inherits the descriptor it starts with, and a failure
+    still reaches the demo as the exception Py4J raises."""
     try:
         from pyspark.sql import SparkSession
     except ImportError:
@@ -578,15 +586,39 @@ def spark_session() -> Any:
     # Spark's Python workers must run this interpreter (it has mqcore), not the first python3
     # on PATH
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    return (
-        SparkSession.builder.master("local[2]")
-        .appName("mqcore-demo")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.ui.showConsoleProgress", "false")
-        .getOrCreate()
-    )
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(log_path, "wb") as log:
+            os.dup2(log.fileno(), 2)
+        session = (
+            SparkSession.builder.master("local[2]")
+            .appName("mqcore-demo")
+            .config("spark.ui.enabled", "false")
+            .config("spark.sql.shuffle.partitions", "2")
+            .config("spark.sql.session.timeZone", "UTC")
+            .config("spark.ui.showConsoleProgress", "false")
+            .getOrCreate()
+        )
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+    session.sparkContext.setLogLevel("ERROR")
+    return session
+
+
+def cli_command() -> str:
+    """How to run this interpreter's `mqcore` command from here: `mqcore` when the shell finds
+    this one (an activated venv or an install on PATH), else its path (`.venv/bin/mqcore` after
+    `make demo`), else `python -m mqcore.cli` with this interpreter."""
+    script = os.path.join(os.path.dirname(sys.executable), "mqcore")
+    found = shutil.which("mqcore")
+    if found is not None and os.path.realpath(found) == os.path.realpath(script):
+        return "mqcore"
+    if os.path.isfile(script) and os.access(script, os.X_OK):
+        relative = os.path.relpath(script)
+        return relative if not relative.startswith("..") else script
+    return f"{sys.executable} -m mqcore.cli"
 
 
 def run(path: str, messages: int, seed: int, out: TextIO, spark: Any = None) -> DemoReport:
@@ -637,13 +669,20 @@ def run(path: str, messages: int, seed: int, out: TextIO, spark: Any = None) -> 
     step_crash(path, p, report)
     if spark is not None:
         p.title("Spark SQL over the store: spark.read.format('mqcore'), no broker")
+        p.line(f"(Spark's own start-up messages and log: {SPARK_LOG})")
         report.spark = step_spark(path, p, spark)
+    cli = cli_command()
     out.write(
         f"\nDone. Look around with the CLI:\n"
-        f"   mqcore topics {path}\n"
-        f"   mqcore consume {path} {EVENTS} -n 3 --json\n"
-        f"   mqcore query {path} {EVENTS} --where \"level = 'ERROR'\" --limit 3\n"
+        f"   {cli} topics {path}\n"
+        f"   {cli} consume {path} {EVENTS} -n 3 --json\n"
+        f"   {cli} query {path} {EVENTS} --where \"level = 'ERROR'\" --limit 3\n"
     )
+    activate = os.path.join(os.path.dirname(sys.executable), "activate")
+    if cli != "mqcore" and os.path.isfile(activate):
+        shown = os.path.relpath(activate)
+        shown = shown if not shown.startswith("..") else activate
+        out.write(f"   (or run `source {shown}` once, then plain `mqcore ...`)\n")
     return report
 
 

@@ -518,6 +518,35 @@ cdef class KeyTable:
             i += 1
         return out, examined
 
+    def take_entries(self, KeyTable src not None):
+        """Copy every entry of `src` into this empty table (one grown by doubling) and thread
+        the key chains anew for this table's slot count; the time bounds come along. Entries
+        keep their order, so each chain still runs newest first."""
+        cdef uint64_t mask = self.slot_count - 1
+        cdef uint32_t i, n
+        cdef unsigned char* e
+        cdef unsigned char* slot
+        self.check_open(True)
+        src.check_open(False)
+        if self.key_count or self.tag_count:
+            raise ValueError("take_entries needs an empty table")
+        if src.key_count > self.key_capacity or src.tag_count > self.tag_capacity:
+            raise OverflowError("the key index is too small for the entries it takes")
+        n = src.key_count
+        with nogil:
+            memcpy(self.keys, src.keys, KEY_ENTRY * <size_t>n)
+            memcpy(self.tags, src.tags, TAG_ENTRY * <size_t>src.tag_count)
+            for i in range(n):
+                e = self.keys + KEY_ENTRY * <Py_ssize_t>i
+                slot = self.slots + 4 * <Py_ssize_t>(load_be64(e) & mask)
+                store_be32(e + 20, load_be32(slot))
+                store_be32(slot, i + 1)
+        self.key_count = n
+        self.tag_count = src.tag_count
+        self.base_timestamp = src.base_timestamp
+        self.min_timestamp = src.min_timestamp
+        self.max_timestamp = src.max_timestamp
+
     def clear(self):
         """Forget every entry (before a rebuild)."""
         self.check_open(True)

@@ -1,9 +1,10 @@
 """A segment's `.keyindex`: its keys, unique IDs and tags, for the query layer.
 
 The file (format in docs/format.md "Key index", kernel in `_ext/keyindex.pyx`) is derived data,
-like Kafka's indexes. It is created at its full capacity as a sparse file (untouched slots and
-entries take no disk; `du` shows the real size) and mapped read-write; one rebuilt for a sealed
-segment is sized to its entries.
+like Kafka's indexes. The active segment's file starts small (INITIAL_ENTRIES) and is replaced by
+one twice as large when it fills, up to the topic's capacity (key_index_entries, bounded by the
+segment size), past which the segment rolls: a small topic costs kilobytes, a busy one copies
+each entry about once more. One rebuilt for a sealed segment is sized to its entries.
 
 A file is used as it is only when its header says it was sealed or closed, covers exactly the
 log's bytes and its content CRC matches (KeyTable.content_valid): a page lost in a power loss
@@ -27,11 +28,13 @@ from mqcore._ext.keyindex import (
     init_header,
 )
 from mqcore._ext.mapping import MappedFile
+from mqcore.crashpoints import crash_point
 from mqcore.errors import CorruptIndexError
 from mqcore.storage import durable
 
 KEYINDEX_SUFFIX = ".keyindex"
 MIN_SLOTS = 16
+INITIAL_ENTRIES = 1024  # key and tag entries of a new active table (about 42 KB of file)
 BACK_AHEAD = 64 << 10  # entry bytes given disk blocks at a time ahead of the inserts
 
 
@@ -121,28 +124,42 @@ class KeyIndexFile:
         if sealed:
             key_cap, tag_cap = keys, tags
         else:
-            key_cap = tag_cap = max(self.capacity, keys, tags)
-        slots = slots_for(max(key_cap, self.capacity if not sealed else key_cap))
+            key_cap, tag_cap = self._grown(0, keys), self._grown(0, tags)
+        slots = slots_for(key_cap)
         size = file_size(slots, key_cap, tag_cap)
         if self.writable and self._reuse_file(size):
             assert self._map is not None
             self.table = KeyTable(self._map, True)
             self.table.clear()
-        elif self.writable:
-            self._create_file(size, slots)
-            assert self._map is not None
-            init_header(memoryview(self._map).cast("B"), slots, key_cap, tag_cap)
-            self.table = KeyTable(self._map, True)
         else:
-            self._memory = bytearray(size)
-            init_header(self._memory, slots, key_cap, tag_cap)
-            self.table = KeyTable(self._memory, True)
+            self.table = self._new_table(slots, key_cap, tag_cap)
         for h, rel, pos in hits:
             self.table.insert(h, rel, pos)
         # not msync'd: a rebuilt table is derived data the CRC vouches for; sealing and closing
         # sync what the store relies on
         self.table.store_header(True, covered)
         self._dirty = False
+
+    def _grown(self, current: int, need: int) -> int:
+        """Entries a region gets for `need` of them: doubled from `current` (INITIAL_ENTRIES at
+        first) until they fit, at most the capacity unless `need` alone is more."""
+        cap = max(current, min(INITIAL_ENTRIES, self.capacity), 1)
+        while cap < need:
+            cap *= 2
+        return max(min(cap, self.capacity), need)
+
+    def _new_table(self, slots: int, key_cap: int, tag_cap: int) -> KeyTable:
+        """An empty table of this geometry in a new file (replacing the old one) when
+        writable, else in memory; the previous table and mapping are let go, not released."""
+        size = file_size(slots, key_cap, tag_cap)
+        if self.writable:
+            self._create_file(size, slots)
+            assert self._map is not None
+            init_header(memoryview(self._map).cast("B"), slots, key_cap, tag_cap)
+            return KeyTable(self._map, True)
+        self._memory = bytearray(size)
+        init_header(self._memory, slots, key_cap, tag_cap)
+        return KeyTable(self._memory, True)
 
     def _reuse_file(self, size: int) -> bool:
         """Map an existing file of exactly this geometry for a rebuild in place."""
@@ -182,20 +199,43 @@ class KeyIndexFile:
     # -- appending ----------------------------------------------------------------------------
 
     def has_room(self, hits: bytes) -> bool:
-        if self.table is None or not hits:
+        """Whether the batch's entries fit within the capacity (growing the table if need
+        be); a non-empty table without room rolls the segment."""
+        table = self.table
+        if table is None or not hits:
             return True
-        return self.table.room_for(*KeyTable.count_hits(hits))
+        keys, tags = KeyTable.count_hits(hits)
+        return (
+            table.key_count + keys <= max(self.capacity, table.key_capacity)
+            and table.tag_count + tags <= max(self.capacity, table.tag_capacity)
+        )  # fmt: skip
 
     def make_room(self, hits: bytes, covered: int) -> None:
-        """Before a batch is written: an empty table too small for it (one batch with more
-        entries than `capacity`) is recreated large enough; a non-empty one rolled already."""
-        if self.has_room(hits) or self.table is None:
+        """Before a batch is written: a table too small for its entries is replaced by one
+        twice as large (or more) holding the same entries; an empty one too small for a single
+        batch (more entries than `capacity`) grows to the batch; a full non-empty one rolled
+        already."""
+        table = self.table
+        if table is None or not hits:
             return
         keys, tags = KeyTable.count_hits(hits)
-        if self.table.key_count or self.table.tag_count:
-            raise OverflowError("the key index is full (the segment should have rolled)")
-        self.capacity = max(self.capacity, keys, tags)
-        self.rebuild([], covered, sealed=False)
+        if table.room_for(keys, tags):
+            return
+        if table.key_count or table.tag_count:
+            if not self.has_room(hits):
+                raise OverflowError("the key index is full (the segment should have rolled)")
+        else:
+            self.capacity = max(self.capacity, keys, tags)
+        key_cap = self._grown(table.key_capacity, table.key_count + keys)
+        tag_cap = self._grown(table.tag_capacity, table.tag_count + tags)
+        grown = self._new_table(slots_for(key_cap), key_cap, tag_cap)
+        crash_point("keyindex.after_grow_file")
+        grown.take_entries(table)
+        crash_point("keyindex.after_grow_copy")
+        # a lookup in another thread may still walk the old table: it stays valid until that
+        # reference goes (drop(), not release())
+        self.table = grown
+        self._dirty = True
 
     def add(self, hits: bytes, first_rel_offset: int, position: int) -> None:
         table = self.table
