@@ -1,7 +1,7 @@
 """The active segment's key index grows with its data (issue 17: every partition reserved a
 42-44 MiB sparse .keyindex, so a 21 MiB store tarred to 904 MiB).
 
-Lookups after each doubling are compared with a brute-force read of the log.
+Lookups after each growth are compared with a brute-force read of the log.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pytest
 
 import mqcore
 from mqcore._ext.keyindex import KeyTable, file_size
-from mqcore.storage.keyindex import INITIAL_ENTRIES, slots_for
+from mqcore.storage.keyindex import GROWTH, INITIAL_ENTRIES, slots_for
 from tests.conftest import child_env, run_cli
 
 
@@ -75,8 +75,8 @@ def test_a_new_partition_costs_kilobytes_not_megabytes(tmp_path: object) -> None
     assert total < 512 << 10
 
 
-def test_the_key_index_doubles_as_it_fills_and_answers_like_the_log(tmp_path: object) -> None:
-    """Keys, `keys` header words and tags across several doublings in one segment:
+def test_the_key_index_grows_as_it_fills_and_answers_like_the_log(tmp_path: object) -> None:
+    """Keys, `keys` header words and tags across several growths in one segment:
     every lookup equals the brute-force answer after each step, after a clean reopen and in a
     read-only open."""
     path = os.path.join(str(tmp_path), "s")
@@ -108,7 +108,7 @@ def test_the_key_index_doubles_as_it_fills_and_answers_like_the_log(tmp_path: ob
         tag_a = sorted(m.offset for m in s.search("t", tag="a", limit=1_000_000))
     table = header(keyindex_files(path, "t")[-1])
     assert table.content_valid() and table.chain_problem() is None
-    assert table.key_count <= table.key_capacity < 2 * table.key_count + INITIAL_ENTRIES
+    assert table.key_count <= table.key_capacity < GROWTH * table.key_count + INITIAL_ENTRIES
     for read_only in (False, True):
         with mqcore.open(path, read_only=read_only) as s:
             assert lookups(s, "t", keys) == {k: expected.get(k, []) for k in keys}
@@ -118,7 +118,7 @@ def test_the_key_index_doubles_as_it_fills_and_answers_like_the_log(tmp_path: ob
 
 
 def test_growth_stops_at_the_capacity_and_the_segment_rolls(tmp_path: object) -> None:
-    """key_index_entries bounds the table: it grows 1024 -> 2048 -> 3000, then the segment
+    """key_index_entries bounds the table: it grows 1024 -> 3000, then the segment
     rolls as before (each record takes two entries: its key and its unique ID)."""
     path = os.path.join(str(tmp_path), "s")
     with mqcore.open(path) as s:
@@ -162,7 +162,7 @@ WRITER = textwrap.dedent(
 def test_a_writer_killed_while_the_table_grows_leaves_a_store_that_answers(
     tmp_path: object, point: str, flush: str
 ) -> None:
-    """SIGKILL inside the third doubling (the new file in place, empty or filled): the reopened
+    """SIGKILL inside the third growth (the new file in place, empty or filled): the reopened
     store's lookups equal the log's, and every acknowledged append is there."""
     path = os.path.join(str(tmp_path), "s")
     env = {**child_env(), "MQCORE_CRASH_AT": f"{point}:3"}

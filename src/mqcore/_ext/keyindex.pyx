@@ -519,7 +519,7 @@ cdef class KeyTable:
         return out, examined
 
     def take_entries(self, KeyTable src not None):
-        """Copy every entry of `src` into this empty table (one grown by doubling) and thread
+        """Copy every entry of `src` into this empty table (a larger one replacing it) and thread
         the key chains anew for this table's slot count; the time bounds come along. Entries
         keep their order, so each chain still runs newest first."""
         cdef uint64_t mask = self.slot_count - 1
@@ -538,6 +538,9 @@ cdef class KeyTable:
             memcpy(self.tags, src.tags, TAG_ENTRY * <size_t>src.tag_count)
             for i in range(n):
                 e = self.keys + KEY_ENTRY * <Py_ssize_t>i
+                if i + INSERT_AHEAD < n:  # the slots' misses overlap, as in insert()
+                    mq_prefetch(self.slots + 4 * <Py_ssize_t>(
+                        load_be64(e + KEY_ENTRY * INSERT_AHEAD) & mask))
                 slot = self.slots + 4 * <Py_ssize_t>(load_be64(e) & mask)
                 store_be32(e + 20, load_be32(slot))
                 store_be32(slot, i + 1)

@@ -17,6 +17,7 @@ import mmap
 import os
 from collections.abc import Callable
 
+from mqcore._ext.filespace import reserve
 from mqcore._ext.mapping import MappedFile
 from mqcore.crashpoints import crash_point
 from mqcore.errors import StoreError
@@ -75,16 +76,19 @@ def open_store_file(path: str, flags: int, mode: int = 0o644) -> int:
 
 def back_pages(path: str, m: MappedFile, start: int, end: int) -> int:
     """Give the pages of [start, end) of a shared writable mapping of `path` their disk blocks
-    through the write path (pwrite of what they hold now, zeros in a hole), before the mapping
-    writes them: the first store into a hole of a mapped file takes a page fault that allocates
-    the block under the filesystem's journal (ext4: ~5-10 ms each, seen here), a pwrite does
-    the same in ~0.1 ms. Returns the page-aligned end reached."""
+    before the mapping writes them: the first store into a hole of a mapped file takes a page
+    fault that allocates the block under the filesystem's journal (ext4: ~5-10 ms each, seen
+    here). fallocate allocates them without touching the data (unwritten blocks read as
+    zeros): 16 MiB in 0.1 ms where a pwrite of what the pages hold took 45 ms; the pwrite is
+    the fallback where the call is missing. Returns the page-aligned end reached."""
     start -= start % mmap.PAGESIZE
     end = min(len(m), -(-end // mmap.PAGESIZE) * mmap.PAGESIZE)
     if end <= start:
         return max(start, end)
     fd = open_store_file(path, os.O_WRONLY)
     try:
+        if reserve(fd, start, end - start) == 0:
+            return end
         with memoryview(m) as view:
             at = start
             while at < end:
