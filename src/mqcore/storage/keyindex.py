@@ -215,9 +215,9 @@ class KeyIndexFile:
 
     def make_room(self, hits: bytes, covered: int) -> None:
         """Before a batch is written: a table too small for its entries is replaced by one
-        GROWTH times as large (or more) holding the same entries; an empty one too small for a single
-        batch (more entries than `capacity`) grows to the batch; a full non-empty one rolled
-        already."""
+        GROWTH times as large (or more) holding the same entries; an empty one too small for a
+        single batch (more entries than `capacity`) grows to the batch; a full non-empty one
+        rolled already."""
         table = self.table
         if table is None or not hits:
             return
