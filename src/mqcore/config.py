@@ -131,9 +131,7 @@ class TopicConfig:
         kinds = {f.name: f.type for f in fields(cls)}
         kind = kinds.get(name)
         if kind is None:
-            raise InvalidConfigError(
-                f"unknown topic setting {name!r} (known: {', '.join(kinds)})"
-            )
+            raise InvalidConfigError(f"unknown topic setting {name!r} (known: {', '.join(kinds)})")
         value = raw.strip()
         if kind == "int":
             if re.fullmatch(r"-?[0-9]{1,19}", value) is None:
