@@ -471,10 +471,10 @@ class LineParser:
         assert self.ts_regex is not None
         m = self.ts_regex.search(line.decode("latin-1"))
         if m is None:
-            raise BadLine(f"has no match of --timestamp-regex {self.ts_regex.pattern!r}")
+            raise BadLine(f"has no match of --timestamp-regex '{self.ts_regex.pattern}'")
         text = m.group(1) if self.ts_regex.groups else m.group()
         if text is None:
-            raise BadLine(f"--timestamp-regex {self.ts_regex.pattern!r} found no time in it")
+            raise BadLine(f"--timestamp-regex '{self.ts_regex.pattern}' found no time in it")
         return _time(self.ts_text, text)
 
 
