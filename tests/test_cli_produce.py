@@ -306,7 +306,8 @@ def nginx_lines(n: int, seed: int) -> list[tuple[bytes, int]]:
         local = datetime.fromtimestamp(ms / 1000, zone)
         off = local.utcoffset() or timedelta()
         sign = "-" if off < timedelta() else "+"
-        hhmm = f"{abs(off) // timedelta(hours=1):02d}{abs(off) % timedelta(hours=1) // timedelta(minutes=1):02d}"
+        minutes = abs(off) // timedelta(minutes=1)
+        hhmm = f"{minutes // 60:02d}{minutes % 60:02d}"
         stamp = (
             f"{local.day:02d}/{MONTHS[local.month - 1]}/{local.year}:"
             f"{local.hour:02d}:{local.minute:02d}:{local.second:02d} {sign}{hhmm}"

@@ -22,14 +22,15 @@
     mqcore compact STORE TOPIC [--now TIME] [--json] [--progress | --no-progress]
     mqcore retention STORE [TOPIC] [--now TIME] [--json] [--progress | --no-progress]
 
-Every command but `produce`, `config` with settings to change, `verify`, `compact` and
-`retention` opens the store with `read_only=True`: no lock is taken and nothing is written, so
-it is safe beside a running writer. Those take the writer lock and fail with StoreLockedError
-while another process holds it. `--json` prints one JSON object per line; bytes that are not
-UTF-8 appear as {"base64": "..."} there (kcat's \\xNN escapes in `consume --json`, which writes kcat -J
+Every command but `produce`, `verify`, `compact` and `retention` opens the store with
+`read_only=True`: no lock is taken and nothing is written, so it is safe beside a running
+writer. Those four take the writer lock and fail with StoreLockedError while another process
+holds it. `--json` prints one JSON object per line; bytes that are not UTF-8 appear as
+{"base64": "..."} there (kcat's \\xNN escapes in `consume --json`, which writes kcat -J
 envelopes) and as \\xNN in text. Errors print one line, `mqcore: error: ...`, to stderr and
 exit with status 1 (any other exception too: a bug is reported as `unexpected <type>: ...`, never
 as a traceback); usage errors print the usage and one error line, and exit with status 2.
+`config` reads like the others; changing a setting takes the writer lock, like `produce`.
 """
 
 from __future__ import annotations
