@@ -539,3 +539,45 @@ def test_help_documents_the_rules() -> None:
     assert "nothing is written if one is bad" in text
     assert "mqcore config STORE TOPIC max_message_bytes=N" in text
     assert "--timestamp-format" in text and "%d/%b/%Y:%H:%M:%S %z" in text
+
+
+@pytest.mark.parametrize(
+    "fmt",
+    [
+        NGINX_FORMAT,
+        "%Y-%m-%d %H:%M:%S.%f",
+        "%d %B %Y %I:%M:%S %p",
+        "%b %d %H:%M:%S",  # syslog: no year, as strptime reads it (1900)
+        "%y/%m/%d %H:%M %z",
+        "%Y-%m-%dT%H:%M:%S%z",
+        "%a %d %b %Y %H:%M:%S",  # a weekday name: read by strptime itself
+    ],
+)
+def test_times_found_in_lines_agree_with_strptime(fmt: str) -> None:
+    """The per-line time finder (its own reading of common directives, strptime for the rest)
+    against datetime.strptime on the same text, over random times and zones."""
+    from mqcore.cli.timestamps import line_finder
+
+    find = line_finder(fmt)
+    rng = random.Random(fmt)
+    for _ in range(300):
+        zone = timezone(timedelta(minutes=rng.randrange(-14 * 60, 14 * 60 + 1, 15)))
+        dt = datetime(1971, 1, 1, tzinfo=UTC) + timedelta(
+            seconds=rng.randrange(60 * 365 * 86400), microseconds=rng.randrange(10**6)
+        )
+        text = dt.astimezone(zone).strftime(fmt)
+        try:
+            want = datetime.strptime(text, fmt)
+        except ValueError:  # Feb 29 without a year (1900): both refuse it
+            with pytest.raises(ValueError):
+                find(f"host x [{text}] GET /")
+            continue
+        if want.tzinfo is None:
+            want = want.replace(tzinfo=UTC)
+        delta = want - datetime(1970, 1, 1, tzinfo=UTC)
+        ms = delta.days * 86_400_000 + delta.seconds * 1000 + delta.microseconds // 1000
+        if ms < 0:
+            continue  # before 1970 (a syslog time in 1900): refused, checked below
+        assert find(f"host x [{text}] GET /") == ms, text
+    with pytest.raises(ValueError, match="before 1970"):
+        line_finder("%b %d %H:%M:%S")("Oct 11 22:14:15 host sshd")
