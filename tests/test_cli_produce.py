@@ -17,7 +17,7 @@ import pytest
 
 import mqcore
 from mqcore.errors import InternalTopicError, InvalidConfigError, RecordTooLargeError
-from tests.conftest import child_env, run_cli
+from tests.conftest import child_env, file_bytes, run_cli
 
 BIG = 5_000_000  # a line over the default max_message_bytes (1,048,588)
 DEFAULT_LIMIT = "max_message_bytes=1,048,588"
@@ -581,3 +581,16 @@ def test_times_found_in_lines_agree_with_strptime(fmt: str) -> None:
         assert find(f"host x [{text}] GET /") == ms, text
     with pytest.raises(ValueError, match="before 1970"):
         line_finder("%b %d %H:%M:%S")("Oct 11 22:14:15 host sshd")
+
+
+def test_config_of_a_missing_topic_writes_nothing(tmp_path: Path, store_path: str) -> None:
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    rc, _, err = run_cli("config", str(plain), "t", "retention_ms=1")
+    assert rc == 1 and "topic 't' does not exist" in err
+    assert list(plain.iterdir()) == []
+    assert run_cli("produce", store_path, "t", "--create", "--value", "v")[0] == 0
+    before = file_bytes(store_path)
+    rc, _, err = run_cli("config", store_path, "u", "retention_ms=1")
+    assert rc == 1 and "topic 'u' does not exist" in err
+    assert file_bytes(store_path) == before

@@ -51,6 +51,9 @@ def cmd_config(args: argparse.Namespace, out: TextIO) -> int:
         with mqcore.open(args.store, read_only=True) as store:
             cfg = store.topic_config(args.topic)
     else:
+        # checked before the writable open, which would make a store of any directory
+        with mqcore.open(args.store, read_only=True) as reader:
+            reader.topic_config(args.topic)
         try:
             store = mqcore.open(args.store)
         except StoreLockedError as e:
