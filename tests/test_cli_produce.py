@@ -495,9 +495,16 @@ def test_timestamps_the_topic_refuses_name_the_setting(store_path: str) -> None:
     )  # fmt: skip
     assert rc == 1 and "message_timestamp_before_max_ms=86400000" in err
     rc, _, err = run_cli("produce", store_path, "t", "--create", "--timestamp", "2001-01-01",
-                         "--value", "old")  # fmt: skip
+                         "--value", "old", "--value", "older")  # fmt: skip
     assert rc == 0, err
-    assert [m.timestamp for m in stored(store_path, "t")[0]] == [978307200000]
+    assert [m.timestamp for m in stored(store_path, "t")[0]] == [978307200000] * 2
+    # ... with one warning: time retention would delete them
+    assert err.count("warning") == 1
+    assert "value 1 is older than retention_ms=604800000" in err
+    rc, _, err = run_cli("config", store_path, "t", "retention_ms=-1")
+    assert rc == 0
+    rc, _, err = run_cli("produce", store_path, "t", "--timestamp", "2001-01-01", "--value", "x")
+    assert rc == 0 and err == ""
 
 
 def test_log_append_time_topic_refuses_timestamps(store_path: str) -> None:

@@ -21,6 +21,7 @@ import os
 import re
 import stat
 import sys
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from decimal import Decimal
@@ -259,10 +260,15 @@ def cmd_produce(args: argparse.Namespace, out: TextIO) -> int:
         else:
             cfg = store.new_topic_config(args.partitions, **settings)
         if parser.sets_timestamps and cfg.timestamp_type == "LogAppendTime":
+            fix = (
+                f"change it with `mqcore config {args.store} {args.topic} "
+                "timestamp_type=CreateTime`"
+                if exists
+                else "create it with timestamp_type=CreateTime, the default"
+            )
             raise InvalidConfigError(
                 f"topic {args.topic!r} has timestamp_type=LogAppendTime: its records carry the "
-                "append time, so the timestamps produce was asked for would be lost (change "
-                f"it with `mqcore config {args.store} {args.topic} timestamp_type=CreateTime`)"
+                f"append time, so the timestamps produce was asked for would be lost ({fix})"
             )
         if args.partition is not None and not 0 <= args.partition < cfg.partitions:
             raise UnknownPartitionError(
@@ -582,9 +588,15 @@ class Checker:
         self.label = "value" if args.value is not None else "line"
         self.largest = 0
         self.window: set[str] = set()  # timestamp-window settings that refused a line
+        # times before this are past time retention (docs/consume.md): warned about once
+        deletes = cfg.retention_ms >= 0 and "delete" in cfg.cleanup_policy
+        self.expired = time.time_ns() // 1_000_000 - cfg.retention_ms if deletes else -1
+        self.warned = False
+        self.lines = 0  # lines given to one() so far
 
     def one(self, line: bytes) -> Msg:
         """The message of `line`; BadLine naming what is wrong with it."""
+        self.lines += 1
         msg = self.parser.parse(line)
         try:
             check_message(
@@ -603,6 +615,16 @@ class Checker:
             if setting is not None:
                 self.window.add(setting)
             raise BadLine(str(e)) from None
+        if msg.timestamp is not None and msg.timestamp < self.expired and not self.warned:
+            self.warned = True
+            print(
+                f"mqcore: warning: the time of {self.label} {self.lines} is older than "
+                f"retention_ms={self.cfg.retention_ms} of topic {self.topic!r}: retention "
+                "deletes a sealed segment once its newest time is that old (to keep loaded "
+                "logs: --config retention_ms=-1 when produce creates the topic, or `mqcore "
+                f"config {self.store} {self.topic} retention_ms=-1`)",
+                file=sys.stderr,
+            )
         return msg
 
     def all(self, lines: Iterator[bytes]) -> int:
@@ -635,9 +657,14 @@ class Checker:
         if not changes:
             return ""
         what = "raise the limit" if self.largest and not self.window else "change the topic"
+        return f"; {what} with {self.how(*changes)}"
+
+    def how(self, *changes: str) -> str:
+        """How to give the topic settings `changes` (NAME=VALUE): --config if produce creates
+        the topic, `mqcore config` once it exists."""
         if self.created:
-            return f"; {what} with " + " ".join(f"--config {c}" for c in changes)
-        return f"; {what} with `mqcore config {self.store} {self.topic} {' '.join(changes)}`"
+            return " ".join(f"--config {c}" for c in changes)
+        return f"`mqcore config {self.store} {self.topic} {' '.join(changes)}`"
 
 
 class _Writer:
