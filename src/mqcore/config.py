@@ -112,8 +112,69 @@ class TopicConfig:
     def with_changes(self, **changes: Any) -> TopicConfig:
         unknown = set(changes) - {f.name for f in fields(self)}
         if unknown:
-            raise InvalidConfigError(f"unknown topic config: {', '.join(sorted(unknown))}")
+            raise InvalidConfigError(
+                f"unknown topic config: {', '.join(sorted(unknown))} (known: "
+                f"{', '.join(f.name for f in fields(self))})"
+            )
         return replace(self, **changes)
+
+    @classmethod
+    def parse_setting(cls, text: str) -> tuple[str, Any]:
+        """`NAME=VALUE` as typed on a command line -> (name, value of the field's type).
+
+        ints are written plainly (an optional minus and digits), floats as Python reads them,
+        flags as true/false (also 1/0, yes/no, on/off); the range is checked later by the
+        TopicConfig that receives the value. InvalidConfigError names the setting."""
+        name, sep, raw = text.partition("=")
+        if not sep or not name:
+            raise InvalidConfigError(f"topic setting {text!r} is not NAME=VALUE")
+        kinds = {f.name: f.type for f in fields(cls)}
+        kind = kinds.get(name)
+        if kind is None:
+            raise InvalidConfigError(f"unknown topic setting {name!r} (known: {', '.join(kinds)})")
+        value = raw.strip()
+        if kind == "int":
+            if re.fullmatch(r"-?[0-9]{1,19}", value) is None:
+                raise InvalidConfigError(f"topic setting {name}={raw!r} is not an integer")
+            return name, int(value)
+        if kind == "float":
+            try:
+                number = float(value)
+            except ValueError:
+                raise InvalidConfigError(f"topic setting {name}={raw!r} is not a number") from None
+            return name, number
+        if kind == "bool":
+            flag = _FLAGS.get(value.lower())
+            if flag is None:
+                raise InvalidConfigError(f"topic setting {name}={raw!r} is not true or false")
+            return name, flag
+        return name, value
+
+    def changes_allowed(self, changes: dict[str, Any]) -> None:
+        """Refuse (InvalidConfigError, naming the setting) a change to an existing topic of a
+        setting fixed at creation: see FIXED_AT_CREATION."""
+        for name in changes:
+            why = FIXED_AT_CREATION.get(name)
+            if why is not None and changes[name] != getattr(self, name):
+                raise InvalidConfigError(
+                    f"{name} cannot change on an existing topic: {why} (create a new topic "
+                    "with the setting and copy the messages over)"
+                )
+
+
+_FLAGS = {"true": True, "1": True, "yes": True, "on": True,
+          "false": False, "0": False, "no": False, "off": False}  # fmt: skip
+
+# Settings alter_topic_config refuses, and why; every other one applies to the next append,
+# roll or maintenance pass (docs/operations.md "Changing settings of an existing topic").
+FIXED_AT_CREATION = {
+    "partitions": "keys are routed by the partition count, so adding partitions moves keys",
+    "segment_bytes": "the active segment is mapped to that many bytes of address space",
+    "segment_index_bytes": "sizes the preallocated index files of open segments",
+    "preallocate_bytes": "sizes the disk space reserved past the active segment",
+    "key_index": "whether segments carry a .keyindex is part of their on-disk layout",
+    "key_index_entries": "sizes the key index of open segments",
+}
 
 
 @dataclass(frozen=True)

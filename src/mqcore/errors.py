@@ -96,7 +96,14 @@ class UnknownPartitionError(MQCoreError, ValueError):
 
 
 class RecordTooLargeError(MQCoreError, ValueError):
-    """A record batch is larger than the topic's max_message_bytes; nothing was written."""
+    """A record batch is larger than the topic's max_message_bytes; nothing was written.
+
+    `size` and `limit` (bytes, when known) are the batch's size and that limit."""
+
+    def __init__(self, message: str, size: int | None = None, limit: int | None = None):
+        super().__init__(message)
+        self.size = size
+        self.limit = limit
 
 
 class InvalidRecordError(MQCoreError, TypeError):

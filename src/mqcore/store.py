@@ -69,7 +69,7 @@ from mqcore.storage.cache import SegmentCache
 from mqcore.storage.cleaner import CompactionReport
 from mqcore.storage.flusher import Flusher
 from mqcore.storage.logdir import LogDirectory
-from mqcore.storage.partition import Partition, RecoveryReport, has_segments
+from mqcore.storage.partition import Partition, RecoveryReport, check_timestamps, has_segments
 from mqcore.storage.producer_state import BatchRecord, check_producer_fields, next_sequence
 from mqcore.storage.retention import RetentionReport
 from mqcore.storage.segment import MAX_DECOMPRESSED
@@ -235,6 +235,63 @@ def _producer_fields(producer: tuple[int, int, int] | None) -> tuple[int, int, i
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+# Upper bound of what a one-record batch adds to its key, value and headers: the 61-byte batch
+# header, the record's varints (length, attributes, deltas, lengths: at most 5 bytes each) and a
+# generated `uid` header; past it comes a margin for a codec's worst case (snappy: n/6 + 32)
+_ONE_RECORD_OVERHEAD = 61 + 8 * 5 + 3 + 16 + 10
+_CODEC_SLACK = 1024
+
+
+def check_message(
+    cfg: TopicConfig,
+    topic: str,
+    value: bytes,
+    key: bytes | None = None,
+    headers: HeadersArg = None,
+    timestamp: int | None = None,
+    *,
+    compression: str | None = None,
+    now: int | None = None,
+) -> None:
+    """Raise what appending this one message to `topic` (settings `cfg`) would raise for the
+    message itself, without writing: RecordTooLargeError (with `size` and `limit`) when even a
+    batch holding only it exceeds max_message_bytes (append_batch splits longer lists, so this
+    is the only size it refuses), InvalidRecordError when its CreateTime `timestamp` is
+    outside message_timestamp_after_max_ms / before_max_ms of `now`. Lets a caller refuse a
+    whole input before any of it is written. A message far below the limit is not encoded."""
+    now = _now_ms() if now is None else now
+    if timestamp is not None and cfg.timestamp_type == "CreateTime":
+        check_timestamps(cfg, topic, timestamp, timestamp, now)
+    codec = codecs.codec_id(compression if compression is not None else cfg.compression)
+    bound = len(value) + (0 if key is None else len(key)) + _ONE_RECORD_OVERHEAD
+    if headers:
+        pairs = headers.items() if isinstance(headers, Mapping) else headers
+        bound += sum(4 * len(n) + (0 if v is None else len(v)) + 10 for n, v in pairs)
+    if codec:
+        bound += bound // 5 + _CODEC_SLACK
+    if bound <= cfg.max_message_bytes:
+        return
+    batch = encode_batch(
+        [value],
+        None if key is None else [key],
+        None if headers is None else [headers],
+        None if timestamp is None else [timestamp],
+        now,
+        codec,
+        -1 if cfg.timestamp_type == "CreateTime" else now,
+        compress=codecs.compress,
+        uid_ms=now if cfg.unique_ids else -1,
+        index=cfg.key_index,
+    )
+    if batch.size > cfg.max_message_bytes:
+        raise RecordTooLargeError(
+            f"{batch.size:,} bytes as a record batch, over max_message_bytes="
+            f"{cfg.max_message_bytes:,} of topic {topic!r}",
+            batch.size,
+            cfg.max_message_bytes,
+        )
 
 
 class Store:
@@ -479,12 +536,17 @@ class Store:
         refuse_internal(name, "create")
         self._create_topic(name, partitions, **config)
 
-    def _create_topic(self, name: str, partitions: int | None = None, **config: Any) -> None:
-        """create_topic without the internal-name guard (for _internal_topic)."""
-        cfg = self.topic_defaults.with_changes(
+    def new_topic_config(self, partitions: int | None = None, **config: Any) -> TopicConfig:
+        """The settings create_topic(name, partitions, **config) gives a new topic: the store's
+        defaults with `config` applied (validated: InvalidConfigError)."""
+        return self.topic_defaults.with_changes(
             partitions=self.topic_defaults.partitions if partitions is None else partitions,
             **config,
         )
+
+    def _create_topic(self, name: str, partitions: int | None = None, **config: Any) -> None:
+        """create_topic without the internal-name guard (for _internal_topic)."""
+        cfg = self.new_topic_config(partitions, **config)
         with self._lock:
             existing = self._configs.get(name)
             if existing is not None:
@@ -509,6 +571,33 @@ class Store:
             validate_name(name)
             self._create_topic(name, partitions, **config)
         return name
+
+    def alter_topic_config(self, topic: str, **changes: Any) -> TopicConfig:
+        """Change settings of an existing topic; returns its new settings.
+
+        The new settings are validated whole, written to `mqcore-topics.json` (durably, like
+        create_topic) and then used by the topic's partitions: by the next append (size and
+        timestamp checks, compression, unique IDs, timestamp type), the next roll (segment_ms,
+        index_interval_bytes from the next segment) and the next retention or compaction pass.
+        A setting fixed at creation (config.FIXED_AT_CREATION: the partition count and what
+        sizes files already open) is refused with InvalidConfigError naming it. Internal topics
+        are refused: InternalTopicError."""
+        self._check_writable()
+        refuse_internal(topic, "alter")
+        self._parts(topic)
+        with self._lock:
+            old = self._configs[topic]
+            new = old.with_changes(**changes)
+            old.changes_allowed(changes)
+            if new == old:
+                return old
+            configs = dict(self._configs)
+            configs[topic] = new
+            self._dir.save_topics(configs)  # on disk first: a failed write changes nothing
+            self._configs = configs
+            for part in self._partitions[topic].values():
+                part.reconfigure(new)
+        return new
 
     def skipped_records(self) -> list[SkippedRecord]:
         """Records of internal topics that a reader could not parse and skipped (each also
@@ -997,7 +1086,9 @@ class Store:
         if batch.size > cfg.max_message_bytes:
             raise RecordTooLargeError(
                 f"message of {batch.size} bytes (as a record batch) exceeds max_message_bytes="
-                f"{cfg.max_message_bytes} of topic {topic!r}; nothing was written"
+                f"{cfg.max_message_bytes} of topic {topic!r}; nothing was written",
+                batch.size,
+                cfg.max_message_bytes,
             )
 
     @staticmethod

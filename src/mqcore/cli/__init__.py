@@ -1,9 +1,13 @@
 """The `mqcore` command: write, read, query and inspect a store from the shell.
 
     mqcore --version
-    mqcore produce STORE TOPIC [--value V ... | --file PATH] [-k KEY | -K SEP] [-p N]
-                   [--tag T] [--property K=V ...] [-H K[=V] ...] [--keys "W1 W2"]
-                   [--create] [--partitions N] [--compression CODEC] [--json]
+    mqcore produce STORE TOPIC [--value V ... | --file PATH] [-k KEY | -K SEP | --key-field F]
+                   [-p N] [--tag T | --tag-field F] [--property K=V ...] [--property-field
+                   NAME[=F] ...] [-H K[=V] ...] [--headers-delimiter SEP] [--keys "W1 W2"]
+                   [--timestamp TIME | --timestamp-field F | --timestamp-regex RE]
+                   [--timestamp-format iso|ms|s|STRPTIME] [--create] [--partitions N]
+                   [--config KEY=VALUE ...] [--compression CODEC] [--batch-size N] [--json]
+    mqcore config STORE TOPIC [KEY=VALUE ...] [--json]
     mqcore consume STORE TOPIC [-p N] [-o beginning|end|N|-N|s@MS] [-n COUNT] [--json]
     mqcore get STORE TOPIC PARTITION OFFSET [--json]
     mqcore query STORE [TOPIC] (--id MSG_ID | --unique-id UID | --key KEY | scan filters)
@@ -26,6 +30,7 @@ holds it. `--json` prints one JSON object per line; bytes that are not UTF-8 app
 envelopes) and as \\xNN in text. Errors print one line, `mqcore: error: ...`, to stderr and
 exit with status 1 (any other exception too: a bug is reported as `unexpected <type>: ...`, never
 as a traceback); usage errors print the usage and one error line, and exit with status 2.
+`config` reads like the others; changing a setting takes the writer lock, like `produce`.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ import sys
 from collections.abc import Sequence
 
 import mqcore
-from mqcore.cli import dump, maintenance, produce, query, reading, stats, trace, verify
+from mqcore.cli import config, dump, maintenance, produce, query, reading, stats, trace, verify
 from mqcore.cli.options import UsageError
 from mqcore.errors import MQCoreError
 
@@ -85,6 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"mqcore {mqcore.__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     produce.add_parsers(sub)
+    config.add_parsers(sub)
     reading.add_parsers(sub)
     query.add_parsers(sub)
     stats.add_parsers(sub)

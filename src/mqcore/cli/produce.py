@@ -4,27 +4,67 @@ The one command that writes: it opens the store writable (so it fails with Store
 while another process writes the store) and with flush="always", so every message whose
 metadata it printed is on disk. Messages are appended as Kafka batches of up to --batch-size
 (one at a time when reading a terminal, so each line is written as it is typed).
+
+Bad lines (over the topic's max_message_bytes, a timestamp or field that does not parse, a
+timestamp the topic refuses) follow one of two rules (README "Loading files and logs"):
+`--file` naming a regular file and `--value` are checked whole before anything is written, and
+nothing is written if any line is bad; stdin and other streams are written as they come, and a
+bad line stops the run after everything before it is written and flushed.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
+import json
 import os
+import re
+import stat
 import sys
-from collections.abc import Iterator
-from typing import IO, Any, TextIO
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import IO, Any, NamedTuple, TextIO
 
 import mqcore
 from mqcore import compression
 from mqcore._ext.hashing import kafka_partition
-from mqcore.cli import render
-from mqcore.cli.options import UsageError, add_json, arg_bytes, integer, parse_pair, positive
+from mqcore.cli import render, timestamps
+from mqcore.cli.options import (
+    UsageError,
+    add_json,
+    arg_bytes,
+    integer,
+    parse_pair,
+    parse_time,
+    positive,
+)
+from mqcore.config import TopicConfig
 from mqcore.consume.internal import refuse_internal
-from mqcore.errors import UnknownPartitionError, UnknownTopicError
+from mqcore.errors import (
+    InvalidConfigError,
+    InvalidRecordError,
+    RecordTooLargeError,
+    UnknownPartitionError,
+    UnknownTopicError,
+)
 from mqcore.storage.logdir import LogDirectory
-from mqcore.store import HeadersArg, message_headers
+from mqcore.store import HeadersArg, check_message, message_headers
 
 BATCH_SIZE = 1000
+
+RULES = (
+    "Bad lines: a line over the topic's max_message_bytes (as a batch of that one message), "
+    "a timestamp or JSON field that does not parse, or a timestamp the topic refuses. With "
+    "--file naming a regular file (and with --value) every line is checked first and nothing "
+    "is written if one is bad: the error names the first bad line, how many are bad and the "
+    "fix. From stdin or another stream (tail -f | mqcore produce) lines are written as they "
+    "come: a bad line stops the run after every line before it is written and flushed, and "
+    "the error says which lines and offsets were written. Exit status 1 in both cases. "
+    "Raise the limit with --config max_message_bytes=N when produce creates the topic, or "
+    "`mqcore config STORE TOPIC max_message_bytes=N` for an existing one."
+)
 
 
 def add_parsers(sub: Any) -> None:
@@ -34,7 +74,7 @@ def add_parsers(sub: Any) -> None:
         description="Append one message per input line (stdin, or --file) or per --value, "
         "and print where each went: partition, offset, msg_id, unique_id (tab-separated; "
         "(null) when the topic does not assign unique IDs). Lines lose their trailing "
-        "newline; an empty line is an empty value. Bytes are written as given.",
+        "newline; an empty line is an empty value. Bytes are written as given. " + RULES,
     )
     p.add_argument("store", help="store directory")
     p.add_argument("topic")
@@ -46,7 +86,11 @@ def add_parsers(sub: Any) -> None:
         metavar="VALUE",
         help="a message value (repeatable); stdin is not read",
     )
-    src.add_argument("--file", metavar="PATH", help="read lines from PATH instead of stdin")
+    src.add_argument(
+        "--file",
+        metavar="PATH",
+        help="read lines from PATH instead of stdin (a regular file is checked whole first)",
+    )
     keys = p.add_mutually_exclusive_group()
     keys.add_argument("-k", "--key", help="the key of every message (default: no key)")
     keys.add_argument(
@@ -56,6 +100,12 @@ def add_parsers(sub: Any) -> None:
         help="split each line (or --value) at the first SEP into key and value (kcat -K); "
         "one without SEP gets no key",
     )
+    keys.add_argument(
+        "--key-field",
+        metavar="FIELD",
+        help="JSON lines: the key is this field (text as UTF-8, other values as JSON); a "
+        "line without it gets no key",
+    )
     p.add_argument(
         "-p",
         "--partition",
@@ -64,13 +114,25 @@ def add_parsers(sub: Any) -> None:
         help="write to this partition (default: by key like Kafka's partitioner; messages "
         "without a key go round-robin, a batch at a time)",
     )
-    p.add_argument("--tag", help="the message tag (no spaces)")
+    tags = p.add_mutually_exclusive_group()
+    tags.add_argument("--tag", help="the message tag (no spaces)")
+    tags.add_argument(
+        "--tag-field", metavar="FIELD", help="JSON lines: the tag is this field (no spaces)"
+    )
     p.add_argument(
         "--property",
         action="append",
         default=[],
         metavar="NAME=VALUE",
         help="a property (a text header SQL92 selectors see); repeatable",
+    )
+    p.add_argument(
+        "--property-field",
+        action="append",
+        default=[],
+        metavar="NAME[=FIELD]",
+        help="JSON lines: property NAME from field FIELD (default: the field NAME; a.b "
+        "reaches into objects); a missing or null field gives no property; repeatable",
     )
     p.add_argument(
         "-H",
@@ -80,7 +142,42 @@ def add_parsers(sub: Any) -> None:
         metavar="NAME[=VALUE]",
         help="a raw record header; a bare NAME has a null value; repeatable",
     )
+    p.add_argument(
+        "--headers-delimiter",
+        metavar="SEP",
+        help="each line starts with its headers, NAME:VALUE[,NAME:VALUE...], up to the first "
+        "SEP (kafka-console-producer's parse.headers with headers.delimiter); a NAME "
+        "without ':' has a null value; a line without SEP is bad",
+    )
     p.add_argument("--keys", metavar="'W1 W2'", help="extra keys, space-separated (indexed)")
+    times = p.add_mutually_exclusive_group()
+    times.add_argument(
+        "--timestamp",
+        metavar="TIME",
+        help="the CreateTime of every message: ms since the epoch or ISO-8601 (UTC when no "
+        "zone) (default: the append time)",
+    )
+    times.add_argument(
+        "--timestamp-field",
+        metavar="FIELD",
+        help="JSON lines: each message's CreateTime is this field: a number of ms since the "
+        "epoch (seconds with --timestamp-format s), or text read by --timestamp-format "
+        "(default ISO-8601, or digits as ms); a line without it is bad",
+    )
+    times.add_argument(
+        "--timestamp-regex",
+        metavar="RE",
+        help="each message's CreateTime is the text RE's first group (or whole match) finds "
+        "in the line, read by --timestamp-format (default ISO-8601); a line without it is bad",
+    )
+    p.add_argument(
+        "--timestamp-format",
+        metavar="FMT",
+        help="how times are written: iso (ISO-8601, the default), ms or s (epoch "
+        "milliseconds or seconds, a fraction allowed for s), or a strptime format such as "
+        "'%%d/%%b/%%Y:%%H:%%M:%%S %%z' (nginx); alone, the first time of that format in each "
+        "line is each message's CreateTime; no zone means UTC",
+    )
     p.add_argument(
         "--create",
         action="store_true",
@@ -93,6 +190,15 @@ def add_parsers(sub: Any) -> None:
         metavar="N",
         help="partition count of a topic --create makes (implies --create; an existing "
         "topic must have N partitions)",
+    )
+    p.add_argument(
+        "--config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a setting of the topic produce creates (implies --create; any topic setting, "
+        "e.g. max_message_bytes=8388608, message_timestamp_before_max_ms=...); an existing "
+        "topic must have it already (change it with `mqcore config`); repeatable",
     )
     p.add_argument(
         "--compression",
@@ -111,12 +217,29 @@ def add_parsers(sub: Any) -> None:
     p.set_defaults(run=cmd_produce)
 
 
+class Msg(NamedTuple):
+    """One message to append."""
+
+    key: bytes | None
+    value: bytes
+    timestamp: int | None
+    headers: HeadersArg
+
+
+class BadLine(Exception):
+    """An input line that cannot become a message; the text says why."""
+
+
 def cmd_produce(args: argparse.Namespace, out: TextIO) -> int:
     # internal topics (`__` names) are written only by mqcore: refused before anything opens
     refuse_internal(args.topic)
-    create = args.create or args.partitions is not None
+    settings = _settings(args.config)
+    create = args.create or args.partitions is not None or bool(settings)
     if args.key_separator == "":
         raise UsageError("--key-separator must not be empty")
+    if args.headers_delimiter == "":
+        raise UsageError("--headers-delimiter must not be empty")
+    parser = LineParser(args)  # refuses bad option values before the store opens
     if not create:
         # checked before the writable open, which would make a store of any directory
         if not os.path.isdir(args.store):
@@ -126,59 +249,98 @@ def cmd_produce(args: argparse.Namespace, out: TextIO) -> int:
                 f"topic {args.topic!r} does not exist in {os.path.abspath(args.store)} "
                 "(pass --create to create it)"
             )
-    properties: dict[str, object] = {}
-    for item in args.property:
-        name, value = parse_pair(item, "--property")
-        properties[name] = value
-    headers = message_headers(
-        _headers(args.header), args.tag, properties, args.keys.split() if args.keys else None
-    )
+    lines, whole = _source(args)
     with mqcore.open(args.store, flush="always") as store:
-        if args.topic not in store.topics() or args.partitions is not None:
-            # idempotent for an existing topic of that many partitions, refuses another count
-            store.create_topic(args.topic, args.partitions)
-        count = store.partitions(args.topic)
-        if args.partition is not None and not 0 <= args.partition < count:
-            raise UnknownPartitionError(
-                f"--partition {args.partition} is outside 0..{count - 1} of topic {args.topic!r}"
+        exists = args.topic in store.topics()
+        if exists:
+            cfg = store.topic_config(args.topic)
+            if args.partitions is not None:
+                store.create_topic(args.topic, args.partitions)  # refuses another count
+            _same_settings(cfg, settings, args)
+        else:
+            cfg = store.new_topic_config(args.partitions, **settings)
+        if parser.sets_timestamps and cfg.timestamp_type == "LogAppendTime":
+            fix = (
+                f"change it with `mqcore config {args.store} {args.topic} "
+                "timestamp_type=CreateTime`"
+                if exists
+                else "create it with timestamp_type=CreateTime, the default"
             )
-        writer = _Writer(store, args, headers, count, out)
-        for chunk in _chunks(_messages(args), _batch_size(args)):
-            writer.write(chunk)
+            raise InvalidConfigError(
+                f"topic {args.topic!r} has timestamp_type=LogAppendTime: its records carry the "
+                f"append time, so the timestamps produce was asked for would be lost ({fix})"
+            )
+        if args.partition is not None and not 0 <= args.partition < cfg.partitions:
+            raise UnknownPartitionError(
+                f"--partition {args.partition} is outside 0..{cfg.partitions - 1} of topic "
+                f"{args.topic!r}"
+            )
+        check = Checker(parser, cfg, args, created=not exists)
+        count = None
+        if whole:
+            count = check.all(lines())  # before anything is written, the topic included
+        if not exists:
+            store.create_topic(args.topic, args.partitions, **settings)
+            check.created = False  # from now on a fix is `mqcore config`, not --config
+        writer = _Writer(store, args, cfg.partitions, out)
+        chunk: list[Msg] = []
+        size = _batch_size(args)
+        numbered = enumerate(itertools.islice(lines(), count), 1)
+        for n, line in numbered:
+            try:
+                msg = check.one(line)
+            except BadLine as e:
+                writer.write(chunk)
+                raise InvalidRecordError(
+                    writer.stopped_at(n, str(e), check.label) + check.fix()
+                ) from None
+            chunk.append(msg)
+            if len(chunk) >= size:
+                writer.write(chunk)
+                chunk = []
+        writer.write(chunk)
     return 0
 
 
-def _headers(items: list[str]) -> HeadersArg:
-    pairs: list[tuple[str, bytes | None]] = []
-    for item in items:
-        name, value = parse_pair(item, "--header", need_value=False)
-        pairs.append((name, None if value is None else arg_bytes(value)))
-    return pairs or None
+def _settings(pairs: list[str]) -> dict[str, Any]:
+    settings: dict[str, Any] = {}
+    for text in pairs:
+        name, value = TopicConfig.parse_setting(text)
+        if name == "partitions":
+            raise UsageError("give the partition count with --partitions, not --config")
+        settings[name] = value
+    TopicConfig().with_changes(**settings)  # each value in its range, before anything opens
+    return settings
 
 
-Pair = tuple[bytes | None, bytes]  # (key, value) of one message
+def _same_settings(cfg: TopicConfig, settings: dict[str, Any], args: argparse.Namespace) -> None:
+    """--config on an existing topic: its settings must already be those."""
+    differ = [f"{k}={getattr(cfg, k)!r}" for k, v in settings.items() if getattr(cfg, k) != v]
+    if differ:
+        wanted = " ".join(f"{k}={settings[k]}" for k in settings)
+        raise InvalidConfigError(
+            f"topic {args.topic!r} exists with {', '.join(differ)}; --config applies only to a "
+            f"topic produce creates: change it with `mqcore config {args.store} {args.topic} "
+            f"{wanted}`"
+        )
 
 
-def _messages(args: argparse.Namespace) -> Iterator[Pair]:
-    fixed = None if args.key is None else arg_bytes(args.key)
-    sep = None if args.key_separator is None else arg_bytes(args.key_separator)
-    texts = (arg_bytes(v) for v in args.value) if args.value is not None else _lines(args.file)
-    for line in texts:
-        if sep is not None:
-            key, found, value = line.partition(sep)
-            yield (key, value) if found else (None, line)
-        else:
-            yield fixed, line
-
-
-def _lines(path: str | None) -> Iterator[bytes]:
-    stream: IO[bytes]
+def _source(args: argparse.Namespace) -> tuple[Callable[[], Iterator[bytes]], bool]:
+    """(a function giving the input lines from the start, whether the input can be checked
+    whole before writing: --value, or --file naming a regular file)."""
+    if args.value is not None:
+        values = [arg_bytes(v) for v in args.value]
+        return lambda: iter(values), True
+    path = args.file
     if path is None or path == "-":
-        stream = sys.stdin.buffer
-        yield from _strip(stream)
-        return
-    with open(path, "rb") as stream:
-        yield from _strip(stream)
+        return lambda: _strip(sys.stdin.buffer), False
+    regular = stat.S_ISREG(os.stat(path).st_mode)
+
+    def read() -> Iterator[bytes]:
+        with open(path, "rb") as stream:
+            yield from _strip(stream)
+
+    return read, regular
 
 
 def _strip(stream: IO[bytes]) -> Iterator[bytes]:
@@ -191,63 +353,368 @@ def _batch_size(args: argparse.Namespace) -> int:
     return 1 if reading_tty else int(args.batch_size)
 
 
-def _chunks(pairs: Iterator[Pair], size: int) -> Iterator[list[Pair]]:
-    chunk: list[Pair] = []
-    for pair in pairs:
-        chunk.append(pair)
-        if len(chunk) >= size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
+class LineParser:
+    """Turns one input line into a message: headers prefix, key, value, timestamp, tag and
+    properties, as the options ask. BadLine for a line that cannot be one."""
+
+    def __init__(self, args: argparse.Namespace):
+        self.fixed_key = None if args.key is None else arg_bytes(args.key)
+        self.key_sep = None if args.key_separator is None else arg_bytes(args.key_separator)
+        self.headers_sep = (
+            None if args.headers_delimiter is None else arg_bytes(args.headers_delimiter)
+        )
+        self.raw_headers = _headers(args.header)
+        self.tag: str | None = args.tag
+        self.properties: dict[str, object] = {}
+        for item in args.property:
+            name, value = parse_pair(item, "--property")
+            self.properties[name] = value
+        self.keys = args.keys.split() if args.keys else None
+        self.key_field: str | None = args.key_field
+        self.tag_field: str | None = args.tag_field
+        self.property_fields: list[tuple[str, str]] = []
+        for item in args.property_field:
+            name, field = parse_pair(item, "--property-field", need_value=False)
+            self.property_fields.append((name, field or name))
+        self.json_lines = bool(
+            self.key_field or self.tag_field or self.property_fields or args.timestamp_field
+        )
+        if args.timestamp_format is not None and args.timestamp is not None:
+            raise UsageError("--timestamp-format reads times from lines; --timestamp is one time")
+        self.fixed_ts = (
+            None if args.timestamp is None else parse_time(args.timestamp, "--timestamp")
+        )
+        self.ts_field: str | None = args.timestamp_field
+        self.ts_text = timestamps.text_parser(args.timestamp_format)
+        self.ts_unit = args.timestamp_format if args.timestamp_format in timestamps.UNITS else "ms"
+        self.ts_find: Callable[[str], int] | None = None
+        self.ts_regex: re.Pattern[str] | None = None
+        if args.timestamp_regex is not None:
+            try:
+                self.ts_regex = re.compile(args.timestamp_regex)
+            except re.error as e:
+                raise InvalidConfigError(
+                    f"--timestamp-regex {args.timestamp_regex!r} is not a regular expression: {e}"
+                ) from None
+        elif args.timestamp_format is not None and self.ts_field is None:
+            try:
+                self.ts_find = timestamps.line_finder(args.timestamp_format)
+            except ValueError as e:
+                raise InvalidConfigError(
+                    f"--timestamp-format {args.timestamp_format!r}: {e}"
+                ) from None
+        self.sets_timestamps = (
+            self.fixed_ts is not None
+            or self.ts_field is not None
+            or self.ts_regex is not None
+            or self.ts_find is not None
+        )
+        # the headers of every message when nothing varies per line: built once
+        self.per_line_headers = bool(self.headers_sep or self.tag_field or self.property_fields)
+        self.run_headers = (
+            None
+            if self.per_line_headers
+            else message_headers(self.raw_headers, self.tag, self.properties, self.keys)
+        )
+
+    def parse(self, line: bytes) -> Msg:
+        line_headers: list[tuple[str, bytes | None]] = []
+        if self.headers_sep is not None:
+            text, found, line = line.partition(self.headers_sep)
+            if not found:
+                raise BadLine(f"has no headers delimiter {os.fsdecode(self.headers_sep)!r}")
+            line_headers = _line_headers(text)
+        key = self.fixed_key
+        if self.key_sep is not None:
+            k, found, rest = line.partition(self.key_sep)
+            key, line = (k, rest) if found else (None, line)
+        doc = _json_object(line) if self.json_lines else None
+        ts = self.fixed_ts
+        if doc is not None:
+            if self.key_field is not None:
+                found_key = _field(doc, self.key_field)
+                key = None if found_key is None else _text(found_key).encode()
+            if self.ts_field is not None:
+                ts = self._field_time(doc)
+        if self.ts_regex is not None:
+            ts = self._regex_time(line)
+        elif self.ts_find is not None:
+            ts = _time(self.ts_find, line.decode("latin-1"))
+        if not self.per_line_headers:
+            return Msg(key, line, ts, self.run_headers)
+        tag = self.tag
+        properties = self.properties
+        if doc is not None:
+            if self.tag_field is not None:
+                found_tag = _field(doc, self.tag_field)
+                tag = None if found_tag is None else _text(found_tag)
+            if self.property_fields:
+                properties = dict(properties)
+                for name, field in self.property_fields:
+                    value = _field(doc, field)
+                    if value is not None:
+                        properties[name] = _text(value)
+        try:
+            headers = message_headers(
+                [*(self.raw_headers or ()), *line_headers], tag, properties, self.keys
+            )
+        except InvalidRecordError as e:
+            raise BadLine(str(e)) from None
+        return Msg(key, line, ts, headers)
+
+    def _field_time(self, doc: dict[str, Any]) -> int:
+        assert self.ts_field is not None
+        value = _field(doc, self.ts_field)
+        if value is None:
+            raise BadLine(f"has no timestamp field {self.ts_field!r}")
+        if isinstance(value, bool) or not isinstance(value, (str, int, Decimal)):
+            raise BadLine(f"timestamp field {self.ts_field!r} is {json.dumps(_plain(value))}")
+        if isinstance(value, str):
+            return _time(self.ts_text, value)
+        return _time(lambda t: timestamps.epoch_ms(t, self.ts_unit), str(value))
+
+    def _regex_time(self, line: bytes) -> int:
+        assert self.ts_regex is not None
+        m = self.ts_regex.search(line.decode("latin-1"))
+        if m is None:
+            raise BadLine(f"has no match of --timestamp-regex '{self.ts_regex.pattern}'")
+        text = m.group(1) if self.ts_regex.groups else m.group()
+        if text is None:
+            raise BadLine(f"--timestamp-regex '{self.ts_regex.pattern}' found no time in it")
+        return _time(self.ts_text, text)
+
+
+def _time(parse: Callable[[str], int], text: str) -> int:
+    try:
+        return parse(text)
+    except timestamps.BadTime as e:
+        raise BadLine(f"timestamp: {e}") from None
+
+
+def _json_object(line: bytes) -> dict[str, Any]:
+    try:
+        doc = json.loads(line, parse_float=Decimal)
+    except (ValueError, RecursionError) as e:
+        raise BadLine(f"is not JSON ({e})") from None
+    if not isinstance(doc, dict):
+        raise BadLine("is JSON but not an object")
+    return doc
+
+
+def _field(doc: dict[str, Any], name: str) -> Any:
+    """Field `name` of a JSON object, or a dotted path into nested objects; None if absent."""
+    if name in doc:
+        return doc[name]
+    value: Any = doc
+    for part in name.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return None
+        value = value[part]
+    return value
+
+
+def _text(value: Any) -> str:
+    """A JSON value as text: a string as it is, true/false, a number as written, else JSON."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, Decimal)):
+        return str(value)
+    return json.dumps(_plain(value), separators=(",", ":"), ensure_ascii=False)
+
+
+def _plain(value: Any) -> Any:
+    """Decimals (how JSON numbers with a fraction are read here) back to JSON-encodable floats."""
+    if isinstance(value, Decimal):
+        return float(value)
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _line_headers(text: bytes) -> list[tuple[str, bytes | None]]:
+    """`NAME:VALUE,NAME:VALUE` (a bare NAME: a null value; empty text: no headers)."""
+    out: list[tuple[str, bytes | None]] = []
+    if not text:
+        return out
+    for item in text.split(b","):
+        name, colon, value = item.partition(b":")
+        try:
+            name_text = name.decode()
+        except UnicodeDecodeError:
+            raise BadLine(f"header name {name!r} is not UTF-8") from None
+        if not name_text:
+            raise BadLine(f"header {item!r} has no name")
+        out.append((name_text, value if colon else None))
+    return out
+
+
+def _headers(items: list[str]) -> HeadersArg:
+    pairs: list[tuple[str, bytes | None]] = []
+    for item in items:
+        name, value = parse_pair(item, "--header", need_value=False)
+        pairs.append((name, None if value is None else arg_bytes(value)))
+    return pairs or None
+
+
+@dataclass
+class Problem:
+    """The first bad line of an input, and what else is known about the bad ones."""
+
+    number: int
+    reason: str
+    bad: int = 1
+    largest_batch: int = 0  # of the lines over max_message_bytes
+
+
+_WINDOW = ("message_timestamp_after_max_ms", "message_timestamp_before_max_ms")
+
+
+class Checker:
+    """Parses lines into messages and checks each as the store would (check_message)."""
+
+    def __init__(
+        self, parser: LineParser, cfg: TopicConfig, args: argparse.Namespace, created: bool
+    ):
+        self.parser = parser
+        self.cfg = cfg
+        self.topic: str = args.topic
+        self.store: str = args.store
+        self.compression: str | None = args.compression
+        self.created = created
+        self.label = "value" if args.value is not None else "line"
+        self.largest = 0
+        self.window: set[str] = set()  # timestamp-window settings that refused a line
+        # times before this are past time retention (docs/consume.md): warned about once
+        deletes = cfg.retention_ms >= 0 and "delete" in cfg.cleanup_policy
+        self.expired = time.time_ns() // 1_000_000 - cfg.retention_ms if deletes else -1
+        self.warned = False
+        self.lines = 0  # lines given to one() so far
+
+    def one(self, line: bytes) -> Msg:
+        """The message of `line`; BadLine naming what is wrong with it."""
+        self.lines += 1
+        msg = self.parser.parse(line)
+        try:
+            check_message(
+                self.cfg, self.topic, msg.value, msg.key, msg.headers, msg.timestamp,
+                compression=self.compression,
+            )  # fmt: skip
+        except RecordTooLargeError as e:
+            size = e.size or 0
+            self.largest = max(self.largest, size)
+            raise BadLine(
+                f"is {len(line):,} bytes ({size:,} as a record batch), over max_message_bytes="
+                f"{self.cfg.max_message_bytes:,} of topic {self.topic!r}"
+            ) from None
+        except InvalidRecordError as e:
+            setting = next((s for s in _WINDOW if s in str(e)), None)
+            if setting is not None:
+                self.window.add(setting)
+            raise BadLine(str(e)) from None
+        if msg.timestamp is not None and msg.timestamp < self.expired and not self.warned:
+            self.warned = True
+            print(
+                f"mqcore: warning: the time of {self.label} {self.lines} is older than "
+                f"retention_ms={self.cfg.retention_ms} of topic {self.topic!r}: retention "
+                "deletes a sealed segment once its newest time is that old (to keep loaded "
+                "logs: --config retention_ms=-1 when produce creates the topic, or `mqcore "
+                f"config {self.store} {self.topic} retention_ms=-1`)",
+                file=sys.stderr,
+            )
+        return msg
+
+    def all(self, lines: Iterator[bytes]) -> int:
+        """Check every line; returns their count, or raises (nothing written) naming the first
+        bad one, how many are bad and how to fix it."""
+        problem: Problem | None = None
+        n = 0
+        for n, line in enumerate(lines, 1):
+            try:
+                self.one(line)
+            except BadLine as e:
+                if problem is None:
+                    problem = Problem(n, str(e))
+                else:
+                    problem.bad += 1
+        if problem is None:
+            return n
+        what = f"{self.label}s" if n != 1 else self.label
+        verb = "is" if problem.bad == 1 else "are"
+        raise InvalidRecordError(
+            f"{self.label} {problem.number} {problem.reason}; {problem.bad:,} of {n:,} {what} "
+            f"{verb} bad (every {self.label} is checked first); nothing was written{self.fix()}"
+        )
+
+    def fix(self) -> str:
+        """How to change the topic settings that refused lines ('' if none did): the largest
+        batch seen over max_message_bytes, the timestamp window's settings."""
+        changes = [f"max_message_bytes={self.largest}"] if self.largest else []
+        changes += [f"{name}=N" for name in sorted(self.window)]
+        if not changes:
+            return ""
+        what = "raise the limit" if self.largest and not self.window else "change the topic"
+        return f"; {what} with {self.how(*changes)}"
+
+    def how(self, *changes: str) -> str:
+        """How to give the topic settings `changes` (NAME=VALUE): --config if produce creates
+        the topic, `mqcore config` once it exists."""
+        if self.created:
+            return " ".join(f"--config {c}" for c in changes)
+        return f"`mqcore config {self.store} {self.topic} {' '.join(changes)}`"
 
 
 class _Writer:
     """Appends chunks as batches and prints each message's metadata in input order."""
 
-    def __init__(
-        self,
-        store: mqcore.Store,
-        args: argparse.Namespace,
-        headers: HeadersArg,
-        partitions: int,
-        out: TextIO,
-    ):
+    def __init__(self, store: mqcore.Store, args: argparse.Namespace, partitions: int, out: TextIO):
         self.store = store
         self.topic: str = args.topic
         self.partition: int | None = args.partition
         self.compression: str | None = args.compression
-        self.headers = headers
         self.partitions = partitions
         self.json: bool = args.json
         self.out = out
+        self.written = 0  # messages appended so far
+        self.offsets: dict[int, tuple[int, int]] = {}  # partition -> first, last offset written
 
-    def write(self, chunk: list[Pair]) -> None:
+    def write(self, chunk: list[Msg]) -> None:
         """Append one chunk: one batch per partition it goes to."""
+        if not chunk:
+            return
         groups: dict[int | None, list[int]] = {}
-        for i, (key, _) in enumerate(chunk):
+        for i, msg in enumerate(chunk):
             if self.partition is not None:
                 p: int | None = self.partition
-            elif key is None:
+            elif msg.key is None:
                 p = None  # the store's round robin picks one partition for these
             else:
-                p = int(kafka_partition(key, self.partitions))
+                p = int(kafka_partition(msg.key, self.partitions))
             groups.setdefault(p, []).append(i)
         placed: list[tuple[int, int, str, str | None]] = [(0, 0, "", None)] * len(chunk)
         for p, idx in sorted(groups.items(), key=lambda g: -1 if g[0] is None else g[0]):
-            values = [chunk[i][1] for i in idx]
-            headers = None if self.headers is None else [self.headers] * len(idx)
+            msgs = [chunk[i] for i in idx]
+            values = [m.value for m in msgs]
+            headers = [m.headers for m in msgs]
+            stamps = None if msgs[0].timestamp is None else [m.timestamp or 0 for m in msgs]
             if p is None:
                 md = self.store.append_batch(
-                    self.topic, values, None, headers, partition=None, compression=self.compression
-                )
+                    self.topic, values, None, headers, partition=None, timestamps=stamps,
+                    compression=self.compression,
+                )  # fmt: skip
             else:
-                keys = [chunk[i][0] for i in idx]
+                keys = [m.key for m in msgs]
                 md = self.store.append_batch(
-                    self.topic, values, keys, headers, p, compression=self.compression
+                    self.topic, values, keys, headers, p, stamps, compression=self.compression
                 )
+            first, _ = self.offsets.get(md.partition, (md.base_offset, 0))
+            self.offsets[md.partition] = (first, md.base_offset + len(idx) - 1)
             for j, i in enumerate(idx):
                 placed[i] = (md.partition, md.base_offset + j, md.msg_id(j), md.unique_id(j))
+        self.written += len(chunk)
         for partition, offset, msg_id, uid in placed:
             if self.json:
                 render.emit(
@@ -265,3 +732,14 @@ class _Writer:
                 fields = (str(partition), str(offset), msg_id, uid or render.NULL)
                 self.out.write("\t".join(fields) + "\n")
         self.out.flush()
+
+    def stopped_at(self, n: int, reason: str, label: str) -> str:
+        """The error of a stream stopped by bad line `n`: what was written before it."""
+        if self.written == 0:
+            done = f"wrote nothing, {label} 1"
+        else:
+            spans = ", ".join(
+                f"partition {p} offsets {a}-{b}" for p, (a, b) in sorted(self.offsets.items())
+            )
+            done = f"wrote {label}s 1-{self.written} ({spans}), {label} {n}"
+        return f"{done} {reason}; nothing after it was written"

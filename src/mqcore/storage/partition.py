@@ -407,25 +407,20 @@ class Partition:
             self._sync(seg, end, batch.last_offset + 1)
         return base
 
+    def reconfigure(self, config: TopicConfig) -> None:
+        """Use `config` from the next append on (Store.alter_topic_config, which refuses the
+        settings that size files already open: the active segment keeps the ones it has)."""
+        with self._lock:
+            self.config = config
+
     def _check_timestamps(self, batch: EncodedBatch) -> None:
         """Kafka's message.timestamp.after.max.ms / before.max.ms on a CreateTime batch."""
         if batch.attributes & ATTR_LOG_APPEND_TIME:
             return  # stamped by the log itself
-        cfg = self.config
-        now = time.time_ns() // 1_000_000
-        after, before = cfg.message_timestamp_after_max_ms, cfg.message_timestamp_before_max_ms
-        if batch.max_timestamp - now > after:
-            raise InvalidRecordError(
-                f"timestamp {batch.max_timestamp} is {batch.max_timestamp - now} ms ahead of the "
-                f"clock; topic {self.topic!r} accepts at most message_timestamp_after_max_ms="
-                f"{after} (timestamps are in ms since the epoch)"
-            )
-        if now - batch.min_timestamp > before:
-            raise InvalidRecordError(
-                f"timestamp {batch.min_timestamp} is {now - batch.min_timestamp} ms behind the "
-                f"clock; topic {self.topic!r} accepts at most message_timestamp_before_max_ms="
-                f"{before}"
-            )
+        check_timestamps(
+            self.config, self.topic, batch.min_timestamp, batch.max_timestamp,
+            time.time_ns() // 1_000_000,
+        )  # fmt: skip
 
     def _should_roll(self, seg: LogSegment, batch: EncodedBatch) -> bool:
         """Kafka's roll rules: size, age by record time, full index, 32-bit offset delta."""
@@ -845,3 +840,21 @@ __all__ = [
     "segment_name",
     "tidy_directory",
 ]
+
+
+def check_timestamps(cfg: TopicConfig, topic: str, low: int, high: int, now: int) -> None:
+    """InvalidRecordError when CreateTime stamps in [low, high] fall outside what topic
+    `topic` accepts at time `now`: message_timestamp_after_max_ms ahead of the clock,
+    message_timestamp_before_max_ms behind it (Kafka's message.timestamp.*.max.ms)."""
+    after, before = cfg.message_timestamp_after_max_ms, cfg.message_timestamp_before_max_ms
+    if high - now > after:
+        raise InvalidRecordError(
+            f"timestamp {high} is {high - now} ms ahead of the clock; topic {topic!r} accepts "
+            f"at most message_timestamp_after_max_ms={after} (timestamps are in ms since the "
+            "epoch)"
+        )
+    if now - low > before:
+        raise InvalidRecordError(
+            f"timestamp {low} is {now - low} ms behind the clock; topic {topic!r} accepts at "
+            f"most message_timestamp_before_max_ms={before}"
+        )
