@@ -36,7 +36,17 @@ import sys
 from collections.abc import Sequence
 
 import mqcore
-from mqcore.cli import dump, maintenance, produce, query, reading, stats, trace, verify
+from mqcore.cli import (
+    dump,
+    groups,
+    maintenance,
+    produce,
+    query,
+    reading,
+    stats,
+    trace,
+    verify,
+)
 from mqcore.cli.options import UsageError
 from mqcore.errors import MQCoreError
 
@@ -90,6 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     stats.add_parsers(sub)
     dump.add_parsers(sub)
     verify.add_parsers(sub)
+    groups.add_parsers(sub)
     trace.add_parsers(sub)
     maintenance.add_parsers(sub)
     for command in sub.choices.values():
