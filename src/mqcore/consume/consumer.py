@@ -195,12 +195,8 @@ class Consumer:
                 self._not_due.pop(tp, None)
                 self._delivered_uids.pop(tp, None)
             self._coord.release(self.member_id, revoked)
-        self._owned, self._pending = self._coord.acquire(self.member_id)
+        self._take_unowned()
         self._generation = generation
-        self._drained.clear()
-        self._topic_tps = {}
-        for tp in sorted(self._owned):
-            self._topic_tps.setdefault(tp[0], []).append(tp)
 
     def _part(self, tp: TopicPartition) -> Partition:
         part = self._partition_cache.get(tp)
@@ -735,8 +731,19 @@ class Consumer:
                     cleanup_policy="delete",  # never compacted: copies share their original's key
                 )
             self._coord.topics_changed()
+            self._take_unowned()
         self._check_retry_levels()
         return self.retry_topic
+
+    def _take_unowned(self) -> None:
+        """Take the targeted partitions nobody owns now, releasing nothing: this member's share
+        of a topic that just appeared is at once in its assignment and lag(). Anything else the
+        new target changes waits for the next poll, as every rebalance does."""
+        self._owned, self._pending = self._coord.acquire(self.member_id)
+        self._drained.clear()
+        self._topic_tps = {}
+        for tp in sorted(self._owned):
+            self._topic_tps.setdefault(tp[0], []).append(tp)
 
     def _check_retry_levels(self) -> None:
         have = self.store.partitions(self.retry_topic)
