@@ -184,6 +184,10 @@ def test_a_consumer_creates_no_retry_topic_until_its_first_nack(store: mqcore.St
     assert c.assignment() == [("t", 0), ("t", 1)]
     c.nack(next(m for m in got if m.value == b"b"))
     assert store.partitions("__retry.g") == 3  # the whole topic, one partition per level
+    # the nacking member (alone in its group) owns the new levels at once: lag shows the copy
+    assert c.assignment() == [("__retry.g", 0), ("__retry.g", 1), ("__retry.g", 2), ("t", 0),
+                              ("t", 1)]  # fmt: skip
+    assert c.lag()[("__retry.g", 0)] == 1
     store.append("t", b"d", partition=1)
     assert [m.value for m in c.poll()] == [b"d"]  # the copy is not due yet
     clock.now += 10
