@@ -11,6 +11,7 @@ from _common import EXPECTED
 logdir = _common.mqcore.storage.logdir
 
 _DIR = _common.scratch_dir("mqcore-fuzz-logdir-")
+_common.mqcore.open(_DIR).close()  # an empty store: a read-only LogDirectory refuses a non-store
 _DIRECTORY = logdir.LogDirectory(_DIR, writable=False)
 
 

@@ -103,6 +103,32 @@ def test_topics_json_matches_the_store(populated: str, capfd: pytest.CaptureFixt
                 assert p["end_offset"] == s.end_offset(topic, p["partition"])
 
 
+def test_topics_hides_internal_topics_unless_all(
+    populated: str, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 17.4: one consumer group put __consumer_offsets and 16 __retry.<group> partitions
+    into every listing. Internal topics are listed with --all only."""
+    with mqcore.open(populated, flush="os") as s:
+        c = s.consumer("billing", "orders")
+        c.nack(c.poll()[0])
+        c.commit()
+        c.close()
+        internal = [t for t in s.topics() if t.startswith("__")]
+    assert internal == ["__consumer_offsets", "__retry.billing"]
+    rc, out, err = run(capfd, "topics", populated)
+    assert rc == 0
+    assert {line.split()[0] for line in out.splitlines()[1:]} == {"clicks", "empty", "orders"}
+    assert err == "mqcore: 2 internal topics not shown (--all lists them)\n"
+    rc, out, _ = run(capfd, "topics", populated, "--json")
+    assert sorted(json.loads(out)["topics"]) == ["clicks", "empty", "orders"]
+    rc, out, err = run(capfd, "topics", populated, "--all", "--json")
+    with mqcore.open(populated, read_only=True) as r:
+        assert sorted(json.loads(out)["topics"]) == r.topics()
+    rc, out, err = run(capfd, "topics", populated, "--all")
+    rows = [line.split() for line in out.splitlines()[1:]]
+    assert sum(row[0] == "__retry.billing" for row in rows) == 16 and err == ""
+
+
 def test_consume_text_lines(populated: str, capfd: pytest.CaptureFixture[str]) -> None:
     rc, out, err = run(capfd, "consume", populated, "orders", "-p", "0")
     assert rc == 0, err

@@ -113,7 +113,19 @@ def test_retention_bad_time_is_one_line(populated: str) -> None:
     assert err.startswith("mqcore: error: --now 'yesterday-ish'") and err.count("\n") == 1
 
 
-def test_maintenance_needs_the_writer_lock(populated: str) -> None:
-    with mqcore.open(populated, flush="os"):
-        rc, _, err = run_cli("retention", populated)
-    assert rc == 1 and err.startswith("mqcore: error:")
+@pytest.mark.parametrize(
+    ("argv", "method"),
+    [(["compact", "{}", "table"], "store.compact(topic)"),
+     (["retention", "{}"], "store.apply_retention()")],
+)  # fmt: skip
+def test_maintenance_beside_a_writer_says_what_to_do_instead(
+    populated: str, argv: list[str], method: str
+) -> None:
+    """Issue 17.2: the refusal said to open with read_only=True, which cannot compact or delete
+    anything (ReadOnlyStoreError). It now says to stop the writer or call the method in it."""
+    with mqcore.open(populated, flush="os") as writer:
+        rc, out, err = run_cli(*[populated if a == "{}" else a for a in argv])
+        assert rc == 1 and out == "" and err.count("\n") == 1
+        assert err.startswith(f"mqcore: error: {argv[0]} needs the writer lock")
+        assert "stop that writer first" in err and method in err and "read_only" not in err
+        assert writer.end_offset("events", 0) == 50  # the writer was not disturbed

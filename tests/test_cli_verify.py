@@ -267,11 +267,68 @@ def test_repair_leaves_mid_log_damage_unless_told_to_truncate(store: str) -> Non
     assert after[("t", 1)] == before[("t", 1)] and after[("u", 0)] == before[("u", 0)]
 
 
-def test_verify_needs_the_writer_lock_and_a_real_topic(store: str) -> None:
-    with mqcore.open(store):
-        rc, _, err = run_cli("verify", store)
-        assert rc == 1 and "open for writing by another process" in err
+def test_verify_needs_a_real_topic(store: str) -> None:
     rc, _, err = run_cli("verify", store, "nope")
     assert rc == 1 and "no topic nope" in err
     rc, _, err = run_cli("verify", store, "--truncate")
     assert rc == 2 and "--truncate only goes with --repair" in err
+
+
+def test_verify_checks_the_sealed_segments_beside_a_writer_and_changes_nothing(
+    store: str,
+) -> None:
+    """Issue 17.2: verify took the writer lock, so it was refused beside a writer (and its hint,
+    read_only=True, led to ReadOnlyStoreError). Now it reads only: the writer's active
+    segments are skipped, damage in a sealed segment is still found, nothing is written."""
+    with mqcore.open(store, flush="os") as writer:
+        writer.append("u", b"more")
+        before = {n: os.stat(os.path.join(r, n)).st_mtime_ns
+                  for r, _, ns in os.walk(store) for n in ns}  # fmt: skip
+        rc, out, err = run_cli("verify", store, "--json")
+        assert rc == 0, (out, err)
+        (summary,) = [d for d in json_lines(out) if d["type"] == "summary"]
+        assert summary["live_writer"] is True and summary["problems"] == 0
+        assert summary["skipped_segments"] == 3  # one active segment per partition
+        segments = sum(len(writer.segment_offsets(t, p)) for t, p in (("t", 0), ("t", 1), ("u", 0)))
+        assert summary["segments"] == segments - 3
+        after = {n: os.stat(os.path.join(r, n)).st_mtime_ns
+                 for r, _, ns in os.walk(store) for n in ns}  # fmt: skip
+        assert after == before
+        log, at = _crc(store)  # segment 0 of t-0: sealed
+        rc, out, err = run_cli("verify", store, "--json")
+        assert rc == 1, (out, err)
+        assert any(p["path"] == log and p["position"] == at for p in problems(out))
+        rc, text, _ = run_cli("verify", store)
+        assert "beside a live writer, 3 active or changing segments skipped" in text
+        rc, _, err = run_cli("verify", store, "--repair")
+        assert rc == 1 and "verify --repair needs the writer lock" in err
+        assert "stop that writer first" in err and "read_only" not in err
+        writer.append("u", b"still writing")
+
+
+def test_verify_beside_a_compacting_deleting_writer_reports_no_false_damage(
+    tmp_path: os.PathLike[str],
+) -> None:
+    """tests/live_writer.py rolls, compacts and deletes segments while verify runs in a loop
+    beside it: a segment the writer replaced or deleted meanwhile is skipped, never reported."""
+    import subprocess
+    import sys
+
+    from tests.conftest import child_env
+
+    path = os.path.join(tmp_path, "store")
+    writer = subprocess.Popen(
+        [sys.executable, os.path.join(os.path.dirname(__file__), "live_writer.py"), path],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=child_env(),
+    )  # fmt: skip
+    assert writer.stdout is not None
+    try:
+        assert writer.stdout.readline() == b"READY\n"
+        runs = [run_cli("verify", path, "--json") for _ in range(6)]
+    finally:
+        out, err = writer.communicate(b"", timeout=60)
+    assert writer.returncode == 0, err.decode()
+    for rc, out, err in runs:
+        assert rc == 0, (out, err)
+        (summary,) = [d for d in json_lines(out) if d["type"] == "summary"]
+        assert summary["live_writer"] is True and summary["segments"] > 0

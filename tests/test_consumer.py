@@ -84,8 +84,8 @@ def test_commit_survives_reopen_and_lives_in_a_compacted_topic(store_path: str) 
         assert c.committed("t", 0) == 4
         assert store.topic_config(OFFSETS_TOPIC).cleanup_policy == "compact"
         recs = store.read(OFFSETS_TOPIC, 0, 0)
-        # one batch: 2 partitions + the 16 retry partitions (positions 0); then one of one
-        assert len(recs) == 19 and len({m.timestamp for m in recs[:18]}) == 1
+        # one batch of the 2 partitions (no retry topic: nothing was nacked); then one of one
+        assert len(recs) == 3 and len({m.timestamp for m in recs[:2]}) == 1
         assert decode_key(recs[-1].key or b"") == ("g", "t", 0)
         c.close()
     with mqcore.open(store_path, flush="os") as store:
@@ -106,7 +106,7 @@ def test_deleted_group_offsets_stay_deleted_after_replay(store_path: str) -> Non
         other.commit({("t", 0): 1})
         other.close()
         assert store._consume is not None
-        assert store._consume.offsets.delete_group("g") == 17  # t-0 and 16 retry partitions
+        assert store._consume.offsets.delete_group("g") == 1  # t-0 (nothing nacked: no retry)
         assert store.read(OFFSETS_TOPIC, 0, 0)[-1].value is None  # a tombstone
     with mqcore.open(store_path, flush="os") as store:
         assert store.consumer("g", "t").committed(0) is None
@@ -492,8 +492,9 @@ def test_bad_input(store: mqcore.Store) -> None:
         c.commit({("t", 0): "3"})  # type: ignore[dict-item]
     with pytest.raises(InvalidConfigError):
         c.nack(b"not a message")  # type: ignore[arg-type]
+    c.nack(c.poll()[0])  # makes __retry.g, with the 16 default levels
     with pytest.raises(InvalidConfigError, match="retry_backoff_ms has 2 levels"):
-        store.consumer("g", "t", retry_backoff_ms=[1, 2])  # the retry topic has 16
+        store.consumer("g", "t", retry_backoff_ms=[1, 2])
     c.close()
     c.close()
     with pytest.raises(ConsumerClosedError):

@@ -21,6 +21,7 @@ NOT_UTF8_CHECKPOINT = b"0\n1\nt 0 5\xff\n"
 
 
 def test_checkpoint_not_utf8_is_a_corrupt_index(tmp_path: str) -> None:
+    mqcore.open(str(tmp_path)).close()  # an empty store: a read-only LogDirectory needs one
     directory = LogDirectory(str(tmp_path), writable=False)
     with open(os.path.join(str(tmp_path), RECOVERY_CHECKPOINT), "wb") as f:
         f.write(NOT_UTF8_CHECKPOINT)

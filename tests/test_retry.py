@@ -130,7 +130,7 @@ def test_levels_beyond_the_last_reuse_it_and_zero_goes_straight_to_dlq(
     (m,) = [m for m in z.poll() if m.value == b"y"]
     z.nack(m)
     assert [d.value for d in store.read("__dlq.z", 0, 0)] == [b"y"]
-    assert store.end_offset("__retry.z", 0) == 0
+    assert "__retry.z" not in store.topics()
     z.close()
 
 
@@ -167,3 +167,85 @@ def test_bad_backoff(store: mqcore.Store, bad: object) -> None:
     store.create_topic("t")
     with pytest.raises(mqcore.errors.InvalidConfigError, match="retry_backoff_ms"):
         store.consumer("g", "t", retry_backoff_ms=bad)
+
+
+def test_a_consumer_creates_no_retry_topic_until_its_first_nack(store: mqcore.Store) -> None:
+    """Issue 17.4: `store.consumer(...)` alone made 16 empty `__retry.<group>` partitions that
+    crowded every topic listing and lag() result."""
+    clock = Clock()
+    store.create_topic("t", partitions=2)
+    store.append_batch("t", [b"a", b"b"], partition=0)
+    store.append("t", b"c", partition=1)
+    c = store.consumer("g", "t", retry_backoff_ms=[10, 20, 30], now_ms=clock)
+    got = c.poll()
+    c.commit()
+    assert "__retry.g" not in store.topics()
+    assert c.lag() == {("t", 0): 0, ("t", 1): 0}
+    assert c.assignment() == [("t", 0), ("t", 1)]
+    c.nack(next(m for m in got if m.value == b"b"))
+    assert store.partitions("__retry.g") == 3  # the whole topic, one partition per level
+    # the nacking member (alone in its group) owns the new levels at once: lag shows the copy
+    assert c.assignment() == [("__retry.g", 0), ("__retry.g", 1), ("__retry.g", 2), ("t", 0),
+                              ("t", 1)]  # fmt: skip
+    assert c.lag()[("__retry.g", 0)] == 1
+    store.append("t", b"d", partition=1)
+    assert [m.value for m in c.poll()] == [b"d"]  # the copy is not due yet
+    clock.now += 10
+    (copy,) = [m for m in c.poll() if m.topic == "__retry.g"]
+    assert (copy.value, copy.partition) == (b"b", 0)
+    # lag: every partition of the subscribed topics, and the retry levels that ever held a
+    # message (the others never did; listing them says nothing)
+    expected = {}
+    for tp in c.assignment():
+        end = store.end_offset(*tp)
+        if tp[0] == "t" or end > 0:
+            committed = c.committed(*tp)
+            expected[tp] = end - (committed if committed is not None else c.position(*tp))
+    assert c.lag() == expected and set(expected) == {("t", 0), ("t", 1), ("__retry.g", 0)}
+    c.close()
+
+
+def test_a_lazily_made_retry_topic_reaches_every_member(store: mqcore.Store) -> None:
+    """The member that nacks need not own the retry level: the group rebalances when the topic
+    appears, and the member it goes to redelivers the copy."""
+    clock = Clock()
+    store.create_topic("t", partitions=2)
+    store.append("t", b"zero", partition=0)
+    store.append("t", b"one", partition=1)
+    first = store.consumer("g", "t", retry_backoff_ms=[0, 0], now_ms=clock)
+    second = store.consumer("g", "t", retry_backoff_ms=[0, 0], now_ms=clock)
+    first.poll()
+    (m,) = second.poll()
+    assert m.partition == 1
+    second.nack(m)  # level 0 goes to the first member (range assignment, join order)
+    second.commit()
+    (copy,) = first.poll()
+    assert (copy.topic, copy.partition, copy.value) == ("__retry.g", 0, b"one")
+    assert second.poll() == []
+    assert ("__retry.g", 0) in first.assignment() and ("__retry.g", 1) in second.assignment()
+    first.close()
+    second.close()
+
+
+def test_levels_that_do_not_match_an_existing_retry_topic_are_refused(tmp_path: Path) -> None:
+    """One partition per level: checked when a consumer starts and the topic exists, and when
+    a nack finds a topic that another member made with other levels."""
+    path = str(tmp_path / "s")
+    with mqcore.open(path, flush="os") as store:
+        store.create_topic("t")
+        store.append("t", b"x")
+        c = store.consumer("g", "t", retry_backoff_ms=[0, 0])
+        c.nack(c.poll()[0])
+        c.close()
+    with mqcore.open(path, flush="os") as store:
+        with pytest.raises(mqcore.errors.InvalidConfigError, match="one per backoff level"):
+            store.consumer("g", "t", retry_backoff_ms=[0, 0, 0])
+        early = store.consumer("h", "t", retry_backoff_ms=[0])
+        late = store.consumer("h", "t", retry_backoff_ms=[0, 0])  # no __retry.h yet
+        (m,) = early.poll()
+        early.nack(m)
+        assert store.partitions("__retry.h") == 1
+        with pytest.raises(mqcore.errors.InvalidConfigError, match="one per backoff level"):
+            late.nack(m)
+        early.close()
+        late.close()

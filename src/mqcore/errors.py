@@ -12,6 +12,7 @@ __all__ = [
     "StoreError",
     "StoreClosedError",
     "StoreLockedError",
+    "NotAStoreError",
     "StoreChangedError",
     "ReadOnlyStoreError",
     "InvalidTopicError",
@@ -32,6 +33,7 @@ __all__ = [
     "MessageNotFoundError",
     "SegmentDamagedError",
     "InvalidGroupError",
+    "UnknownGroupError",
     "ConsumerClosedError",
     "CommitFailedError",
     "NoOffsetForPartitionError",
@@ -55,7 +57,21 @@ class StoreClosedError(StoreError):
 
 
 class StoreLockedError(StoreError):
-    """Another process holds the writer lock of the store directory."""
+    """Another process holds the writer lock of the store directory.
+
+    `path` is the store, `holder` who holds it ("pid 123"), for callers that word their own
+    advice (the `mqcore` commands say what to do instead of the operation refused)."""
+
+    def __init__(self, message: str, path: str | None = None, holder: str | None = None):
+        super().__init__(message)
+        self.path = path
+        self.holder = holder
+
+
+class NotAStoreError(StoreError):
+    """The path is not a store: missing, not a directory, or a directory that holds neither
+    mqcore's topic metadata nor a Kafka log directory's files. Reading commands, `read_only=True`
+    and `create=False` raise it instead of creating anything."""
 
 
 class StoreChangedError(StoreError):
@@ -168,6 +184,11 @@ class SegmentDamagedError(MQCoreError):
 
 class InvalidGroupError(InvalidTopicError):
     """A consumer group name that breaks the topic-name rule (groups name internal topics)."""
+
+
+class UnknownGroupError(MQCoreError, LookupError):
+    """No consumer group of that name left a trace in the store (no committed offset, no retry
+    or dead-letter topic)."""
 
 
 class ConsumerClosedError(MQCoreError):

@@ -79,7 +79,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from mqcore.consume.consumer import Consumer
-    from mqcore.consume.group import ConsumeState
+    from mqcore.consume.group import ConsumeState, PartitionLag
 
 
 _log = logging.getLogger("mqcore")
@@ -302,6 +302,7 @@ class Store:
         path: str,
         *,
         read_only: bool = False,
+        create: bool = True,
         flush: str = "interval",
         flush_interval_ms: int = 500,
         flush_messages: int = 10_000,
@@ -337,7 +338,9 @@ class Store:
         self.topic_defaults = TopicConfig(partitions=default_partitions).with_changes(
             **topic_defaults
         )
-        self._dir = LogDirectory(path, writable=not read_only)
+        if not isinstance(create, bool):
+            raise InvalidConfigError(f"create must be a bool, not {create!r}")
+        self._dir = LogDirectory(path, writable=not read_only, create=create)
         self.path = self._dir.path
         self._lock = threading.RLock()
         self._round_robin: dict[str, itertools.count[int]] = {}
@@ -1130,6 +1133,28 @@ class Store:
                 self._consume = ConsumeState(OffsetStore(self), self.partitions)
         return Consumer(self, self._consume, group, topics, tag, where, **options)
 
+    def group_lag(self, group: str | None = None) -> dict[str, list[PartitionLag]]:
+        """Committed offset, end offset and lag of each partition every group (or `group`)
+        committed, from `__consumer_offsets`; {} when nothing was committed. Read-only it is
+        the state as of the open, so it works beside the writer (`mqcore groups`). Members
+        are not listed: groups coordinate inside the writer's process and store no membership
+        (docs/consume.md "Consumer groups")."""
+        from mqcore.consume.group import group_lags, validate_group
+        from mqcore.consume.offsets import OffsetStore
+
+        self._check_open()
+        if group is not None:
+            validate_group(group)
+        consume = self._consume
+        offsets = (OffsetStore(self) if consume is None else consume.offsets).all_offsets()
+        if group is not None:
+            offsets = {k: v for k, v in offsets.items() if k[0] == group}
+        return group_lags(offsets, self._end_or_none)
+
+    def _end_or_none(self, topic: str, partition: int) -> int | None:
+        part = self._partitions.get(topic, {}).get(partition)
+        return None if part is None else part.end_offset
+
     def _choose_partition(self, topic: str, key: object, count: int) -> int:
         """murmur2(key) like Kafka's default partitioner; round robin for null keys."""
         if key is not None:
@@ -1602,5 +1627,7 @@ def _maintenance_intervals(retention_ms: object, compaction_ms: object) -> tuple
 
 
 def open(path: str, **options: Any) -> Store:  # noqa: A001 - mirrors io.open for stores
-    """Open (creating if needed) the store at `path`. See Store for the options."""
+    """Open the store at `path`, making one there when it is not a store yet (as
+    sqlite3.connect does). With `create=False` or `read_only=True` nothing is created: a path
+    that is not a store raises NotAStoreError. See Store for the options."""
     return Store(path, **options)

@@ -14,7 +14,8 @@
                  [--from TIME] [--to TIME] [-p N] [--limit N] [--max-scan N]
                  [--timeout S] [--cursor C] [--json] [--progress | --no-progress]
                  scan filters: --tag T, --where SQL92, --contains TEXT, --regex RE, --from, --to
-    mqcore topics STORE [--json]
+    mqcore topics STORE [--all] [--json]
+    mqcore groups STORE [GROUP] [--json]
     mqcore stats STORE [TOPIC] [--json] [--progress | --no-progress]
     mqcore dump FILE.log|.index|.timeindex|.keyindex [--records] [--index] [--json]
     mqcore verify STORE [TOPIC ...] [--deep] [--repair [--truncate]] [--json] [--progress]
@@ -22,11 +23,15 @@
     mqcore compact STORE TOPIC [--now TIME] [--json] [--progress | --no-progress]
     mqcore retention STORE [TOPIC] [--now TIME] [--json] [--progress | --no-progress]
 
-Every command but `produce`, `verify`, `compact` and `retention` opens the store with
-`read_only=True`: no lock is taken and nothing is written, so it is safe beside a running
-writer. Those four take the writer lock and fail with StoreLockedError while another process
-holds it. `--json` prints one JSON object per line; bytes that are not UTF-8 appear as
-{"base64": "..."} there (kcat's \\xNN escapes in `consume --json`, which writes kcat -J
+The commands that read (consume, get, query, topics, groups, stats, trace, and verify without
+--repair) open the store read-only: no lock is taken and nothing is written, so they are safe
+beside a running writer. Those that change files (produce, verify --repair, compact,
+retention) take the writer lock and fail with StoreLockedError while another process holds it,
+saying what to do instead (docs/operations.md "What each command needs"). A path that is not a
+store is refused with NotAStoreError and nothing is created (only produce makes a store).
+
+`--json` prints one JSON object per line; bytes that are not UTF-8 appear as {"base64": "..."}
+there (kcat's \\xNN escapes in `consume --json`, which writes kcat -J
 envelopes) and as \\xNN in text. Errors print one line, `mqcore: error: ...`, to stderr and
 exit with status 1 (any other exception too: a bug is reported as `unexpected <type>: ...`, never
 as a traceback); usage errors print the usage and one error line, and exit with status 2.
@@ -41,7 +46,18 @@ import sys
 from collections.abc import Sequence
 
 import mqcore
-from mqcore.cli import config, dump, maintenance, produce, query, reading, stats, trace, verify
+from mqcore.cli import (
+    config,
+    dump,
+    groups,
+    maintenance,
+    produce,
+    query,
+    reading,
+    stats,
+    trace,
+    verify,
+)
 from mqcore.cli.options import UsageError
 from mqcore.errors import MQCoreError
 
@@ -85,7 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mqcore",
         description="Write, read, query and inspect an mqcore store (or a Kafka log "
-        "directory). Only `produce` writes.",
+        "directory). Reading commands are safe beside a running writer; `produce`, "
+        "`verify --repair`, `compact` and `retention` need the writer lock.",
     )
     parser.add_argument("--version", action="version", version=f"mqcore {mqcore.__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -96,6 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     stats.add_parsers(sub)
     dump.add_parsers(sub)
     verify.add_parsers(sub)
+    groups.add_parsers(sub)
     trace.add_parsers(sub)
     maintenance.add_parsers(sub)
     for command in sub.choices.values():

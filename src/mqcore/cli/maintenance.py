@@ -1,7 +1,10 @@
 """`mqcore compact` and `mqcore retention`: run a compaction or retention pass now.
 
 Both open the store writable (they take the writer lock, like `produce`), draw a progress bar
-on stderr counted in segments, and print a summary on stdout (`--json`: one object).
+on stderr counted in segments, and print a summary on stdout (`--json`: one object). They
+delete and replace segment files, which only the store's writer may do, so beside a running
+writer they are refused: stop it, or run the pass in its process (`store.compact()`,
+`store.apply_retention()`; a writer also runs both on its own schedule, docs/consume.md).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from typing import Any, TextIO
 import mqcore
 from mqcore.cli import render
 from mqcore.cli.options import add_json, add_progress, parse_time, progress_enabled
+from mqcore.errors import StoreLockedError
 
 
 def add_parsers(sub: Any) -> None:
@@ -21,24 +25,27 @@ def add_parsers(sub: Any) -> None:
         description="Run one compaction pass over every partition of TOPIC, whose "
         "cleanup_policy must contain 'compact': sealed segments keep only the latest record "
         "of each key; tombstones go delete_retention_ms after the pass that first saw them. "
-        "Offsets never change.",
+        "Offsets never change. Needs the writer lock: refused while a writer has the store "
+        "open (call store.compact(topic) in that process instead).",
     )
     p.add_argument("store", help="store directory")
     p.add_argument("topic", help="topic to compact")
     _common(p, '{"type": "compaction", "topic": ..., "cleaned_segments": [...], ...}')
-    p.set_defaults(run=cmd_compact)
+    p.set_defaults(run=cmd_compact, method="store.compact(topic)")
     p = sub.add_parser(
         "retention",
         help="delete expired segments now (retention_ms, retention_bytes)",
         description="Run one retention pass over TOPIC (default: every topic whose "
         "cleanup_policy contains 'delete'): whole segments older than retention_ms, or beyond "
         "retention_bytes, are deleted from the start of each partition; the log start offset "
-        "moves forward. The active segment is never deleted.",
+        "moves forward. The active segment is never deleted. Needs the writer lock: refused "
+        "while a writer has the store open (call store.apply_retention() in that process "
+        "instead).",
     )
     p.add_argument("store", help="store directory")
     p.add_argument("topic", nargs="?", help="only this topic")
     _common(p, '{"type": "retention", "deleted_segments": [...], "start_offsets": [...], ...}')
-    p.set_defaults(run=cmd_retention)
+    p.set_defaults(run=cmd_retention, method="store.apply_retention()")
 
 
 def _common(p: argparse.ArgumentParser, json_what: str) -> None:
@@ -71,7 +78,17 @@ def _run(args: argparse.Namespace, label: str, work: Any) -> Any:
         bar.update(done)
 
     try:
-        with mqcore.open(args.store) as store:
+        try:
+            store = mqcore.open(args.store, create=False)
+        except StoreLockedError as e:
+            raise StoreLockedError(
+                f"{args.command} needs the writer lock of {e.path}, which another process "
+                f"holds ({e.holder}): stop that writer first, or call {args.method} in the "
+                "writer's process (its background tasks also run it on schedule)",
+                e.path,
+                e.holder,
+            ) from None
+        with store:
             return work(store, now, progress)
     finally:
         bar.close(complete=True)

@@ -1,5 +1,9 @@
 """Read commands: `topics`, `consume` (kcat-like) and `get` (one message in full).
 
+`topics` lists the topics users created; internal ones (`__consumer_offsets`, `__retry.<group>`,
+... : consume/internal.py) only with --all, as `kafka-topics.sh --list` hides them with
+--exclude-internal.
+
 They open the store with `read_only=True`: no lock is taken and nothing is written, so they are
 safe beside a running writer (they see the log as it was when the command started).
 """
@@ -8,12 +12,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Iterator
 from typing import Any, TextIO
 
 import mqcore
 from mqcore.cli import render
 from mqcore.cli.options import add_json, integer, parse_int
+from mqcore.consume.internal import is_internal
 from mqcore.errors import (
     InvalidConfigError,
     MessageNotFoundError,
@@ -79,8 +85,17 @@ def add_parsers(sub: Any) -> None:
     add_json(get, "a message object")
     get.set_defaults(run=cmd_get)
 
-    topics = sub.add_parser("topics", help="list topics, partitions and their offsets")
+    topics = sub.add_parser(
+        "topics",
+        help="list topics, partitions and their offsets",
+        description="List each topic's partitions with their start and end offsets and "
+        "message counts. Internal topics (names starting with __: committed offsets, retry "
+        "and dead-letter topics, transactions, delays, trace) are left out unless --all.",
+    )
     topics.add_argument("store", help="store directory")
+    topics.add_argument(
+        "--all", action="store_true", help="include internal topics (names starting with __)"
+    )
     topics.add_argument("--json", action="store_true", help="print one JSON document")
     topics.set_defaults(run=cmd_topics)
 
@@ -91,11 +106,14 @@ def add_parsers(sub: Any) -> None:
 def cmd_topics(args: argparse.Namespace, out: TextIO) -> int:
     """Print every topic with each partition's start and end offset."""
     with mqcore.open(args.store, read_only=True) as store:
+        names = store.topics()
+        shown = names if args.all else [t for t in names if not is_internal(t)]
         rows = [
             (t, p, store.start_offset(t, p), store.end_offset(t, p))
-            for t in store.topics()
+            for t in shown
             for p in store.available_partitions(t)
         ]
+    hidden = len(names) - len(shown)
     if args.json:
         doc: dict[str, list[dict[str, int]]] = {}
         for t, p, start, end in rows:
@@ -105,6 +123,9 @@ def cmd_topics(args: argparse.Namespace, out: TextIO) -> int:
     cells = [("TOPIC", "PARTITION", "START", "END", "MESSAGES")]
     cells += [(t, str(p), str(s), str(e), str(e - s)) for t, p, s, e in rows]
     out.write(render.table(cells))
+    if hidden:
+        print(f"mqcore: {render.plural(hidden, 'internal topic')} not shown (--all lists them)",
+              file=sys.stderr)  # fmt: skip
     return 0
 
 

@@ -11,6 +11,12 @@ Dumper), run quietly over the whole store.
 recovery of the store (the same code an unclean open runs), which also cuts a torn tail; damage
 with whole batches after it is left alone unless --truncate says to cut the log there, and every
 offset dropped is listed. The store's writer lock is held throughout, so no writer runs beside.
+
+Without --repair nothing is locked or written, so it runs beside a live writer (docs/operations.md
+"Verifying beside a running writer"): then it checks every sealed segment and skips what the
+writer is changing: each partition's active (last) segment, swap leftovers (the writer's
+compaction in flight), and any segment whose files the writer replaced or deleted during the
+check (compaction, retention). A store whose writer is still recovering it is refused.
 """
 
 from __future__ import annotations
@@ -26,7 +32,13 @@ from mqcore._ext.batch import peek_batch_header
 from mqcore.cli import render
 from mqcore.cli.dump import Dumper, LogFacts, mapped
 from mqcore.cli.options import add_json, add_progress, progress_enabled
-from mqcore.errors import CorruptIndexError, CorruptRecordError, MQCoreError, StoreError
+from mqcore.errors import (
+    CorruptIndexError,
+    CorruptRecordError,
+    MQCoreError,
+    StoreError,
+    StoreLockedError,
+)
 from mqcore.storage.logdir import (
     CLEAN_SHUTDOWN,
     KAFKA_CLEAN_SHUTDOWN,
@@ -48,7 +60,8 @@ def add_parsers(sub: Any) -> None:
         "Problems are listed per file and the exit status is 1. --repair deletes damaged "
         "index files and runs a full recovery (indexes rebuilt, a torn tail cut); damage "
         "followed by good batches is only cut with --truncate, which lists what it drops. "
-        "Takes the store's writer lock.",
+        "Without --repair it writes nothing and runs beside a live writer (checking the sealed "
+        "segments, not the active ones it is appending to); --repair takes the writer lock.",
     )
     p.add_argument("store", metavar="STORE", help="store directory (or Kafka log directory)")
     p.add_argument("topics", metavar="TOPIC", nargs="*", help="only these topics")
@@ -91,6 +104,7 @@ class PartitionCheck:
     problems: list[Problem] = field(default_factory=list)
     log_damage: bool = False
     claimed_end: int = 0  # 1 + the last offset any batch header claims, damaged ones too
+    skipped: int = 0  # segments a live writer was changing (not checked)
 
 
 def _quiet() -> TextIO:
@@ -103,12 +117,31 @@ def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
         from mqcore.cli.options import UsageError
 
         raise UsageError("--truncate only goes with --repair")
-    directory = LogDirectory(args.store, writable=True)  # the lock: no writer beside us
+    if not args.repair:
+        directory = LogDirectory(args.store, writable=False)  # no lock, nothing written
+        state = directory.writer_state()
+        if state == "opening":
+            raise StoreError(
+                f"{directory.path} is being recovered by its writer "
+                f"({directory.lock_holder()}); verify it once that open finished"
+            )
+        checks = _verify_store(directory, args, out, live=state == "open")
+        return 1 if any(c.problems for c in checks) else 0
     try:
-        checks = _verify_store(directory, args, out)
-        if args.repair and any(c.problems for c in checks):
+        directory = LogDirectory(args.store, writable=True, create=False)
+    except StoreLockedError as e:
+        raise StoreLockedError(
+            f"verify --repair needs the writer lock of {e.path}, which another process holds "
+            f"({e.holder}): stop that writer first (verify without --repair checks the store "
+            "beside it)",
+            e.path,
+            e.holder,
+        ) from None
+    try:
+        checks = _verify_store(directory, args, out, live=False)
+        if any(c.problems for c in checks):
             _repair(directory, checks, args, out)
-            checks = _verify_store(directory, args, io.StringIO())
+            checks = _verify_store(directory, args, io.StringIO(), live=False)
             _summary(out, args.json, checks, "after repair")
         return 1 if any(c.problems for c in checks) else 0
     finally:
@@ -132,14 +165,16 @@ def _partition_dirs(directory: LogDirectory, topics: list[str]) -> list[tuple[st
     ]
 
 
-def _verify_store(directory: LogDirectory, args: argparse.Namespace, out: TextIO) -> list[Any]:
+def _verify_store(
+    directory: LogDirectory, args: argparse.Namespace, out: TextIO, live: bool
+) -> list[Any]:
     parts = _partition_dirs(directory, args.topics)
     total = sum(_log_bytes(d) for _, _, d in parts)
     bar = render.Progress("verify", total, progress_enabled(args))
     checks, done = [], 0
     try:
         for topic, p, d in parts:
-            check = _verify_partition(topic, p, d, args.deep, bar, done)
+            check = _verify_partition(topic, p, d, args.deep, bar, done, live)
             done += check.bytes
             checks.append(check)
             for problem in check.problems:
@@ -148,12 +183,19 @@ def _verify_store(directory: LogDirectory, args: argparse.Namespace, out: TextIO
                       f"{problem.reason}")  # fmt: skip
     finally:
         bar.close(complete=True)
-    _summary(out, args.json, checks, "")
+    _summary(out, args.json, checks, "", live)
     return checks
 
 
 def _log_bytes(d: str) -> int:
-    return sum(os.path.getsize(os.path.join(d, n)) for n in os.listdir(d) if n.endswith(".log"))
+    total = 0
+    for n in os.listdir(d) if os.path.isdir(d) else ():
+        if n.endswith(".log"):
+            try:
+                total += os.path.getsize(os.path.join(d, n))
+            except FileNotFoundError:
+                pass  # deleted by a live writer's retention meanwhile
+    return total
 
 
 def _segment_stems(d: str) -> list[str]:
@@ -161,36 +203,80 @@ def _segment_stems(d: str) -> list[str]:
     return [os.path.join(d, s) for s in sorted(stems, key=int)]
 
 
-def _verify_partition(topic: str, p: int, d: str, deep: bool, bar: Any, done: int) -> Any:
+def _verify_partition(
+    topic: str, p: int, d: str, deep: bool, bar: Any, done: int, live: bool
+) -> Any:
+    """Every segment of one partition; beside a `live` writer, only its sealed segments whose
+    files stayed the same from before their check to after it."""
     check = PartitionCheck(topic, p, d)
-    for name in sorted(os.listdir(d)):
+    for name in [] if live else sorted(os.listdir(d)):
         if name.endswith(LEFTOVER_SUFFIXES):
             check.problems.append(Problem(os.path.join(d, name), 0, "leftover",
                                           "left by an interrupted segment swap or index "
                                           "write; the next open finishes or drops it"))  # fmt: skip
     stems = _segment_stems(d)
+    if live and stems:
+        stems.pop()  # the active segment: the writer is appending to it
+        check.skipped += 1
     prev_last = -1
     for i, stem in enumerate(stems):
-        base = int(os.path.basename(stem))
-        with _quiet() as sink:
-            dumper = Dumper(sink, False, deep, False, base)
-            facts = dumper.log(stem + ".log")
+        before = _fingerprint(stem) if live else None
+        try:
+            seg = PartitionCheck(topic, p, d)
+            facts = _verify_segment(seg, stem, deep, prev_last, last=i == len(stems) - 1)
+        except (OSError, MQCoreError, ValueError):
+            if not live:
+                raise
+            facts = None
+        if live and (facts is None or _fingerprint(stem) != before):
+            check.skipped += 1  # replaced or deleted by the writer while we read it
+            continue
+        assert facts is not None
         check.segments += 1
         check.bytes += facts.size
         check.batches += len(facts.at_position)
         bar.update(done + check.bytes, check.batches)
-        _segment_order(check, stem, base, facts, prev_last, last=i == len(stems) - 1)
-        check.log_damage = check.log_damage or bool(dumper.damage)
-        check.claimed_end = max(check.claimed_end, _claimed_end(stem + ".log", dumper.damage))
-        check.problems += [Problem(path, pos, "log", why) for path, pos, why in dumper.damage]
+        check.log_damage = check.log_damage or seg.log_damage
+        check.claimed_end = max(check.claimed_end, seg.claimed_end)
+        check.problems += seg.problems
         if facts.at_position:
             prev_last = max(prev_last, facts.last_offset)
             if check.first_offset < 0:
                 check.first_offset = min(facts.first_at.values())
-        _derived(check, stem, base, facts)
     check.end_offset = prev_last + 1 if prev_last >= 0 else 0
     check.claimed_end = max(check.claimed_end, check.end_offset)
     return check
+
+
+def _verify_segment(
+    check: PartitionCheck, stem: str, deep: bool, prev_last: int, last: bool
+) -> LogFacts:
+    """One segment's log, its place among the others and its derived files; problems go to
+    `check`."""
+    base = int(os.path.basename(stem))
+    with _quiet() as sink:
+        dumper = Dumper(sink, False, deep, False, base)
+        facts = dumper.log(stem + ".log")
+    _segment_order(check, stem, base, facts, prev_last, last)
+    check.log_damage = bool(dumper.damage)
+    check.claimed_end = _claimed_end(stem + ".log", dumper.damage)
+    check.problems += [Problem(path, pos, "log", why) for path, pos, why in dumper.damage]
+    _derived(check, stem, base, facts)
+    return facts
+
+
+def _fingerprint(stem: str) -> list[tuple[int, int, int] | None]:
+    """Identity, size and mtime of a segment's files: a live writer's compaction replaces them,
+    its retention deletes them."""
+    out: list[tuple[int, int, int] | None] = []
+    for suffix in (".log", ".index", ".timeindex", ".keyindex"):
+        try:
+            st = os.stat(stem + suffix)
+        except FileNotFoundError:
+            out.append(None)
+            continue
+        out.append((st.st_ino, st.st_size, st.st_mtime_ns))
+    return out
 
 
 def _claimed_end(log: str, damage: list[tuple[str, int, str]]) -> int:
@@ -279,8 +365,11 @@ def _keyindex(check: PartitionCheck, path: str, base: int, facts: LogFacts) -> N
                                       "does not point into a batch of the log"))  # fmt: skip
 
 
-def _summary(out: TextIO, as_json: bool, checks: list[PartitionCheck], when: str) -> None:
+def _summary(
+    out: TextIO, as_json: bool, checks: list[PartitionCheck], when: str, live: bool = False
+) -> None:
     problems = sum(len(c.problems) for c in checks)
+    skipped = sum(c.skipped for c in checks)
     files = len({p.path for c in checks for p in c.problems})
     doc: dict[str, Any] = {
         "type": "summary",
@@ -291,8 +380,13 @@ def _summary(out: TextIO, as_json: bool, checks: list[PartitionCheck], when: str
         "bytes": sum(c.bytes for c in checks),
         "problems": problems,
         "files_with_problems": files,
+        "live_writer": live,
+        "skipped_segments": skipped,
     }
     head = f"{when}: " if when else ""
+    if live:
+        head += (f"beside a live writer, {render.plural(skipped, 'active or changing segment')} "
+                 "skipped; ")  # fmt: skip
     _emit(out, as_json, doc,
           f"{head}{render.plural(doc['partitions'], 'partition')}, "
           f"{render.plural(doc['segments'], 'segment')}, {render.plural(doc['batches'], 'batch')}"

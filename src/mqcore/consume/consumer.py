@@ -20,6 +20,7 @@ priority is never starved.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -28,7 +29,13 @@ from mqcore._ext.batch import Message, decode_messages
 from mqcore._ext.hashing import TAG_SEED, xxh64_hash
 from mqcore._ext.search import scan_records
 from mqcore.consume.delay import make_durable
-from mqcore.consume.group import DLQ_PREFIX, RETRY_PREFIX, TopicPartition, validate_group
+from mqcore.consume.group import (
+    DLQ_PREFIX,
+    RETRY_PREFIX,
+    TopicPartition,
+    unused_retry_level,
+    validate_group,
+)
 from mqcore.consume.offsets import OffsetAndMetadata
 from mqcore.consume.retry import check_levels, copy_headers, due_time, reconsume_times
 from mqcore.consume.trace import TraceEvent, events_for
@@ -38,6 +45,7 @@ from mqcore.errors import (
     InvalidConfigError,
     NoOffsetForPartitionError,
     OffsetOutOfRangeError,
+    TopicExistsError,
     UnknownPartitionError,
 )
 from mqcore.query import engine
@@ -117,18 +125,11 @@ class Consumer:
         self.store, self._state, self.topics = store, state, topic_list
         self.auto_offset_reset = auto_offset_reset
         self.enable_auto_commit = enable_auto_commit
-        self.retry_topic = store._internal_topic(
-            RETRY_PREFIX + group,
-            partitions=len(self.levels),
-            unique_ids=False,
-            cleanup_policy="delete",  # never compacted: copies share their original's key
-        )
-        have = store.partitions(self.retry_topic)
-        if have != len(self.levels):
-            raise InvalidConfigError(
-                f"{self.retry_topic} has {have} partitions (one per backoff level) but "
-                f"retry_backoff_ms has {len(self.levels)} levels"
-            )
+        # made by the group's first nack (retry.py): until then the group has no retry topic
+        self.retry_topic = RETRY_PREFIX + group
+        self._retry_ready = False
+        if self.retry_topic in store.topics():
+            self._check_retry_levels()
         self.dlq_topic = DLQ_PREFIX + group
         self._weights.setdefault(self.retry_topic, 1)
         self._credit = dict.fromkeys(self._weights, 0)
@@ -194,12 +195,8 @@ class Consumer:
                 self._not_due.pop(tp, None)
                 self._delivered_uids.pop(tp, None)
             self._coord.release(self.member_id, revoked)
-        self._owned, self._pending = self._coord.acquire(self.member_id)
+        self._take_unowned()
         self._generation = generation
-        self._drained.clear()
-        self._topic_tps = {}
-        for tp in sorted(self._owned):
-            self._topic_tps.setdefault(tp[0], []).append(tp)
 
     def _part(self, tp: TopicPartition) -> Partition:
         part = self._partition_cache.get(tp)
@@ -670,13 +667,17 @@ class Consumer:
 
     def lag(self) -> dict[TopicPartition, int]:
         """end offset - committed offset per owned partition (the position when nothing is
-        committed): what the group still has to consume and commit."""
+        committed): what the group still has to consume and commit. Retry levels that never
+        held a message are left out (their lag is 0 and says nothing)."""
         self._check_open()
         out = {}
         for tp in sorted(self._owned):
+            end = self._part(tp).end_offset
+            if unused_retry_level(tp[0], end):
+                continue
             om = self._state.offsets.committed(self.group, *tp)
             base = om.offset if om is not None else self._position(tp)
-            out[tp] = max(0, self._part(tp).end_offset - base)
+            out[tp] = max(0, end - base)
         return out
 
     def assignment(self) -> list[TopicPartition]:
@@ -703,7 +704,7 @@ class Consumer:
             )
             level, headers, event = 0, copy_headers(message, times, None), "dead_lettered"
         else:
-            topic, level = self.retry_topic, min(times + 1, len(self.levels)) - 1
+            topic, level = self._retry_topic(), min(times + 1, len(self.levels)) - 1
             headers = copy_headers(message, times + 1, now + self.levels[level])
             event = "retried"
         md = self.store._append_internal(topic, [message.value], [message.key], [headers], level)
@@ -715,6 +716,43 @@ class Consumer:
             )  # fmt: skip
         if self.store._tracer is not None:
             self.store._tracer.record(events)
+
+    def _retry_topic(self) -> str:
+        """`__retry.<group>`, made now when this is the group's first nack: the group then
+        rebalances so that its members share the new levels (at their next poll)."""
+        if self._retry_ready:
+            return self.retry_topic
+        if self.retry_topic not in self.store.topics():
+            with contextlib.suppress(TopicExistsError):  # another member's levels: checked below
+                self.store._internal_topic(
+                    self.retry_topic,
+                    partitions=len(self.levels),
+                    unique_ids=False,
+                    cleanup_policy="delete",  # never compacted: copies share their original's key
+                )
+            self._coord.topics_changed()
+            self._take_unowned()
+        self._check_retry_levels()
+        return self.retry_topic
+
+    def _take_unowned(self) -> None:
+        """Take the targeted partitions nobody owns now, releasing nothing: this member's share
+        of a topic that just appeared is at once in its assignment and lag(). Anything else the
+        new target changes waits for the next poll, as every rebalance does."""
+        self._owned, self._pending = self._coord.acquire(self.member_id)
+        self._drained.clear()
+        self._topic_tps = {}
+        for tp in sorted(self._owned):
+            self._topic_tps.setdefault(tp[0], []).append(tp)
+
+    def _check_retry_levels(self) -> None:
+        have = self.store.partitions(self.retry_topic)
+        if have != len(self.levels):
+            raise InvalidConfigError(
+                f"{self.retry_topic} has {have} partitions (one per backoff level) but "
+                f"retry_backoff_ms has {len(self.levels)} levels"
+            )
+        self._retry_ready = True
 
     # -- closing --------------------------------------------------------------------------------
 

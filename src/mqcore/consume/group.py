@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 from mqcore.config import MAX_NAME_LENGTH, validate_name
-from mqcore.consume.offsets import OffsetStore
-from mqcore.errors import InvalidGroupError, InvalidTopicError
+from mqcore.consume.offsets import GroupKey, OffsetAndMetadata, OffsetStore
+from mqcore.errors import InvalidGroupError, InvalidTopicError, UnknownTopicError
 
 TopicPartition = tuple[str, int]
 RETRY_PREFIX = "__retry."
@@ -40,6 +41,49 @@ def validate_group(group: object) -> str:
             "be a legal topic name)"
         )
     return group
+
+
+def unused_retry_level(topic: str, end_offset: int) -> bool:
+    """A retry level that never held a message: left out of lag listings (its lag is 0 and
+    says nothing; a group's retry topic has one partition per backoff level)."""
+    return topic.startswith(RETRY_PREFIX) and end_offset == 0
+
+
+@dataclass(frozen=True)
+class PartitionLag:
+    """A group's committed offset of one partition and how far it is behind the end.
+    `end_offset` and `lag` are None when the store does not hold the partition."""
+
+    group: str
+    topic: str
+    partition: int
+    committed: int
+    end_offset: int | None
+    lag: int | None
+    commit_time: int  # ms, -1 when unknown
+
+    def to_json(self) -> dict[str, object]:
+        return {"group": self.group, "topic": self.topic, "partition": self.partition,
+                "committed": self.committed, "end_offset": self.end_offset, "lag": self.lag,
+                "commit_time": self.commit_time}  # fmt: skip
+
+
+def group_lags(
+    offsets: Mapping[GroupKey, OffsetAndMetadata], end_offset: Callable[[str, int], int | None]
+) -> dict[str, list[PartitionLag]]:
+    """group -> its committed partitions in (topic, partition) order, each with the lag
+    end - committed (0 when the commit is past the end seen); `end_offset` gives None for a
+    partition the store does not hold. Unused retry levels are left out, as in lag()."""
+    out: dict[str, list[PartitionLag]] = {}
+    for (group, topic, p), om in sorted(offsets.items()):
+        end = end_offset(topic, p)
+        if end is not None and unused_retry_level(topic, end):
+            continue
+        lag = None if end is None else max(0, end - om.offset)
+        out.setdefault(group, []).append(
+            PartitionLag(group, topic, p, om.offset, end, lag, om.commit_time)
+        )
+    return out
 
 
 def range_assign(
@@ -91,9 +135,24 @@ class GroupCoordinator:
             self._rebalance()
         self._wake()
 
+    def topics_changed(self) -> None:
+        """A subscribed topic appeared (the group's retry topic, at its first nack): assign
+        its partitions like a join or leave would."""
+        with self._lock:
+            self._rebalance()
+        self._wake()
+
     def _rebalance(self) -> None:
         self.generation += 1
-        self._target = range_assign(list(self._members.items()), self._partitions)
+        self._target = range_assign(list(self._members.items()), self._partition_count)
+
+    def _partition_count(self, topic: str) -> int:
+        """A subscribed topic that does not exist yet (a retry topic before the group's first
+        nack) has nothing to assign."""
+        try:
+            return self._partitions(topic)
+        except UnknownTopicError:
+            return 0
 
     def target(self, member: str) -> tuple[int, set[TopicPartition]]:
         with self._lock:

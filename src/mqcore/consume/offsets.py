@@ -162,6 +162,11 @@ class OffsetStore:
         with self._lock:
             return self._loaded().get((group, topic, partition))
 
+    def all_offsets(self) -> dict[GroupKey, OffsetAndMetadata]:
+        """Every group's committed offsets (a copy)."""
+        with self._lock:
+            return dict(self._loaded())
+
     def group_offsets(self, group: str) -> dict[tuple[str, int], OffsetAndMetadata]:
         with self._lock:
             return {(t, p): om for (g, t, p), om in self._loaded().items() if g == group}

@@ -24,7 +24,7 @@ import re
 import time
 
 from mqcore.config import MAX_PARTITIONS, TopicConfig, validate_name
-from mqcore.errors import CorruptIndexError, StoreError, StoreLockedError
+from mqcore.errors import CorruptIndexError, NotAStoreError, StoreError, StoreLockedError
 from mqcore.storage import durable
 
 LOCK_FILE = ".mqcore.lock"
@@ -34,6 +34,15 @@ KAFKA_RECOVERY_CHECKPOINT = "recovery-point-offset-checkpoint"
 CLEAN_SHUTDOWN = "mqcore-clean-shutdown"
 PRODUCER_IDS = "mqcore-producer-ids"
 KAFKA_CLEAN_SHUTDOWN = ".kafka_cleanshutdown"
+# files a Kafka broker keeps at the top of a log directory (any one marks it as one)
+KAFKA_FILES = (
+    KAFKA_RECOVERY_CHECKPOINT,
+    KAFKA_CLEAN_SHUTDOWN,
+    "meta.properties",
+    "log-start-offset-checkpoint",
+    "replication-offset-checkpoint",
+    "cleaner-offset-checkpoint",
+)
 
 _PARTITION_DIR = re.compile(r"(.+)-(\d+)")
 LOCK_PATIENCE = 0.25  # seconds a writable open waits out readers' lock probes
@@ -42,15 +51,22 @@ LOCK_PATIENCE = 0.25  # seconds a writable open waits out readers' lock probes
 class LogDirectory:
     """File-level services of one store directory; holds no message data itself."""
 
-    def __init__(self, path: str, writable: bool):
+    def __init__(self, path: str, writable: bool, create: bool = True):
+        """A writable one with `create` makes the directory when it is missing; any other
+        raises NotAStoreError, before touching anything, for a path that is not a store."""
         self.path = os.path.abspath(path)
         self.writable = writable
         self._lock_fd = -1
+        if not (writable and create):
+            why = not_a_store(self.path)
+            if why is not None:
+                raise NotAStoreError(f"{self.path} is not an mqcore store or Kafka log directory: "
+                                     f"{why}")  # fmt: skip
         if writable:
             os.makedirs(self.path, exist_ok=True)
             self._acquire_lock()
-        elif not os.path.isdir(self.path):
-            raise StoreError(f"store directory {self.path} does not exist")
+
+    # -- what a store is ----------------------------------------------------------------------
 
     # -- the writer lock ----------------------------------------------------------------------
 
@@ -70,10 +86,13 @@ class LogDirectory:
                         raise
                     # a reader's probe (writer_is_live) holds a shared lock for microseconds
                     if time.monotonic() >= deadline:
+                        holder = self.lock_holder()
                         raise StoreLockedError(
-                            f"{self.path} is open for writing by another process "
-                            f"({self.lock_holder()}); open it with read_only=True to read "
-                            "alongside the writer"
+                            f"{self.path} is open for writing by another process ({holder}); "
+                            "one process writes a store at a time: read beside it with "
+                            "read_only=True, or write from that process",
+                            self.path,
+                            holder,
                         ) from None
                     time.sleep(0.005)
             self._write_state("opening")
@@ -110,20 +129,10 @@ class LogDirectory:
     def writer_state(self) -> str | None:
         """None when no writer holds the store, else "opening" (still loading and recovering:
         files may be cut or removed) or "open" (a shared flock probe, released at once)."""
-        try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)
-        except OSError:
+        if not _writer_holds(self.path):
             return None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except OSError as e:
-            if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise
-            words = self._lock_text()
-            return "open" if words[1:2] == ["open"] else "opening"
-        finally:
-            os.close(fd)  # closing drops the probe's lock
-        return None
+        words = self._lock_text()
+        return "open" if words[1:2] == ["open"] else "opening"
 
     def release(self) -> None:
         if self._lock_fd >= 0:
@@ -261,6 +270,54 @@ class LogDirectory:
 
     def fsync_dir(self) -> None:
         durable.sync_dir(self.path)
+
+
+def not_a_store(path: str) -> str | None:
+    """Why `path` is not a store, or None when it is one (docs/operations.md "What a store
+    is"): a directory holding mqcore-topics.json (every writable open writes it), a Kafka log
+    directory (one of Kafka's top-level files, or a `<topic>-<n>` directory holding a `.log`),
+    or a directory a live writer holds (one creating a store has not written its metadata
+    yet). Looks only; opens nothing for writing."""
+    try:
+        names = os.listdir(path)
+    except FileNotFoundError:
+        return "it does not exist"
+    except NotADirectoryError:
+        return "it is a file, not a directory"
+    except OSError as e:
+        return f"it cannot be listed ({e.strerror})"
+    if TOPICS_FILE in names or any(n in names for n in KAFKA_FILES):
+        return None
+    for name in names:
+        full = os.path.join(path, name)
+        if _PARTITION_DIR.fullmatch(name) and os.path.isdir(full) and not os.path.islink(full):
+            try:
+                if any(n.endswith(".log") for n in os.listdir(full)):
+                    return None
+            except OSError:
+                continue
+    if _writer_holds(path):
+        return None
+    what = "it is empty" if not names else f"it holds {len(names)} other entries"
+    return (f"{what}: no {TOPICS_FILE}, no Kafka checkpoint file and no <topic>-<n> "
+            "directory holding .log segments")  # fmt: skip
+
+
+def _writer_holds(path: str) -> bool:
+    """A writer holds `path`'s lock (a shared flock probe, released at once)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError as e:
+        if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            raise
+        return True
+    finally:
+        os.close(fd)  # closing drops the probe's lock
+    return False
 
 
 def _read_checkpoint(path: str) -> dict[tuple[str, int], int]:
