@@ -332,3 +332,31 @@ def test_verify_beside_a_compacting_deleting_writer_reports_no_false_damage(
         assert rc == 0, (out, err)
         (summary,) = [d for d in json_lines(out) if d["type"] == "summary"]
         assert summary["live_writer"] is True and summary["segments"] > 0
+
+
+def test_repair_never_cuts_flushed_data_as_a_power_loss_hole(tmp_path: os.PathLike[str]) -> None:
+    """A zeroed 4 KiB page inside data a clean close flushed (the disk lost a page, later
+    batches intact): `--repair` without `--truncate` must refuse, not cut. It deleted the
+    recovery checkpoint to force a full scan, so the power-loss hole rule, meant only for
+    bytes past the last flush, covered the whole log and every offset after the page went."""
+    path = os.path.join(tmp_path, "s")
+    with mqcore.open(path, flush="os") as s:
+        s.create_topic("big", segment_bytes=1 << 20, compression="none")
+        for i in range(40):
+            s.append("big", bytes([65 + i % 26]) * 20_000, key=b"k%d" % i)
+    before = messages(path)
+    log = os.path.join(path, "big-0", SEG0 + ".log")
+    starts = positions(log)
+    page = (starts[10] + 4096) // 4096 * 4096  # a page inside batch 10's value
+    assert page + 4096 < starts[11]
+    with open(log, "r+b") as f:
+        f.seek(page)
+        f.write(bytes(4096))
+    size = os.path.getsize(log)
+    rc, out, _ = run_cli("verify", path, "--repair")
+    assert rc == 1, out
+    assert "not repaired" in out and "--truncate" in out
+    assert os.path.getsize(log) == size  # nothing cut
+    rc, out, err = run_cli("verify", path, "--repair", "--truncate")
+    assert rc == 0, (out, err)
+    assert messages(path)[("big", 0)] == before[("big", 0)][:10]

@@ -313,6 +313,7 @@ class Store:
         retention_check_interval_ms: int = 300_000,
         compaction_check_interval_ms: int = 15_000,
         max_open_segments: int = 1000,
+        full_recovery: bool = False,
         **topic_defaults: Any,
     ):
         rate = sample_rate(trace)
@@ -340,6 +341,11 @@ class Store:
         )
         if not isinstance(create, bool):
             raise InvalidConfigError(f"create must be a bool, not {create!r}")
+        if not isinstance(full_recovery, bool) or (full_recovery and read_only):
+            raise InvalidConfigError(
+                f"full_recovery must be a bool, and goes with a writable open: {full_recovery!r}"
+            )
+        self._full_recovery = full_recovery
         self._dir = LogDirectory(path, writable=not read_only, create=create)
         self.path = self._dir.path
         self._lock = threading.RLock()
@@ -392,7 +398,7 @@ class Store:
         self._tasks.start()
 
     def _open_partitions(self, live: bool) -> None:
-        clean = self._dir.was_clean()
+        clean = self._dir.was_clean() and not self._full_recovery
         try:
             points: dict[tuple[str, int], int] | None = self._dir.load_recovery_points()
         except CorruptIndexError:
@@ -418,7 +424,7 @@ class Store:
                 part = self._new_partition(topic, p, cfg)
                 point = None if points is None else points.get((topic, p), 0)
                 parts[p] = part
-                self.recovery[(topic, p)] = part.open(point, clean, live)
+                self.recovery[(topic, p)] = part.open(point, clean, live, self._full_recovery)
 
     def _load_read_only(self) -> None:
         """Open a consistent view beside whatever a writer is doing (docs/operations.md

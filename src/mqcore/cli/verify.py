@@ -40,9 +40,6 @@ from mqcore.errors import (
     StoreLockedError,
 )
 from mqcore.storage.logdir import (
-    CLEAN_SHUTDOWN,
-    KAFKA_CLEAN_SHUTDOWN,
-    RECOVERY_CHECKPOINT,
     LogDirectory,
 )
 
@@ -66,7 +63,11 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("store", metavar="STORE", help="store directory (or Kafka log directory)")
     p.add_argument("topics", metavar="TOPIC", nargs="*", help="only these topics")
     p.add_argument("--deep", action="store_true", help="also decode every record of every batch")
-    p.add_argument("--repair", action="store_true", help="rebuild derived files, cut torn tails")
+    p.add_argument(
+        "--repair",
+        action="store_true",
+        help="rebuild derived files; cut a torn tail or a power-loss hole past the last flush",
+    )
     p.add_argument(
         "--truncate",
         action="store_true",
@@ -418,9 +419,6 @@ def _repair(directory: LogDirectory, checks: list[PartitionCheck], args: argpars
     directory.release()
     try:
         for _ in range(1 + sum(1 for c in checks if c.log_damage) if args.truncate else 1):
-            for name in (CLEAN_SHUTDOWN, KAFKA_CLEAN_SHUTDOWN, RECOVERY_CHECKPOINT):
-                if os.path.exists(os.path.join(directory.path, name)):
-                    os.unlink(os.path.join(directory.path, name))
             refused = _recover(directory.path, checks, out, args.json)
             if refused is None:
                 return
@@ -460,7 +458,10 @@ def _recover(path: str, checks: list[PartitionCheck], out: TextIO,
     import mqcore
 
     try:
-        store = mqcore.open(path, flush="os")
+        # every segment scanned; the recovery checkpoint stays, so only bytes past the last
+        # flush may be read as a power-loss hole (deleting it let a zeroed page in flushed data
+        # pass for one, and recovery cut every batch after it)
+        store = mqcore.open(path, flush="os", create=False, full_recovery=True)
     except CorruptRecordError as e:
         return e
     with store:
@@ -470,8 +471,12 @@ def _recover(path: str, checks: list[PartitionCheck], out: TextIO,
                 was = next((c.claimed_end for c in checks if (c.topic, c.partition) == (topic, p)),
                            end)  # fmt: skip
                 dropped = f"offsets {end} to {was - 1}" if was > end else "a partial batch header"
+                what = (
+                    "an unflushed tail after a power-loss hole" if report.unflushed_holes
+                    else "torn tail"
+                )  # fmt: skip
                 _said(out, as_json, f"{topic}-{p}",
-                      f"recovery cut {report.truncated_bytes} bytes of torn tail "
+                      f"recovery cut {report.truncated_bytes} bytes of {what} "
                       f"({dropped} dropped)")  # fmt: skip
     return None
 

@@ -118,14 +118,18 @@ class Partition:
 
     # -- opening and recovery -----------------------------------------------------------------
 
-    def open(self, recovery_point: int | None, clean: bool, live: bool = False) -> RecoveryReport:
+    def open(
+        self, recovery_point: int | None, clean: bool, live: bool = False, scan_all: bool = False
+    ) -> RecoveryReport:
         """Load the segments; recover those at or after the recovery point unless clean.
 
         `live` (read-only stores only): a writer holds the store open. Its log is whole (it
         recovered it when it opened) but for the batch it may be writing now, so every segment
-        is trusted and the visible log ends at the last whole batch: nothing is recovered."""
+        is trusted and the visible log ends at the last whole batch: nothing is recovered.
+        `scan_all` (a repair): every segment is scanned; the recovery point still bounds where
+        damage may be read as a power-loss hole."""
         try:
-            return self._open(recovery_point, clean, live and not self.writable)
+            return self._open(recovery_point, clean, live and not self.writable, scan_all)
         except BaseException:
             self.abandon()
             raise
@@ -167,7 +171,9 @@ class Partition:
             seg.writable = False
             seg.close()
 
-    def _open(self, recovery_point: int | None, clean: bool, live: bool) -> RecoveryReport:
+    def _open(
+        self, recovery_point: int | None, clean: bool, live: bool, scan_all: bool = False
+    ) -> RecoveryReport:
         report = RecoveryReport()
         if os.path.islink(self.directory):
             raise StoreError(
@@ -187,7 +193,10 @@ class Partition:
             layout = [(0, {})]
         self._bases = [b for b, _ in layout]
         last = len(layout) - 1
-        start_recovery = len(layout) if live else self._first_to_recover(recovery_point, clean)
+        if live:
+            start_recovery = len(layout)
+        else:
+            start_recovery = 0 if scan_all else self._first_to_recover(recovery_point, clean)
         # Every segment but the active one is only stat'ed here: one the log trusts is opened
         # on first use, one recovery scans is opened for the scan and given back after it
         # (sealed segments keep no descriptor: storage/cache.py), so opening a partition never
