@@ -594,7 +594,7 @@ def test_config_of_a_missing_topic_writes_nothing(tmp_path: Path, store_path: st
     plain = tmp_path / "plain"
     plain.mkdir()
     rc, _, err = run_cli("config", str(plain), "t", "retention_ms=1")
-    assert rc == 1 and "topic 't' does not exist" in err
+    assert rc == 1 and "not an mqcore store" in err
     assert list(plain.iterdir()) == []
     assert run_cli("produce", store_path, "t", "--create", "--value", "v")[0] == 0
     before = file_bytes(store_path)

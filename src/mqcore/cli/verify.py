@@ -229,8 +229,10 @@ def _verify_partition(
             if not live:
                 raise
             facts = None
-        if live and (facts is None or _fingerprint(stem) != before):
-            check.skipped += 1  # replaced or deleted by the writer while we read it
+        if live and (facts is None or _fingerprint(stem) != before or _swapping(d)):
+            # replaced or deleted by the writer while we read it, or a compaction's swap was
+            # under way (it renames the indexes in before the .log: they would not match)
+            check.skipped += 1
             continue
         assert facts is not None
         check.segments += 1
@@ -264,6 +266,14 @@ def _verify_segment(
     check.problems += [Problem(path, pos, "log", why) for path, pos, why in dumper.damage]
     _derived(check, stem, base, facts)
     return facts
+
+
+def _swapping(d: str) -> bool:
+    """Whether a segment swap is under way in partition directory `d` (its files are there)."""
+    try:
+        return any(n.endswith(LEFTOVER_SUFFIXES) for n in os.listdir(d))
+    except FileNotFoundError:
+        return True
 
 
 def _fingerprint(stem: str) -> list[tuple[int, int, int] | None]:
