@@ -7,6 +7,11 @@ on it without reading our code.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from mqcore.query.engine import QueryResult
+
 __all__ = [
     "MQCoreError",
     "StoreError",
@@ -201,7 +206,7 @@ class QueryInterrupted(KeyboardInterrupt):
     A KeyboardInterrupt, not an MQCoreError: code that does not look for it still stops, and
     `except Exception` does not swallow it."""
 
-    def __init__(self, result: object) -> None:
+    def __init__(self, result: QueryResult) -> None:
         super().__init__("query interrupted")
         self.result = result
 

@@ -4,7 +4,7 @@
     mqcore produce STORE TOPIC [--value V ... | --file PATH] [-k KEY | -K SEP] [-p N]
                    [--tag T] [--property K=V ...] [-H K[=V] ...] [--keys "W1 W2"]
                    [--create] [--partitions N] [--compression CODEC] [--json]
-    mqcore consume STORE TOPIC [-p N] [-o beginning|end|N|-N|s@MS] [-n COUNT] [--json]
+    mqcore consume STORE TOPIC [-p N] [-o beginning|end|N|-N|s@TIME] [-n COUNT] [--json]
     mqcore get STORE TOPIC PARTITION OFFSET [--json]
     mqcore query STORE [TOPIC] (--id MSG_ID | --unique-id UID | --key KEY | scan filters)
                  [--from TIME] [--to TIME] [-p N] [--limit N] [--max-scan N]
@@ -26,6 +26,8 @@ holds it. `--json` prints one JSON object per line; bytes that are not UTF-8 app
 envelopes) and as \\xNN in text. Errors print one line, `mqcore: error: ...`, to stderr and
 exit with status 1 (any other exception too: a bug is reported as `unexpected <type>: ...`, never
 as a traceback); usage errors print the usage and one error line, and exit with status 2.
+Warnings (a time bound that looks like seconds, say) print one line, `mqcore: warning: ...`,
+and the command goes on.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from collections.abc import Sequence
 
 import mqcore
 from mqcore.cli import dump, maintenance, produce, query, reading, stats, trace, verify
-from mqcore.cli.options import UsageError
+from mqcore.cli.options import UsageError, warnings_as_lines
 from mqcore.errors import MQCoreError
 
 __all__ = ["build_parser", "main"]
@@ -51,7 +53,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as e:  # --help, --version and usage errors: keep main() callable in-process
         return e.code if isinstance(e.code, int) else 0 if e.code is None else 2
     try:
-        return int(args.run(args, sys.stdout))
+        with warnings_as_lines():
+            return int(args.run(args, sys.stdout))
     except UsageError as e:
         args.parser.print_usage(sys.stderr)
         print(f"{args.parser.prog}: error: {e}", file=sys.stderr)

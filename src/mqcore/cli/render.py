@@ -84,6 +84,15 @@ def iso_ms(ms: int) -> str:
     return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
 
 
+def time_text(ms: int) -> str:
+    """A message timestamp for text output: ISO-8601 UTC with milliseconds, then the epoch
+    ms it is, `2024-06-10T10:00:00.123Z (1718013600123)`; `none (-1)` for no timestamp."""
+    shown = iso_ms(ms)
+    if shown == "-":
+        return f"none ({ms})"
+    return f"{shown} ({ms})" if shown != str(ms) else shown
+
+
 def timestamp_type(code: int) -> str:
     return TIMESTAMP_TYPES[code] if code in (0, 1) else f"type{code}"
 
@@ -132,8 +141,7 @@ def message_block(msg: Message) -> str:
         f"topic:          {msg.topic}",
         f"partition:      {msg.partition}",
         f"offset:         {msg.offset}",
-        f"timestamp:      {msg.timestamp} ({iso_ms(msg.timestamp)}, "
-        f"{timestamp_type(msg.timestamp_type)})",
+        f"timestamp:      {time_text(msg.timestamp)} {timestamp_type(msg.timestamp_type)}",
         f"msg_id:         {msg.msg_id}",
         f"unique_id:      {msg.unique_id or NULL}",
         f"tag:            {msg.tag or NULL}",
@@ -149,13 +157,14 @@ def message_block(msg: Message) -> str:
 
 
 def message_line(msg: Message) -> str:
-    """topic, partition, offset, timestamp, msg_id, key, value: tab-separated (query)."""
+    """topic, partition, offset, timestamp (time_text), msg_id, key, value: tab-separated
+    (query)."""
     return "\t".join(
         (
             msg.topic,
             str(msg.partition),
             str(msg.offset),
-            str(msg.timestamp),
+            time_text(msg.timestamp),
             msg.msg_id,
             text(msg.key),
             text(msg.value),

@@ -65,9 +65,10 @@ class QueryResult:
     `reason`: "exhausted" (everything was examined), "limit", "max_scan", "timeout" or
     "interrupted" (Ctrl-C: carried by QueryInterrupted); unless exhausted, `cursor` resumes the
     query where it stopped (pass it back as `cursor=`). `missing_properties`: the names a
-    `where` selector refers to that no message it examined carried (sorted; empty when it
-    examined none), the mark of an unquoted string value: `service = payments` compares two
-    properties, `service = 'payments'` a property with a string.
+    `where` selector refers to that no message it examined carried, sorted (None without a
+    selector or when it examined no message): the mark of an unquoted string value, as
+    `service = payments` compares two properties and `service = 'payments'` a property with a
+    string.
     """
 
     messages: list[Message] = field(default_factory=list)
@@ -76,7 +77,7 @@ class QueryResult:
     scanned_bytes: int = 0
     cursor: str | None = None
     # a class-level default (immutable): the key lookup kernel makes results without __init__
-    missing_properties: tuple[str, ...] = ()
+    missing_properties: tuple[str, ...] | None = None
 
     def __iter__(self) -> Iterator[Message]:
         return iter(self.messages)
@@ -187,7 +188,9 @@ def time_bounds(start: int | None, end: int | None) -> tuple[int, int]:
     return lo, hi
 
 
-def renamed(method: str, name: str, value: int | None, old: str, old_value: int | None) -> int | None:
+def renamed(
+    method: str, name: str, value: int | None, old: str, old_value: int | None
+) -> int | None:
     """A time bound given by its name or, with a DeprecationWarning, by its old name (the
     warning names the caller of the Store method); both at once is refused."""
     if old_value is None:
@@ -426,9 +429,10 @@ class ScanSpec:
             unseen.difference_update([name for name in unseen if name in props])
         return self.selector.matches(props)
 
-    def missing_properties(self) -> tuple[str, ...]:
-        """The selector's names that no message it examined carried, sorted."""
-        return () if self.unseen is None else tuple(sorted(self.unseen))
+    def missing_properties(self) -> tuple[str, ...] | None:
+        """The selector's names that no message it examined carried, sorted (None: it
+        examined none)."""
+        return None if self.unseen is None else tuple(sorted(self.unseen))
 
 
 def selector_view(m: Message) -> dict[str, str]:
