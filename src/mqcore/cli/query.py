@@ -279,9 +279,7 @@ def _scan(
     max_scan = DEFAULT_MAX_SCAN if args.max_scan is None else args.max_scan
     progress = progress_enabled(args)
     deadline = None if args.timeout is None else time.monotonic() + args.timeout
-    bar = render.Progress(
-        f"query {args.topic}", _log_bytes(store, args) if progress else 0, progress
-    )
+    bar: render.Progress | None = None
     done = Outcome(cursor=args.cursor)
     try:
         while True:
@@ -300,13 +298,18 @@ def _scan(
             with interrupts_deferred():  # the chunk's matches print, and count, whole
                 _print(out, args.json, r.messages)
                 done.add(r)
-                bar.update(done.scanned_bytes, done.records)
+                first = bar is None
+                if bar is None:  # drawn after the first search: its warnings come before
+                    total = _log_bytes(store, args) if progress else 0
+                    bar = render.Progress(f"query {args.topic}", total, progress)
+                bar.update(done.scanned_bytes, done.records, force=first)
             if done.reason != "max_scan" or done.records >= max_scan or not progress:
                 break
     except KeyboardInterrupt:  # between searches: `done` holds what was printed
         done.reason = "interrupted"
     finally:
-        bar.close(complete=done.reason == "exhausted")
+        if bar is not None:
+            bar.close(complete=done.reason == "exhausted")
     return done
 
 
