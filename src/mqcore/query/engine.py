@@ -409,7 +409,7 @@ class ScanSpec:
     pattern: BytesPattern | None = None
     selector: Selector | None = None
     # the selector's property names no examined message carried yet (None: none examined)
-    unseen: set[str] | None = None
+    unseen: tuple[str, ...] | None = None
 
     @property
     def filters_in_python(self) -> bool:
@@ -424,15 +424,17 @@ class ScanSpec:
         props = selector_view(m)
         unseen = self.unseen
         if unseen is None:
-            unseen = self.unseen = set(self.selector.properties)
-        if unseen:  # a few names, checked until each has been seen once
-            unseen.difference_update([name for name in unseen if name in props])
+            unseen = self.unseen = tuple(sorted(self.selector.properties))
+        for name in unseen:  # a few names, each checked until a message carries it
+            if name in props:
+                self.unseen = tuple(n for n in unseen if n not in props)
+                break
         return self.selector.matches(props)
 
     def missing_properties(self) -> tuple[str, ...] | None:
         """The selector's names that no message it examined carried, sorted (None: it
         examined none)."""
-        return None if self.unseen is None else tuple(sorted(self.unseen))
+        return self.unseen
 
 
 def selector_view(m: Message) -> dict[str, str]:
