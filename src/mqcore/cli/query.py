@@ -16,7 +16,9 @@ a resumed scan neither repeats nor skips a message.
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import re
 import sys
 import time
 from dataclasses import dataclass
@@ -149,7 +151,7 @@ def cmd_query(args: argparse.Namespace, out: TextIO) -> int:
             _summary(args.json, out, Outcome(r.reason, len(r), r.scanned_records, 0, r.cursor))
         else:
             outcome = _scan(store, args, start, end, out)
-            _summary(args.json, out, outcome)
+            _summary(args.json, out, outcome, args.where)
             if outcome.reason == "interrupted":
                 return 130
     return 0
@@ -228,7 +230,7 @@ class Outcome:
             self.missing = names if self.missing is None else self.missing & names
 
 
-def _summary(as_json: bool, out: TextIO, o: Outcome) -> None:
+def _summary(as_json: bool, out: TextIO, o: Outcome, where: str | None = None) -> None:
     missing = sorted(o.missing or ())
     if as_json:
         render.emit(
@@ -254,11 +256,19 @@ def _summary(as_json: bool, out: TextIO, o: Outcome) -> None:
         line += f"; resume with --cursor {o.cursor}"
     print(line, file=sys.stderr)
     for name in missing:
-        print(
-            f"mqcore: note: no scanned message has property {name!r}: quote string values, "
-            "e.g. --where \"service = 'payments'\"",
-            file=sys.stderr,
-        )
+        print(f"mqcore: note: {_missing_note(name, where or '')}", file=sys.stderr)
+
+
+def _missing_note(name: str, where: str) -> str:
+    """What to say of a selector name no scanned message had: most often a string value
+    written without quotes, so show the user's own selector with it quoted when it stands on
+    the right of a comparison."""
+    note = f"no scanned message has property {name!r}: quote string values, e.g. "
+    bare = re.compile(rf"((?:=|<>|!=|<|>)\s*){re.escape(name)}(?![\w.$])")
+    if bare.search(where) is None:
+        return note + "--where \"service = 'payments'\""
+    quoted = bare.sub(lambda m: f"{m[1]}'{name}'", where)
+    return note + f"--where {json.dumps(quoted, ensure_ascii=False)}"
 
 
 def _scan(
