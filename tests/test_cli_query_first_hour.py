@@ -93,6 +93,15 @@ def test_unquoted_where_value_names_the_missing_property(orders: str) -> None:
     assert json.loads(lines(out)[-1])["missing_properties"] == ["payments"]
     rc, out, err = run_cli("query", orders, TOPIC, "--where", "service = 'payments'")
     assert rc == 0 and len(lines(out)) == 30 and "note" not in err
+    # the example quotes the user's own value; a name on the left gets the general example
+    rc, out, err = run_cli("query", orders, TOPIC, "--where", "size > 2 OR service <> billing")
+    assert rc == 0 and out == ""
+    assert lines(err)[1:] == [
+        "mqcore: note: no scanned message has property 'billing': quote string values, "
+        "e.g. --where \"size > 2 OR service <> 'billing'\"",
+        "mqcore: note: no scanned message has property 'size': quote string values, "
+        "e.g. --where \"service = 'payments'\"",
+    ]
 
 
 def test_iso_times_wherever_ms_are_taken(orders: str) -> None:
