@@ -174,7 +174,10 @@ def test_range_takes_start_and_end_like_search(orders: tuple[str, list[mqcore.Me
         assert expected
         assert ids(s.range(TOPIC, start=lo, end=hi)) == expected
         assert ids(s.range(TOPIC, lo, hi)) == expected
-        with pytest.warns(DeprecationWarning, match=r"(start_ts= is deprecated, use start=|end_ts= is deprecated, use end=)") as w:
+        with pytest.warns(
+            DeprecationWarning,
+            match=r"(start_ts= is deprecated, use start=|end_ts= is deprecated, use end=)",
+        ) as w:
             assert ids(s.range(TOPIC, start_ts=lo, end_ts=hi)) == expected
         assert len(w) == 2 and {x.filename for x in w} == {__file__}
         with pytest.raises(InvalidConfigError, match="both start= and its deprecated name"):

@@ -141,7 +141,9 @@ def resolve_offset(store: mqcore.Store, topic: str, partition: int, spec: str) -
     if spec == "end":
         return end
     if spec.startswith("s@"):
-        found = store.offset_for_time(topic, partition, parse_time(spec[2:], f"-o {spec[:60]!r}:"))
+        found = store.offset_for_time(
+            topic, partition, parse_time(spec[2:], f"offset {spec[:60]!r}:")
+        )
         return end if found is None else found
     n = _int(spec, spec)
     if n < 0:
