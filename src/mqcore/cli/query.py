@@ -291,8 +291,9 @@ def _scan(
     deadline = None if args.timeout is None else time.monotonic() + args.timeout
     bar: render.Progress | None = None
     done = Outcome(cursor=args.cursor)
+    more = True  # the scan has more to do (a Ctrl-C now interrupts it)
     try:
-        while True:
+        while more:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             try:
                 r = store.search(
@@ -313,10 +314,10 @@ def _scan(
                     total = _log_bytes(store, args) if progress else 0
                     bar = render.Progress(f"query {args.topic}", total, progress)
                 bar.update(done.scanned_bytes, done.records, force=first)
-            if done.reason != "max_scan" or done.records >= max_scan or not progress:
-                break
+                more = progress and done.reason == "max_scan" and done.records < max_scan
     except KeyboardInterrupt:  # between searches: `done` holds what was printed
-        done.reason = "interrupted"
+        if more:  # else the scan had ended: its own reason stands
+            done.reason = "interrupted"
     finally:
         if bar is not None:
             bar.close(complete=done.reason == "exhausted")
