@@ -16,10 +16,10 @@ import shutil
 import sys
 import time
 from collections.abc import Sequence
-from datetime import datetime, timezone
 from typing import Any, TextIO
 
 from mqcore import Message
+from mqcore.query import engine
 
 NULL = "(null)"
 # control characters in text output: \n \r \t by name, the others (ESC...) as \xNN
@@ -75,13 +75,7 @@ def header_name(name: str) -> bytes:
 
 def iso_ms(ms: int) -> str:
     """A timestamp in ms as ISO-8601 UTC with milliseconds; '-' for none (negative)."""
-    if ms < 0:
-        return "-"
-    try:
-        dt = datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
-    except (OverflowError, OSError, ValueError):
-        return str(ms)
-    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+    return "-" if ms < 0 else engine.iso_ms(ms)
 
 
 def time_text(ms: int) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import re
 import struct
 import sys
@@ -207,11 +208,12 @@ def renamed(
 
 
 def iso_ms(ms: int) -> str:
-    """A timestamp in ms as ISO-8601 UTC with milliseconds, or `ms` itself past year 9999."""
+    """A timestamp in ms (>= 0) as ISO-8601 UTC with milliseconds, `2024-06-10T10:00:00.123Z`;
+    str(ms) past year 9999. The one formatter: error messages here, the CLI's text output."""
     try:
         dt = datetime.fromtimestamp(ms // 1000, tz=timezone.utc)
     except (OverflowError, OSError, ValueError):
-        return f"{ms} ms"
+        return str(ms)
     return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
 
 
@@ -235,7 +237,7 @@ def check_plausible_ms(name: str, ms: int) -> None:
     )
 
 
-_PACKAGE_DIR = __file__.rsplit("query", 1)[0]  # .../mqcore/
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
 def _caller_level() -> int:
