@@ -12,6 +12,7 @@ import sys
 import sysconfig
 import threading
 from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +69,13 @@ def file_bytes(path: str) -> dict[str, bytes]:
             with open(full, "rb") as f:
                 files[os.path.relpath(full, path)] = f.read()
     return files
+
+
+def shown_time(ms: int) -> str:
+    """How the CLI's text output shows a timestamp, computed independently of mqcore:
+    `2024-06-10T10:00:00.123Z (1718013600123)` (UTC, milliseconds, then the epoch ms)."""
+    when = datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(milliseconds=ms)
+    return f"{when:%Y-%m-%dT%H:%M:%S}.{when.microsecond // 1000:03d}Z ({ms})"
 
 
 def child_env() -> dict[str, str]:

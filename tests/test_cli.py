@@ -11,7 +11,7 @@ import pytest
 
 import mqcore
 from mqcore.cli import main
-from tests.conftest import child_env, file_bytes
+from tests.conftest import child_env, file_bytes, shown_time
 
 T0 = 1_700_000_000_000
 
@@ -138,7 +138,7 @@ def test_consume_text_lines(populated: str, capfd: pytest.CaptureFixture[str]) -
     assert all(len(f) == 5 for f in fields)  # tabs and newlines inside values are escaped
     assert [f[0] for f in fields] == ["0"] * len(ORDERS)
     assert [int(f[1]) for f in fields] == list(range(len(ORDERS)))
-    assert [int(f[2]) for f in fields] == [ts for *_, ts in ORDERS]
+    assert [f[2] for f in fields] == [shown_time(ts) for *_, ts in ORDERS]
     assert fields[0][3:] == ["k0", "first"]
     assert fields[1][3] == "(null)"
     assert fields[2][4] == "(null)"

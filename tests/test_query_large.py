@@ -884,11 +884,9 @@ def test_range_equals_brute_force(big: Big, data: st.DataObject) -> None:
         st.sampled_from([1, 10, 1000, 100_000, max(1, len(rows) // 3), len(rows) + 1]),
         label="limit",
     )
-    start = 0 if lo is None else lo
-    end = (1 << 62) if hi is None else hi
 
-    def query(cursor: str | None) -> Any:
-        return big.store.range(TOPIC, start, end, partition, limit=limit, cursor=cursor)
+    def query(cursor: str | None) -> Any:  # None: unbounded (range's bounds are optional)
+        return big.store.range(TOPIC, lo, hi, partition, limit=limit, cursor=cursor)
 
     page_through(query, truth, rows, limit, max_pages=4)
 

@@ -7,6 +7,11 @@ on it without reading our code.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from mqcore.query.engine import QueryResult
+
 __all__ = [
     "MQCoreError",
     "StoreError",
@@ -41,6 +46,8 @@ __all__ = [
     "OutOfOrderSequenceError",
     "TransactionStateError",
     "ProducerClosedError",
+    "QueryInterrupted",
+    "ImplausibleTimeWarning",
 ]
 
 
@@ -218,3 +225,20 @@ class TransactionStateError(MQCoreError):
 
 class ProducerClosedError(MQCoreError):
     """An idempotent producer was used after close()."""
+
+
+class QueryInterrupted(KeyboardInterrupt):
+    """A scan stopped by Ctrl-C (KeyboardInterrupt). `result` holds the messages found so far,
+    reason "interrupted" and the cursor that resumes the scan where it stopped.
+
+    A KeyboardInterrupt, not an MQCoreError: code that does not look for it still stops, and
+    `except Exception` does not swallow it."""
+
+    def __init__(self, result: QueryResult) -> None:
+        super().__init__("query interrupted")
+        self.result = result
+
+
+class ImplausibleTimeWarning(UserWarning):
+    """A time bound in ms that lies before 2001 or after 2100: most likely seconds or
+    microseconds given where milliseconds were meant (the query still runs as asked)."""

@@ -1305,21 +1305,27 @@ class Store:
     def range(
         self,
         topic: str,
-        start_ts: int,
-        end_ts: int,
+        start: int | None = None,
+        end: int | None = None,
         partition: int | None = None,
         *,
         limit: int = 1000,
         max_scan: int = 10_000_000,
         timeout: float | None = None,
         cursor: str | None = None,
+        start_ts: int | None = None,
+        end_ts: int | None = None,
     ) -> QueryResult:
-        """Messages with start_ts <= timestamp < end_ts (any order of timestamps in the log)."""
+        """Messages with start <= timestamp < end, in ms since the epoch (None: unbounded), in
+        any order of timestamps in the log: search() with only the time filter. `start_ts` and
+        `end_ts` are the deprecated names of `start` and `end` (removed in the next release)."""
+        start = engine.renamed("range", "start", start, "start_ts", start_ts)
+        end = engine.renamed("range", "end", end, "end_ts", end_ts)
         return self.search(
             topic,
             partition=partition,
-            start=start_ts,
-            end=end_ts,
+            start=start,
+            end=end,
             limit=limit,
             max_scan=max_scan,
             timeout=timeout,

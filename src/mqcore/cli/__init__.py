@@ -8,7 +8,7 @@
                    [--timestamp-format iso|ms|s|STRPTIME] [--create] [--partitions N]
                    [--config KEY=VALUE ...] [--compression CODEC] [--batch-size N] [--json]
     mqcore config STORE TOPIC [KEY=VALUE ...] [--json]
-    mqcore consume STORE TOPIC [-p N] [-o beginning|end|N|-N|s@MS] [-n COUNT] [--json]
+    mqcore consume STORE TOPIC [-p N] [-o beginning|end|N|-N|s@TIME] [-n COUNT] [--json]
     mqcore get STORE TOPIC PARTITION OFFSET [--json]
     mqcore query STORE [TOPIC] (--id MSG_ID | --unique-id UID | --key KEY | scan filters)
                  [--from TIME] [--to TIME] [-p N] [--limit N] [--max-scan N]
@@ -36,6 +36,8 @@ envelopes) and as \\xNN in text. Errors print one line, `mqcore: error: ...`, to
 exit with status 1 (any other exception too: a bug is reported as `unexpected <type>: ...`, never
 as a traceback); usage errors print the usage and one error line, and exit with status 2.
 `config` reads like the others; changing a setting takes the writer lock, like `produce`.
+Warnings (a time bound that looks like seconds, say) print one line, `mqcore: warning: ...`,
+and the command goes on.
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ from mqcore.cli import (
     trace,
     verify,
 )
-from mqcore.cli.options import UsageError
+from mqcore.cli.options import UsageError, warnings_as_lines
 from mqcore.errors import MQCoreError
 
 __all__ = ["build_parser", "main"]
@@ -72,7 +74,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as e:  # --help, --version and usage errors: keep main() callable in-process
         return e.code if isinstance(e.code, int) else 0 if e.code is None else 2
     try:
-        return int(args.run(args, sys.stdout))
+        with warnings_as_lines():
+            return int(args.run(args, sys.stdout))
     except UsageError as e:
         args.parser.print_usage(sys.stderr)
         print(f"{args.parser.prog}: error: {e}", file=sys.stderr)

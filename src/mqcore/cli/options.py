@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
+import signal
 import sys
+import warnings
+from collections.abc import Iterator
 from datetime import datetime, timezone
+from types import FrameType
+from typing import Any
 
 from mqcore.errors import InvalidConfigError
 
@@ -88,7 +94,8 @@ def check_seconds(value: float | None, what: str) -> float | None:
 
 def parse_time(text: str, what: str) -> int:
     """Milliseconds since the epoch from `123456789000` or an ISO-8601 date or datetime
-    (`2024-05-01`, `2024-05-01T12:30:00.5+02:00`, a trailing `Z`); no zone means UTC."""
+    (`2024-05-01`, `2024-05-01T12:30:00.5+02:00`, a trailing `Z`); no zone means UTC. Every
+    option that takes a time parses it here (query --from/--to, consume -o s@TIME, --now)."""
     s = text.strip()
     if s.lstrip("-").isdigit():
         number = parse_int(s)
@@ -149,3 +156,45 @@ def positive(text: str) -> int:
     if n == 0:
         raise argparse.ArgumentTypeError("must be at least 1")
     return n
+
+
+def warn(message: str) -> None:
+    """One `mqcore: warning: ...` line on stderr: the command goes on."""
+    print(f"mqcore: warning: {' '.join(message.splitlines())}", file=sys.stderr)
+
+
+@contextlib.contextmanager
+def warnings_as_lines() -> Iterator[None]:
+    """Show every Python warning raised inside as one `mqcore: warning:` line (no source line,
+    no traceback), each once, whatever filters the caller had (even -W error)."""
+
+    def show(message: Warning | str, *_args: Any, **_kwargs: Any) -> None:
+        warn(str(message))
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("default")
+        warnings.showwarning = show
+        yield
+
+
+@contextlib.contextmanager
+def interrupts_deferred() -> Iterator[list[int]]:
+    """Hold back Ctrl-C (SIGINT) inside the block and raise KeyboardInterrupt at its end if one
+    came: what the block does (print a chunk of results, move the cursor past them) is done
+    whole or not at all. Only the main thread can; elsewhere the block runs as is."""
+    pending: list[int] = []
+
+    def note(signum: int, _frame: FrameType | None) -> None:
+        pending.append(signum)
+
+    try:
+        old = signal.signal(signal.SIGINT, note)
+    except ValueError:  # not the main thread
+        yield pending
+        return
+    try:
+        yield pending
+    finally:
+        signal.signal(signal.SIGINT, old)
+    if pending:
+        raise KeyboardInterrupt

@@ -6,14 +6,22 @@ printed as they come, then a completion line: why the query ended, how much it s
 cursor to resume from (stderr in text mode; a final {"type": "summary"} object with --json).
 With the progress bar on, a scan runs as a series of searches of at most CHUNK records each,
 resumed by cursor, so the bar can follow it; the result is the same as one search.
+
+Ctrl-C during a scan prints what was found so far, then the completion line with reason
+"interrupted" and the cursor to resume from; exit status 130. The search itself stops with
+QueryInterrupted (its cursor is exact); Ctrl-C is held back while a chunk's matches print, so
+a resumed scan neither repeats nor skips a message.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import re
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any, TextIO
 
 import mqcore
@@ -25,11 +33,15 @@ from mqcore.cli.options import (
     arg_bytes,
     check_seconds,
     integer,
+    interrupts_deferred,
     parse_time,
     positive,
     progress_enabled,
+    warn,
 )
 from mqcore.cli.stats import partition_files
+from mqcore.errors import QueryInterrupted
+from mqcore.store import QueryResult
 
 CHUNK = 50_000  # records one search scans between progress updates
 DEFAULT_MAX_SCAN = 10_000_000  # Store.search's default
@@ -44,9 +56,11 @@ def add_parsers(sub: Any) -> None:
         description="Find messages. Give one of --id, --unique-id or --key, or any mix of "
         "the scan filters --from/--to/--tag/--where/--contains/--regex (all must hold); "
         "--key also takes --from/--to. Text output: topic, partition, offset, timestamp, "
-        "msg_id, key, value, tab-separated, non-UTF-8 bytes as \\xNN; then a completion line "
-        "on stderr (reason, records and bytes scanned, cursor to resume). Exit status 0 "
-        "whenever the query ran, whatever it found.",
+        "msg_id, key, value, tab-separated (timestamp as 2024-06-10T10:00:00.123Z "
+        "(1718013600123)), non-UTF-8 bytes as \\xNN; then a completion line on stderr "
+        "(reason, records and bytes scanned, cursor to resume). Exit status 0 whenever the "
+        "query ran, whatever it found; 130 when Ctrl-C stopped it (the completion line then "
+        "gives the cursor to resume from).",
     )
     p.add_argument("store", help="store directory")
     p.add_argument(
@@ -63,9 +77,19 @@ def add_parsers(sub: Any) -> None:
         help="timestamp >= TIME: ms since the epoch, or ISO-8601 (2024-05-01T12:00:00Z; no "
         "zone means UTC)",
     )
-    p.add_argument("--to", dest="end", metavar="TIME", help="timestamp < TIME (as --from)")
+    p.add_argument(
+        "--to",
+        dest="end",
+        metavar="TIME",
+        help="timestamp < TIME (as --from; --to before --from is refused, equal to it is empty)",
+    )
     p.add_argument("--tag", help="messages with this tag")
-    p.add_argument("--where", metavar="SQL92", help='properties selector, e.g. "amount > 10"')
+    p.add_argument(
+        "--where",
+        metavar="SQL92",
+        help='properties selector, e.g. "amount > 10" or "service = \'payments\'" (quote '
+        "string values: service = payments compares two properties)",
+    )
     p.add_argument("--contains", metavar="TEXT", help="values containing these bytes")
     p.add_argument("--regex", metavar="PATTERN", help="values matching this regex (bytes)")
     p.add_argument("-p", "--partition", type=integer, default=None, help="only this partition")
@@ -96,6 +120,9 @@ def cmd_query(args: argparse.Namespace, out: TextIO) -> int:
     check_seconds(args.timeout, "--timeout")
     start = None if args.start is None else parse_time(args.start, "--from")
     end = None if args.end is None else parse_time(args.end, "--to")
+    if start is not None and start == end:
+        warn(f"--from equals --to ({render.time_text(start)}): the range holds nothing (--to is "
+             "exclusive)")  # fmt: skip
     limit: dict[str, Any] = {} if args.limit is None else {"limit": args.limit}  # else the API's
     with mqcore.open(args.store, read_only=True) as store:
         if args.topic is not None:
@@ -104,12 +131,12 @@ def cmd_query(args: argparse.Namespace, out: TextIO) -> int:
             msg = store.get_by_id(args.id)
             found = [] if msg is None or not _in_topic(msg, args.topic) else [msg]
             _print(out, args.json, found)
-            _summary(args.json, out, "exhausted", len(found), 1, 0, None)
+            _summary(args.json, out, Outcome("exhausted", len(found), 1))
         elif kind == "unique_id":
             r = store.find_by_unique_id(args.unique_id, start=start, end=end, **limit)
             found = [m for m in r if _in_topic(m, args.topic)]
             _print(out, args.json, found)
-            _summary(args.json, out, r.reason, len(found), r.scanned_records, 0, r.cursor)
+            _summary(args.json, out, Outcome(r.reason, len(found), r.scanned_records, 0, r.cursor))
         elif kind == "key":
             r = store.find_by_key(
                 args.topic,
@@ -121,9 +148,12 @@ def cmd_query(args: argparse.Namespace, out: TextIO) -> int:
                 **limit,
             )
             _print(out, args.json, r.messages)
-            _summary(args.json, out, r.reason, len(r), r.scanned_records, 0, r.cursor)
+            _summary(args.json, out, Outcome(r.reason, len(r), r.scanned_records, 0, r.cursor))
         else:
-            _scan(store, args, start, end, out)
+            outcome = _scan(store, args, start, end, out)
+            _summary(args.json, out, outcome, args.where)
+            if outcome.reason == "interrupted":
+                return 130
     return 0
 
 
@@ -177,41 +207,75 @@ def _print(out: TextIO, as_json: bool, messages: list[mqcore.Message]) -> None:
     out.flush()
 
 
-def _summary(
-    as_json: bool,
-    out: TextIO,
-    reason: str,
-    found: int,
-    records: int,
-    scanned_bytes: int,
-    cursor: str | None,
-) -> None:
+@dataclass
+class Outcome:
+    """How a query ended, for its completion line: summed over a scan's chunks."""
+
+    reason: str = "exhausted"
+    found: int = 0
+    records: int = 0
+    scanned_bytes: int = 0
+    cursor: str | None = None
+    # selector names no examined message carried (None: no selector, or nothing examined)
+    missing: set[str] | None = None
+
+    def add(self, r: QueryResult) -> None:
+        """Count one search (a chunk) in: a name is missing when no chunk's messages had it."""
+        self.reason, self.cursor = r.reason, r.cursor
+        self.found += len(r)
+        self.records += r.scanned_records
+        self.scanned_bytes += r.scanned_bytes
+        if r.missing_properties is not None:
+            names = set(r.missing_properties)
+            self.missing = names if self.missing is None else self.missing & names
+
+
+def _summary(as_json: bool, out: TextIO, o: Outcome, where: str | None = None) -> None:
+    missing = sorted(o.missing or ())
     if as_json:
         render.emit(
             out,
             {
                 "type": "summary",
-                "reason": reason,
-                "complete": reason == "exhausted",
-                "messages": found,
-                "scanned_records": records,
-                "scanned_bytes": scanned_bytes,
-                "cursor": cursor,
+                "reason": o.reason,
+                "complete": o.reason == "exhausted",
+                "messages": o.found,
+                "scanned_records": o.records,
+                "scanned_bytes": o.scanned_bytes,
+                "cursor": o.cursor,
+                "missing_properties": missing,
             },
         )
         return
-    line = f"mqcore: query {reason}: {render.plural(found, 'message')}, read {records:,} records"
-    if scanned_bytes:
-        line += f" ({render.human_bytes(scanned_bytes)})"
-    if cursor is not None and reason != "exhausted":
-        line += f"; resume with --cursor {cursor}"
+    line = (
+        f"mqcore: query {o.reason}: {render.plural(o.found, 'message')}, read {o.records:,} records"
+    )
+    if o.scanned_bytes:
+        line += f" ({render.human_bytes(o.scanned_bytes)})"
+    if o.cursor is not None and o.reason != "exhausted":
+        line += f"; resume with --cursor {o.cursor}"
     print(line, file=sys.stderr)
+    for name in missing:
+        print(f"mqcore: note: {_missing_note(name, where or '')}", file=sys.stderr)
+
+
+def _missing_note(name: str, where: str) -> str:
+    """What to say of a selector name no scanned message had: most often a string value
+    written without quotes, so show the user's own selector with it quoted when it stands on
+    the right of a comparison."""
+    note = f"no scanned message has property {name!r}: quote string values, e.g. "
+    bare = re.compile(rf"((?:=|<>|!=|<|>)\s*){re.escape(name)}(?![\w.$])")
+    if bare.search(where) is None:
+        return note + "--where \"service = 'payments'\""
+    quoted = bare.sub(lambda m: f"{m[1]}'{name}'", where)
+    return note + f"--where {json.dumps(quoted, ensure_ascii=False)}"
 
 
 def _scan(
     store: mqcore.Store, args: argparse.Namespace, start: int | None, end: int | None, out: TextIO
-) -> None:
-    """One search, or with the progress bar a series of them resumed by cursor."""
+) -> Outcome:
+    """One search, or with the progress bar a series of them resumed by cursor; matches are
+    printed as each search returns. Ctrl-C ends it with reason "interrupted" (module doc)."""
     filters: dict[str, Any] = {
         "contains": None if args.contains is None else arg_bytes(args.contains),
         "regex": None if args.regex is None else arg_bytes(args.regex),
@@ -223,49 +287,49 @@ def _scan(
     }
     limit = 1000 if args.limit is None else args.limit
     max_scan = DEFAULT_MAX_SCAN if args.max_scan is None else args.max_scan
-    if not progress_enabled(args):
-        r = store.search(
-            args.topic,
-            limit=limit,
-            max_scan=max_scan,
-            timeout=args.timeout,
-            cursor=args.cursor,
-            **filters,
-        )
-        _print(out, args.json, r.messages)
-        _summary(args.json, out, r.reason, len(r), r.scanned_records, r.scanned_bytes, r.cursor)
-        return
+    progress = progress_enabled(args)
     deadline = None if args.timeout is None else time.monotonic() + args.timeout
+    bar: render.Progress | None = None
+    done = Outcome(cursor=args.cursor)
+    more = True  # the scan has more to do (a Ctrl-C now interrupts it)
+    try:
+        while more:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                r = store.search(
+                    args.topic,
+                    limit=limit - done.found,
+                    max_scan=min(CHUNK, max_scan - done.records) if progress else max_scan,
+                    timeout=left,
+                    cursor=done.cursor,
+                    **filters,
+                )
+            except QueryInterrupted as stop:
+                r = stop.result
+            with interrupts_deferred():  # the chunk's matches print, and count, whole
+                _print(out, args.json, r.messages)
+                done.add(r)
+                first = bar is None
+                if bar is None:  # drawn after the first search: its warnings come before
+                    total = _log_bytes(store, args) if progress else 0
+                    bar = render.Progress(f"query {args.topic}", total, progress)
+                bar.update(done.scanned_bytes, done.records, force=first)
+                more = progress and done.reason == "max_scan" and done.records < max_scan
+    except KeyboardInterrupt:  # between searches: `done` holds what was printed
+        if more:  # else the scan had ended: its own reason stands
+            done.reason = "interrupted"
+    finally:
+        if bar is not None:
+            bar.close(complete=done.reason == "exhausted")
+    return done
+
+
+def _log_bytes(store: mqcore.Store, args: argparse.Namespace) -> int:
+    """Bytes of the .log files the scan reads, the progress bar's total."""
     parts = store.available_partitions(args.topic) if args.partition is None else [args.partition]
-    total = sum(
+    return sum(
         os.path.getsize(f)
         for p in parts
         for f in partition_files(store.path, args.topic, p)
         if f.endswith(".log")
     )
-    bar = render.Progress(f"query {args.topic}", total, True)
-    found = records = scanned = 0
-    cursor = args.cursor
-    reason = "exhausted"
-    try:
-        while True:
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            r = store.search(
-                args.topic,
-                limit=limit - found,
-                max_scan=min(CHUNK, max_scan - records),
-                timeout=left,
-                cursor=cursor,
-                **filters,
-            )
-            found += len(r)
-            records += r.scanned_records
-            scanned += r.scanned_bytes
-            reason, cursor = r.reason, r.cursor
-            bar.update(scanned, records)
-            _print(out, args.json, r.messages)
-            if reason != "max_scan" or records >= max_scan:
-                break
-    finally:
-        bar.close(complete=reason == "exhausted")
-    _summary(args.json, out, reason, found, records, scanned, cursor)

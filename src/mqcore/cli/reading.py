@@ -18,7 +18,7 @@ from typing import Any, TextIO
 
 import mqcore
 from mqcore.cli import render
-from mqcore.cli.options import add_json, integer, parse_int
+from mqcore.cli.options import add_json, integer, parse_int, parse_time
 from mqcore.consume.internal import is_internal
 from mqcore.errors import (
     InvalidConfigError,
@@ -33,8 +33,9 @@ def add_parsers(sub: Any) -> None:
     consume = sub.add_parser(
         "consume",
         help="print the messages of a topic (kcat-like)",
-        description="Print messages, one per line: partition, offset, timestamp (ms), key, "
-        "value, tab-separated; (null) marks a null key or value, bytes that are not UTF-8 "
+        description="Print messages, one per line: partition, offset, timestamp (ISO-8601 UTC "
+        "and ms: 2024-06-10T10:00:00.123Z (1718013600123)), key, value, tab-separated; (null) "
+        "marks a null key or value, bytes that are not UTF-8 "
         "appear as \\xNN and newlines/tabs as \\n/\\t. With --json, one kcat -J envelope per "
         "line.",
     )
@@ -52,8 +53,9 @@ def add_parsers(sub: Any) -> None:
         "--offset",
         default="beginning",
         help="where to start in each partition: beginning (default), end, an "
-        "offset N, -N (the last N messages), or s@MS (the first message "
-        "with timestamp >= MS milliseconds)",
+        "offset N, -N (the last N messages), or s@TIME (the first message "
+        "with timestamp >= TIME: ms since the epoch, or ISO-8601 such as "
+        "2024-06-10T10:00:00Z; no zone means UTC)",
     )
     consume.add_argument(
         "-n",
@@ -153,14 +155,16 @@ def cmd_consume(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def resolve_offset(store: mqcore.Store, topic: str, partition: int, spec: str) -> int:
-    """Turn a kcat-style offset (beginning, end, N, -N, s@MS) into an offset of `partition`."""
+    """Turn a kcat-style offset (beginning, end, N, -N, s@TIME) into an offset of `partition`."""
     start, end = store.start_offset(topic, partition), store.end_offset(topic, partition)
     if spec == "beginning":
         return start
     if spec == "end":
         return end
     if spec.startswith("s@"):
-        found = store.offset_for_time(topic, partition, _int(spec[2:], spec))
+        found = store.offset_for_time(
+            topic, partition, parse_time(spec[2:], f"offset {spec[:60]!r}:")
+        )
         return end if found is None else found
     n = _int(spec, spec)
     if n < 0:
@@ -176,7 +180,7 @@ def _int(text: str, spec: str) -> int:
     n = parse_int(text)
     if n is None:
         raise InvalidConfigError(
-            f"offset {spec[:60]!r} is not beginning, end, N, -N or s@MS (N and MS in 64 bits)"
+            f"offset {spec[:60]!r} is not beginning, end, N, -N or s@TIME (N in 64 bits)"
         )
     return n
 
@@ -198,12 +202,13 @@ def iter_messages(
 
 
 def consume_line(msg: mqcore.Message) -> str:
-    """partition, offset, timestamp (ms), key, value: tab-separated, kcat's fields."""
+    """partition, offset, timestamp (render.time_text), key, value: tab-separated, kcat's
+    fields."""
     return "\t".join(
         (
             str(msg.partition),
             str(msg.offset),
-            str(msg.timestamp),
+            render.time_text(msg.timestamp),
             render.text(msg.key),
             render.text(msg.value),
         )

@@ -16,10 +16,10 @@ import shutil
 import sys
 import time
 from collections.abc import Sequence
-from datetime import datetime, timezone
 from typing import Any, TextIO
 
 from mqcore import Message
+from mqcore.query import engine
 
 NULL = "(null)"
 # control characters in text output: \n \r \t by name, the others (ESC...) as \xNN
@@ -75,13 +75,16 @@ def header_name(name: str) -> bytes:
 
 def iso_ms(ms: int) -> str:
     """A timestamp in ms as ISO-8601 UTC with milliseconds; '-' for none (negative)."""
-    if ms < 0:
-        return "-"
-    try:
-        dt = datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
-    except (OverflowError, OSError, ValueError):
-        return str(ms)
-    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+    return "-" if ms < 0 else engine.iso_ms(ms)
+
+
+def time_text(ms: int) -> str:
+    """A message timestamp for text output: ISO-8601 UTC with milliseconds, then the epoch
+    ms it is, `2024-06-10T10:00:00.123Z (1718013600123)`; `none (-1)` for no timestamp."""
+    shown = iso_ms(ms)
+    if shown == "-":
+        return f"none ({ms})"
+    return f"{shown} ({ms})" if shown != str(ms) else shown
 
 
 def timestamp_type(code: int) -> str:
@@ -132,8 +135,7 @@ def message_block(msg: Message) -> str:
         f"topic:          {msg.topic}",
         f"partition:      {msg.partition}",
         f"offset:         {msg.offset}",
-        f"timestamp:      {msg.timestamp} ({iso_ms(msg.timestamp)}, "
-        f"{timestamp_type(msg.timestamp_type)})",
+        f"timestamp:      {time_text(msg.timestamp)} {timestamp_type(msg.timestamp_type)}",
         f"msg_id:         {msg.msg_id}",
         f"unique_id:      {msg.unique_id or NULL}",
         f"tag:            {msg.tag or NULL}",
@@ -149,13 +151,14 @@ def message_block(msg: Message) -> str:
 
 
 def message_line(msg: Message) -> str:
-    """topic, partition, offset, timestamp, msg_id, key, value: tab-separated (query)."""
+    """topic, partition, offset, timestamp (time_text), msg_id, key, value: tab-separated
+    (query)."""
     return "\t".join(
         (
             msg.topic,
             str(msg.partition),
             str(msg.offset),
-            str(msg.timestamp),
+            time_text(msg.timestamp),
             msg.msg_id,
             text(msg.key),
             text(msg.value),

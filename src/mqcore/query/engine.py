@@ -11,18 +11,27 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import re
 import struct
+import sys
 import time
+import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from mqcore._ext.batch import Message
 from mqcore._ext.hashing import KEY_SEED, UID_SEED, xxh64_hash
 from mqcore._ext.lookup import find_indexed  # noqa: F401 - the key lookup, in the kernel
 from mqcore._ext.search import scan_records
-from mqcore.errors import CorruptRecordError, InvalidConfigError
+from mqcore.errors import (
+    CorruptRecordError,
+    ImplausibleTimeWarning,
+    InvalidConfigError,
+    QueryInterrupted,
+)
 from mqcore.query.ids import parse_uid, uid_time_ms
 from mqcore.query.pattern import BytesPattern, compile_pattern
 from mqcore.storage.partition import Partition
@@ -45,14 +54,22 @@ NO_END = (1 << 63) - 1
 CURSOR_PREFIX = "c1-"
 
 EXHAUSTED, LIMIT, MAX_SCAN, TIMEOUT = "exhausted", "limit", "max_scan", "timeout"
+INTERRUPTED = "interrupted"
+# time bounds in ms outside [2001-01-01, 2100-01-01) UTC draw an ImplausibleTimeWarning
+PLAUSIBLE_MS = (978_307_200_000, 4_102_444_800_000)
 
 
 @dataclass
 class QueryResult:
     """Messages a query found, in (partition, offset) order, and why it stopped.
 
-    `reason`: "exhausted" (everything was examined), "limit", "max_scan" or "timeout"; unless
-    exhausted, `cursor` resumes the query where it stopped (pass it back as `cursor=`).
+    `reason`: "exhausted" (everything was examined), "limit", "max_scan", "timeout" or
+    "interrupted" (Ctrl-C: carried by QueryInterrupted); unless exhausted, `cursor` resumes the
+    query where it stopped (pass it back as `cursor=`). `missing_properties`: the names a
+    `where` selector refers to that no message it examined carried, sorted (None without a
+    selector or when it examined no message): the mark of an unquoted string value, as
+    `service = payments` compares two properties and `service = 'payments'` a property with a
+    string.
     """
 
     messages: list[Message] = field(default_factory=list)
@@ -60,6 +77,8 @@ class QueryResult:
     scanned_records: int = 0
     scanned_bytes: int = 0
     cursor: str | None = None
+    # a class-level default (immutable): the key lookup kernel makes results without __init__
+    missing_properties: tuple[str, ...] | None = None
 
     def __iter__(self) -> Iterator[Message]:
         return iter(self.messages)
@@ -72,12 +91,15 @@ class QueryResult:
         return self.reason == EXHAUSTED
 
     def to_arrow(self) -> pa.Table:
-        """The messages as a table with Spark's Kafka source columns (plus headers)."""
+        """The messages as a table: Spark's Kafka source columns, headers, then the IDs:
+        `msg_id` (the store ID, a string) and `unique_id` (a string; null without one)."""
         import pyarrow as pa
 
         from mqcore.arrow import kafka_schema
 
         schema = kafka_schema(include_headers=True)
+        schema = schema.append(pa.field("msg_id", pa.string(), nullable=False))
+        schema = schema.append(pa.field("unique_id", pa.string(), nullable=True))
         rows = {
             "key": [m.key for m in self.messages],
             "value": [m.value for m in self.messages],
@@ -87,6 +109,8 @@ class QueryResult:
             "timestamp": [m.timestamp * 1000 for m in self.messages],
             "timestampType": [m.timestamp_type for m in self.messages],
             "headers": [[{"key": k, "value": v} for k, v in m.headers] for m in self.messages],
+            "msg_id": [m.msg_id for m in self.messages],
+            "unique_id": [m.unique_id for m in self.messages],
         }
         return pa.Table.from_pydict(rows, schema=schema)
 
@@ -141,6 +165,10 @@ def check_limit(name: str, value: object, cap: int) -> int:
 
 
 def time_bounds(start: int | None, end: int | None) -> tuple[int, int]:
+    """[lo, hi) in ms from a query's `start` and `end` (None: unbounded). A reversed range
+    (start > end) is refused: it can hold nothing, and is a mistake, not a question. start ==
+    end is the empty range, allowed like range(5, 5). A bound that is not plausible as ms
+    (ImplausibleTimeWarning) is warned about, then used as given."""
     lo = 0 if start is None else start
     hi = NO_END if end is None else end
     for name, v in (("start", lo), ("end", hi)):
@@ -148,7 +176,78 @@ def time_bounds(start: int | None, end: int | None) -> tuple[int, int]:
             raise InvalidConfigError(
                 f"{name} must be a timestamp in ms in [0, 2**63), not {shown(v)}"
             )
+    if lo > hi:
+        raise InvalidConfigError(
+            f"start {lo} ({iso_ms(lo)}) is after end {hi} ({iso_ms(hi)}): a reversed time "
+            "range holds nothing (start is inclusive, end exclusive)"
+        )
+    # 0 and 2**63-1 are the explicit "unbounded" values, not mistakes
+    if start is not None and start != 0:
+        check_plausible_ms("start", start)
+    if end is not None and end != NO_END:
+        check_plausible_ms("end", end)
     return lo, hi
+
+
+def renamed(
+    method: str, name: str, value: int | None, old: str, old_value: int | None
+) -> int | None:
+    """A time bound given by its name or, with a DeprecationWarning, by its old name (the
+    warning names the caller of the Store method); both at once is refused."""
+    if old_value is None:
+        return value
+    if value is not None:
+        raise InvalidConfigError(f"{method}() got both {name}= and its deprecated name {old}=")
+    warnings.warn(
+        f"{method}(): {old}= is deprecated, use {name}= (the name search() and find_by_key() "
+        "use); the old name goes away in the next release",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return old_value
+
+
+def iso_ms(ms: int) -> str:
+    """A timestamp in ms (>= 0) as ISO-8601 UTC with milliseconds, `2024-06-10T10:00:00.123Z`;
+    str(ms) past year 9999. The one formatter: error messages here, the CLI's text output."""
+    try:
+        dt = datetime.fromtimestamp(ms // 1000, tz=timezone.utc)
+    except (OverflowError, OSError, ValueError):
+        return str(ms)
+    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+
+
+def check_plausible_ms(name: str, ms: int) -> None:
+    """Warn (ImplausibleTimeWarning) when `ms` lies outside [2001, 2100) as milliseconds,
+    saying which unit it fits: seconds or microseconds (or nanoseconds)."""
+    lo, hi = PLAUSIBLE_MS
+    if lo <= ms < hi:
+        return
+    guess = ""
+    for unit, scaled in (("seconds", ms * 1000), ("microseconds", ms // 1000),
+                         ("nanoseconds", ms // 1_000_000)):  # fmt: skip
+        if lo <= scaled < hi:
+            guess = f"; it looks like {unit} (as ms that would be {iso_ms(scaled)})"
+            break
+    warnings.warn(
+        f"{name}={ms} is {iso_ms(ms)} as milliseconds since the epoch, "
+        f"{'before 2001' if ms < lo else 'after 2100'}{guess}",
+        ImplausibleTimeWarning,
+        stacklevel=_caller_level(),
+    )
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def _caller_level() -> int:
+    """warnings.warn's stacklevel, for a warn two frames down, that names the first frame
+    outside mqcore: the caller's line that passed the value."""
+    level, frame = 2, sys._getframe(2)
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        frame = frame.f_back
+        level += 1
+    return level
 
 
 def check_timeout(timeout: object) -> float:
@@ -311,6 +410,8 @@ class ScanSpec:
     tag: bytes | None = None
     pattern: BytesPattern | None = None
     selector: Selector | None = None
+    # the selector's property names no examined message carried yet (None: none examined)
+    unseen: tuple[str, ...] | None = None
 
     @property
     def filters_in_python(self) -> bool:
@@ -320,7 +421,22 @@ class ScanSpec:
     def accepts(self, m: Message) -> bool:
         if self.pattern is not None and (m.value is None or not self.pattern.search(m.value)):
             return False
-        return self.selector is None or self.selector.matches(selector_view(m))
+        if self.selector is None:
+            return True
+        props = selector_view(m)
+        unseen = self.unseen
+        if unseen is None:
+            unseen = self.unseen = tuple(sorted(self.selector.properties))
+        for name in unseen:  # a few names, each checked until a message carries it
+            if name in props:
+                self.unseen = tuple(n for n in unseen if n not in props)
+                break
+        return self.selector.matches(props)
+
+    def missing_properties(self) -> tuple[str, ...] | None:
+        """The selector's names that no message it examined carried, sorted (None: it
+        examined none)."""
+        return self.unseen
 
 
 def selector_view(m: Message) -> dict[str, str]:
@@ -359,6 +475,9 @@ class ScanBudget:
     limit: int
     max_scan: int
     deadline: float
+    # (partition, offset): every record before it has been examined and its match, if any,
+    # added to the result; where an interrupted scan resumes (with the last match)
+    reached: tuple[int, int] = (-1, 0)
 
     def spent(self, result: QueryResult) -> str | None:
         if len(result.messages) >= self.limit:
@@ -426,6 +545,7 @@ def scan_segment(
             if stopped is not None:
                 return stopped
             pos, offset = r.next_position, r.next_offset
+            budget.reached = (part.partition, offset)
             if r.reason == "end":
                 return None, offset
             why = budget.spent(result)
@@ -544,11 +664,29 @@ def run_scan(
         time.monotonic() + check_timeout(timeout),
     )
     result = QueryResult()
-    for part, from_offset in resume_points(parts, cursor):
-        stop = scan_partition(part, spec, budget, result, from_offset)
-        if stop is not None:
-            result.reason = stop
-            if result.cursor is None:
-                result.cursor = encode_cursor(part.partition, from_offset)
-            return result
+    try:
+        for part, from_offset in resume_points(parts, cursor):
+            budget.reached = (part.partition, from_offset)
+            stop = scan_partition(part, spec, budget, result, from_offset)
+            if stop is not None:
+                result.reason = stop
+                if result.cursor is None:
+                    result.cursor = encode_cursor(part.partition, from_offset)
+                break
+    except KeyboardInterrupt:
+        result.reason = INTERRUPTED
+        result.cursor = interrupted_cursor(budget.reached, result.messages)
+        result.missing_properties = spec.missing_properties()
+        raise QueryInterrupted(result) from None
+    result.missing_properties = spec.missing_properties()
     return result
+
+
+def interrupted_cursor(reached: tuple[int, int], messages: list[Message]) -> str:
+    """Where a scan stopped by KeyboardInterrupt resumes: past everything examined, and past
+    its last match (matches are added in offset order, so the ones found are a prefix of the
+    matches: resuming there neither repeats nor loses one)."""
+    partition, offset = reached
+    if messages and messages[-1].partition == partition:
+        offset = max(offset, messages[-1].offset + 1)
+    return encode_cursor(max(partition, 0), offset)
