@@ -10,10 +10,10 @@ import signal
 import sys
 import warnings
 from collections.abc import Iterator
-from datetime import datetime, timezone
 from types import FrameType
 from typing import Any
 
+from mqcore.cli.timestamps import INT64_MAX, ISO, BadTime, cut, iso_ms
 from mqcore.errors import InvalidConfigError
 
 
@@ -64,7 +64,6 @@ def arg_bytes(text: str) -> bytes:
     return os.fsencode(text)
 
 
-INT64_MAX = (1 << 63) - 1
 _INTEGER = re.compile(r"-?[0-9]{1,19}")  # ASCII digits only: int() also takes "1_000", " 5"
 
 
@@ -101,22 +100,21 @@ def parse_time(text: str, what: str) -> int:
         number = parse_int(s)
         if number is None:
             raise InvalidConfigError(
-                f"{what} {_cut(text)} is not a count of milliseconds in the 64-bit range"
+                f"{what} {cut(text)} is not a count of milliseconds in the 64-bit range"
             )
         ms = number
     else:
-        if s.endswith(("Z", "z")):
-            s = s[:-1] + "+00:00"
-        try:
-            dt = datetime.fromisoformat(s)
-        except ValueError:
+        # the same ISO-8601 reading as produce's per-line times (cli/timestamps.py), on every
+        # Python this package supports (3.10's fromisoformat takes neither Z nor a comma)
+        match = ISO.fullmatch(s)
+        if match is None:
             raise InvalidConfigError(
-                f"{what} {_cut(text)} is neither milliseconds nor an ISO-8601 datetime"
-            ) from None
-        if dt.tzinfo is None:
-            dt = dt.replace(tzinfo=timezone.utc)
-        delta = dt - datetime(1970, 1, 1, tzinfo=timezone.utc)
-        ms = delta.days * 86_400_000 + delta.seconds * 1000 + delta.microseconds // 1000
+                f"{what} {cut(text)} is neither milliseconds nor an ISO-8601 datetime"
+            )
+        try:
+            ms = iso_ms(match)
+        except BadTime as e:
+            raise InvalidConfigError(f"{what} {cut(text)}: {e}") from None
     if ms < 0:
         raise InvalidConfigError(f"{what} {text!r} is before 1970")
     return ms
@@ -134,17 +132,11 @@ def parse_pair(text: str, what: str, need_value: bool = True) -> tuple[str, str 
     return name, value
 
 
-def _cut(text: str, limit: int = 60) -> str:
-    """repr(text) for a message, cut to about `limit` characters."""
-    shown = repr(text)
-    return shown if len(shown) <= limit else f"{shown[: limit - 20]}...({len(text):,} characters)"
-
-
 def non_negative(text: str) -> int:
     """argparse type: an int >= 0."""
     n = parse_int(text)
     if n is None:
-        raise argparse.ArgumentTypeError(f"{_cut(text)} is not an integer in the 64-bit range")
+        raise argparse.ArgumentTypeError(f"{cut(text)} is not an integer in the 64-bit range")
     if n < 0:
         raise argparse.ArgumentTypeError(f"{text} is negative")
     return n

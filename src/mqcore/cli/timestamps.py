@@ -68,19 +68,19 @@ def epoch_ms(text: str, unit: str) -> int:
     try:
         number = Decimal(text.strip())
     except InvalidOperation:
-        raise BadTime(f"{_cut(text)} is not a number of {_UNIT_NAMES[unit]}") from None
+        raise BadTime(f"{cut(text)} is not a number of {_UNIT_NAMES[unit]}") from None
     if not number.is_finite():
-        raise BadTime(f"{_cut(text)} is not a number of {_UNIT_NAMES[unit]}")
+        raise BadTime(f"{cut(text)} is not a number of {_UNIT_NAMES[unit]}")
     ms = number * UNITS[unit]
     if ms != ms.to_integral_value():
         if unit == "ms":
             raise BadTime(
-                f"{_cut(text)} has a fraction of a millisecond (epoch seconds? pass "
+                f"{cut(text)} has a fraction of a millisecond (epoch seconds? pass "
                 "--timestamp-format s)"
             )
         ms = ms.to_integral_value(rounding="ROUND_FLOOR")
     if not 0 <= ms <= INT64_MAX:
-        raise BadTime(f"{_cut(text)} is outside 1970 .. the 64-bit range of milliseconds")
+        raise BadTime(f"{cut(text)} is outside 1970 .. the 64-bit range of milliseconds")
     return int(ms)
 
 
@@ -129,7 +129,7 @@ def strptime_ms(text: str, fmt: str) -> int:
     try:
         return to_ms(datetime.strptime(text, fmt))
     except ValueError as e:
-        raise BadTime(f"{_cut(text)} does not match {fmt!r} ({e})") from None
+        raise BadTime(f"{cut(text)} does not match {fmt!r} ({e})") from None
 
 
 def text_parser(fmt: str | None) -> Callable[[str], int]:
@@ -143,7 +143,7 @@ def text_parser(fmt: str | None) -> Callable[[str], int]:
                 return epoch_ms(s, "ms")
             m = ISO.fullmatch(s)
             if m is None:
-                raise BadTime(f"{_cut(text)} is neither ISO-8601 nor milliseconds")
+                raise BadTime(f"{cut(text)} is neither ISO-8601 nor milliseconds")
             return iso_ms(m)
 
         return parse_iso
@@ -264,6 +264,7 @@ def _from_groups(m: re.Match[str], fmt: str) -> int:
     return to_ms(dt)
 
 
-def _cut(text: str, limit: int = 60) -> str:
+def cut(text: str, limit: int = 60) -> str:
+    """repr(text) for a message, cut to about `limit` characters."""
     shown = repr(text)
-    return shown if len(shown) <= limit else shown[: limit - 5] + "...'"
+    return shown if len(shown) <= limit else f"{shown[: limit - 20]}...({len(text):,} characters)"
