@@ -273,22 +273,45 @@ def check_message(
         bound += bound // 5 + _CODEC_SLACK
     if bound <= cfg.max_message_bytes:
         return
-    batch = encode_batch(
+    check_size(encode_one(cfg, value, key, headers, timestamp, now, codec), cfg, topic)
+
+
+def encode_one(
+    cfg: TopicConfig,
+    value: bytes | None,
+    key: bytes | None,
+    headers: HeadersArg,
+    timestamp: int | None,
+    now: int,
+    codec: int,
+    producer: tuple[int, int, int] = (-1, -1, -1),
+) -> EncodedBatch:
+    """One message as the batch `append` writes for it under topic settings `cfg`
+    (`producer`: producer id, epoch, base sequence; -1s when not idempotent)."""
+    producer_id, producer_epoch, base_sequence = producer
+    return encode_batch(
         [value],
         None if key is None else [key],
         None if headers is None else [headers],
         None if timestamp is None else [timestamp],
         now,
         codec,
-        -1 if cfg.timestamp_type == "CreateTime" else now,
+        now if cfg.timestamp_type == "LogAppendTime" else -1,
+        producer_id,
+        producer_epoch,
+        base_sequence,
         compress=codecs.compress,
         uid_ms=now if cfg.unique_ids else -1,
         index=cfg.key_index,
     )
+
+
+def check_size(batch: EncodedBatch, cfg: TopicConfig, topic: str) -> None:
+    """RecordTooLargeError (with `size` and `limit`) for a batch over max_message_bytes."""
     if batch.size > cfg.max_message_bytes:
         raise RecordTooLargeError(
-            f"{batch.size:,} bytes as a record batch, over max_message_bytes="
-            f"{cfg.max_message_bytes:,} of topic {topic!r}",
+            f"message of {batch.size:,} bytes (as a record batch) exceeds max_message_bytes="
+            f"{cfg.max_message_bytes:,} of topic {topic!r}; nothing was written",
             batch.size,
             cfg.max_message_bytes,
         )
@@ -753,20 +776,11 @@ class Store:
         part = self._partition(topic, partition)
         cfg = part.config
         now = _now_ms()
-        batch = encode_batch(
-            [value],
-            None if key is None else [key],
-            None if headers is None else [headers],
-            None if timestamp is None else [timestamp],
-            now,
-            codecs.codec_id(cfg.compression),
-            self._log_append_time(cfg, now),
-            *_producer_fields(_producer),
-            compress=codecs.compress,
-            uid_ms=now if cfg.unique_ids else -1,
-            index=cfg.key_index,
-        )
-        self._check_size(batch, cfg, topic)
+        batch = encode_one(
+            cfg, value, key, headers, timestamp, now, codecs.codec_id(cfg.compression),
+            _producer_fields(_producer),
+        )  # fmt: skip
+        check_size(batch, cfg, topic)
         if _producer is not None:
             base, dup = self._write_idempotent(part, [batch], _producer)
             if dup is not None:
@@ -1086,19 +1100,10 @@ class Store:
                 )
                 start = half
                 continue
-            self._check_size(batch, cfg, topic)
+            check_size(batch, cfg, topic)
             batches.append(batch)
             start += batch.count
         return batches
-
-    def _check_size(self, batch: EncodedBatch, cfg: TopicConfig, topic: str) -> None:
-        if batch.size > cfg.max_message_bytes:
-            raise RecordTooLargeError(
-                f"message of {batch.size} bytes (as a record batch) exceeds max_message_bytes="
-                f"{cfg.max_message_bytes} of topic {topic!r}; nothing was written",
-                batch.size,
-                cfg.max_message_bytes,
-            )
 
     @staticmethod
     def _log_append_time(cfg: TopicConfig, now: int) -> int:
