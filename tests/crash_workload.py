@@ -54,6 +54,15 @@ def main(path: str) -> None:
         say("K")
         s.compact("c")
         consumer.close()
+        # a key table that outgrows its first size (1,024 entries: a key and a unique ID per
+        # record) and is replaced by a larger one: keyindex.after_grow_*
+        s.create_topic("k", partitions=1)
+        for b in range(6):
+            values = [f"k-{b:02d}{j:03d}".encode() for j in range(100)]
+            keys = [b"key-%d" % (b * 100 + j) for j in range(100)]
+            base = s.append_batch("k", values, keys=keys, partition=0).base_offset
+            for j in range(100):
+                say("A", "k", 0, base + j, values[j].decode(), keys[j].decode())
     say("DONE")
 
 

@@ -310,8 +310,8 @@ def check_size(batch: EncodedBatch, cfg: TopicConfig, topic: str) -> None:
     """RecordTooLargeError (with `size` and `limit`) for a batch over max_message_bytes."""
     if batch.size > cfg.max_message_bytes:
         raise RecordTooLargeError(
-            f"message of {batch.size:,} bytes (as a record batch) exceeds max_message_bytes="
-            f"{cfg.max_message_bytes:,} of topic {topic!r}; nothing was written",
+            f"message of {batch.size} bytes (as a record batch) exceeds max_message_bytes="
+            f"{cfg.max_message_bytes} of topic {topic!r}; nothing was written",
             batch.size,
             cfg.max_message_bytes,
         )
