@@ -12,11 +12,11 @@ One pass over a partition (docs/consume.md "Compaction"):
 3. A segment that loses nothing is not rewritten (only its `.cleanmark` is written, once).
    Otherwise the new segment is built in the scratch directory by the segment code (log,
    then its indexes rebuilt from it), fsync'd, and swapped in: `.cleaned` -> `.swap` (the
-   `.log` last: the commit), then partition.finish_swap: each new index and the `.cleanmark`
+   `.log` last: the commit), then loader.finish_swap: each new index and the `.cleanmark`
    replaces the old file of its kind, the merged later segments are removed, and the new
    `.log` replaces the old one last. Every step is one atomic rename, so a reader in another
-   process always finds one consistent set of files (partition.segment_layout), and
-   partition.tidy_directory finishes or undoes a crash at any step. Readers in this process
+   process always finds one consistent set of files (loader.segment_layout), and
+   loader.tidy_directory finishes or undoes a crash at any step. Readers in this process
    that pinned an old segment go on reading its open files.
 
 `<base>.cleanmark` (20 bytes): magic b"MQCM", version byte 1, three zero bytes, int64
@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -47,23 +46,21 @@ from mqcore._ext.crc32c import crc32c
 from mqcore.crashpoints import crash_point
 from mqcore.errors import CorruptRecordError
 from mqcore.storage import durable
-from mqcore.storage.partition import (
+from mqcore.storage.loader import (
+    CLEANMARK,
+    CLEANMARK_MAGIC,
     CLEANMARK_SUFFIX,
-    LOG_SUFFIX,
     SCRATCH_DIR,
     SEGMENT_FILE_SUFFIXES,
     SWAP_SUFFIX,
-    Partition,
     finish_swap,
-    key_index_capacity,
+    read_cleanmark_fields,
     segment_layout,
 )
+from mqcore.storage.partition import Partition, key_index_capacity
 from mqcore.storage.retention import disposer
-from mqcore.storage.segment import MAX_DECOMPRESSED, LogSegment, segment_name
+from mqcore.storage.segment import LOG_SUFFIX, MAX_DECOMPRESSED, LogSegment, segment_name
 
-CLEANMARK = struct.Struct(">4sB3xqq")
-CLEANMARK_MAGIC = b"MQCM"
-CLEANMARK_BYTES = CLEANMARK.size + 4
 DECODE_CHUNK = 4096  # records decoded at a time while building the key map
 
 # progress(done, total): sealed segments handled so far, of all in the pass
@@ -116,24 +113,6 @@ def encode_cleanmark(first_cleaned_ms: int, end_offset: int) -> bytes:
     return head + crc32c(head).to_bytes(4, "big")
 
 
-def read_cleanmark_fields(path: str) -> tuple[int, int] | None:
-    """(first_cleaned_ms, end_offset) from a `.cleanmark`, or None (missing or not valid)."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read(CLEANMARK_BYTES + 1)
-    except FileNotFoundError:
-        return None
-    if len(data) != CLEANMARK_BYTES:
-        return None
-    head = data[: CLEANMARK.size]
-    if int.from_bytes(data[CLEANMARK.size :], "big") != crc32c(head):
-        return None
-    magic, version, ms, end = CLEANMARK.unpack(head)
-    if magic != CLEANMARK_MAGIC or version != 1 or ms < 0 or end < 0:
-        return None
-    return int(ms), int(end)
-
-
 def read_cleanmark(path: str) -> int | None:
     """The `first_cleaned_ms` a `.cleanmark` holds, or None (missing or not valid)."""
     fields = read_cleanmark_fields(path)
@@ -147,8 +126,7 @@ def write_cleanmark(path: str, first_cleaned_ms: int, end_offset: int) -> None:
 
 def dirty_bytes(part: Partition) -> tuple[int, int]:
     """(bytes of sealed segments never cleaned, bytes of all sealed segments)."""
-    with part._lock:
-        sealed = [(s, s.size) for s in part.segments[:-1]]
+    sealed = part.segment_sizes()[:-1]
     dirty = sum(size for s, size in sealed if read_cleanmark(cleanmark_path(s)) is None)
     return dirty, sum(size for _, size in sealed)
 
@@ -399,16 +377,8 @@ def _swap(part: Partition, olds: list[LogSegment]) -> None:
     new_files = dict(segment_layout(directory))[base]
     finish_swap(directory, base, new_files)
     crash_point("compact.after_final")
-    new = part._segment(base, lazy=True)  # opened on first use
     disposers = [disposer(part, old, [], "compact.before_unlink") for old in olds]
-    with part._lock:
-        i = part.segments.index(olds[0])
-        assert part.segments[i : i + len(olds)] == olds
-        part.segments[i : i + len(olds)] = [new]
-        part._bases[i : i + len(olds)] = [new.base_offset]
-        now = [d for old, d in zip(olds, disposers, strict=True) if part.retire(old, d)]
-    for dispose in now:
-        dispose()
+    part.replace_segments(olds, disposers)
 
 
 def compact_partition(
@@ -420,11 +390,9 @@ def compact_partition(
     """One compaction pass over one partition; `progress(n)` after each sealed segment."""
     report = CompactionReport()
     with part.maintenance:
-        with part._lock:
-            if part.closed or not part.writable:
-                return report
-            segs = [(s, s.size) for s in part.segments]
-            part._pin([s for s, _ in segs])
+        segs = part.pin_for_maintenance()
+        if segs is None:
+            return report
         sizes = dict(segs)
         pinned = [s for s, _ in segs]
 
@@ -441,7 +409,7 @@ def compact_partition(
                 write_cleanmark(cleanmark_path(first.seg), now, first.seg.next_offset)
             for seg in olds:
                 pinned.remove(seg)
-            part._unpin(olds)  # swapped-out segments go once other readers leave them
+            part.unpin(olds)  # swapped-out segments go once other readers leave them
 
         try:
             latest = build_key_map(part, segs, verify_crc)
@@ -463,7 +431,7 @@ def compact_partition(
             if group.members:
                 finish(group)
         finally:
-            part._unpin(pinned)
+            part.unpin(pinned)
     return report
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import bisect
 import contextlib
 import os
-import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -33,33 +32,17 @@ from mqcore.errors import (
 )
 from mqcore.storage import durable, producer_state
 from mqcore.storage.cache import SegmentCache
-from mqcore.storage.keyindex import KEYINDEX_SUFFIX
-from mqcore.storage.producer_state import ProducerStateManager
-from mqcore.storage.segment import (
-    INDEX_SUFFIX,
-    LOG_SUFFIX,
-    MAX_DECOMPRESSED,
-    TIMEINDEX_SUFFIX,
-    LogSegment,
-    segment_name,
+from mqcore.storage.loader import (
+    finish_swap,
+    has_segments,
+    segment_layout,
+    tidy_directory,
 )
+from mqcore.storage.producer_state import ProducerStateManager
+from mqcore.storage.segment import LOG_SUFFIX, MAX_DECOMPRESSED, LogSegment, segment_name
 
-# the cleaner builds a new segment here before moving its files in as `.cleaned`
-SCRATCH_DIR = "cleaner.tmp"
 MIN_KEY_INDEX_ENTRIES = 16  # TopicConfig's lower bound of key_index_entries
 ATTR_LOG_APPEND_TIME = 0x08  # batch attributes bit 3: timestamps are the log's (format.md)
-# a segment file renamed for compaction's swap: the commit of the new segment
-SWAP_SUFFIX = ".swap"
-# `<base>.cleanmark`: when the cleaner first cleaned the segment (storage/cleaner.py)
-CLEANMARK_SUFFIX = ".cleanmark"
-# every file of one segment, in the order a swap renames them: the .log last (the commit)
-SEGMENT_FILE_SUFFIXES = (
-    INDEX_SUFFIX,
-    TIMEINDEX_SUFFIX,
-    KEYINDEX_SUFFIX,
-    CLEANMARK_SUFFIX,
-    LOG_SUFFIX,
-)
 
 # Decoders driven by Partition.scan(): (view, file position, segment) -> (bytes used, stop)
 Decoder = Callable[[memoryview, int, LogSegment], tuple[int, bool]]
@@ -76,6 +59,16 @@ class RecoveryReport:
     deleted_segments: list[str] = field(default_factory=list)
     # "file@position" of zero holes a power loss left before later data; cut there
     unflushed_holes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class DeletedPrefix:
+    """What Partition.delete_oldest took out: (segment, size) of each, the disposers the caller
+    runs once the directory is synced, and the log start offset after it."""
+
+    victims: list[tuple[LogSegment, int]] = field(default_factory=list)
+    dispose_now: list[Callable[[], None]] = field(default_factory=list)
+    start_offset: int = 0
 
 
 class Partition:
@@ -684,6 +677,86 @@ class Partition:
             return False
         return True
 
+    # -- maintenance: what retention and compaction do to the segment list -----------------------
+    # (docs/architecture.md "Storage seams": they change the log only through these)
+
+    def roll(self) -> LogSegment:
+        """Seal the active segment and start a new one at the log end offset."""
+        with self._lock:
+            return self._roll()
+
+    @contextlib.contextmanager
+    def sync_lock(self) -> Iterator[None]:
+        """Hold the lock flush() holds while it syncs: closing a segment's descriptor takes it."""
+        with self._sync_lock:
+            yield
+
+    def segment_sizes(self) -> list[tuple[LogSegment, int]]:
+        """(segment, size) of every segment at one moment (appends hold the lock)."""
+        with self._lock:
+            return [(s, s.size) for s in self.segments]
+
+    def pin_for_maintenance(self) -> list[tuple[LogSegment, int]] | None:
+        """(segment, size) of every segment at one moment, each pinned until unpin(); None when
+        the partition is closed or read-only (no maintenance pass runs on it)."""
+        with self._lock:
+            if self.closed or not self.writable:
+                return None
+            segs = [(s, s.size) for s in self.segments]
+            self._pin([s for s, _ in segs])
+        return segs
+
+    def unpin(self, segs: list[LogSegment]) -> None:
+        """Drop the pins pin_for_maintenance() took on `segs`."""
+        self._unpin(segs)
+
+    def replace_segments(
+        self, olds: list[LogSegment], disposers: list[Callable[[], None]]
+    ) -> LogSegment:
+        """Compaction's in-memory swap: the consecutive segments `olds` become the one segment
+        whose files now stand at the first one's base offset (already swapped on disk). Each
+        old one is retired with its disposer (run now, or when its last reader unpins it)."""
+        new = self._segment(olds[0].base_offset, lazy=True)  # opened on first use
+        with self._lock:
+            i = self.segments.index(olds[0])
+            assert self.segments[i : i + len(olds)] == olds
+            self.segments[i : i + len(olds)] = [new]
+            self._bases[i : i + len(olds)] = [new.base_offset]
+            now = [d for old, d in zip(olds, disposers, strict=True) if self.retire(old, d)]
+        for dispose in now:
+            dispose()
+        return new
+
+    def delete_oldest(
+        self,
+        how_many: Callable[[list[LogSegment]], int],
+        roll_all: bool,
+        retire_files: Callable[[LogSegment, bool], Callable[[], None]],
+    ) -> DeletedPrefix | None:
+        """Take the first `how_many(segments)` segments out of the log (never the active one;
+        with `roll_all`, roll first when that is every segment, so the active one can go too).
+        `retire_files(segment, pinned)` renames a victim's files and returns its disposer; the
+        disposers that may run at once come back for the caller to run after it syncs the
+        directory. None when the partition is closed or read-only."""
+        out = DeletedPrefix()
+        with self._lock:
+            if self.closed or not self.writable:
+                return None
+            count = how_many(self.segments)
+            if roll_all and count >= len(self.segments) and self.active.size > 0:
+                self._roll()  # every segment expired: Kafka rolls so the active can go too
+            count = min(count, len(self.segments) - 1)
+            if count > 0:
+                for seg in self.segments[:count]:
+                    out.victims.append((seg, seg.size))
+                    dispose = retire_files(seg, self.is_pinned(seg))
+                    if self.retire(seg, dispose):
+                        out.dispose_now.append(dispose)
+                del self.segments[:count]
+                del self._bases[:count]
+            out.start_offset = self.start_offset
+        return out
+
     # -- closing --------------------------------------------------------------------------------
 
     def close(self) -> None:
@@ -719,125 +792,6 @@ def key_index_capacity(config: TopicConfig) -> int:
     if not config.key_index:
         return 0
     return min(config.key_index_entries, max(MIN_KEY_INDEX_ENTRIES, config.segment_bytes // 8))
-
-
-def has_segments(directory: str) -> bool:
-    """Whether a partition directory exists and holds at least one segment."""
-    try:
-        return bool(segment_layout(directory))
-    except FileNotFoundError:
-        return False
-
-
-def _segment_files(names: list[str]) -> dict[int, set[str]]:
-    """base offset -> the suffixes present (".log", ".index.swap", ...) of segment files."""
-    out: dict[int, set[str]] = {}
-    for name in names:
-        stem, dot, rest = name.partition(".")
-        if not dot or len(stem) != 20 or not stem.isdigit():
-            continue
-        suffix = "." + rest
-        if suffix.removesuffix(SWAP_SUFFIX) in SEGMENT_FILE_SUFFIXES:
-            out.setdefault(int(stem), set()).add(suffix)
-    return out
-
-
-def segment_layout(directory: str) -> list[tuple[int, dict[str, str]]]:
-    """(base offset, suffix -> path) of each segment of a partition directory, ascending, as
-    the directory stands at this moment, in compaction's swap protocol (docs/consume.md
-    "Swap protocol"): a `<base>.log.swap` means a swap committed and not yet finished, so that
-    segment is its new files (the `.swap` one of each kind where it is still there, else the
-    final name, already replaced) and the later segments its new `.cleanmark` covers are gone;
-    `.swap` files without a `.log.swap` were never committed. At every step of a swap this
-    names one whole, consistent set of files, so a reader beside the writer never sees a hole."""
-    files = _segment_files(os.listdir(directory))
-    layout: dict[int, dict[str, str]] = {}
-    superseded: list[tuple[int, int]] = []
-    for base, present in files.items():
-        stem = os.path.join(directory, segment_name(base))
-        if LOG_SUFFIX + SWAP_SUFFIX in present:
-            paths = {}
-            for suffix in SEGMENT_FILE_SUFFIXES:
-                if suffix + SWAP_SUFFIX in present:
-                    paths[suffix] = stem + suffix + SWAP_SUFFIX
-                elif suffix in present:
-                    paths[suffix] = stem + suffix
-            layout[base] = paths
-            end = _covered_end(paths.get(CLEANMARK_SUFFIX))
-            if end is not None:
-                superseded.append((base, end))
-        elif LOG_SUFFIX in present:
-            layout[base] = {s: stem + s for s in SEGMENT_FILE_SUFFIXES if s in present}
-    for base, end in superseded:
-        for other in [b for b in layout if base < b < end]:
-            del layout[other]
-    return sorted(layout.items())
-
-
-def _covered_end(cleanmark: str | None) -> int | None:
-    """The end offset a swap's new `.cleanmark` says its segment covers (merged segments)."""
-    if cleanmark is None:
-        return None
-    from mqcore.storage.cleaner import read_cleanmark_fields  # the sidecar's format lives there
-
-    fields = read_cleanmark_fields(cleanmark)
-    return None if fields is None else fields[1]
-
-
-def tidy_directory(directory: str) -> None:
-    """What a writable open does first: drop the cleaner's scratch directory and every
-    `.cleaned`, `.deleted` and `.tmp` file, finish a committed swap (finish_swap), drop
-    uncommitted `.swap` files, and remove the files of a base that has no `.log` (what a
-    retention deletion leaves when it stops after renaming the `.log`)."""
-    scratch = os.path.join(directory, SCRATCH_DIR)
-    if os.path.isdir(scratch):
-        shutil.rmtree(scratch)
-    changed = False
-    for name in os.listdir(directory):
-        if name.endswith((".cleaned", ".deleted", ".tmp")):
-            os.unlink(os.path.join(directory, name))
-            changed = True
-    for base, paths in segment_layout(directory):
-        if paths[LOG_SUFFIX].endswith(SWAP_SUFFIX):
-            finish_swap(directory, base, paths)
-            changed = True
-    layout = dict(segment_layout(directory))
-    for base, present in sorted(_segment_files(os.listdir(directory)).items()):
-        stem = os.path.join(directory, segment_name(base))
-        for suffix in present:
-            if base not in layout or suffix.endswith(SWAP_SUFFIX):
-                os.unlink(stem + suffix)
-                changed = True
-    if changed:
-        durable.sync_dir(directory)
-
-
-def finish_swap(directory: str, base: int, new: dict[str, str]) -> None:
-    """The steps of a committed swap after its commit (cleaner.swap_in, and recovery when a
-    crash stopped it): every new file but the `.log` takes its final name (an old file of a kind
-    the new segment lacks goes), the segments merged into it go (the range its new `.cleanmark`
-    covers), and the new `.log` replaces the old one last. Each step is one atomic rename or
-    unlink, so a reader's listing always names one consistent set of files (segment_layout)."""
-    stem = os.path.join(directory, segment_name(base))
-    for suffix in SEGMENT_FILE_SUFFIXES[:-1]:  # all but the .log
-        path = new.get(suffix)
-        if path is None:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(stem + suffix)
-        elif path.endswith(SWAP_SUFFIX):
-            os.replace(path, stem + suffix)
-    end = _covered_end(stem + CLEANMARK_SUFFIX)
-    if end is not None:
-        for other, present in _segment_files(os.listdir(directory)).items():
-            if base < other < end:
-                other_stem = os.path.join(directory, segment_name(other))
-                for suffix in sorted(present, key=lambda x: not x.startswith(LOG_SUFFIX)):
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(other_stem + suffix)  # the .log first: gone from listings
-    durable.sync_dir(directory)
-    crash_point("compact.after_deleted")
-    os.replace(stem + LOG_SUFFIX + SWAP_SUFFIX, stem + LOG_SUFFIX)
-    durable.sync_dir(directory)
 
 
 __all__ = [

@@ -20,13 +20,9 @@ from dataclasses import dataclass, field
 
 from mqcore.crashpoints import crash_point
 from mqcore.storage import durable
-from mqcore.storage.partition import (
-    CLEANMARK_SUFFIX,
-    LOG_SUFFIX,
-    SEGMENT_FILE_SUFFIXES,
-    Partition,
-)
-from mqcore.storage.segment import LogSegment, segment_name
+from mqcore.storage.loader import CLEANMARK_SUFFIX, SEGMENT_FILE_SUFFIXES
+from mqcore.storage.partition import Partition
+from mqcore.storage.segment import LOG_SUFFIX, LogSegment, segment_name
 
 DELETED_SUFFIX = ".deleted"
 
@@ -103,7 +99,7 @@ def disposer(part: Partition, seg: LogSegment, paths: list[str], point: str) -> 
     """The deferred end of a retired segment: close its files, then unlink the `.deleted` ones."""
 
     def dispose() -> None:
-        with part._sync_lock:  # a flush() may hold its descriptor
+        with part.sync_lock():  # a flush() may hold its descriptor
             seg.writable = False  # sealed already: close without trimming by path
             seg.close()
         crash_point(point)
@@ -146,32 +142,22 @@ def _delete_leading(
     roll first when that is all of them): out of the list at once, `.log` then the other files
     renamed to `.deleted`, the directory fsync'd, the files unlinked when no reader pins them."""
     report = RetentionReport()
+
+    def retire(seg: LogSegment, pinned: bool) -> Callable[[], None]:
+        paths = retire_files(seg, pinned)
+        return disposer(part, seg, paths, "retention.before_unlink")
+
     with part.maintenance:
-        now_dispose = []
-        victims: list[tuple[LogSegment, int]] = []
-        with part._lock:
-            if part.closed or not part.writable:
-                return report
-            count = how_many(part.segments)
-            if roll_all and count >= len(part.segments) and part.active.size > 0:
-                part._roll()  # every segment expired: Kafka rolls so the active can go too
-            count = min(count, len(part.segments) - 1)
-            if count > 0:
-                for seg in part.segments[:count]:
-                    victims.append((seg, seg.size))
-                    paths = retire_files(seg, part.is_pinned(seg))
-                    dispose = disposer(part, seg, paths, "retention.before_unlink")
-                    if part.retire(seg, dispose):
-                        now_dispose.append(dispose)
-                del part.segments[:count]
-                del part._bases[:count]
-            report.start_offsets[(part.topic, part.partition)] = part.start_offset
-        if victims:
+        taken = part.delete_oldest(how_many, roll_all, retire)
+        if taken is None:
+            return report
+        report.start_offsets[(part.topic, part.partition)] = taken.start_offset
+        if taken.victims:
             durable.sync_dir(part.directory)
             crash_point("retention.after_deleted")
-        for dispose in now_dispose:
+        for dispose in taken.dispose_now:
             dispose()
-    for seg, size in victims:
+    for seg, size in taken.victims:
         report.deleted_segments.append(
             f"{part.topic}-{part.partition}/{segment_name(seg.base_offset)}.log"
         )
