@@ -3,22 +3,33 @@ completion of what a crash interrupted (a committed compaction swap, a retention
 
 The partition (storage/partition.py) opens what segment_layout() lists; the cleaner
 (storage/cleaner.py) commits a swap and calls finish_swap(); a writable open calls
-tidy_directory() first. The `.cleanmark` reader lives here because a committed swap's
-`.cleanmark` names the segments it replaced (docs/format.md, docs/consume.md "Swap protocol").
+tidy_directory() first, then recovers the segments from its recovery point on with
+first_to_recover() and recover_segment() (docs/operations.md "Recovery"). The `.cleanmark`
+reader lives here because a committed swap's `.cleanmark` names the segments it replaced
+(docs/format.md, docs/consume.md "Swap protocol").
 """
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import os
 import shutil
 import struct
+from dataclasses import dataclass, field
 
 from mqcore._ext.crc32c import crc32c
 from mqcore.crashpoints import crash_point
+from mqcore.errors import CorruptRecordError
 from mqcore.storage import durable
 from mqcore.storage.keyindex import KEYINDEX_SUFFIX
-from mqcore.storage.segment import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, segment_name
+from mqcore.storage.segment import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIMEINDEX_SUFFIX,
+    LogSegment,
+    segment_name,
+)
 
 # the cleaner builds a new segment here before moving its files in as `.cleaned`
 SCRATCH_DIR = "cleaner.tmp"
@@ -39,6 +50,19 @@ SEGMENT_FILE_SUFFIXES = (
 CLEANMARK = struct.Struct(">4sB3xqq")
 CLEANMARK_MAGIC = b"MQCM"
 CLEANMARK_BYTES = CLEANMARK.size + 4
+
+
+@dataclass
+class RecoveryReport:
+    """What opening a partition found and did (logged by the store, asserted by tests)."""
+
+    segments: int = 0
+    recovered_segments: list[str] = field(default_factory=list)
+    truncated_bytes: int = 0
+    rebuilt_indexes: list[str] = field(default_factory=list)
+    deleted_segments: list[str] = field(default_factory=list)
+    # "file@position" of zero holes a power loss left before later data; cut there
+    unflushed_holes: list[str] = field(default_factory=list)
 
 
 def read_cleanmark_fields(path: str) -> tuple[int, int] | None:
@@ -176,14 +200,72 @@ def finish_swap(directory: str, base: int, new: dict[str, str]) -> None:
     durable.sync_dir(directory)
 
 
+def first_to_recover(bases: list[int], recovery_point: int | None, clean: bool) -> int:
+    """Index of the first segment to scan: the one holding the recovery point."""
+    if clean:
+        return len(bases)
+    if recovery_point is None:
+        return 0
+    return max(0, bisect.bisect_right(bases, recovery_point) - 1)
+
+
+def recover_segment(
+    segments: list[LogSegment], i: int, report: RecoveryReport, recovery_point: int, writable: bool
+) -> None:
+    """Scan segments[i]; cut a torn tail, refuse damage that has good data after it. The
+    segments after a cut leave `segments` (deleted when `writable`).
+
+    Good data after bad bytes is damage, never a tail, unless (a) the bad batch lies at or
+    past the recovery point (offsets below it were flushed, so damage there is always
+    refused) and (b) the bad bytes hold a zero hole, a whole 4 KiB page of zeros: the mark of
+    a power loss that kept some pages written after the last flush and lost earlier ones.
+    Every acknowledged append under flush="always" was fdatasync'd with all the pages before
+    it, so such a hole lies after the last acknowledged message and cutting there loses
+    nothing that was acknowledged (docs/operations.md "Recovery").
+    """
+    seg = segments[i]
+    outcome = seg.recover()
+    name = os.path.basename(seg.log_path)
+    report.recovered_segments.append(name)
+    report.rebuilt_indexes.append(name)
+    if outcome.valid_bytes == outcome.file_bytes and outcome.error is None:
+        return
+    bad = outcome.valid_bytes
+    later = [s for s in segments[i + 1 :] if s.size > 0]
+    good_after = seg.first_valid_batch_after(bad, seg.next_offset)
+    if good_after is None and seg.has_valid_batch_at(bad):
+        good_after = bad
+    if later or good_after is not None:
+        end = good_after if good_after is not None else outcome.file_bytes
+        if good_after == bad or seg.next_offset < recovery_point or not seg.has_zero_hole(bad, end):
+            raise CorruptRecordError(
+                (outcome.error or "batch cut short") + " (valid batches follow, so this is "
+                "not a torn tail; mqcore will not drop them silently)",
+                path=seg.log_path,
+                position=bad,
+            )
+        report.unflushed_holes.append(f"{name}@{bad}")
+    for extra in segments[i + 1 :]:
+        report.deleted_segments.append(os.path.basename(extra.log_path))
+        report.truncated_bytes += extra.size
+        extra.delete() if writable else extra.close()  # read-only: just stop there
+    del segments[i + 1 :]
+    if writable:
+        seg.truncate_to(bad)
+    report.truncated_bytes += outcome.file_bytes - bad
+
+
 __all__ = [
     "CLEANMARK_SUFFIX",
+    "RecoveryReport",
     "SCRATCH_DIR",
     "SEGMENT_FILE_SUFFIXES",
     "SWAP_SUFFIX",
     "finish_swap",
+    "first_to_recover",
     "has_segments",
     "read_cleanmark_fields",
+    "recover_segment",
     "segment_layout",
     "tidy_directory",
 ]

@@ -33,8 +33,11 @@ from mqcore.errors import (
 from mqcore.storage import durable, producer_state
 from mqcore.storage.cache import SegmentCache
 from mqcore.storage.loader import (
+    RecoveryReport,
     finish_swap,
+    first_to_recover,
     has_segments,
+    recover_segment,
     segment_layout,
     tidy_directory,
 )
@@ -46,19 +49,6 @@ ATTR_LOG_APPEND_TIME = 0x08  # batch attributes bit 3: timestamps are the log's 
 
 # Decoders driven by Partition.scan(): (view, file position, segment) -> (bytes used, stop)
 Decoder = Callable[[memoryview, int, LogSegment], tuple[int, bool]]
-
-
-@dataclass
-class RecoveryReport:
-    """What opening a partition found and did (logged by the store, asserted by tests)."""
-
-    segments: int = 0
-    recovered_segments: list[str] = field(default_factory=list)
-    truncated_bytes: int = 0
-    rebuilt_indexes: list[str] = field(default_factory=list)
-    deleted_segments: list[str] = field(default_factory=list)
-    # "file@position" of zero holes a power loss left before later data; cut there
-    unflushed_holes: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -318,58 +308,12 @@ class Partition:
 
     def _first_to_recover(self, recovery_point: int | None, clean: bool) -> int:
         """Index of the first segment to scan: the one holding the recovery point."""
-        if clean:
-            return len(self._bases)
-        if recovery_point is None:
-            return 0
-        return max(0, bisect.bisect_right(self._bases, recovery_point) - 1)
+        return first_to_recover(self._bases, recovery_point, clean)
 
     def _recover_segment(self, i: int, report: RecoveryReport, recovery_point: int) -> None:
-        """Scan segment i; cut a torn tail, refuse damage that has good data after it.
-
-        Good data after bad bytes is damage, never a tail, unless (a) the bad batch lies at or
-        past the recovery point (offsets below it were flushed, so damage there is always
-        refused) and (b) the bad bytes hold a zero hole, a whole 4 KiB page of zeros: the mark of
-        a power loss that kept some pages written after the last flush and lost earlier ones.
-        Every acknowledged append under flush="always" was fdatasync'd with all the pages before
-        it, so such a hole lies after the last acknowledged message and cutting there loses
-        nothing that was acknowledged (docs/operations.md "Recovery").
-        """
-        seg = self.segments[i]
-        outcome = seg.recover()
-        name = os.path.basename(seg.log_path)
-        report.recovered_segments.append(name)
-        report.rebuilt_indexes.append(name)
-        if outcome.valid_bytes == outcome.file_bytes and outcome.error is None:
-            return
-        bad = outcome.valid_bytes
-        later = [s for s in self.segments[i + 1 :] if s.size > 0]
-        good_after = seg.first_valid_batch_after(bad, seg.next_offset)
-        if good_after is None and seg.has_valid_batch_at(bad):
-            good_after = bad
-        if later or good_after is not None:
-            end = good_after if good_after is not None else outcome.file_bytes
-            if (
-                good_after == bad
-                or seg.next_offset < recovery_point
-                or not seg.has_zero_hole(bad, end)
-            ):
-                raise CorruptRecordError(
-                    (outcome.error or "batch cut short") + " (valid batches follow, so this is "
-                    "not a torn tail; mqcore will not drop them silently)",
-                    path=seg.log_path,
-                    position=bad,
-                )
-            report.unflushed_holes.append(f"{name}@{bad}")
-        for extra in self.segments[i + 1 :]:
-            report.deleted_segments.append(os.path.basename(extra.log_path))
-            report.truncated_bytes += extra.size
-            extra.delete() if self.writable else extra.close()  # read-only: just stop there
-        del self.segments[i + 1 :]
-        del self._bases[i + 1 :]
-        if self.writable:
-            seg.truncate_to(bad)
-        report.truncated_bytes += outcome.file_bytes - bad
+        """Scan segment i (loader.recover_segment); the base offsets follow what it kept."""
+        recover_segment(self.segments, i, report, recovery_point, self.writable)
+        del self._bases[len(self.segments) :]
 
     # -- offsets --------------------------------------------------------------------------------
 
