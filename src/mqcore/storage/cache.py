@@ -13,10 +13,17 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from mqcore.storage.segment import LogSegment
+
+class CachedSegment(Protocol):
+    """What the cache uses of a segment (storage/segment.py's LogSegment): a structural type,
+    so this module does not import the segment module that imports it."""
+
+    owner_lock: Any  # the partition's lock, or None
+    is_open: bool
+
+    def release(self) -> bool: ...
 
 
 class SegmentCache:
@@ -25,13 +32,13 @@ class SegmentCache:
 
     def __init__(self, limit: int):
         self.limit = limit
-        self._lru: OrderedDict[LogSegment, None] = OrderedDict()
+        self._lru: OrderedDict[CachedSegment, None] = OrderedDict()
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._lru)
 
-    def admit(self, seg: LogSegment) -> None:
+    def admit(self, seg: CachedSegment) -> None:
         """`seg` was opened or used: it becomes the most recent; close the oldest past limit."""
         with self._lock:
             self._lru[seg] = None
@@ -56,7 +63,7 @@ class SegmentCache:
                 self.forget(victim)
                 closed += 1
 
-    def forget(self, seg: LogSegment) -> None:
+    def forget(self, seg: CachedSegment) -> None:
         """`seg` is closed, retired or gone: no longer counted."""
         with self._lock:
             self._lru.pop(seg, None)

@@ -24,7 +24,7 @@ import struct
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from mqcore._ext.batch import BatchInfo, EncodedBatch, peek_batch_header
 from mqcore._ext.crc32c import crc32c
@@ -33,7 +33,7 @@ from mqcore.errors import InvalidRecordError, OutOfOrderSequenceError, ProducerF
 from mqcore.storage import durable
 
 if TYPE_CHECKING:
-    from mqcore.storage.partition import Partition
+    from mqcore.config import FlushPolicy
     from mqcore.storage.segment import LogSegment
 
 WINDOW = 5  # batches remembered per producer, as Kafka's ProducerStateEntry.NUM_BATCHES_TO_RETAIN
@@ -43,6 +43,24 @@ MAX_PRODUCER_ID = (1 << 63) - 1
 SNAPSHOT_SUFFIX = ".snapshot"
 SNAPSHOT_VERSION = 1
 KEEP_SNAPSHOTS = 3  # newest snapshot files kept; older ones only shorten a rebuild's walk
+
+
+class PartitionLog(Protocol):
+    """What rebuilding the producer state reads of a partition (storage/partition.py's
+    Partition): a structural type, so this module does not import the partition above it."""
+
+    topic: str
+    partition: int
+    directory: str
+    flush_policy: FlushPolicy
+    segments: list[LogSegment]
+
+    @property
+    def start_offset(self) -> int: ...
+
+    @property
+    def end_offset(self) -> int: ...
+
 
 _HEAD = struct.Struct(">hIi")
 _ENTRY = struct.Struct(">qhiqiqiq")
@@ -329,7 +347,7 @@ def read_snapshot(path: str) -> dict[int, ProducerEntry]:
     return out
 
 
-def load(part: Partition) -> ProducerStateManager:
+def load(part: PartitionLog) -> ProducerStateManager:
     """The partition's producer state after open (and recovery): the newest valid snapshot at
     or below the log end (newer and corrupt ones are deleted), the batch headers after it, then
     older batch headers for producers whose window is still short (docs/consume.md)."""
@@ -364,7 +382,7 @@ def load(part: Partition) -> ProducerStateManager:
     return mgr
 
 
-def _headers(part: Partition, offset: int, end: int) -> Iterator[BatchInfo]:
+def _headers(part: PartitionLog, offset: int, end: int) -> Iterator[BatchInfo]:
     """Headers of the batches holding offsets [offset, end), in log order."""
     segs = part.segments
     for i, seg in enumerate(segs):
@@ -393,7 +411,7 @@ def _segment_headers(seg: LogSegment, pos: int, min_offset: int) -> Iterator[Bat
         view.release()
 
 
-def _backfill(mgr: ProducerStateManager, part: Partition, snapshot_offset: int) -> None:
+def _backfill(mgr: ProducerStateManager, part: PartitionLog, snapshot_offset: int) -> None:
     """Complete the windows a snapshot cut short: walk whole segments before the earliest known
     batch, newest segment first, for producers with fewer than WINDOW batches whose oldest known
     batch does not start its epoch at sequence 0. Stops at another epoch or a sequence break."""
