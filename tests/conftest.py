@@ -138,6 +138,24 @@ def spark() -> Iterator[Any]:
                 os.environ[key] = value
 
 
+@pytest.fixture(scope="module")
+def session(spark: Any) -> Any:
+    """The shared session with the mqcore source registered as Spark's setting says (pushdown
+    off unless a test sets it): what every Spark test reads through."""
+    import mqcore.spark
+
+    mqcore.spark.register(spark)
+    return spark
+
+
+@pytest.fixture(scope="session")
+def spark_store(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The store of make_spark_store, built once per run; tests only read it."""
+    path = str(tmp_path_factory.mktemp("spark") / "store")
+    make_spark_store(path)
+    return path
+
+
 SPARK_CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 SPARK_BASE_TS = 1_700_000_000_000
 
