@@ -5,16 +5,15 @@ reopening, and a crash at every retention crash point."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import pytest
+from crashchild import KILLED, run_child
 
 import mqcore
 from mqcore.errors import InvalidConfigError, OffsetOutOfRangeError
 from mqcore.storage.logdir import CLEAN_SHUTDOWN
 from mqcore.storage.retention import expired_prefix
-from tests.conftest import PausedScan, child_env
+from tests.conftest import PausedScan
 
 T0 = 1_700_000_000_000
 DAY = 86_400_000
@@ -234,17 +233,9 @@ def test_crash_during_retention_finishes_at_reopen(store_path: str, point: str, 
         bases = s.segment_offsets("t")
         stamps = max_timestamps(s, "t")
     start = bases[next(i for i, ts in enumerate(stamps) if ts >= now - DAY)]
-    env = child_env()
-    env["MQCORE_CRASH_AT"] = f"{point}:{nth}"
-    proc = subprocess.run(
-        [sys.executable, "-c", CHILD, store_path, str(now)],
-        env=env,
-        capture_output=True,
-        timeout=120,
-        check=False,
-    )
     expect_killed = point == "retention.after_deleted" and nth == 1 or point.endswith("unlink")
-    assert proc.returncode == (-9 if expect_killed else 0), proc.stderr.decode()
+    run_child(CHILD, store_path, str(now), crash_at=f"{point}:{nth}",
+              expect=KILLED if expect_killed else 0)  # fmt: skip
     with mqcore.open(store_path, flush="os") as s:
         assert s.start_offset("t") == start
         assert values(s, "t") == [b"value-%03d" % i for i in range(start, 60)]
