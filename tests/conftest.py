@@ -86,6 +86,15 @@ def child_env() -> dict[str, str]:
     return env
 
 
+def plain_partition(store: mqcore.Store, key: bytes, partitions: int) -> int:
+    """Where a plain keyed append lands in a topic of `partitions` partitions: what a message
+    held back (delayed, or half of a transaction) must be routed to as well."""
+    twin = f"plain-{partitions}"
+    if twin not in store.topics():
+        store.create_topic(twin, partitions=partitions)
+    return store.append(twin, b"", key=key).partition
+
+
 def run_cli(*argv: str, stdin: bytes | None = None) -> tuple[int, str, str]:
     """Run the `mqcore` command as a subprocess: (exit status, stdout, stderr). No run may
     end in a traceback: every failure is a one-line error or a usage message."""

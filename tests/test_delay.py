@@ -8,6 +8,7 @@ import textwrap
 from collections import Counter
 
 import pytest
+from conftest import plain_partition
 from crashchild import KILLED, run_child
 
 import mqcore
@@ -51,7 +52,7 @@ def test_fields_ids_and_timestamps_are_kept(store):
     md = store.append("t", b"v", key=b"k", headers=[("h", b"1")], tag="T", properties={"p": 1},
                       keys=["w"], delay_ms=60_000)  # fmt: skip
     stamped = store.append("t", b"old", partition=3, timestamp=5, deliver_at=at)
-    assert md.partition == store._choose_partition("t", b"k", 4)  # fixed at send time
+    assert md.partition == plain_partition(store, b"k", 4)  # fixed at send time
     assert at <= md.deliver_at <= at + 1000
     assert store.find_by_unique_id(md.unique_id).messages == []  # the timer log is not indexed
     before = now_ms()
@@ -74,7 +75,7 @@ def test_append_batch_with_one_or_per_message_times(store):
     routed = store.append_batch("t", [b"p", b"q", b"r"], keys=[b"1", b"2", b"3"],
                                 partition=None, deliver_at=due)  # fmt: skip
     assert [m.partition for m in out] == [1, 1]
-    assert [m.partition for m in routed] == [store._choose_partition("t", k, 2)
+    assert [m.partition for m in routed] == [plain_partition(store, k, 2)
                                              for k in (b"1", b"2", b"3")]  # fmt: skip
     assert store.deliver_due(now=base + 3) == 5
     got = {v: p for p in (0, 1) for v in values(store, "t", p)}

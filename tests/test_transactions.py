@@ -8,6 +8,7 @@ import textwrap
 from collections import Counter
 
 import pytest
+from conftest import plain_partition
 from crashchild import KILLED, run_child
 
 import mqcore
@@ -52,7 +53,7 @@ def test_committed_messages_become_visible_with_their_ids_and_fields(store_path)
         (m,) = store.find_by_unique_id(a.unique_id).messages
         assert (m.topic, m.partition, m.value, m.key, m.timestamp) == (
             "t", a.partition, b"v1", b"k1", 1234)  # fmt: skip
-        assert a.partition == store._choose_partition("t", b"k1", 3)
+        assert a.partition == plain_partition(store, b"k1", 3)
         assert [(k, v) for k, v in m.headers if k != "uid"] == [
             ("h", b"1"), ("tag", b"TagA"), ("n", b"7"), ("keys", b"x y")]  # fmt: skip
         assert store.find_by_key("t", b"y").messages[0].unique_id == a.unique_id
