@@ -66,18 +66,27 @@ def run_child(
         env["MQCORE_CRASH_AT"] = crash_at
     read: list[str] = []
     with subprocess.Popen(
-        child_argv(program, *args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+        child_argv(program, *args),
+        stdin=subprocess.PIPE,  # open until the child ends: a child may wait on it to be killed
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
     ) as proc:
-        assert proc.stdout is not None
+        assert proc.stdout is not None and proc.stderr is not None
         try:
-            if kill_when is not None:
+            if kill_when is None:
+                out, err = proc.communicate(timeout=timeout)
+            else:
                 while not kill_when([ln.strip() for ln in read]):
                     line = proc.stdout.readline().decode()
                     if not line:
                         break
                     read.append(line)
                 proc.send_signal(signal.SIGKILL)
-            out, err = proc.communicate(timeout=timeout)
+                proc.wait(timeout)
+                # read through the buffered pipe: readline() may hold lines already read from
+                # the fd, which communicate() (reading the fd itself) would lose
+                out, err = proc.stdout.read(), proc.stderr.read()
         finally:
             if proc.poll() is None:  # a timeout or a failed check: leave no child behind
                 proc.kill()

@@ -11,6 +11,7 @@ import sys
 import tempfile
 
 import pytest
+from crashchild import run_child
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -458,16 +459,7 @@ def test_crash_at_every_swap_step_leaves_old_or_new(tmp_path: object, point: str
     new_bases, new = _segment_records(new_path)
     assert 3 <= len(new_bases) < len(bases)  # segments were merged, into several groups
     assert old != new
-    env = child_env()
-    env["MQCORE_CRASH_AT"] = f"{point}:{nth}"
-    proc = subprocess.run(
-        [sys.executable, "-c", CHILD, crash_path, str(now)],
-        env=env,
-        capture_output=True,
-        timeout=120,
-        check=False,
-    )
-    assert proc.returncode == -9, proc.stderr.decode()
+    run_child(CHILD, crash_path, str(now), crash_at=f"{point}:{nth}")
     with mqcore.open(crash_path, flush="os") as s:
         crashed_bases = s.segment_offsets("t")
         got = records(s)
