@@ -11,6 +11,7 @@ import sys
 import tempfile
 
 import pytest
+from conftest import PausedScan, child_env
 from crashchild import run_child
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -21,7 +22,6 @@ from mqcore.crashpoints import CRASH_POINTS
 from mqcore.errors import InvalidConfigError, InvalidRecordError
 from mqcore.storage import cleaner
 from mqcore.storage.logdir import CLEAN_SHUTDOWN
-from tests.conftest import PausedScan, child_env
 
 T0 = 1_700_000_000_000
 DAY = 86_400_000

@@ -12,11 +12,11 @@ import os
 from pathlib import Path
 
 import pytest
+from conftest import run_cli
 from crashchild import run_child
 
 import mqcore
 from mqcore.crashpoints import CRASH_POINTS
-from tests.conftest import run_cli
 
 WORKLOAD = os.path.join(os.path.dirname(__file__), "crash_workload.py")
 

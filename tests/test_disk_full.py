@@ -9,10 +9,10 @@ import os
 from pathlib import Path
 
 import pytest
+from conftest import run_cli
 from crashchild import run_child
 
 import mqcore
-from tests.conftest import run_cli
 
 WORKLOAD = os.path.join(os.path.dirname(__file__), "disk_full_workload.py")
 

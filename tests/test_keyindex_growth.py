@@ -12,12 +12,12 @@ import textwrap
 from collections import defaultdict
 
 import pytest
+from conftest import run_cli
 from crashchild import run_child
 
 import mqcore
 from mqcore._ext.keyindex import KeyTable, file_size
 from mqcore.storage.keyindex import GROWTH, INITIAL_ENTRIES, slots_for
-from tests.conftest import run_cli
 
 
 def keyindex_files(path: str, topic: str, partition: int = 0) -> list[str]:

@@ -10,12 +10,12 @@ import os
 from pathlib import Path
 
 import pytest
+from conftest import run_cli
 from crashchild import KILLED, run_child
 
 import mqcore
 from mqcore._ext.filespace import reserve
 from mqcore.errors import InvalidConfigError
-from tests.conftest import run_cli
 
 MiB = 1 << 20
 
