@@ -11,6 +11,7 @@ keeps.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -54,7 +55,10 @@ def consume_data(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsumeDa
                 tags=["red" if i % 4 == 0 else "rare" if i % RARE == 1 else "blue" for i in idx],
                 properties=[{"region": REGIONS[i % 4 if i % 8 else 0]} for i in idx],
             )
-        size = sum(seg.size for seg in store._partition(TOPIC, 0).segments)
+        logs = os.path.join(store.path, f"{TOPIC}-0")
+        size = sum(
+            os.path.getsize(os.path.join(logs, n)) for n in os.listdir(logs) if n.endswith(".log")
+        )
         yield ConsumeData(store, size, MESSAGES // 4)
     finally:
         store.close()

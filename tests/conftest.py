@@ -86,6 +86,15 @@ def child_env() -> dict[str, str]:
     return env
 
 
+def plain_partition(store: mqcore.Store, key: bytes, partitions: int) -> int:
+    """Where a plain keyed append lands in a topic of `partitions` partitions: what a message
+    held back (delayed, or half of a transaction) must be routed to as well."""
+    twin = f"plain-{partitions}"
+    if twin not in store.topics():
+        store.create_topic(twin, partitions=partitions)
+    return store.append(twin, b"", key=key).partition
+
+
 def run_cli(*argv: str, stdin: bytes | None = None) -> tuple[int, str, str]:
     """Run the `mqcore` command as a subprocess: (exit status, stdout, stderr). No run may
     end in a traceback: every failure is a one-line error or a usage message."""
@@ -136,6 +145,24 @@ def spark() -> Iterator[Any]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+@pytest.fixture(scope="module")
+def session(spark: Any) -> Any:
+    """The shared session with the mqcore source registered as Spark's setting says (pushdown
+    off unless a test sets it): what every Spark test reads through."""
+    import mqcore.spark
+
+    mqcore.spark.register(spark)
+    return spark
+
+
+@pytest.fixture(scope="session")
+def spark_store(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The store of make_spark_store, built once per run; tests only read it."""
+    path = str(tmp_path_factory.mktemp("spark") / "store")
+    make_spark_store(path)
+    return path
 
 
 SPARK_CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]

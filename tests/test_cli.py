@@ -8,10 +8,10 @@ import subprocess
 import sys
 
 import pytest
+from conftest import child_env, file_bytes, shown_time
 
 import mqcore
 from mqcore.cli import main
-from tests.conftest import child_env, file_bytes, shown_time
 
 T0 = 1_700_000_000_000
 

@@ -13,6 +13,7 @@ import warnings
 from typing import Any
 
 import pytest
+from conftest import child_env, run_cli
 
 import mqcore
 from mqcore._ext import index as index_kernel
@@ -21,7 +22,6 @@ from mqcore._ext.crc32c import crc32c
 from mqcore._ext.keyindex import KeyTable
 from mqcore.cli import main
 from mqcore.cli.render import json_bytes
-from tests.conftest import child_env, run_cli
 
 with warnings.catch_warnings():
     warnings.filterwarnings("ignore", r"(open|read)_text is deprecated", DeprecationWarning)

@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import child_env, run_cli
 
 import mqcore
-from tests.conftest import child_env, run_cli
 from tests.test_cli_not_a_store import listing
 
 WRITER = os.path.join(os.path.dirname(__file__), "groups_writer.py")

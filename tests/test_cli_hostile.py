@@ -7,9 +7,9 @@ underscores) are refused."""
 from __future__ import annotations
 
 import pytest
+from conftest import run_cli
 
 import mqcore
-from tests.conftest import run_cli
 
 N30, N5000 = "9" * 30, "9" * 5000
 

@@ -7,10 +7,10 @@ import json
 import os
 
 import pytest
+from conftest import run_cli
 
 import mqcore
 from mqcore.cli import main
-from tests.conftest import run_cli
 
 T0 = 1_700_000_000_000
 DAY = 86_400_000

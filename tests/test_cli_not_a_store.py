@@ -9,10 +9,10 @@ import os
 from pathlib import Path
 
 import pytest
+from conftest import run_cli
 
 import mqcore
 from mqcore.errors import NotAStoreError, StoreError
-from tests.conftest import run_cli
 
 # every command that takes a STORE, with the arguments it needs besides it
 COMMANDS = [

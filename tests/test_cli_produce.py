@@ -14,10 +14,10 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+from conftest import child_env, file_bytes, run_cli
 
 import mqcore
 from mqcore.errors import InternalTopicError, InvalidConfigError, RecordTooLargeError
-from tests.conftest import child_env, file_bytes, run_cli
 
 BIG = 5_000_000  # a line over the default max_message_bytes (1,048,588)
 DEFAULT_LIMIT = "max_message_bytes=1,048,588"

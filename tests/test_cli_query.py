@@ -15,11 +15,11 @@ from datetime import datetime, timezone
 from typing import Any
 
 import pytest
+from conftest import file_bytes, run_cli, shown_time
 
 import mqcore
 from mqcore.cli import main
 from mqcore.cli.query import CHUNK
-from tests.conftest import file_bytes, run_cli, shown_time
 
 T0 = 1_700_000_000_000
 TOPIC = "events"

@@ -12,9 +12,9 @@ import subprocess
 import sys
 
 import pytest
+from conftest import child_env, run_cli, shown_time
 
 import mqcore
-from tests.conftest import child_env, run_cli, shown_time
 
 T0 = 1_718_013_600_000  # 2024-06-10T10:00:00Z
 TOPIC = "orders"

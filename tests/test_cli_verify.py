@@ -10,10 +10,10 @@ import struct
 from typing import Any
 
 import pytest
+from conftest import run_cli
 
 import mqcore
 from mqcore._ext.batch import read_batch_info
-from tests.conftest import run_cli
 
 T0 = 1_700_000_000_000
 SEG0 = "00000000000000000000"

@@ -9,16 +9,14 @@ offsets did not go back, and that `mqcore verify` passes on the reopened store.
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import run_cli
+from crashchild import run_child
 
 import mqcore
 from mqcore.crashpoints import CRASH_POINTS
-from tests.conftest import child_env, run_cli
 
 WORKLOAD = os.path.join(os.path.dirname(__file__), "crash_workload.py")
 
@@ -59,14 +57,9 @@ def _parse(stdout: str) -> tuple[list[tuple[str, int, str, str | None]], int | N
 @pytest.mark.parametrize(("point", "nth"), CASES)
 def test_crash_and_reopen(tmp_path: Path, point: str, nth: int) -> None:
     path = str(tmp_path / "store")
-    env = child_env()
-    env["MQCORE_CRASH_AT"] = f"{point}:{nth}"
-    proc = subprocess.run(
-        [sys.executable, WORKLOAD, path], env=env, capture_output=True, timeout=120, check=False
-    )
-    assert proc.stderr == b"", proc.stderr.decode()
-    assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout[-300:])
-    acked, commit, marks = _parse(proc.stdout.decode())
+    child = run_child(WORKLOAD, path, crash_at=f"{point}:{nth}")
+    assert child.err == "", child.err
+    acked, commit, marks = _parse(child.out)
     assert "DONE" not in marks
     with mqcore.open(path) as s:
         topics = s.topics()

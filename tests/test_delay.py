@@ -4,14 +4,12 @@ kill in the middle of delivery (consume/delay.py). Time is injected through deli
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
-import sys
 import textwrap
 from collections import Counter
 
 import pytest
-from conftest import child_env
+from conftest import plain_partition
+from crashchild import KILLED, run_child
 
 import mqcore
 from mqcore.consume.delay import DAY_MS, DELAY_TOPIC, PendingMetadata, now_ms
@@ -54,7 +52,7 @@ def test_fields_ids_and_timestamps_are_kept(store):
     md = store.append("t", b"v", key=b"k", headers=[("h", b"1")], tag="T", properties={"p": 1},
                       keys=["w"], delay_ms=60_000)  # fmt: skip
     stamped = store.append("t", b"old", partition=3, timestamp=5, deliver_at=at)
-    assert md.partition == store._choose_partition("t", b"k", 4)  # fixed at send time
+    assert md.partition == plain_partition(store, b"k", 4)  # fixed at send time
     assert at <= md.deliver_at <= at + 1000
     assert store.find_by_unique_id(md.unique_id).messages == []  # the timer log is not indexed
     before = now_ms()
@@ -77,7 +75,7 @@ def test_append_batch_with_one_or_per_message_times(store):
     routed = store.append_batch("t", [b"p", b"q", b"r"], keys=[b"1", b"2", b"3"],
                                 partition=None, deliver_at=due)  # fmt: skip
     assert [m.partition for m in out] == [1, 1]
-    assert [m.partition for m in routed] == [store._choose_partition("t", k, 2)
+    assert [m.partition for m in routed] == [plain_partition(store, k, 2)
                                              for k in (b"1", b"2", b"3")]  # fmt: skip
     assert store.deliver_due(now=base + 3) == 5
     got = {v: p for p in (0, 1) for v in values(store, "t", p)}
@@ -208,16 +206,10 @@ STEPS = ["delay:after_prepare", "delay:after_append:1", "delay:after_append:2",
          "delay:after_append:3", "after_delivery"]  # fmt: skip
 
 
-def run_child(path: str, point: str, base: int, again: bool = False) -> list[str]:
-    proc = subprocess.run(
-        [sys.executable, "-c", CHILD, path, point, str(base), "yes" if again else "no"],
-        env=child_env(),
-        capture_output=True,
-        timeout=120,
-        check=False,
-    )
-    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()
-    return json.loads(proc.stdout.decode().splitlines()[0])
+def run_delay_child(path: str, point: str, base: int, again: bool = False) -> list[str]:
+    """The CHILD killed at `point`: the unique IDs it was given (its first line)."""
+    child = run_child(CHILD, path, point, str(base), "yes" if again else "no", expect=KILLED)
+    return json.loads(child.lines[0])
 
 
 def copies(store: mqcore.Store) -> Counter[str | None]:
@@ -227,7 +219,7 @@ def copies(store: mqcore.Store) -> Counter[str | None]:
 
 def test_kill_9_of_the_process_holding_delayed_messages(store_path):
     base = now_ms() + 60_000
-    uids = run_child(store_path, "holding", base)
+    uids = run_delay_child(store_path, "holding", base)
     with open_store(store_path) as store:
         assert copies(store) == Counter()
         assert store.deliver_due(now=base + 10) == 2
@@ -243,7 +235,7 @@ def test_kill_9_of_the_process_holding_delayed_messages(store_path):
 @pytest.mark.parametrize("point", STEPS)
 def test_kill_in_the_middle_of_delivery_never_duplicates(store_path, point):
     base = now_ms() + 60_000
-    uids = run_child(store_path, point, base)
+    uids = run_delay_child(store_path, point, base)
     with open_store(store_path) as store:
         store.deliver_due(now=base + 100)
         assert copies(store) == Counter(uids)
@@ -257,8 +249,8 @@ def test_two_kills_in_a_row_mid_delivery_still_deliver_once(store_path):
     """The second attempt's PREPARE keeps the end offsets of the first (a copy the first crash
     left in the unindexed topic lies after those, not after the second attempt's)."""
     base = now_ms() + 60_000
-    uids = run_child(store_path, "delay:after_append:3", base)
-    run_child(store_path, "delay:after_prepare", base, again=True)
+    uids = run_delay_child(store_path, "delay:after_append:3", base)
+    run_delay_child(store_path, "delay:after_prepare", base, again=True)
     with open_store(store_path) as store:
         store.deliver_due(now=base + 100)
         assert copies(store) == Counter(uids)

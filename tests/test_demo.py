@@ -11,12 +11,12 @@ from collections import Counter
 from typing import Any
 
 import pytest
+from conftest import child_env
 
 import mqcore
 from mqcore import demo
 from mqcore._ext.batch import decode_messages, read_batch_info
 from mqcore._ext.hashing import kafka_partition
-from tests.conftest import child_env
 
 MESSAGES = 400
 SEED = 7

@@ -6,14 +6,13 @@ store then closes, reopens with every acknowledged message, and appends once spa
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import run_cli
+from crashchild import run_child
 
 import mqcore
-from tests.conftest import child_env, run_cli
 
 WORKLOAD = os.path.join(os.path.dirname(__file__), "disk_full_workload.py")
 
@@ -27,16 +26,9 @@ WORKLOAD = os.path.join(os.path.dirname(__file__), "disk_full_workload.py")
 )
 def test_disk_full_is_a_clean_error(tmp_path: Path, limit: int, indexes: str) -> None:
     path = str(tmp_path / "store")
-    proc = subprocess.run(
-        [sys.executable, WORKLOAD, path, str(limit), str(1 << 20), indexes],
-        env=child_env(),
-        capture_output=True,
-        timeout=120,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr.decode()
-    assert proc.stderr == b""
-    lines = proc.stdout.decode().splitlines()
+    child = run_child(WORKLOAD, path, str(limit), str(1 << 20), indexes)
+    assert child.err == ""
+    lines = child.out.splitlines()
     errors = [line for line in lines if line.startswith("E ")]
     assert errors == ["E OSError 27"], lines[-5:]  # EFBIG
     assert "UNEXPECTED" not in lines

@@ -8,18 +8,16 @@ from __future__ import annotations
 
 import os
 import random
-import signal
-import subprocess
-import sys
 import textwrap
 from collections import defaultdict
 
 import pytest
+from conftest import run_cli
+from crashchild import run_child
 
 import mqcore
 from mqcore._ext.keyindex import KeyTable, file_size
 from mqcore.storage.keyindex import GROWTH, INITIAL_ENTRIES, slots_for
-from tests.conftest import child_env, run_cli
 
 
 def keyindex_files(path: str, topic: str, partition: int = 0) -> list[str]:
@@ -165,13 +163,8 @@ def test_a_writer_killed_while_the_table_grows_leaves_a_store_that_answers(
     """SIGKILL inside the third growth (the new file in place, empty or filled): the reopened
     store's lookups equal the log's, and every acknowledged append is there."""
     path = os.path.join(str(tmp_path), "s")
-    env = {**child_env(), "MQCORE_CRASH_AT": f"{point}:3"}
-    proc = subprocess.run(
-        [sys.executable, "-c", WRITER, path, flush], capture_output=True, text=True, env=env,
-        timeout=120,
-    )  # fmt: skip
-    assert proc.returncode == -signal.SIGKILL, proc.stderr
-    acknowledged = int(proc.stdout.split()[-1])
+    child = run_child(WRITER, path, flush, crash_at=f"{point}:3")
+    acknowledged = int(child.lines[-1])
     with mqcore.open(path) as s:
         expected = brute_force(s, "t")
         assert s.end_offset("t", 0) >= acknowledged >= 4 * INITIAL_ENTRIES // 2 - 50

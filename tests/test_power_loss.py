@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import random
-import signal
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -16,17 +15,11 @@ from pathlib import Path
 
 import powerloss
 import pytest
-from conftest import child_env
+from crashchild import helper_env, run_child
 
 import mqcore
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def _env() -> dict[str, str]:
-    env = child_env()
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [HERE, env.get("PYTHONPATH")]))
-    return env
 
 
 @dataclass
@@ -40,28 +33,11 @@ class Acks:
 def run_workload(store: str, ledger: str, policy: str, seed: int, acks_wanted: int) -> Acks:
     """Run tests/powerloss_workload.py until it acknowledged `acks_wanted` appends, SIGKILL it
     while it goes on, and return every whole line it printed."""
-    lines: list[str] = []
-    with subprocess.Popen(
-        [sys.executable, os.path.join(HERE, "powerloss_workload.py"), store, ledger, policy,
-         str(seed)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=_env(),
-    ) as proc:  # fmt: skip
-        assert proc.stdout is not None and proc.stderr is not None
-        try:
-            while sum(ln.startswith("A") for ln in lines) < acks_wanted:
-                line = proc.stdout.readline()
-                if not line:
-                    break
-                lines.append(line.decode().strip())
-        finally:
-            proc.send_signal(signal.SIGKILL)
-            proc.wait()
-        rest = proc.stdout.read().decode()
-        lines += [ln.strip() for ln in rest[: rest.rfind("\n") + 1].splitlines()]  # whole ones
-        err = proc.stderr.read().decode()
-    assert proc.returncode == -signal.SIGKILL, err
+    child = run_child(
+        os.path.join(HERE, "powerloss_workload.py"), store, ledger, policy, str(seed),
+        kill_when=lambda lines: sum(ln.startswith("A") for ln in lines) >= acks_wanted,
+    )  # fmt: skip
+    lines = child.lines
     acks = Acks({0: [], 1: []})
     counts = [0, 0]
     for line in lines:
@@ -73,7 +49,7 @@ def run_workload(store: str, ledger: str, policy: str, seed: int, acks_wanted: i
         for i in range(n):
             acks.records[p].append((base + i, f"{seed}:{p}:{counts[p] + i}".encode() * 3, t))
         counts[p] += n
-    assert sum(len(r) for r in acks.records.values()) >= acks_wanted, err
+    assert sum(len(r) for r in acks.records.values()) >= acks_wanted, child.err
     return acks
 
 
@@ -145,27 +121,9 @@ def test_power_loss_keeps_what_each_flush_policy_promises(
 def run_script(script: str, *args: str, kill_after: int | None = None) -> list[str]:
     """Run a Python snippet (the ledger installed first, as the workload does); with
     `kill_after`, SIGKILL it once it printed that many lines. Returns the whole lines."""
-    with subprocess.Popen(
-        [sys.executable, "-c", script, *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=_env(),
-    ) as proc:
-        assert proc.stdout is not None and proc.stderr is not None
-        lines: list[str] = []
-        if kill_after is not None:
-            while len(lines) < kill_after:
-                line = proc.stdout.readline()
-                if not line:
-                    break
-                lines.append(line.decode().strip())
-            proc.send_signal(signal.SIGKILL)
-        out, err = proc.communicate()
-    text = out.decode()
-    lines += [ln.strip() for ln in text[: text.rfind("\n") + 1].splitlines()]
-    expected = -signal.SIGKILL if kill_after is not None else 0
-    assert proc.returncode == expected, err.decode()
-    return lines
+    if kill_after is None:
+        return run_child(script, *args).lines
+    return run_child(script, *args, kill_when=lambda lines: len(lines) >= kill_after).lines
 
 
 WRITER = """
@@ -386,5 +344,5 @@ def _verify(store: str) -> subprocess.CompletedProcess[str]:
         [sys.executable, "-m", "mqcore.cli", "verify", store],
         capture_output=True,
         text=True,
-        env=_env(),
+        env=helper_env(),
     )

@@ -7,17 +7,15 @@ writer was killed, at the next writable open.
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import run_cli
+from crashchild import KILLED, run_child
 
 import mqcore
 from mqcore._ext.filespace import reserve
 from mqcore.errors import InvalidConfigError
-from tests.conftest import child_env, run_cli
 
 MiB = 1 << 20
 
@@ -123,15 +121,8 @@ os.kill(os.getpid(), signal.SIGKILL)
 def test_killed_writers_reserve_is_handed_back_at_the_next_open(
     store_path: str, reserving: None
 ) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-c", _KILLED_WRITER, store_path],
-        env=child_env(),
-        capture_output=True,
-        timeout=60,
-        check=False,
-    )
-    assert proc.returncode == -signal.SIGKILL
-    assert proc.stdout == b"acked\n"
+    child = run_child(_KILLED_WRITER, store_path, expect=KILLED, timeout=60)
+    assert child.out == "acked\n"
     (log,) = _log(store_path)
     size = os.path.getsize(log)
     assert _allocated(log) >= 8 * MiB  # the dead writer's reserve is still there

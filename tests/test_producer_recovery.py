@@ -10,13 +10,10 @@ handed out before a crash is never handed out again.
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import child_env
+from crashchild import run_child
 
 import mqcore
 from mqcore.storage.producer_state import WINDOW, ProducerEntry, snapshot_offsets, snapshot_path
@@ -51,32 +48,11 @@ def batch_values(i: int) -> list[bytes]:
 def run_writer(path: str, flush: str, mode: str, stop_after: int) -> list[str]:
     """Start the writer, read `stop_after` output lines, SIGKILL it while it goes on writing;
     returns every line it printed (each an acknowledged append)."""
-    lines: list[str] = []
-    with subprocess.Popen(
-        [sys.executable, "-c", WRITER, path, flush, str(PID), mode],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=child_env(),
-        text=True,
-    ) as proc:
-        assert proc.stdout is not None and proc.stderr is not None
-        try:
-            while len(lines) < stop_after:
-                line = proc.stdout.readline()
-                if not line:
-                    break
-                lines.append(line.strip())
-        finally:
-            proc.send_signal(signal.SIGKILL)
-            proc.wait()
-        rest = proc.stdout.read()
-        # only whole lines: a line cut by the kill names no acknowledged append
-        lines += [ln.strip() for ln in rest[: rest.rfind("\n") + 1].splitlines()]
-        err = proc.stderr.read()
-    assert len(lines) >= stop_after, err
-    assert proc.returncode == -signal.SIGKILL, err
-    return lines
+    child = run_child(
+        WRITER, path, flush, str(PID), mode, kill_when=lambda lines: len(lines) >= stop_after
+    )
+    assert len(child.lines) >= stop_after, child.err
+    return child.lines
 
 
 def window(store: mqcore.Store, topic: str = "t", partition: int = 0) -> dict[int, ProducerEntry]:

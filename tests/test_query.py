@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import os
 import random
-import signal
-import subprocess
-import sys
 import textwrap
 
 import pytest
 import xxhash
+from crashchild import run_child
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -336,15 +334,10 @@ def test_key_index_survives_sigkill(tmp_path: object, seed: int) -> None:
     acked: list[tuple[int, str]] = []
     rng = random.Random(seed)
     for _ in range(3):
-        with subprocess.Popen(
-            [sys.executable, "-c", WRITER, path], stdout=subprocess.PIPE, text=True
-        ) as p:
-            assert p.stdout is not None
-            for _ in range(rng.randint(50, 600)):
-                off, uid = p.stdout.readline().split()
-                acked.append((int(off), uid))
-            p.send_signal(signal.SIGKILL)
-            p.wait()
+        n = rng.randint(50, 600)
+        child = run_child(WRITER, path, kill_when=lambda lines, n=n: len(lines) >= n)
+        assert len(child.lines) >= n, child.err
+        acked += [(int(off), uid) for off, uid in (ln.split() for ln in child.lines)]
     with mqcore.open(path) as s:
         msgs = s.read(TOPIC, 0, 0, 1 << 20)
         for k in range(5):

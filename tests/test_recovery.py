@@ -14,7 +14,6 @@ import inspect
 import os
 import random
 import shutil
-import signal
 import struct
 import subprocess
 import sys
@@ -24,6 +23,7 @@ from pathlib import Path
 
 import pytest
 from conftest import child_env
+from crashchild import run_child
 
 import mqcore
 from mqcore.errors import CorruptRecordError, StoreLockedError
@@ -162,29 +162,12 @@ def kill_after_acks(
     path: str, flush: str, seed: int, acks: int, unique_ids: bool = True
 ) -> dict[tuple[int, int], str]:
     """Run a writer child, read its acknowledgements until `acks` arrived, SIGKILL it."""
-    acked: dict[tuple[int, int], str] = {}
     uids = "uids" if unique_ids else "no-uids"
-    with subprocess.Popen(
-        [sys.executable, "-c", WRITER, path, flush, str(seed), uids],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=child_env(),
-        text=True,
-    ) as proc:
-        assert proc.stdout is not None and proc.stderr is not None
-        try:
-            while len(acked) < acks:
-                line = proc.stdout.readline()
-                if not line:
-                    break
-                p, off, d = line.split()
-                acked[(int(p), int(off))] = d
-        finally:
-            proc.send_signal(signal.SIGKILL)
-            proc.wait()
-        err = proc.stderr.read()
-    assert len(acked) >= acks, f"writer stopped after {len(acked)} acks:\n{err}"
-    assert proc.returncode == -signal.SIGKILL, err
+    child = run_child(
+        WRITER, path, flush, str(seed), uids, kill_when=lambda lines: len(lines) >= acks
+    )
+    acked = {(int(p), int(off)): d for p, off, d in (ln.split() for ln in child.lines)}
+    assert len(acked) >= acks, f"writer stopped after {len(acked)} acks:\n{child.err}"
     return acked
 
 

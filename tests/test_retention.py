@@ -5,16 +5,15 @@ reopening, and a crash at every retention crash point."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import pytest
+from conftest import PausedScan
+from crashchild import KILLED, run_child
 
 import mqcore
 from mqcore.errors import InvalidConfigError, OffsetOutOfRangeError
 from mqcore.storage.logdir import CLEAN_SHUTDOWN
 from mqcore.storage.retention import expired_prefix
-from tests.conftest import PausedScan, child_env
 
 T0 = 1_700_000_000_000
 DAY = 86_400_000
@@ -42,8 +41,17 @@ def values(store: mqcore.Store, topic: str) -> list[bytes | None]:
 
 
 def max_timestamps(store: mqcore.Store, topic: str) -> list[int]:
-    part = store._partition(topic, 0)
-    return [s.max_timestamp for s in part.segments]
+    """Each segment's largest record timestamp, from its records (every segment holds some)."""
+    bases = store.segment_offsets(topic)
+    msgs = store.read(topic, 0, store.start_offset(topic), 1 << 20)
+    ends = [*bases[1:], 1 << 62]
+    return [max(m.timestamp for m in msgs if lo <= m.offset < hi)
+            for lo, hi in zip(bases, ends, strict=True)]  # fmt: skip
+
+
+def segment_sizes(store: mqcore.Store, topic: str) -> list[int]:
+    """The byte size of each segment's log file, oldest first."""
+    return [os.path.getsize(os.path.join(part_dir(store, topic), n)) for n in logs(store, topic)]
 
 
 def test_time_retention_deletes_expired_prefix(store: mqcore.Store) -> None:
@@ -75,17 +83,17 @@ def test_time_retention_deletes_expired_prefix(store: mqcore.Store) -> None:
 
 def test_deleted_bytes_are_the_segment_sizes(store: mqcore.Store) -> None:
     fill(store, "t", 40, retention_ms=DAY)
-    sizes = [s.size for s in store._partition("t", 0).segments]
+    sizes = segment_sizes(store, "t")
     report = store.apply_retention("t", now=T0 + DAY + 20)
     assert report.deleted_bytes == sum(sizes[: len(report.deleted_segments)])
 
 
 def test_size_retention_keeps_at_least_retention_bytes(store: mqcore.Store) -> None:
     fill(store, "t", 60, retention_ms=-1, retention_bytes=1500)
-    sizes = [s.size for s in store._partition("t", 0).segments]
+    sizes = segment_sizes(store, "t")
     assert sum(sizes) > 1500
     report = store.apply_retention("t", now=T0)
-    left = [s.size for s in store._partition("t", 0).segments]
+    left = segment_sizes(store, "t")
     n = len(report.deleted_segments)
     assert left == sizes[n:]
     # Kafka's rule: the rest stays at or above the limit, and one more deletion would cross it
@@ -111,11 +119,11 @@ def test_expired_prefix_rules() -> None:
 def test_active_segment_is_never_deleted(store: mqcore.Store) -> None:
     fill(store, "t", 30, retention_ms=DAY)
     store.append("t", b"recent", timestamp=T0 + 5 * DAY)  # the active segment is young
-    active = store._partition("t", 0).active
+    active = store.segment_offsets("t")[-1]
     store.apply_retention("t", now=T0 + 5 * DAY)
-    part = store._partition("t", 0)
-    assert part.segments == [active]  # it holds expired records too: they stay with it
-    old = [b"value-%03d" % i for i in range(active.base_offset, 30)]
+    assert store.segment_offsets("t") == [active]  # it holds expired records too: they stay
+    assert logs(store, "t") == [f"{active:020d}.log"]
+    old = [b"value-%03d" % i for i in range(active, 30)]
     assert values(store, "t") == [*old, b"recent"]
 
 
@@ -234,17 +242,9 @@ def test_crash_during_retention_finishes_at_reopen(store_path: str, point: str, 
         bases = s.segment_offsets("t")
         stamps = max_timestamps(s, "t")
     start = bases[next(i for i, ts in enumerate(stamps) if ts >= now - DAY)]
-    env = child_env()
-    env["MQCORE_CRASH_AT"] = f"{point}:{nth}"
-    proc = subprocess.run(
-        [sys.executable, "-c", CHILD, store_path, str(now)],
-        env=env,
-        capture_output=True,
-        timeout=120,
-        check=False,
-    )
     expect_killed = point == "retention.after_deleted" and nth == 1 or point.endswith("unlink")
-    assert proc.returncode == (-9 if expect_killed else 0), proc.stderr.decode()
+    run_child(CHILD, store_path, str(now), crash_at=f"{point}:{nth}",
+              expect=KILLED if expect_killed else 0)  # fmt: skip
     with mqcore.open(store_path, flush="os") as s:
         assert s.start_offset("t") == start
         assert values(s, "t") == [b"value-%03d" % i for i in range(start, 60)]

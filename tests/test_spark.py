@@ -12,7 +12,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from conftest import SPARK_BASE_TS, make_spark_store, spark_arrow_schema
+from conftest import SPARK_BASE_TS, spark_arrow_schema
 
 import mqcore
 import mqcore.spark
@@ -35,20 +35,6 @@ KAFKA_DDL = (
 HEADERS_DDL = ",headers:array<struct<key:string,value:binary>>"
 Row = tuple[Any, ...]
 Ranges = dict[tuple[str, int], tuple[int, int]]
-
-
-@pytest.fixture(scope="module")
-def store_path(tmp_path_factory: pytest.TempPathFactory) -> str:
-    path = str(tmp_path_factory.mktemp("spark") / "store")
-    make_spark_store(path)
-    return path
-
-
-@pytest.fixture(scope="module")
-def session(spark: SparkSession) -> SparkSession:
-    """The shared session with the source registered as Spark's setting says (off)."""
-    mqcore.spark.register(spark)
-    return spark
 
 
 def load(spark: SparkSession, path: str, **options: str) -> DataFrame:
@@ -120,27 +106,27 @@ def read_offsets(df: DataFrame) -> set[tuple[Any, ...]]:
 # -- schema and content --------------------------------------------------------------------------
 
 
-def test_schema_is_the_kafka_source_schema(session: SparkSession, store_path: str) -> None:
-    df = load(session, store_path, subscribe="events")
+def test_schema_is_the_kafka_source_schema(session: SparkSession, spark_store: str) -> None:
+    df = load(session, spark_store, subscribe="events")
     assert df.schema.simpleString() == KAFKA_DDL.format("")
     assert all(f.nullable for f in df.schema.fields)
-    with_headers = load(session, store_path, subscribe="events", includeHeaders="true")
+    with_headers = load(session, spark_store, subscribe="events", includeHeaders="true")
     assert with_headers.schema.simpleString() == KAFKA_DDL.format(HEADERS_DDL)
     assert with_headers.schema == kafka_spark_schema(True)
 
 
 @pytest.mark.parametrize("headers", [False, True])
 def test_batch_read_equals_store_read(
-    session: SparkSession, store_path: str, headers: bool
+    session: SparkSession, spark_store: str, headers: bool
 ) -> None:
     df = load(
         session,
-        store_path,
+        spark_store,
         subscribe="events,audit,other",
         includeHeaders=str(headers).lower(),
     )
     got = rows(df)
-    want = store_rows(store_path, whole(store_path, "events", "audit", "other"), headers)
+    want = store_rows(spark_store, whole(spark_store, "events", "audit", "other"), headers)
     assert got == want
     # the store covers what the test means to cover
     assert {r[3] for r in got if r[2] == "events"} == {0, 1, 2}
@@ -152,19 +138,19 @@ def test_batch_read_equals_store_read(
         assert any(k == "\u00fc" for r in got for k, _ in r[7] or ())
 
 
-def test_splitting_gives_the_same_rows(session: SparkSession, store_path: str) -> None:
-    plain = load(session, store_path, subscribe="events")
+def test_splitting_gives_the_same_rows(session: SparkSession, spark_store: str) -> None:
+    plain = load(session, spark_store, subscribe="events")
     assert plain.rdd.getNumPartitions() == 3  # Kafka's default: one per topic-partition
     want = rows(plain)
     for options, at_least in (({"minPartitions": "8"}, 8), ({"maxRecordsPerPartition": "20"}, 6)):
-        df = load(session, store_path, subscribe="events", **options)
+        df = load(session, spark_store, subscribe="events", **options)
         assert df.rdd.getNumPartitions() >= at_least
         assert rows(df) == want
 
 
-def test_small_batches_keep_sparks_arrow_schema(store_path: str) -> None:
+def test_small_batches_keep_sparks_arrow_schema(spark_store: str) -> None:
     """read() itself: bounded batches, each exactly the Arrow schema Spark checks against."""
-    source = MqcoreDataSource({"path": store_path, "subscribe": "events", "includeHeaders": "true",
+    source = MqcoreDataSource({"path": spark_store, "subscribe": "events", "includeHeaders": "true",
                                "maxRecordsPerBatch": "7"})  # fmt: skip
     schema = source.schema()
     reader = source.reader(schema)
@@ -173,7 +159,7 @@ def test_small_batches_keep_sparks_arrow_schema(store_path: str) -> None:
     batches = [b for part in parts for b in reader.read(part)]
     assert batches and all(b.schema.equals(want) and 0 < b.num_rows <= 7 for b in batches)
     assert sum(b.num_rows for b in batches) == len(
-        store_rows(store_path, whole(store_path, "events"), False)
+        store_rows(spark_store, whole(spark_store, "events"), False)
     )
 
 
@@ -206,24 +192,24 @@ def test_a_record_without_headers_has_null_headers(tmp_path: Path) -> None:
 # -- options -------------------------------------------------------------------------------------
 
 
-def test_offsets_json(session: SparkSession, store_path: str) -> None:
+def test_offsets_json(session: SparkSession, spark_store: str) -> None:
     df = load(
         session,
-        store_path,
+        spark_store,
         subscribe="events",
         startingOffsets='{"events":{"0":4,"1":-2,"2":10}}',
         endingOffsets='{"events":{"0":9,"1":3,"2":-1}}',
     )
-    end2 = whole(store_path, "events")[("events", 2)][1]
+    end2 = whole(spark_store, "events")[("events", 2)][1]
     ranges = {("events", 0): (4, 9), ("events", 1): (0, 3), ("events", 2): (10, end2)}
-    assert rows(df) == store_rows(store_path, ranges, False)
+    assert rows(df) == store_rows(spark_store, ranges, False)
 
 
-def test_timestamps_and_their_precedence(session: SparkSession, store_path: str) -> None:
+def test_timestamps_and_their_precedence(session: SparkSession, spark_store: str) -> None:
     t1, t2 = SPARK_BASE_TS + 6_000, SPARK_BASE_TS + 30_000
     df = load(
         session,
-        store_path,
+        spark_store,
         subscribe="events",
         startingTimestamp=str(t1),  # wins over the two below
         startingOffsetsByTimestamp='{"events":{"0":0,"1":0,"2":0}}',
@@ -232,22 +218,22 @@ def test_timestamps_and_their_precedence(session: SparkSession, store_path: str)
     )
     ranges = {
         ("events", p): (
-            first_at_or_after(store_path, "events", p, t1),
-            first_at_or_after(store_path, "events", p, t2),
+            first_at_or_after(spark_store, "events", p, t1),
+            first_at_or_after(spark_store, "events", p, t2),
         )
         for p in range(3)
     }
-    assert read_offsets(df) == offset_set(store_path, ranges)
+    assert read_offsets(df) == offset_set(spark_store, ranges)
 
 
-def test_subscribe_pattern_and_assign(session: SparkSession, store_path: str) -> None:
-    everything = whole(store_path, "events", "audit", "other")
-    df = load(session, store_path, subscribePattern="ev.*|oth.*")
+def test_subscribe_pattern_and_assign(session: SparkSession, spark_store: str) -> None:
+    everything = whole(spark_store, "events", "audit", "other")
+    df = load(session, spark_store, subscribePattern="ev.*|oth.*")
     want = {k: v for k, v in everything.items() if k[0] != "audit"}
-    assert read_offsets(df) == offset_set(store_path, want)
-    df = load(session, store_path, assign='{"events":[1],"audit":[0]}')
+    assert read_offsets(df) == offset_set(spark_store, want)
+    df = load(session, spark_store, assign='{"events":[1],"audit":[0]}')
     want = {k: everything[k] for k in (("events", 1), ("audit", 0))}
-    assert read_offsets(df) == offset_set(store_path, want)
+    assert read_offsets(df) == offset_set(spark_store, want)
 
 
 def test_pattern_skips_internal_topics(session: SparkSession, tmp_path: Path) -> None:
@@ -273,24 +259,24 @@ def test_pattern_skips_internal_topics(session: SparkSession, tmp_path: Path) ->
     ],
 )
 def test_bad_options_fail_at_load(
-    session: SparkSession, store_path: str, options: dict[str, str], message: str
+    session: SparkSession, spark_store: str, options: dict[str, str], message: str
 ) -> None:
     with pytest.raises(PySparkException, match=message):
-        load(session, store_path, **options)
+        load(session, spark_store, **options)
 
 
-def test_planning_errors_name_the_problem(session: SparkSession, store_path: str) -> None:
+def test_planning_errors_name_the_problem(session: SparkSession, spark_store: str) -> None:
     with pytest.raises(PySparkException, match="topic 'nope' does not exist"):
-        load(session, store_path, subscribe="nope").count()
+        load(session, spark_store, subscribe="nope").count()
     # load() cannot tell a batch read from a stream (one schema() for both): a stream's
     # startingOffsets=latest passes it and a batch read refuses it when planned
     with pytest.raises(PySparkException, match="cannot be 'latest'"):
-        load(session, store_path, subscribe="events", startingOffsets="latest").count()
+        load(session, spark_store, subscribe="events", startingOffsets="latest").count()
     with pytest.raises(PySparkException, match="must name every partition read"):
-        load(session, store_path, subscribe="events", endingOffsets='{"events":{"0":1}}').count()
+        load(session, spark_store, subscribe="events", endingOffsets='{"events":{"0":1}}').count()
     with pytest.raises(PySparkException, match="fixed schema of Spark's Kafka source"):
         session.read.format("mqcore").schema("value binary").option("subscribe", "events").load(
-            store_path
+            spark_store
         ).count()
 
 
@@ -326,17 +312,17 @@ WHERE = [
 
 
 def test_filters_give_the_same_rows_with_sparks_pushdown_on_or_off(
-    session: SparkSession, store_path: str, capfd: pytest.CaptureFixture[str]
+    session: SparkSession, spark_store: str, capfd: pytest.CaptureFixture[str]
 ) -> None:
     """The source takes no filter (a reused DataFrame would carry one query's filters into the
     next): with spark.sql.python.filterPushdown.enabled on, Spark still evaluates every one."""
-    want = {w: rows(load(session, store_path, subscribe="events").where(w)) for w in WHERE}
+    want = {w: rows(load(session, spark_store, subscribe="events").where(w)) for w in WHERE}
     session.conf.set(mqcore.spark.PUSHDOWN_CONF, "true")
     mqcore.spark.register(session)
     try:
         for w in WHERE:
-            assert rows(load(session, store_path, subscribe="events").where(w)) == want[w], w
-        load(session, store_path, subscribe="events").where(WHERE[0]).explain()
+            assert rows(load(session, spark_store, subscribe="events").where(w)) == want[w], w
+        load(session, spark_store, subscribe="events").where(WHERE[0]).explain()
         filters = [line for line in capfd.readouterr().out.splitlines() if " Filter " in line]
         assert filters and all("partition" in f and "offset" in f for f in filters), filters
     finally:
@@ -500,17 +486,17 @@ def test_demo_spark_step_agrees_with_the_store(
     assert found.input_partitions == (3, 1)
 
 
-def test_stream_reader_versions(store_path: str) -> None:
+def test_stream_reader_versions(spark_store: str) -> None:
     """Streaming reads work on PySpark 4.1 and later; the read-limit options need 4.2, where
     Spark passes Python streams their limits, and are refused on 4.1 rather than ignored."""
     from mqcore.errors import InvalidConfigError
     from mqcore.spark import stream
 
-    source = MqcoreDataSource({"path": store_path, "subscribe": "events"})
+    source = MqcoreDataSource({"path": spark_store, "subscribe": "events"})
     schema = source.schema()
     assert isinstance(source.streamReader(schema), stream.MqcoreStreamReader)
     for name in ("maxOffsetsPerTrigger", "minOffsetsPerTrigger"):
-        limited = MqcoreDataSource({"path": store_path, "subscribe": "events", name: "10"})
+        limited = MqcoreDataSource({"path": spark_store, "subscribe": "events", name: "10"})
         if stream.READ_LIMITS:
             assert isinstance(limited.streamReader(schema), stream.MqcoreStreamReader)
         else:
@@ -522,7 +508,7 @@ def test_stream_reader_versions(store_path: str) -> None:
 
 
 def test_workers_that_cannot_import_mqcore_are_named_at_register(
-    session: SparkSession, store_path: str
+    session: SparkSession, spark_store: str
 ) -> None:
     """A script run with a virtualenv's python without activating it: Spark starts its workers
     with python3, which lacks mqcore. Here a real worker runs the virtualenv's base
@@ -545,7 +531,7 @@ def test_workers_that_cannot_import_mqcore_are_named_at_register(
     try:
         session.dataSource.register(MqcoreDataSource)  # what register() did before the check
         with pytest.raises(PySparkException, match="No module named") as failed:
-            load(session, store_path, subscribe="events").count()
+            load(session, spark_store, subscribe="events").count()
         assert "Traceback" in str(failed.value) and "PYSPARK_PYTHON" not in str(failed.value)
         with pytest.raises(InvalidConfigError) as refused:
             mqcore.spark.register(session)

@@ -60,16 +60,10 @@ def make_extras_store(path: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def store_path(tmp_path_factory: pytest.TempPathFactory) -> str:
+def extras_store(tmp_path_factory: pytest.TempPathFactory) -> str:
     path = str(tmp_path_factory.mktemp("spark-extras") / "store")
     make_extras_store(path)
     return path
-
-
-@pytest.fixture(scope="module")
-def session(spark: SparkSession) -> SparkSession:
-    mqcore.spark.register(spark)
-    return spark
 
 
 def load(session: SparkSession, path: str, **options: str) -> DataFrame:
@@ -103,9 +97,9 @@ def read_all(reader: Any) -> list[pa.RecordBatch]:
 # -- through Spark ------------------------------------------------------------------------------
 
 
-def test_extras_columns_equal_the_store(session: SparkSession, store_path: str) -> None:
+def test_extras_columns_equal_the_store(session: SparkSession, extras_store: str) -> None:
     """includeExtras: msg_id (the store ID) and tag after the Kafka columns (and headers)."""
-    df = load(session, store_path, subscribe="keyed", includeExtras="true")
+    df = load(session, extras_store, subscribe="keyed", includeExtras="true")
     assert df.columns[-2:] == ["msg_id", "tag"] and df.columns[:7] == [
         "key", "value", "topic", "partition", "offset", "timestamp", "timestampType"
     ]  # fmt: skip
@@ -115,11 +109,13 @@ def test_extras_columns_equal_the_store(session: SparkSession, store_path: str) 
             encode_msg_id(m.topic, m.partition, m.offset),
             None if m.header("tag") is None else m.header("tag").decode(),
         )
-        for m in messages(store_path, "keyed")
+        for m in messages(extras_store, "keyed")
     }
     assert got == want
     assert {t for _, t in got.values()} == {None, "red", "blue"}
-    both = load(session, store_path, subscribe="keyed", includeExtras="true", includeHeaders="true")
+    both = load(
+        session, extras_store, subscribe="keyed", includeExtras="true", includeHeaders="true"
+    )
     assert both.columns[7:] == ["headers", "msg_id", "tag"]
     assert {(r[3], r[4]): (r[-2], r[-1]) for r in rows(both)} == want
 
@@ -138,10 +134,10 @@ LOOKUPS: list[tuple[str, Any]] = [
 
 @pytest.mark.parametrize("topic", ["keyed", "unindexed"])
 def test_key_lookups_answer_what_the_store_holds(
-    session: SparkSession, store_path: str, topic: str
+    session: SparkSession, extras_store: str, topic: str
 ) -> None:
-    everything = messages(store_path, topic)
-    df = load(session, store_path, subscribe=topic)
+    everything = messages(extras_store, topic)
+    df = load(session, extras_store, subscribe=topic)
     for where, keep in LOOKUPS:
         query = where.format(rare=RARE.hex().upper())
         got = [(r[3], r[4]) for r in rows(df.where(query))]
@@ -150,12 +146,14 @@ def test_key_lookups_answer_what_the_store_holds(
     assert len(rare) == (2 if topic == "keyed" else 1)  # RARE_BATCHES; the decoy is not one
 
 
-def test_msg_id_lookups_answer_what_the_store_holds(session: SparkSession, store_path: str) -> None:
-    everything = messages(store_path, "keyed")
+def test_msg_id_lookups_answer_what_the_store_holds(
+    session: SparkSession, extras_store: str
+) -> None:
+    everything = messages(extras_store, "keyed")
     picked = [everything[3], everything[-5]]
     ids = [encode_msg_id(m.topic, m.partition, m.offset) for m in picked]
     other_topic = encode_msg_id("unindexed", 0, 1)
-    df = load(session, store_path, subscribe="keyed", includeExtras="true")
+    df = load(session, extras_store, subscribe="keyed", includeExtras="true")
     one = rows(df.where(f"msg_id = '{ids[0]}'"))
     assert [(r[3], r[4]) for r in one] == [(picked[0].partition, picked[0].offset)]
     listed = df.where(f"msg_id IN ('{ids[0]}', '{ids[1]}', '{other_topic}', 'not-an-id')")
@@ -166,9 +164,9 @@ def test_msg_id_lookups_answer_what_the_store_holds(session: SparkSession, store
 # -- the reader itself ----------------------------------------------------------------------------
 
 
-def test_extras_batches_keep_sparks_arrow_schema(store_path: str) -> None:
+def test_extras_batches_keep_sparks_arrow_schema(extras_store: str) -> None:
     for headers in ("false", "true"):
-        source = MqcoreDataSource({"path": store_path, "subscribe": "keyed",
+        source = MqcoreDataSource({"path": extras_store, "subscribe": "keyed",
                                    "includeExtras": "true", "includeHeaders": headers,
                                    "maxRecordsPerBatch": "11"})  # fmt: skip
         schema = source.schema()
@@ -176,4 +174,4 @@ def test_extras_batches_keep_sparks_arrow_schema(store_path: str) -> None:
         reader = source.reader(schema)
         batches = read_all(reader)
         assert batches and all(b.schema.equals(want) and b.num_rows <= 11 for b in batches)
-        assert sum(b.num_rows for b in batches) == len(messages(store_path, "keyed"))
+        assert sum(b.num_rows for b in batches) == len(messages(extras_store, "keyed"))

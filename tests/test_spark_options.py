@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import SPARK_BASE_TS, make_spark_store
+from conftest import SPARK_BASE_TS
 from hypothesis import given, settings
 from hypothesis import strategies as hs
 
@@ -220,13 +220,6 @@ def test_timestamp_options_take_precedence_like_kafka() -> None:
 
 
 # -- resolving against a store -------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def spark_store(tmp_path_factory: pytest.TempPathFactory) -> str:
-    path = str(tmp_path_factory.mktemp("spark") / "store")
-    make_spark_store(path)
-    return path
 
 
 @pytest.fixture

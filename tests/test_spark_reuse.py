@@ -95,7 +95,7 @@ def check_queries(df: DataFrame, want: list[Record]) -> None:
 
 
 @pytest.fixture(params=[False, True], ids=["pushdown-off", "pushdown-on"])
-def session(request: pytest.FixtureRequest, spark: SparkSession) -> Iterator[SparkSession]:
+def pushdown_session(request: pytest.FixtureRequest, spark: SparkSession) -> Iterator[SparkSession]:
     """The shared session with Spark's Python filter pushdown off or on."""
     before = spark.conf.get(mqcore.spark.PUSHDOWN_CONF, "false")
     spark.conf.set(mqcore.spark.PUSHDOWN_CONF, str(request.param).lower())
@@ -108,7 +108,7 @@ def session(request: pytest.FixtureRequest, spark: SparkSession) -> Iterator[Spa
 
 
 def test_each_query_of_a_reused_dataframe_answers_what_the_store_holds(
-    session: SparkSession, tmp_path: Path
+    pushdown_session: SparkSession, tmp_path: Path
 ) -> None:
     """Filtered and unfiltered queries in turn, then appends (one partition was empty when the
     DataFrame first ran), then retention that moves the start offsets: the same DataFrame
@@ -116,7 +116,7 @@ def test_each_query_of_a_reused_dataframe_answers_what_the_store_holds(
     each run."""
     path = str(tmp_path / "store")
     fill(path, "web", {0: 120, 1: 90}, retention_bytes=2500, retention_ms=-1)
-    df = session.read.format("mqcore").option("subscribe", "web").load(path)
+    df = pushdown_session.read.format("mqcore").option("subscribe", "web").load(path)
     check_queries(df, stored(path, "web"))
 
     fill(path, "web", {0: 9, 2: 30}, start=210)
@@ -130,7 +130,7 @@ def test_each_query_of_a_reused_dataframe_answers_what_the_store_holds(
 
 
 def test_a_reused_split_dataframe_reads_each_record_once(
-    session: SparkSession, tmp_path: Path
+    pushdown_session: SparkSession, tmp_path: Path
 ) -> None:
     """With minPartitions the plan cuts partitions into pieces: a reused plan's pieces still
     cover the log once, after appends and retention, and the write of a reused DataFrame writes
@@ -138,7 +138,7 @@ def test_a_reused_split_dataframe_reads_each_record_once(
     path = str(tmp_path / "store")
     fill(path, "web", {0: 150, 1: 40}, retention_bytes=1, retention_ms=-1)
     df = (
-        session.read.format("mqcore")
+        pushdown_session.read.format("mqcore")
         .option("subscribe", "web")
         .option("minPartitions", "7")
         .load(path)
@@ -151,18 +151,18 @@ def test_a_reused_split_dataframe_reads_each_record_once(
     assert spark_records(df) == sorted(want)
     out = str(tmp_path / "parquet")
     df.write.parquet(out)
-    assert session.read.parquet(out).count() == len(want)
+    assert pushdown_session.read.parquet(out).count() == len(want)
 
 
 def test_a_reused_pattern_dataframe_reads_topics_created_since(
-    session: SparkSession, tmp_path: Path
+    pushdown_session: SparkSession, tmp_path: Path
 ) -> None:
     """subscribePattern names the topics that exist when a query runs, as a fresh DataFrame
     does; explicit per-partition offsets stay what they say, and data loss against them is
     still an error."""
     path = str(tmp_path / "store")
     fill(path, "web-a", {0: 30})
-    df = session.read.format("mqcore").option("subscribePattern", "web-.*").load(path)
+    df = pushdown_session.read.format("mqcore").option("subscribePattern", "web-.*").load(path)
     assert df.filter("offset < 3").count() == 3
     fill(path, "web-b", {1: 17}, start=30)
     fill(path, "web-a", {2: 4}, start=47)
@@ -170,7 +170,7 @@ def test_a_reused_pattern_dataframe_reads_topics_created_since(
 
 
 def test_explicit_offsets_of_a_reused_dataframe_stay_fixed(
-    session: SparkSession, tmp_path: Path
+    pushdown_session: SparkSession, tmp_path: Path
 ) -> None:
     """Explicit offsets are not late-bound: appends past them are not read, and retention past
     the starting offset is data loss for the reused DataFrame as for a fresh one."""
@@ -179,7 +179,7 @@ def test_explicit_offsets_of_a_reused_dataframe_stay_fixed(
     starting = '{"web":{"0":10,"1":-2,"2":-2}}'
     ending = '{"web":{"0":100,"1":-1,"2":-1}}'
     df = (
-        session.read.format("mqcore")
+        pushdown_session.read.format("mqcore")
         .option("subscribe", "web")
         .option("startingOffsets", starting)
         .option("endingOffsets", ending)
@@ -194,7 +194,7 @@ def test_explicit_offsets_of_a_reused_dataframe_stay_fixed(
     with pytest.raises(PySparkException, match="retention point"):
         df.count()
     fresh = (
-        session.read.format("mqcore")
+        pushdown_session.read.format("mqcore")
         .option("subscribe", "web")
         .option("startingOffsets", starting)
         .option("endingOffsets", ending)

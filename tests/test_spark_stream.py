@@ -62,12 +62,6 @@ needs_read_limits = pytest.mark.skipif(
 Row = tuple[Any, ...]
 
 
-@pytest.fixture(scope="module")
-def session(spark: SparkSession) -> SparkSession:
-    mqcore.spark.register(spark)
-    return spark
-
-
 def read_stream(spark: SparkSession, path: str, **options: str) -> DataFrame:
     reader = spark.readStream.format("mqcore")
     for name, value in options.items():

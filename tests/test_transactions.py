@@ -4,14 +4,12 @@ a child process SIGKILLed before and at every step of commit (consume/transactio
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
-import sys
 import textwrap
 from collections import Counter
 
 import pytest
-from conftest import child_env
+from conftest import plain_partition
+from crashchild import KILLED, run_child
 
 import mqcore
 from mqcore.consume.transactions import HALF_TOPIC, OP_TOPIC, TransactionInfo
@@ -55,7 +53,7 @@ def test_committed_messages_become_visible_with_their_ids_and_fields(store_path)
         (m,) = store.find_by_unique_id(a.unique_id).messages
         assert (m.topic, m.partition, m.value, m.key, m.timestamp) == (
             "t", a.partition, b"v1", b"k1", 1234)  # fmt: skip
-        assert a.partition == store._choose_partition("t", b"k1", 3)
+        assert a.partition == plain_partition(store, b"k1", 3)
         assert [(k, v) for k, v in m.headers if k != "uid"] == [
             ("h", b"1"), ("tag", b"TagA"), ("n", b"7"), ("keys", b"x y")]  # fmt: skip
         assert store.find_by_key("t", b"y").messages[0].unique_id == a.unique_id
@@ -251,16 +249,9 @@ COMMIT_STEPS = ["txn:after_prepare", "txn:after_append:1", "txn:after_append:2",
                 "txn:after_append:3", "after_commit"]  # fmt: skip
 
 
-def run_child(path: str, point: str) -> list[str]:
-    proc = subprocess.run(
-        [sys.executable, "-c", CHILD, path, point],
-        env=child_env(),
-        capture_output=True,
-        timeout=120,
-        check=False,
-    )
-    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()
-    return json.loads(proc.stdout.decode().splitlines()[0])
+def run_txn_child(path: str, point: str) -> list[str]:
+    """The CHILD killed at `point`: the unique IDs it sent (its first line)."""
+    return json.loads(run_child(CHILD, path, point, expect=KILLED).lines[0])
 
 
 def all_copies(store: mqcore.Store) -> Counter[str | None]:
@@ -269,7 +260,7 @@ def all_copies(store: mqcore.Store) -> Counter[str | None]:
 
 @pytest.mark.parametrize("answer", ["commit", "rollback"])
 def test_kill_before_commit_then_check_back_decides(store_path, answer):
-    uids = run_child(store_path, "before_commit")
+    uids = run_txn_child(store_path, "before_commit")
     asked: list[str] = []
     with open_store(store_path) as store:
         assert all_copies(store) == Counter()
@@ -287,7 +278,7 @@ def test_kill_before_commit_then_check_back_decides(store_path, answer):
 
 @pytest.mark.parametrize("point", COMMIT_STEPS)
 def test_kill_inside_commit_rolls_forward_exactly_once(store_path, point):
-    uids = run_child(store_path, point)
+    uids = run_txn_child(store_path, point)
     with open_store(store_path) as store:
         store.set_transaction_checker(lambda info: pytest.fail("a prepared commit is decided"))
         outcome = store.check_transactions(now=0)  # no timeout needed: the decision is on disk
