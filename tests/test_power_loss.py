@@ -56,8 +56,11 @@ def run_workload(store: str, ledger: str, policy: str, seed: int, acks_wanted: i
 def promised(policy: str, acks: Acks, ledger: str, store: str) -> dict[int, int]:
     """Per partition, how many of the acknowledged records docs/operations.md promises survive
     a power loss: always: every one; os: those acknowledged before the last flush() returned;
-    interval: those acknowledged before the start of the partition's last fdatasync (a flusher
-    pass, a roll or a flush syncs every segment of the partition with unsynced bytes)."""
+    interval: those acknowledged before the start of the partition's last fdatasync of a .log
+    (a flusher pass, a roll or a flush syncs every segment of the partition with unsynced
+    bytes). Only .log syncs count: a roll syncs the old segment's indexes and writes the
+    producer snapshot before it syncs the log, and a power cut between the two keeps none of
+    the log bytes those later-started syncs seemed to vouch for."""
     out = {}
     journal = powerloss.sync_journal(ledger)
     for p, recs in acks.records.items():
@@ -68,7 +71,11 @@ def promised(policy: str, acks: Acks, ledger: str, store: str) -> dict[int, int]
         else:
             pdir = os.path.realpath(os.path.join(store, f"t-{p}"))
             cutoff = max(
-                (start for start, _i, _s, where in journal if os.path.dirname(where) == pdir),
+                (
+                    start
+                    for start, _i, _s, where in journal
+                    if os.path.dirname(where) == pdir and where.endswith(".log")
+                ),
                 default=-1,
             )
         out[p] = sum(1 for _o, _v, t in recs if t < cutoff)
