@@ -41,7 +41,7 @@ from mqcore.cli.options import (
     positive,
 )
 from mqcore.config import TopicConfig
-from mqcore.consume.internal import refuse_internal
+from mqcore.log.internal import refuse_internal
 from mqcore.errors import (
     InvalidConfigError,
     InvalidRecordError,

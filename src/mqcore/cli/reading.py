@@ -1,7 +1,7 @@
 """Read commands: `topics`, `consume` (kcat-like) and `get` (one message in full).
 
 `topics` lists the topics users created; internal ones (`__consumer_offsets`, `__retry.<group>`,
-... : consume/internal.py) only with --all, as `kafka-topics.sh --list` hides them with
+... : log/internal.py) only with --all, as `kafka-topics.sh --list` hides them with
 --exclude-internal.
 
 They open the store with `read_only=True`: no lock is taken and nothing is written, so they are
@@ -19,7 +19,7 @@ from typing import Any, TextIO
 import mqcore
 from mqcore.cli import render
 from mqcore.cli.options import add_json, integer, parse_int, parse_time
-from mqcore.consume.internal import is_internal
+from mqcore.log.internal import is_internal
 from mqcore.errors import (
     InvalidConfigError,
     MessageNotFoundError,

@@ -315,11 +315,11 @@ class Consumer:
         out: list[Message] = []
         budget = [FILTER_SCAN_BUDGET]
         self._rotation += 1
-        appends = self.store._topic_appends
+        appends_to = self.store.log.appends_to
         for topic, count in list(self._drained.items()):
-            if appends.get(topic, 0) != count:
+            if appends_to(topic) != count:
                 del self._drained[topic]  # new data since it was drained
-        counts = {t: appends.get(t, 0) for t in self._topic_tps}  # before looking at the ends
+        counts = {t: appends_to(t) for t in self._topic_tps}  # before looking at the ends
         for topic in self._order():
             if topic in self._drained:
                 continue

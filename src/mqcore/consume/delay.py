@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from mqcore.consume.internal import is_internal, refuse_internal
+from mqcore.log.internal import is_internal, refuse_internal
 from mqcore.consume.trace import TraceEvent
 from mqcore.consume.trim import delete_below, trim_point
 from mqcore.errors import InvalidConfigError, InvalidRecordError, StoreClosedError
@@ -351,7 +351,7 @@ def read_state(msg: Message) -> dict[str, Any]:
 
 
 def report_skipped(store: Store, msg: Message, reason: object) -> None:
-    """Skip-and-report an internal record its reader cannot parse (consume/internal.py)."""
+    """Skip-and-report an internal record its reader cannot parse (log/internal.py)."""
     store._skipped.report(msg.topic, msg.partition, msg.offset, str(reason))
 
 

@@ -211,7 +211,12 @@ class ConsumeState:
             return coord
 
     def wake(self) -> None:
-        """Wake every waiting poll (called after an append when waiters > 0, and on
-        rebalances)."""
+        """Wake every waiting poll (after an append when a poll waits, and on rebalances)."""
         with self.cond:
             self.cond.notify_all()
+
+    def on_append(self, topic: str, partition: int, base: int, count: int,
+                  uids: bytes | None, now: int) -> None:  # fmt: skip
+        """The log's append listener: a poll waiting for data wakes (consume/consumer.py)."""
+        if self.waiters:
+            self.wake()

@@ -108,7 +108,7 @@ class Tracer:
         for m in found.messages:
             try:
                 events.append(_from_json(m.value))
-            except ValueError as e:  # junk is skipped and reported (consume/internal.py)
+            except ValueError as e:  # junk is skipped and reported (log/internal.py)
                 self.store._skipped.report(m.topic, m.partition, m.offset, str(e))
         return sorted(events, key=lambda e: e.time)
 

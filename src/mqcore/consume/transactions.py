@@ -51,7 +51,7 @@ from mqcore.consume.delay import (
     scan,
     state_record,
 )
-from mqcore.consume.internal import refuse_internal
+from mqcore.log.internal import refuse_internal
 from mqcore.consume.trace import TraceEvent
 from mqcore.consume.trim import delete_below, trim_point
 from mqcore.errors import InvalidConfigError, InvalidRecordError, TransactionStateError
@@ -264,7 +264,7 @@ class TransactionManager:
 
     def _load(self) -> None:
         """Replay `__txn_op`, then read `__txn_half` from the last op's `low` watermark.
-        Records that do not parse are skipped and reported (consume/internal.py)."""
+        Records that do not parse are skipped and reported (log/internal.py)."""
         if self._loaded:
             return
         store = self.store

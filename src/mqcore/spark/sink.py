@@ -38,7 +38,7 @@ from pyspark.sql.types import (
 )
 
 import mqcore
-from mqcore.consume.internal import refuse_internal
+from mqcore.log.internal import refuse_internal
 from mqcore.errors import InvalidConfigError, InvalidRecordError, UnknownTopicError
 from mqcore.spark.options import WriteOptions
 

@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from mqcore._ext.batch import EncodedBatch, Message, decode_messages, peek_batch_header
 from mqcore._ext.lookup import get_record
@@ -628,6 +629,12 @@ class Partition:
         """Seal the active segment and start a new one at the log end offset."""
         with self._lock:
             return self._roll()
+
+    def locked(self) -> contextlib.AbstractContextManager[Any]:
+        """The partition's lock (reentrant), held by every append and segment change: hold it
+        to make several appends one run of consecutive offsets, or to read a state that an
+        append changes (the producer state)."""
+        return self._lock
 
     @contextlib.contextmanager
     def sync_lock(self) -> Iterator[None]:

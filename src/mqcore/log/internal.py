@@ -4,7 +4,7 @@ records their readers could not parse.
 Kafka's rule: a topic whose name starts with `__` is internal. mqcore keeps the state of the
 consumption model there (`__consumer_offsets`, `__retry.<group>`, `__dlq.<group>`,
 `__txn_half`, `__txn_op`, `__delay`, `__delay_state`, `__trace`). Only mqcore writes them
-(`Store._append_internal`); the public appends, `create_topic` and `mqcore produce` refuse
+(`Log.append_records`); the public appends, `create_topic` and `mqcore produce` refuse
 them, as a Kafka broker refuses a produce request to an internal topic.
 
 A record of an internal topic that its reader cannot parse (written by something else: a Kafka

@@ -1,0 +1,547 @@
+"""The log directory manager: the featureless core below the consumption model.
+
+A `Log` owns one store directory: its lock and topic list, every partition (opened and
+recovered at load, from the recovery checkpoint), the interval flusher, the background task
+thread that runs maintenance, the recovery checkpoint and the clean-shutdown marker. It
+appends encoded batches and knows nothing of consumers, transactions or delays: those sit
+above it (consume/, produce/) and reach it only through the public names here; the `Store`
+facade composes them. A broker embeds a `Log` (docs/embedding.md).
+
+Durability after `append_records`/`append` returns, by flush policy (docs/operations.md
+"Durability"):
+  always    fdatasync'd before the call returns (group commit across threads): survives a
+            process kill and a power loss.
+  interval  in the page cache at once; fdatasync'd by the background flusher within
+            flush_interval_ms or flush_messages: survives a process kill; a power loss loses at
+            most that window.
+  os        page cache only, flushed by the kernel, by flush() and at close: survives a process
+            kill; a power loss may lose anything since the last flush.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
+from typing import Any
+
+from mqcore import compression as codecs
+from mqcore._ext.batch import EncodedBatch
+from mqcore.clock import Clock, now_ms
+from mqcore.config import FlushPolicy, TopicConfig, validate_name
+from mqcore.errors import (
+    CorruptIndexError,
+    InvalidConfigError,
+    MQCoreError,
+    ProducerFencedError,
+    ReadOnlyStoreError,
+    StoreClosedError,
+    StoreError,
+    TopicExistsError,
+    UnknownPartitionError,
+    UnknownTopicError,
+)
+from mqcore.log.append import BatchMetadata, HeadersArg, Router, encode_fitting
+from mqcore.log.internal import SkipLog
+from mqcore.storage.cache import SegmentCache
+from mqcore.storage.flusher import Flusher
+from mqcore.storage.logdir import LogDirectory
+from mqcore.storage.partition import Partition, RecoveryReport, has_segments
+from mqcore.storage.producer_state import BatchRecord, check_producer_fields
+from mqcore.tasks import BackgroundTasks
+
+_log = logging.getLogger("mqcore")
+
+MIN_OPEN_SEGMENTS = 8  # the fewest sealed segments a store keeps open (a read spans several)
+READ_ONLY_OPEN_PATIENCE = 10.0  # seconds a read-only open retries while a writer changes files
+
+# listener(topic, partition, base_offset, count, uids, now): after every append that wrote
+AppendListener = Callable[[str, int, int, int, "bytes | None", int], None]
+
+
+class Log:
+    """A directory of topics and partitions of Kafka v2 segments, opened and recovered."""
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        read_only: bool = False,
+        create: bool = True,
+        flush_policy: FlushPolicy | None = None,
+        verify_crc: bool = True,
+        auto_create_topics: bool = False,
+        topic_defaults: TopicConfig | None = None,
+        max_open_segments: int = 1000,
+        full_recovery: bool = False,
+        clock: Clock = now_ms,
+    ):
+        if (
+            isinstance(max_open_segments, bool)
+            or not isinstance(max_open_segments, int)
+            or not MIN_OPEN_SEGMENTS <= max_open_segments <= 1 << 30
+        ):
+            raise InvalidConfigError(
+                f"max_open_segments must be an int in [{MIN_OPEN_SEGMENTS}, 2**30], not "
+                f"{max_open_segments!r}"
+            )
+        if not isinstance(create, bool):
+            raise InvalidConfigError(f"create must be a bool, not {create!r}")
+        if not isinstance(full_recovery, bool) or (full_recovery and read_only):
+            raise InvalidConfigError(
+                f"full_recovery must be a bool, and goes with a writable open: {full_recovery!r}"
+            )
+        if not callable(clock):
+            raise InvalidConfigError(f"clock must be callable, returning ms: {clock!r}")
+        self.flush_policy = flush_policy if flush_policy is not None else FlushPolicy()
+        # sealed segments open at once (their maps; they keep no descriptor): docs/operations.md
+        self._segment_cache = SegmentCache(max_open_segments)
+        self.read_only = read_only
+        self.auto_create_topics = auto_create_topics
+        self.verify_crc = verify_crc
+        self.topic_defaults = topic_defaults if topic_defaults is not None else TopicConfig()
+        self.clock = clock
+        self.router = Router()
+        self._full_recovery = full_recovery
+        self._dir = LogDirectory(path, writable=not read_only, create=create)
+        self.path = self._dir.path
+        self._lock = threading.RLock()
+        self._configs: dict[str, TopicConfig] = {}
+        self._topic_appends: dict[str, int] = {}  # batches written per topic since open
+        # topic -> partition number -> Partition; a read-only store of a Kafka log directory
+        # may lack some numbers (a broker holds only some partitions of a topic)
+        self._partitions: dict[str, dict[int, Partition]] = {}
+        self._listeners: list[AppendListener] = []
+        self._closed = False
+        self._flusher: Flusher | None = None
+        self.tasks = BackgroundTasks()
+        self.skipped = SkipLog()  # internal records a reader could not parse (log/internal.py)
+        self.recovery: dict[tuple[str, int], RecoveryReport] = {}
+        self.stray_directories: list[str] = []
+        self.missing_partitions: dict[str, int] = {}  # topic -> declared partitions missing
+        try:
+            self._load()
+        except BaseException:
+            # a failed open must not look open: __del__ would close() it, writing the clean
+            # marker over a store that was never recovered
+            self._closed = True
+            self._abandon_partitions()
+            self._dir.release()
+            raise
+
+    # -- opening and closing ------------------------------------------------------------------
+
+    def _load(self) -> None:
+        if self.read_only:
+            self._load_read_only()
+        else:
+            self._open_partitions(live=False)
+        for path in self.stray_directories:
+            _log.warning("%s: not a partition of any topic in mqcore-topics.json; not opened", path)
+        for topic, count in self.missing_partitions.items():
+            _log.warning("%s: %d of the %d partitions of topic %r have no directory; not "
+                         "opened", self.path, count, self._configs[topic].partitions,
+                         topic)  # fmt: skip
+        if self.read_only:
+            return
+        self._dir.save_topics(self._configs)
+        self.checkpoint()
+        self._dir.mark_open()
+        if self.flush_policy.mode == "interval":
+            self._flusher = Flusher(self.flush_policy.interval_ms, self._flush_all, self.checkpoint)
+            self._flusher.start()
+
+    def _open_partitions(self, live: bool) -> None:
+        clean = self._dir.was_clean() and not self._full_recovery
+        try:
+            points: dict[tuple[str, int], int] | None = self._dir.load_recovery_points()
+        except CorruptIndexError:
+            points = None  # scan everything: slower, never wrong
+        if not self.read_only:
+            self._dir.clear_clean_marker()
+        self._configs = self._dir.load_topics()
+        # what is not opened: directories no topic declares, and declared partitions whose
+        # directory is gone (an open never creates one: an empty partition would hide a loss)
+        self.stray_directories = list(self._dir.stray)
+        self.missing_partitions = {}
+        present = self._dir.partition_numbers()
+        for topic, cfg in self._configs.items():
+            parts: dict[int, Partition] = {}
+            self._partitions[topic] = parts
+            numbers = sorted(p for p in present.get(topic, ()) if p < cfg.partitions)
+            if len(numbers) < cfg.partitions and not self.read_only:
+                self.missing_partitions[topic] = cfg.partitions - len(numbers)
+            for p in numbers:  # an absent one: reads of it raise UnknownPartitionError
+                directory = self._dir.partition_dir(topic, p)
+                if self.read_only and not has_segments(directory):
+                    continue
+                part = self._new_partition(topic, p, cfg)
+                point = None if points is None else points.get((topic, p), 0)
+                parts[p] = part
+                self.recovery[(topic, p)] = part.open(point, clean, live, self._full_recovery)
+
+    def _load_read_only(self) -> None:
+        """Open a consistent view beside whatever a writer is doing (docs/operations.md
+        "Readers beside a writer").
+
+        With a live writer every segment is trusted and each partition ends at its last whole
+        batch (recovery is the writer's job; a half-written batch is just not visible yet).
+        The writer may roll, delete or replace files while this open reads them: a file that
+        vanished, a mapping cut short, damage that is the writer's own work in progress, or a
+        file replaced after it was opened (Partition.same_files) means the open saw a moment
+        that is already gone, so it lets go of everything and opens again, for at most
+        READ_ONLY_OPEN_PATIENCE seconds. Without a live writer nothing moves, and an error is
+        the store's own."""
+        deadline = time.monotonic() + READ_ONLY_OPEN_PATIENCE
+        pause = 0.001
+        while True:
+            state = self._dir.writer_state()
+            why: BaseException | str = "its writer is still recovering it"
+            if state != "opening":  # a writer still opening may yet cut or remove files
+                try:
+                    self._open_partitions(live=state == "open")
+                    if all(part.same_files() for part in self.all_partitions()):
+                        return
+                    why = "a file was replaced while it was being opened"
+                except (OSError, ValueError, MQCoreError) as e:
+                    if state is None and self._dir.writer_state() is None:
+                        if isinstance(e, MQCoreError):
+                            raise
+                        raise StoreError(f"cannot open {self.path} read-only: {e}") from e
+                    why = e
+                self._abandon_partitions()
+            if time.monotonic() >= deadline:
+                raise StoreError(
+                    f"{self.path} kept changing under its writer for {READ_ONLY_OPEN_PATIENCE} s "
+                    f"while a read-only open tried to take a consistent view (last: {why})"
+                )
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
+
+    def _abandon_partitions(self) -> None:
+        for part in self.all_partitions():
+            part.abandon()
+        self._partitions = {}
+        self.recovery = {}
+
+    def _new_partition(self, topic: str, p: int, cfg: TopicConfig) -> Partition:
+        return Partition(
+            topic,
+            p,
+            self._dir.partition_dir(topic, p),
+            cfg,
+            self.flush_policy,
+            writable=not self.read_only,
+            cache=self._segment_cache,
+        )
+
+    def start_tasks(self) -> None:
+        """Start the background thread of the tasks registered so far (maintenance, delayed
+        delivery, transaction check-back); a read-only log runs none."""
+        if not self.read_only:
+            self.tasks.start()
+
+    def close(self) -> None:
+        """Stop the tasks, flush everything, seal active segments, write checkpoints and the
+        clean marker."""
+        if not self._closed:
+            # before the lock and before the log looks closed: a task finishes its run with
+            # the log still usable (a task may take the lock itself)
+            self.tasks.stop()
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            if self._flusher is not None:
+                self._flusher.stop()
+            for part in self.all_partitions():
+                part.close()
+            if not self.read_only:
+                self.checkpoint()
+                self._dir.write_clean_marker()
+            self._dir.release()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def lock(self) -> AbstractContextManager[Any]:
+        """The log's lock (reentrant): held while topics are created or changed."""
+        return self._lock
+
+    def check_open(self) -> None:
+        """StoreClosedError once closed; the flusher's error once it failed."""
+        if self._closed:
+            raise StoreClosedError(f"store {self.path} is closed")
+        if self._flusher is not None and self._flusher.error is not None:
+            raise self._flusher.error
+
+    def check_writable(self) -> None:
+        self.check_open()
+        if self.read_only:
+            raise ReadOnlyStoreError(f"store {self.path} was opened read-only")
+
+    # -- topics ---------------------------------------------------------------------------------
+
+    def new_topic_config(self, partitions: int | None = None, **config: Any) -> TopicConfig:
+        """The settings create_topic(name, partitions, **config) gives a new topic: the
+        defaults with `config` applied (validated: InvalidConfigError)."""
+        return self.topic_defaults.with_changes(
+            partitions=self.topic_defaults.partitions if partitions is None else partitions,
+            **config,
+        )
+
+    def create_topic(self, name: str, partitions: int | None = None, **config: Any) -> None:
+        """Create a topic, internal names included (idempotent with the same partition count);
+        its partitions exist on disk and in mqcore-topics.json (durably) when this returns."""
+        self.check_writable()
+        validate_name(name)
+        cfg = self.new_topic_config(partitions, **config)
+        with self._lock:
+            existing = self._configs.get(name)
+            if existing is not None:
+                if existing.partitions != cfg.partitions:
+                    raise TopicExistsError(
+                        f"topic {name!r} exists with {existing.partitions} partitions, "
+                        f"not {cfg.partitions}"
+                    )
+                return
+            parts = {p: self._new_partition(name, p, cfg) for p in range(cfg.partitions)}
+            for part in parts.values():
+                part.open(0, clean=True)
+            self._configs[name] = cfg
+            self._partitions[name] = parts
+            self._dir.save_topics(self._configs)
+
+    def internal_topic(self, name: str, partitions: int = 1, **config: Any) -> str:
+        """Create internal topic `name` (a `__` name) on first use, whatever
+        auto_create_topics says; returns the name. They hold the consumption model's state."""
+        if name not in self._configs:
+            self.create_topic(name, partitions, **config)
+        return name
+
+    def alter_topic_config(self, topic: str, **changes: Any) -> TopicConfig:
+        """Change settings of an existing topic (Store.alter_topic_config says what and when);
+        returns its new settings."""
+        self.check_writable()
+        self.partitions_of(topic)
+        with self._lock:
+            old = self._configs[topic]
+            new = old.with_changes(**changes)
+            old.changes_allowed(changes)
+            if new == old:
+                return old
+            configs = dict(self._configs)
+            configs[topic] = new
+            self._dir.save_topics(configs)  # on disk first: a failed write changes nothing
+            self._configs = configs
+            for part in self._partitions[topic].values():
+                part.reconfigure(new)
+        return new
+
+    def topics(self) -> list[str]:
+        """Every topic, internal ones included, sorted."""
+        self.check_open()
+        return sorted(self._partitions)
+
+    def has_topic(self, topic: str) -> bool:
+        return topic in self._configs
+
+    def config(self, topic: str) -> TopicConfig:
+        """The topic's settings (UnknownTopicError for a topic the log does not hold)."""
+        self.partitions_of(topic)  # the open check, and the errors for an unknown topic
+        return self._configs[topic]
+
+    def partitions_of(self, topic: str, create: bool = False) -> dict[int, Partition]:
+        """The topic's open partitions by number (do not change the dict). With `create` an
+        unknown topic is created when auto_create_topics allows it."""
+        self.check_open()
+        parts = self._partitions.get(topic)
+        if parts is None:
+            if create and self.auto_create_topics:
+                self.create_topic(topic)
+                return self._partitions[topic]
+            validate_name(topic)
+            raise UnknownTopicError(f"topic {topic!r} does not exist in {self.path}")
+        return parts
+
+    def partition(self, topic: str, partition: int, create: bool = False) -> Partition:
+        """One partition; UnknownTopicError / UnknownPartitionError naming what is missing."""
+        parts = self.partitions_of(topic, create)
+        count = self._configs[topic].partitions
+        if (
+            isinstance(partition, bool)
+            or not isinstance(partition, int)
+            or not 0 <= partition < count
+        ):
+            raise UnknownPartitionError(
+                f"partition {partition!r} is outside 0..{count - 1} of topic {topic!r}"
+            )
+        part = parts.get(partition)
+        if part is None:
+            raise UnknownPartitionError(
+                f"partition {partition} of topic {topic!r} is not in {self.path} (it holds "
+                f"partitions {sorted(parts)} of {count})"
+            )
+        return part
+
+    def find_partition(self, topic: str, partition: int) -> Partition | None:
+        """The partition, or None when the log does not hold it (no error, no open check)."""
+        return self._partitions.get(topic, {}).get(partition)
+
+    def all_partitions(self) -> list[Partition]:
+        """Every open partition, by topic then number."""
+        return [parts[p] for _, parts in sorted(self._partitions.items()) for p in sorted(parts)]
+
+    def topic_partitions(self) -> dict[str, dict[int, Partition]]:
+        """topic -> number -> Partition, a snapshot of the mapping (the lookup kernels take it)."""
+        return self._partitions
+
+    def query_parts(self, topic: str, partition: int | None) -> list[Partition]:
+        """The partitions a query of `topic` (or of one `partition`) reads, in number order."""
+        if self._closed or self._flusher is not None:
+            self.check_open()
+        parts = self._partitions.get(topic)
+        if parts is None or partition is not None:
+            parts = self.partitions_of(topic)  # raises for a topic the log does not hold
+            if partition is not None:
+                return [self.partition(topic, partition)]
+        if len(parts) == 1:
+            return list(parts.values())
+        return [parts[p] for p in sorted(parts)]
+
+    def appends_to(self, topic: str) -> int:
+        """Batches appended to `topic` since open (a consumer skips a topic it found drained
+        until this moves)."""
+        return self._topic_appends.get(topic, 0)
+
+    # -- appending ------------------------------------------------------------------------------
+
+    def add_append_listener(self, listener: AppendListener) -> None:
+        """Call listener(topic, partition, base_offset, count, uids, now) after each append
+        that wrote (not for an idempotent duplicate): how consumers wake and trace records."""
+        self._listeners.append(listener)
+
+    def append(
+        self,
+        part: Partition,
+        batches: Sequence[EncodedBatch],
+        producer: tuple[int, int, int] | None = None,
+        now: int = -1,
+    ) -> tuple[int, BatchRecord | None]:
+        """Write encoded batches to `part` at consecutive offsets: (base offset, None), or for
+        an idempotent producer's resend (base offset of the original, its record) with nothing
+        written. The producer's sequence is checked under the partition lock."""
+        if producer is not None:
+            state = part.producer_state
+            if state is None:
+                raise ReadOnlyStoreError(f"{part.topic}-{part.partition} keeps no producer state")
+            with part.locked():
+                base, dup = state.append(batches, *producer, lambda b: self._write(part, b))
+            if dup is not None:
+                return base, dup
+        else:
+            with part.locked():  # consecutive offsets across the pieces of a split batch
+                base = self._write(part, batches[0])
+                for extra in batches[1:]:
+                    self._write(part, extra)
+        if self._listeners:
+            uids = batches[0].uids
+            if uids is not None and len(batches) > 1:
+                uids = b"".join(b.uids or b"" for b in batches)
+            count = sum(b.count for b in batches)
+            for listener in self._listeners:
+                listener(part.topic, part.partition, base, count, uids, now)
+        return base, None
+
+    def _write(self, part: Partition, batch: EncodedBatch) -> int:
+        base = part.append(batch)
+        appends = self._topic_appends
+        appends[part.topic] = appends.get(part.topic, 0) + 1
+        if self._flusher is not None and part.unflushed_messages >= self.flush_policy.messages:
+            self._flusher.wake()
+        return base
+
+    def append_records(
+        self,
+        topic: str,
+        partition: int,
+        values: Sequence[bytes | None],
+        keys: Sequence[bytes | None] | None = None,
+        headers: Sequence[HeadersArg] | None = None,
+        timestamps: Sequence[int] | None = None,
+        compression: str | None = None,
+        producer: tuple[int, int, int] | None = None,
+    ) -> BatchMetadata:
+        """Encode messages for one partition (split to fit max_message_bytes) and append them
+        at consecutive offsets. Internal topics included: the write path of mqcore's own state
+        (the public appends refuse those, log/internal.py)."""
+        self.check_writable()
+        part = self.partition(topic, partition)
+        cfg = part.config
+        values = values if type(values) is list else list(values)
+        codec = codecs.codec_id(compression if compression is not None else cfg.compression)
+        now = self.clock()
+        batches = encode_fitting(values, keys, headers, timestamps, now, codec, cfg, topic,
+                                 producer)  # fmt: skip
+        base, dup = self.append(part, batches, producer, now)
+        if dup is not None:
+            return BatchMetadata(partition, base, len(values), topic, None, True)
+        uids = batches[0].uids
+        if uids is not None and len(batches) > 1:
+            uids = b"".join(b.uids or b"" for b in batches)
+        return BatchMetadata(partition, base, len(values), topic, uids)
+
+    # -- producer ids (storage/producer_state.py) ----------------------------------------------
+
+    def register_producer(self, producer_id: int | None, epoch: int) -> int:
+        """Check (or, for None, allocate durably) an idempotent producer's id and epoch: an id
+        is never handed out twice, an epoch older than one the log has seen is fenced."""
+        self.check_writable()
+        with self._lock:
+            states = [p.producer_state for p in self.all_partitions()]
+            if producer_id is None:
+                seen = [pid for st in states if st for pid in st.producers]
+                producer_id = max([self._dir.load_next_producer_id(), *(i + 1 for i in seen)])
+                self._dir.save_next_producer_id(producer_id + 1)
+            check_producer_fields(producer_id, epoch)
+            epochs = [st.known_epoch(producer_id) for st in states if st]
+            known = max((e for e in epochs if e is not None), default=-1)
+            if epoch < known:
+                raise ProducerFencedError(
+                    f"producer {producer_id} epoch {epoch} is fenced: the log has epoch {known}"
+                )
+            if producer_id >= self._dir.load_next_producer_id():
+                self._dir.save_next_producer_id(producer_id + 1)  # never allocate a used id
+        return producer_id
+
+    # -- durability -----------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """fdatasync every partition and advance the recovery checkpoint."""
+        self.check_writable()
+        self._flush_all()
+        self.checkpoint()
+
+    def _flush_all(self) -> None:
+        for part in self.all_partitions():
+            if not part.closed:
+                part.flush()
+
+    def checkpoint(self) -> None:
+        """Write every partition's recovery point (what recovery may skip) durably."""
+        points = {(p.topic, p.partition): p.recovery_point for p in self.all_partitions()}
+        self._dir.save_recovery_points(points)
+
+    def iter_partitions(self, topic: str | None = None) -> Iterator[Partition]:
+        """Partitions of `topic` (or of every topic) in order, a snapshot taken under the lock."""
+        with self._lock:
+            topics = sorted(self._partitions) if topic is None else [topic]
+            snap = [part for t in topics for _, part in sorted(self.partitions_of(t).items())]
+        return iter(snap)
+
+
+__all__ = ["MIN_OPEN_SEGMENTS", "AppendListener", "Log"]
