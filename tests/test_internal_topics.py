@@ -1,6 +1,6 @@
 """Internal topics (names starting with `__`): ordinary appends are refused, as Kafka refuses
 produce requests to them, and the readers of internal records skip a record they cannot parse
-and report it instead of failing (consume/internal.py, docs/consume.md "Internal topics")."""
+and report it instead of failing (log/internal.py, docs/consume.md "Internal topics")."""
 
 from __future__ import annotations
 
