@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Literal
 
-from mqcore.config import TopicConfig
+from mqcore.config import FlushPolicy, TopicConfig
 from mqcore.errors import (
     InvalidConfigError,
     InvalidRecordError,
@@ -147,9 +147,43 @@ class ReplicaLog:
             # before the cache followed) or before the log start is dropped
             self.leader_epochs.truncate_from_end(partition.end_offset)
             self.leader_epochs.truncate_from_start(partition.start_offset)
+        self._owns_partition = False
         self._hw = partition.end_offset
         if high_watermark is not None:
             self.update_high_watermark(high_watermark)
+
+    @classmethod
+    def open(
+        cls,
+        directory: str,
+        topic: str,
+        partition: int = 0,
+        config: TopicConfig | None = None,
+        flush: FlushPolicy | None = None,
+    ) -> ReplicaLog:
+        """Open (or create) one partition directory on its own, writable, recovering it as a
+        store's open would after an unclean stop; close() closes it. A store's partitions
+        come from the store's log manager instead. No lock is taken: one process at a time."""
+        part = Partition(
+            topic, partition, directory, config or TopicConfig(), flush or FlushPolicy(), True
+        )
+        part.open(None, False)
+        log = cls(part)
+        log._owns_partition = True
+        return log
+
+    def close(self) -> None:
+        """Close the partition if open() opened it (a store's partitions close with it)."""
+        if self._owns_partition:
+            self.partition.close()
+
+    def __enter__(self) -> ReplicaLog:
+        return self
+
+    def __exit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
 
     # -- offsets --------------------------------------------------------------------------------
 
