@@ -341,11 +341,18 @@ for i in range(40):
     print(info.last_offset, flush=True)
 log.truncate_to(25)
 print("truncated", flush=True)
+log.truncate_fully_and_start_at(100)
 """
 
 
 @pytest.mark.parametrize(
-    "crash_at", ["truncate.after_copy", "truncate.after_replace", "append.after_write:20"]
+    "crash_at",
+    [
+        "truncate.after_copy",
+        "truncate.after_replace",
+        "truncate.after_drop",
+        "append.after_write:20",
+    ],
 )
 def test_kill_during_append_or_truncate_leaves_a_consistent_prefix(
     tmp_path: Path, crash_at: str
@@ -357,6 +364,8 @@ def test_kill_during_append_or_truncate_leaves_a_consistent_prefix(
         assert got == list(range(len(got)))  # a prefix, never a hole
         if crash_at == "truncate.after_replace":
             assert got == list(range(24))  # the .log was replaced: the truncation stands
+        elif crash_at == "truncate.after_drop":
+            assert got == []  # every segment was renamed away: the embedder truncates again
         else:
             assert len(got) >= (acked[-1] + 1 if acked else 0)  # nothing acknowledged lost
         # the reopened log appends where it ends
