@@ -20,6 +20,7 @@ KERNELS = [
     "keyindex",
     "filespace",
     "lookup",
+    "rawbatch",
 ]
 # MQCORE_KERNELS="crc32c varint" builds a subset (fuzz and sanitizer builds of one kernel);
 # MQCORE_KERNELS=none builds none (the Makefile's editable install: it builds them in place once).

@@ -33,6 +33,10 @@ CRASH_POINTS = (
     "offsets.after_fdatasync",
     # producer state snapshot (storage/producer_state.py)
     "producer_snapshot.after_write",
+    # truncation (storage/partition.py Partition.truncate, mqcore.log's truncate_to)
+    "truncate.after_copy",
+    "truncate.after_replace",
+    "truncate.after_drop",
     # compaction's segment swap (storage/cleaner.py), in the order the steps happen
     "compact.after_cleaned",
     "compact.after_swap",

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from mqcore._ext.batch import EncodedBatch, Message, decode_messages, peek_batch_header
+from mqcore._ext.batch import Message, decode_messages, peek_batch_header
 from mqcore._ext.lookup import get_record
 from mqcore._ext.scan import first_offset_at_or_after
 from mqcore.config import FlushPolicy, TopicConfig
@@ -34,6 +34,7 @@ from mqcore.errors import (
 from mqcore.storage import durable, producer_state
 from mqcore.storage.cache import SegmentCache
 from mqcore.storage.loader import (
+    SEGMENT_FILE_SUFFIXES,
     RecoveryReport,
     finish_swap,
     first_to_recover,
@@ -42,8 +43,15 @@ from mqcore.storage.loader import (
     segment_layout,
     tidy_directory,
 )
+from mqcore.storage.logstart import read_log_start, write_log_start
 from mqcore.storage.producer_state import ProducerStateManager
-from mqcore.storage.segment import LOG_SUFFIX, MAX_DECOMPRESSED, LogSegment, segment_name
+from mqcore.storage.segment import (
+    LOG_SUFFIX,
+    MAX_DECOMPRESSED,
+    AppendableBatch,
+    LogSegment,
+    segment_name,
+)
 
 MIN_KEY_INDEX_ENTRIES = 16  # TopicConfig's lower bound of key_index_entries
 ATTR_LOG_APPEND_TIME = 0x08  # batch attributes bit 3: timestamps are the log's (format.md)
@@ -99,6 +107,9 @@ class Partition:
         self._pins: dict[LogSegment, int] = {}
         self._retired: dict[LogSegment, Callable[[], None]] = {}
         self.maintenance = threading.Lock()  # one retention or compaction pass at a time
+        # the log start offset when DeleteRecords moved it inside the first segment
+        # (storage/logstart.py); start_offset is the larger of it and the first base offset
+        self._log_start = -1
 
     # -- opening and recovery -----------------------------------------------------------------
 
@@ -230,6 +241,8 @@ class Partition:
             self.producer_state = producer_state.load(self)
         # all of the log is durable now: a clean stop synced it, _sync_recovered the rest
         self.recovery_point = self.end_offset
+        # a crash between a truncation's steps may leave the file past the log end: clamp
+        self._log_start = min(read_log_start(self.directory), self.end_offset)
         return report
 
     def _hold_for_reading(self) -> None:
@@ -324,7 +337,9 @@ class Partition:
 
     @property
     def start_offset(self) -> int:
-        return self.segments[0].base_offset
+        """The first offset readable: the first segment's base offset, or later when
+        advance_log_start() (Kafka's DeleteRecords) moved it inside that segment."""
+        return max(self.segments[0].base_offset, self._log_start)
 
     @property
     def end_offset(self) -> int:
@@ -336,9 +351,12 @@ class Partition:
 
     # -- appending ------------------------------------------------------------------------------
 
-    def append(self, batch: EncodedBatch) -> int:
-        """Assign offsets to `batch`, write it, and flush as the policy says; returns its base."""
-        self._check_timestamps(batch)
+    def append(self, batch: AppendableBatch, check_timestamps: bool = True) -> int:
+        """Assign offsets to `batch`, write it, and flush as the policy says; returns its base.
+
+        `check_timestamps=False`: a replica's copy of batches the leader already accepted."""
+        if check_timestamps:
+            self._check_timestamps(batch)
         with self._lock:
             if self.closed:
                 raise StoreClosedError(f"partition {self.topic}-{self.partition} is closed")
@@ -360,7 +378,14 @@ class Partition:
         with self._lock:
             self.config = config
 
-    def _check_timestamps(self, batch: EncodedBatch) -> None:
+    @contextlib.contextmanager
+    def append_lock(self) -> Iterator[None]:
+        """Hold the lock appends take (re-entrant): a check and the append it guards (the
+        producer-state check of mqcore.log's leader append) see no other append between them."""
+        with self._lock:
+            yield
+
+    def _check_timestamps(self, batch: AppendableBatch) -> None:
         """Kafka's message.timestamp.after.max.ms / before.max.ms on a CreateTime batch."""
         if batch.attributes & ATTR_LOG_APPEND_TIME:
             return  # stamped by the log itself
@@ -369,7 +394,7 @@ class Partition:
             time.time_ns() // 1_000_000,
         )  # fmt: skip
 
-    def _should_roll(self, seg: LogSegment, batch: EncodedBatch) -> bool:
+    def _should_roll(self, seg: LogSegment, batch: AppendableBatch) -> bool:
         """Kafka's roll rules: size, age by record time, full index, 32-bit offset delta."""
         if seg.size == 0:
             return False
@@ -534,6 +559,8 @@ class Partition:
         before, else their headers) and only that record. A batch's CRC is checked the first
         time a get lands in it.
         """
+        if offset < self._log_start:
+            return None  # below the log start DeleteRecords moved
         return get_record(self, offset, verify_crc, MAX_DECOMPRESSED)
 
     def offset_for_time(self, timestamp: int, verify_crc: bool = True) -> int | None:
@@ -708,6 +735,122 @@ class Partition:
             out.start_offset = self.start_offset
         return out
 
+    # -- the log start and truncation (mqcore.log's embedding API) ------------------------------
+
+    def advance_log_start(self, offset: int) -> int:
+        """Move the log start offset up to `offset` (Kafka's DeleteRecords), durably: reads
+        below it are refused from now on. Never past the log end, never backwards; returns the
+        log start offset. Whole segments below it stay until retention.delete_below takes them."""
+        with self._lock:
+            self._check_changeable()
+            if offset > self.end_offset:
+                raise OffsetOutOfRangeError(
+                    f"offset {offset} is past the log end offset {self.end_offset} of "
+                    f"{self.topic}-{self.partition}"
+                )
+            if offset > self.start_offset:
+                write_log_start(self.directory, offset, sync=self.flush_policy.mode != "os")
+                self._log_start = offset
+            return self.start_offset
+
+    def truncate(self, offset: int, start_at: bool = False) -> int:
+        """Drop every batch holding an offset at or above `offset` (Kafka's truncateTo: the
+        whole batch holding it goes); `start_at`, or an `offset` below the first segment: drop
+        everything and start an empty log at `offset` (truncateFullyAndStartAt). Returns the
+        log end offset.
+
+        Files are replaced, never cut in place (readers map them: docs/architecture.md
+        "Concurrency"): the kept prefix of the segment cut is copied to a new file that is
+        renamed over it, the later segments' files are renamed to `.deleted`, and recovery's
+        scan rebuilds the cut segment's indexes; readers holding a retired segment keep its old
+        files until they unpin it. Durable when it returns (file and directory fsync'd)."""
+        with self._lock:
+            self._check_changeable()
+            if not start_at and offset >= self.end_offset:
+                return self.end_offset
+            if start_at or offset < self.segments[0].base_offset:
+                self._truncate_fully(offset)
+            else:
+                self._truncate_above(offset)
+            if self.producer_state is not None:
+                self.producer_state = producer_state.load(self)
+            return self.end_offset
+
+    def _check_changeable(self) -> None:
+        if self.closed:
+            raise StoreClosedError(f"partition {self.topic}-{self.partition} is closed")
+        if not self.writable:
+            raise StoreError(f"partition {self.topic}-{self.partition} is read-only")
+
+    def _truncate_above(self, offset: int) -> None:
+        i = self._segment_index(offset)
+        old = self.segments[i]
+        cut = _batch_start_at_or_after(old, offset)
+        tmp = old.log_path + ".truncating.tmp"  # tidy_directory drops it after a crash
+        _copy_prefix(old, cut, tmp)
+        crash_point("truncate.after_copy")
+        dispose = [self._retire_files(seg) for seg in reversed(self.segments[i + 1 :])]
+        dispose.append(self._retire_files(old, keep_log=True))
+        os.replace(tmp, old.log_path)
+        durable.sync_dir(self.directory)
+        crash_point("truncate.after_replace")
+        new = self._segment(old.base_offset)
+        self.segments[i:] = [new]
+        del self._bases[i + 1 :]
+        new.open_for_scan()
+        recover_segment(self.segments, i, RecoveryReport(), 0, True)
+        new.attach_key_index(active=True)
+        new.flushed_size = new.size  # _copy_prefix fsync'd it
+        self.recovery_point = min(self.recovery_point, self.end_offset)
+        if self._log_start > self.end_offset:
+            self._set_log_start(self.end_offset)
+        for run in dispose:
+            if run is not None:
+                run()
+
+    def _truncate_fully(self, offset: int) -> None:
+        dispose = [self._retire_files(seg) for seg in reversed(self.segments)]
+        durable.sync_dir(self.directory)
+        crash_point("truncate.after_drop")
+        new = self._segment(offset)
+        new.attach_key_index(active=True)
+        new.first_batch_timestamp = -1
+        self.segments = [new]
+        self._bases = [offset]
+        durable.sync_dir(self.directory)
+        self.recovery_point = offset
+        self._set_log_start(offset)
+        for run in dispose:
+            if run is not None:
+                run()
+
+    def _set_log_start(self, offset: int) -> None:
+        write_log_start(self.directory, offset, sync=True)
+        self._log_start = offset
+
+    def _retire_files(self, seg: LogSegment, keep_log: bool = False) -> Callable[[], None] | None:
+        """Take `seg` out of the log's files: its files renamed to `.deleted` (the `.log`
+        first; with `keep_log` the `.log` stays, about to be replaced). A reader that pinned it
+        keeps it open; returns the disposer to run now, or None when the last reader runs it."""
+        seg.retire(self.is_pinned(seg))
+        paths = []
+        stem = os.path.join(self.directory, segment_name(seg.base_offset))
+        suffixes = [] if keep_log else [LOG_SUFFIX]
+        suffixes += [s for s in SEGMENT_FILE_SUFFIXES if s != LOG_SUFFIX]
+        for suffix in suffixes:
+            with contextlib.suppress(FileNotFoundError):
+                os.rename(stem + suffix, stem + suffix + ".deleted")
+                paths.append(stem + suffix + ".deleted")
+
+        def dispose() -> None:
+            with self._sync_lock:
+                seg.close()
+            for path in paths:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
+
+        return dispose if self.retire(seg, dispose) else None
+
     # -- closing --------------------------------------------------------------------------------
 
     def close(self) -> None:
@@ -729,6 +872,41 @@ class Partition:
             retired, self._retired = list(self._retired.values()), {}
         for dispose in retired:
             dispose()  # readers still in them get StoreClosedError, as for any closed segment
+
+
+def _batch_start_at_or_after(seg: LogSegment, offset: int) -> int:
+    """Position of the first batch of `seg` whose last offset reaches `offset` (its size when
+    none does): where truncating at `offset` cuts it."""
+    size = seg.size
+    pos = seg.position_for(offset)
+    if size == 0:
+        return 0
+    view = seg.view(0, size)
+    try:
+        while pos < size:
+            info = peek_batch_header(view, pos)
+            if info is None or info.last_offset >= offset:
+                return pos
+            pos += info.size
+        return size
+    finally:
+        view.release()
+
+
+def _copy_prefix(seg: LogSegment, length: int, tmp: str) -> None:
+    """Copy the first `length` bytes of the segment's `.log` (the very file it reads: its
+    mapping) to `tmp` and fsync it."""
+    fd = durable.open_store_file(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    try:
+        if length:
+            view = seg.view(0, length)
+            try:
+                durable.write_all(fd, view)
+            finally:
+                view.release()
+        durable.sync_file(fd)
+    finally:
+        os.close(fd)
 
 
 def _batch_base(buf: memoryview, pos: int) -> int:

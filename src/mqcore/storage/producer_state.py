@@ -34,7 +34,7 @@ from mqcore.storage import durable
 
 if TYPE_CHECKING:
     from mqcore.config import FlushPolicy
-    from mqcore.storage.segment import LogSegment
+    from mqcore.storage.segment import AppendableBatch, LogSegment
 
 WINDOW = 5  # batches remembered per producer, as Kafka's ProducerStateEntry.NUM_BATCHES_TO_RETAIN
 SEQ_MOD = 1 << 31  # sequences run 0 .. 2^31-1 and wrap to 0
@@ -171,7 +171,9 @@ class ProducerStateManager:
             )
         return None
 
-    def record(self, producer_id: int, epoch: int, first_seq: int, batch: EncodedBatch) -> None:
+    def record(
+        self, producer_id: int, epoch: int, first_seq: int, batch: EncodedBatch | AppendableBatch
+    ) -> None:
         """Remember a batch just written (its base offset assigned)."""
         self._update(
             producer_id,
@@ -236,6 +238,11 @@ class ProducerStateManager:
         return None if entry is None else entry.epoch
 
     # -- rebuilding from batch headers --------------------------------------------------------
+
+    def apply_batch(self, info: BatchInfo) -> None:
+        """Take in a batch written with its offsets as they were (a replica copying its
+        leader: no sequence check, as Kafka's replication origin), or replayed at load."""
+        self._apply(info)
 
     def _apply(self, info: BatchInfo) -> None:
         """Replay one batch header (no record decode)."""

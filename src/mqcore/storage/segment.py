@@ -11,9 +11,9 @@ import os
 import stat
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from mqcore._ext.batch import EncodedBatch, peek_batch_header, read_batch_info
+from mqcore._ext.batch import peek_batch_header, read_batch_info
 from mqcore._ext.filespace import reserve
 from mqcore._ext.keyindex import KeyTable, batch_hits
 from mqcore._ext.mapping import MappedFile
@@ -34,6 +34,28 @@ SCAN_CHUNK = 8 << 20
 HEADER_BYTES = 61
 PAGE = 4096
 MAX_DECOMPRESSED = 256 << 20  # a compressed batch may inflate to at most this many bytes
+
+
+class AppendableBatch(Protocol):
+    """What an append reads of a batch: an encoded one (_ext.batch.EncodedBatch) or a
+    client-built one handed over as bytes (mqcore.log's embedding API)."""
+
+    size: int
+    count: int
+    base_offset: int
+    attributes: int
+    min_timestamp: int
+    max_timestamp: int
+
+    @property
+    def last_offset(self) -> int: ...
+
+    @property
+    def key_hits(self) -> bytes: ...
+
+    def set_base_offset(self, base_offset: int) -> None: ...
+
+    def write_to(self, fd: int) -> int: ...
 
 
 def segment_name(base_offset: int) -> str:
@@ -490,7 +512,7 @@ class LogSegment:
 
     # -- appending ----------------------------------------------------------------------------
 
-    def append(self, batch: EncodedBatch) -> int:
+    def append(self, batch: AppendableBatch) -> int:
         """Write an encoded batch (its base offset already set) at the end; returns its position.
 
         On a failed write the file is cut back, so no partial batch stays behind.
@@ -555,7 +577,7 @@ class LogSegment:
     def indexes_full(self) -> bool:
         return self.offset_index.is_full() or self.time_index.is_full()
 
-    def key_index_has_room(self, batch: EncodedBatch) -> bool:
+    def key_index_has_room(self, batch: AppendableBatch) -> bool:
         return self.key_index is None or self.key_index.has_room(batch.key_hits)
 
     # -- the key index ------------------------------------------------------------------------

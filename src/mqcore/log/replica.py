@@ -1,0 +1,494 @@
+"""ReplicaLog: one partition's log as a broker drives it (Kafka's UnifiedLog, docs/embedding.md).
+
+Leader and follower appends of record batches as bytes, raw reads as a file region to
+sendfile(), the high watermark, the leader-epoch cache, truncation and DeleteRecords, over one
+storage Partition. Every change to the segment list goes through the Partition's own methods.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Literal
+
+from mqcore.config import FlushPolicy, TopicConfig
+from mqcore.errors import (
+    InvalidConfigError,
+    InvalidRecordError,
+    OffsetOutOfRangeError,
+    RecordTooLargeError,
+)
+from mqcore.log.epochs import EpochEntry, LeaderEpochCache
+from mqcore.storage import durable, retention
+from mqcore.storage.partition import Partition, check_timestamps
+from mqcore.storage.producer_state import ProducerStateManager, check_producer_fields
+from mqcore.storage.rawbatch import RawBatch, fetch_span, split_batches
+from mqcore.storage.segment import LogSegment
+
+Isolation = Literal["log_end", "high_watermark", "committed"]
+ISOLATIONS = ("log_end", "high_watermark", "committed")
+
+
+@dataclass(frozen=True, slots=True)
+class AppendInfo:
+    """What an append wrote: offsets [first_offset, last_offset] in `batches` batches of
+    `records` records; `log_append_time` is the log's clock stamped on them under
+    LogAppendTime, else -1; `duplicate`: an idempotent producer's resend, nothing written,
+    the offsets are the original's."""
+
+    first_offset: int
+    last_offset: int
+    records: int
+    batches: int
+    log_append_time: int
+    log_start_offset: int
+    duplicate: bool = False
+
+
+class FileRegion:
+    """Bytes [position, position + length) of a segment's `.log`, held open by `fd` (a
+    descriptor of its own, so retention or compaction may rename the file meanwhile): what a
+    server hands to os.sendfile(). Close it (or use `with`) when sent."""
+
+    def __init__(self, fd: int, path: str, position: int, length: int):
+        self.fd = fd
+        self.path = path
+        self.position = position
+        self.length = length
+
+    def sendfile(self, out_fd: int) -> int:
+        """Send the whole region to `out_fd` (a socket or file) with os.sendfile; returns the
+        bytes sent. A non-blocking `out_fd` raises BlockingIOError when full, as sendfile does."""
+        sent = 0
+        while sent < self.length:
+            n = os.sendfile(out_fd, self.fd, self.position + sent, self.length - sent)
+            if n == 0:
+                break
+            sent += n
+        return sent
+
+    def read(self) -> bytes:
+        return os.pread(self.fd, self.length, self.position)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __enter__(self) -> FileRegion:
+        return self
+
+    def __exit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        self.close()
+
+
+@dataclass(slots=True)
+class FetchResult:
+    """A read: whole batches as a file region (`region`) or as bytes (`data`, when asked for
+    bytes, when nothing is there, or when the file was replaced between the walk and the open),
+    and the partition's offsets at the time. `first_offset` is the base offset of the first
+    batch (a fetch from inside a batch returns all of it, as Kafka's); -1 when empty."""
+
+    region: FileRegion | None
+    data: bytes
+    first_offset: int
+    last_offset: int
+    high_watermark: int
+    last_stable_offset: int
+    log_start_offset: int
+    log_end_offset: int
+
+    @property
+    def size(self) -> int:
+        return self.region.length if self.region is not None else len(self.data)
+
+    def send(self, out_fd: int) -> int:
+        """Write the records to `out_fd`: sendfile() for a region, write() for bytes."""
+        if self.region is not None:
+            return self.region.sendfile(out_fd)
+        durable.write_all(out_fd, self.data)
+        return len(self.data)
+
+    def tobytes(self) -> bytes:
+        return self.region.read() if self.region is not None else self.data
+
+    def close(self) -> None:
+        if self.region is not None:
+            self.region.close()
+
+    def __enter__(self) -> FetchResult:
+        return self
+
+    def __exit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+class ReplicaLog:
+    """One partition's log for an embedding broker. Make one per open partition and keep it
+    (it holds the partition's leader-epoch cache and high watermark): `ReplicaLog(partition)`,
+    `high_watermark=None` starting at the log end offset (a single-replica log: all of it is
+    committed); a replicating broker passes the value it checkpointed."""
+
+    def __init__(self, partition: Partition, high_watermark: int | None = None):
+        self.partition = partition
+        sync = partition.flush_policy.mode != "os"
+        self.leader_epochs = LeaderEpochCache(partition.directory, sync=sync)
+        if partition.writable:
+            # Kafka's load: an epoch past the log end (truncation cut the log and a crash came
+            # before the cache followed) or before the log start is dropped
+            self.leader_epochs.truncate_from_end(partition.end_offset)
+            self.leader_epochs.truncate_from_start(partition.start_offset)
+        self._owns_partition = False
+        self._hw = partition.end_offset
+        if high_watermark is not None:
+            self.update_high_watermark(high_watermark)
+
+    @classmethod
+    def open(
+        cls,
+        directory: str,
+        topic: str,
+        partition: int = 0,
+        config: TopicConfig | None = None,
+        flush: FlushPolicy | None = None,
+    ) -> ReplicaLog:
+        """Open (or create) one partition directory on its own, writable, recovering it as a
+        store's open would after an unclean stop; close() closes it. A store's partitions
+        come from the store's log manager instead. No lock is taken: one process at a time."""
+        part = Partition(
+            topic, partition, directory, config or TopicConfig(), flush or FlushPolicy(), True
+        )
+        part.open(None, False)
+        log = cls(part)
+        log._owns_partition = True
+        return log
+
+    def close(self) -> None:
+        """Close the partition if open() opened it (a store's partitions close with it)."""
+        if self._owns_partition:
+            self.partition.close()
+
+    def __enter__(self) -> ReplicaLog:
+        return self
+
+    def __exit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    # -- offsets --------------------------------------------------------------------------------
+
+    @property
+    def topic(self) -> str:
+        return self.partition.topic
+
+    @property
+    def config(self) -> TopicConfig:
+        return self.partition.config
+
+    @property
+    def log_start_offset(self) -> int:
+        return self.partition.start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.partition.end_offset
+
+    @property
+    def high_watermark(self) -> int:
+        return self._hw
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The high watermark: mqcore's producer state tracks no open Kafka transactions (a
+        transactional batch is refused by append_as_leader), so nothing below it is open."""
+        return self._hw
+
+    def update_high_watermark(self, offset: int) -> int:
+        """Set the high watermark (the embedder's replication decides it), kept within
+        [log start, log end]; returns the value set. Held in memory only."""
+        _check_offset_type(offset)
+        self._hw = max(self.log_start_offset, min(offset, self.log_end_offset))
+        return self._hw
+
+    @property
+    def producer_state(self) -> ProducerStateManager | None:
+        """The partition's idempotent-producer state (storage/producer_state.py), None when
+        the store is read-only: sequence checks, known epochs, snapshots."""
+        return self.partition.producer_state
+
+    # -- appending ------------------------------------------------------------------------------
+
+    def append_as_leader(
+        self, records: bytes | bytearray | memoryview, leader_epoch: int
+    ) -> AppendInfo:
+        """Validate one client-built v2 record batch and append it with offsets assigned.
+
+        The bytes are checked whole (length against the buffer, magic, CRC-32C, every
+        record's framing), then: at least one record with offset deltas 0..n-1 (as producers
+        build them), no control or transactional batch, max_message_bytes, timestamps under
+        the topic's timestamp_type (CreateTime: the configured bounds, and maxTimestamp set to
+        the records' largest; LogAppendTime: stamped with the log's clock), the producer's
+        epoch and sequence (a resend answers the original offsets and writes nothing). Then,
+        in place, without re-encoding: baseOffset and partitionLeaderEpoch (outside the CRC);
+        the CRC only when a timestamp changed. A writable buffer (bytearray) is stamped where
+        it is, other bytes are copied once. Durable as the flush policy says."""
+        _check_epoch(leader_epoch)
+        buf = _writable(records)
+        batches = split_batches(buf, keep_offsets=False)
+        if len(batches) != 1:
+            raise InvalidRecordError(
+                f"a leader append takes exactly one record batch, got {len(batches)} (as Kafka's "
+                "produce requests of magic 2)"
+            )
+        batch = batches[0]
+        self._check_client_batch(batch)
+        batch.leader_epoch = leader_epoch
+        now = time.time_ns() // 1_000_000
+        append_time = now if self.config.timestamp_type == "LogAppendTime" else -1
+        if append_time < 0:
+            check_timestamps(self.config, self.topic, batch.min_timestamp, batch.max_timestamp, now)
+        batch.stamp_time(append_time)
+        part = self.partition
+        info = batch.info
+        with part.append_lock():
+            state = part.producer_state
+            if info.producer_id >= 0 and state is not None:
+                dup = state.check(
+                    info.producer_id, info.producer_epoch, info.base_sequence, batch.count
+                )
+                if dup is not None:
+                    return AppendInfo(
+                        dup.base_offset, dup.last_offset, batch.count, 1, append_time,
+                        self.log_start_offset, duplicate=True,
+                    )  # fmt: skip
+            self.leader_epochs.assign(leader_epoch, part.end_offset)
+            base = part.append(batch, check_timestamps=False)
+            if info.producer_id >= 0 and state is not None:
+                state.record(info.producer_id, info.producer_epoch, info.base_sequence, batch)
+        return AppendInfo(
+            base, batch.last_offset, batch.count, 1, append_time, self.log_start_offset
+        )
+
+    def _check_client_batch(self, batch: RawBatch) -> None:
+        info = batch.info
+        if info.is_control:
+            raise InvalidRecordError("clients may not append control batches")
+        if info.is_transactional:
+            raise InvalidRecordError(
+                "transactional batches are not supported through the embedding API yet "
+                "(mqcore tracks no open Kafka transactions: docs/embedding.md)"
+            )
+        if batch.count == 0 or not batch.dense:
+            raise InvalidRecordError(
+                f"a client batch must hold records with offset deltas 0..n-1 and lastOffsetDelta "
+                f"n-1 (got {batch.count} records, lastOffsetDelta {info.last_offset_delta})"
+            )
+        limit = self.config.max_message_bytes
+        if batch.size > limit:
+            raise RecordTooLargeError(
+                f"record batch of {batch.size} bytes exceeds max_message_bytes={limit} of topic "
+                f"{self.topic!r}; nothing was written",
+                batch.size,
+                limit,
+            )
+        if info.producer_id >= 0:
+            check_producer_fields(info.producer_id, info.producer_epoch, info.base_sequence)
+
+    def append_as_follower(self, records: bytes | bytearray | memoryview) -> AppendInfo:
+        """Append batches that carry their offsets (a replica copying its leader): each
+        CRC-checked and framed whole, the first starting at the log end offset and each at the
+        one after the previous one's last offset (a gap or overlap is refused: nothing is
+        written). The leader-epoch cache takes each batch's partitionLeaderEpoch, the producer
+        state each producer's batch. Durable as the flush policy says."""
+        buf = memoryview(records).cast("B")
+        batches = split_batches(buf, keep_offsets=True)
+        expected = batches[0].base_offset
+        for b in batches:
+            if b.base_offset != expected:
+                raise InvalidRecordError(
+                    f"batch at byte {b.pos} starts at offset {b.base_offset}, expected {expected} "
+                    "(the batches must follow each other without a gap); nothing was written"
+                )
+            expected = b.last_offset + 1
+        part = self.partition
+        with part.append_lock():
+            if batches[0].base_offset != part.end_offset:
+                raise InvalidRecordError(
+                    f"the first batch starts at offset {batches[0].base_offset} but the log of "
+                    f"{self.topic}-{part.partition} ends at {part.end_offset} (a gap or an "
+                    "overlap); nothing was written"
+                )
+            state = part.producer_state
+            for b in batches:
+                if b.info.leader_epoch >= 0:
+                    self.leader_epochs.assign(b.info.leader_epoch, b.base_offset)
+                part.append(b, check_timestamps=False)
+                if state is not None:
+                    state.apply_batch(b.info)
+        return AppendInfo(
+            batches[0].base_offset,
+            batches[-1].last_offset,
+            sum(b.count for b in batches),
+            len(batches),
+            -1,
+            self.log_start_offset,
+        )
+
+    def flush(self) -> int:
+        """fdatasync what is not yet durable; returns the offset now durable."""
+        return self.partition.flush()
+
+    # -- reading --------------------------------------------------------------------------------
+
+    def read(
+        self, offset: int, max_bytes: int, isolation: Isolation = "high_watermark"
+    ) -> FetchResult:
+        """Whole batches from the one holding `offset`, up to `max_bytes` but at least one
+        batch (Kafka's fetch), from one segment, as a FileRegion to sendfile(). `isolation`:
+        "high_watermark" (consumers), "committed" (up to the last stable offset) or "log_end"
+        (followers). OffsetOutOfRangeError below the log start or past the log end."""
+        return self._read(offset, max_bytes, isolation, as_file=True)
+
+    def read_bytes(
+        self, offset: int, max_bytes: int, isolation: Isolation = "high_watermark"
+    ) -> FetchResult:
+        """read() with the batches copied into `data` (no descriptor to close)."""
+        return self._read(offset, max_bytes, isolation, as_file=False)
+
+    def _read(self, offset: int, max_bytes: int, isolation: str, as_file: bool) -> FetchResult:
+        if isolation not in ISOLATIONS:
+            raise InvalidConfigError(f"isolation must be one of {ISOLATIONS}, not {isolation!r}")
+        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0:
+            raise InvalidConfigError(f"max_bytes must be an int >= 0, not {max_bytes!r}")
+        part = self.partition
+        part.check_offset(offset)
+        cap = part.end_offset if isolation == "log_end" else self._hw
+        got: list[tuple[int, int, FileRegion | bytes]] = []  # (first, last offset, records)
+
+        def decode(view: memoryview, file_pos: int, seg: LogSegment) -> tuple[int, bool]:
+            start, end, last = fetch_span(view, offset, cap, max_bytes)
+            if start == end:
+                return len(view), end < len(view)  # nothing here: the next segment, or stop
+            first = int.from_bytes(view[start : start + 8], "big", signed=True)
+            region = _open_region(seg, file_pos + start, end - start) if as_file else None
+            got.append((first, last, region if region is not None else bytes(view[start:end])))
+            return len(view), True
+
+        if offset < cap:
+            part.scan(offset, decode)
+        result = FetchResult(
+            None, b"", -1, -1, self._hw, self.last_stable_offset, part.start_offset,
+            part.end_offset,
+        )  # fmt: skip
+        if got:
+            result.first_offset, result.last_offset, records = got[0]
+            if isinstance(records, FileRegion):
+                result.region = records
+            else:
+                result.data = records
+        return result
+
+    # -- leader epochs --------------------------------------------------------------------------
+
+    def assign_epoch(self, epoch: int, start_offset: int | None = None) -> None:
+        """Leader epoch `epoch` starts at `start_offset` (default: the log end offset, what a
+        broker records when it becomes leader). Written to leader-epoch-checkpoint at once."""
+        _check_epoch(epoch)
+        with self.partition.append_lock():
+            at = self.log_end_offset if start_offset is None else start_offset
+            self.leader_epochs.assign(epoch, at)
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """(epoch, end offset) by Kafka's OffsetsForLeaderEpoch rules (LeaderEpochCache)."""
+        with self.partition.append_lock():
+            return self.leader_epochs.end_offset_for(epoch, self.log_end_offset)
+
+    @property
+    def latest_epoch(self) -> int | None:
+        return self.leader_epochs.latest_epoch
+
+    @property
+    def epoch_entries(self) -> list[EpochEntry]:
+        return self.leader_epochs.entries
+
+    # -- truncation and the log start -----------------------------------------------------------
+
+    def truncate_to(self, offset: int) -> int:
+        """Drop every batch holding an offset at or above `offset` (the whole batch holding it),
+        the indexes, producer state and epoch cache following; below the first segment's base
+        it truncates fully and starts at `offset`. Returns the log end offset. Durable."""
+        _check_offset_type(offset)
+        with self.partition.append_lock():
+            end = self.partition.truncate(offset)
+            self.leader_epochs.truncate_from_end(end)
+            self._hw = min(self._hw, end)
+            return end
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Drop the whole log and start it empty at `offset` (the log start offset too), the
+        epoch cache cleared and the producer state emptied. Durable."""
+        _check_offset_type(offset)
+        with self.partition.append_lock():
+            self.partition.truncate(offset, start_at=True)
+            self.leader_epochs.clear()
+            self._hw = offset
+
+    def delete_records_before(self, offset: int) -> int:
+        """Kafka's DeleteRecords: move the log start offset to `offset` (at most the high
+        watermark), durably (the partition's log-start-offset file); reads below it are
+        refused, whole segments below it are deleted by retention's steps and the epoch cache
+        forgets what lies below. Returns the log start offset (Kafka's low watermark)."""
+        _check_offset_type(offset)
+        if offset > self._hw:
+            raise OffsetOutOfRangeError(
+                f"cannot move the log start of {self.topic}-{self.partition.partition} to "
+                f"{offset}: past the high watermark {self._hw}"
+            )
+        start = self.partition.advance_log_start(offset)
+        self.leader_epochs.truncate_from_start(start)
+        retention.delete_below(self.partition, start)
+        return self.partition.start_offset
+
+
+def _open_region(seg: LogSegment, position: int, length: int) -> FileRegion | None:
+    """A descriptor of the very `.log` the walk read (its identity checked), or None when the
+    name now holds another file (a compaction swap between the walk and the open)."""
+    try:
+        fd = durable.open_store_file(seg.log_path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    st = os.fstat(fd)
+    if (st.st_dev, st.st_ino) != seg.identity:
+        os.close(fd)
+        return None
+    return FileRegion(fd, seg.log_path, position, length)
+
+
+def _writable(records: bytes | bytearray | memoryview) -> memoryview:
+    view = memoryview(records)
+    if view.readonly or not view.c_contiguous:
+        return memoryview(bytearray(view))  # the one copy: stamping needs writable bytes
+    return view.cast("B")
+
+
+def _check_offset_type(offset: object) -> None:
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        raise OffsetOutOfRangeError(f"offset must be an int >= 0, not {offset!r}")
+
+
+def _check_epoch(epoch: object) -> None:
+    if isinstance(epoch, bool) or not isinstance(epoch, int) or not 0 <= epoch <= 0x7FFFFFFF:
+        raise InvalidConfigError(f"leader epoch must be an int in 0..2^31-1, not {epoch!r}")
+
+
+__all__ = ["AppendInfo", "FetchResult", "FileRegion", "ReplicaLog"]
