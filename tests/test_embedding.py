@@ -387,3 +387,36 @@ def test_example_broker_runs(tmp_path: Path) -> None:
         "truncated end=8 epochs=[(1, 0), (2, 8)]",
     ]
     assert out[4].endswith(" high_watermark=13 offsets=[4, 5, 6, 7]"), out[4]
+
+
+def test_a_stores_replica_handle_wakes_its_waiting_consumer(tmp_path: Path) -> None:
+    """Log.replica: the handle of a store's partition is one per partition, its leader append
+    is read back by Store.read, and a consumer polling in another thread wakes for it (the
+    log's append listener) instead of sleeping out its timeout."""
+    import threading
+
+    with mqcore.open(str(tmp_path / "s"), flush="always") as store:
+        store.create_topic("t")
+        replica = store.log.replica("t", 0)
+        assert store.log.replica("t", 0) is replica
+        consumer = store.consumer("g", "t")
+        consumer.poll(timeout_ms=0)  # joined, nothing yet
+        got: list[list[bytes | None]] = []
+        started = threading.Event()
+
+        def poll() -> None:
+            started.set()
+            got.append([m.value for m in consumer.poll(timeout_ms=60_000)])
+
+        t = threading.Thread(target=poll)
+        t.start()
+        started.wait()
+        before = time.monotonic()
+        info = replica.append_as_leader(build([b"a", b"b"]), leader_epoch=0)
+        t.join(30)
+        assert not t.is_alive()
+        assert got == [[b"a", b"b"]]
+        assert time.monotonic() - before < 30  # woke for the append, not at its timeout
+        assert (info.first_offset, info.last_offset) == (0, 1)
+        assert [m.value for m in store.read("t", 0, 0)] == [b"a", b"b"]
+        consumer.close()

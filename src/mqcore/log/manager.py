@@ -45,6 +45,7 @@ from mqcore.errors import (
 )
 from mqcore.log.append import BatchMetadata, HeadersArg, Router, encode_fitting
 from mqcore.log.internal import SkipLog, refuse_internal
+from mqcore.log.replica import ReplicaLog
 from mqcore.storage.cache import SegmentCache
 from mqcore.storage.flusher import Flusher
 from mqcore.storage.logdir import LogDirectory
@@ -114,6 +115,7 @@ class Log:
         # may lack some numbers (a broker holds only some partitions of a topic)
         self._partitions: dict[str, dict[int, Partition]] = {}
         self._listeners: list[AppendListener] = []
+        self._replicas: dict[Partition, ReplicaLog] = {}  # Log.replica's handles
         self._closed = False
         self._flusher: Flusher | None = None
         self.tasks = BackgroundTasks()
@@ -453,10 +455,33 @@ class Log:
             uids = batches[0].uids
             if uids is not None and len(batches) > 1:
                 uids = b"".join(b.uids or b"" for b in batches)
-            count = sum(b.count for b in batches)
-            for listener in self._listeners:
-                listener(part.topic, part.partition, base, count, uids, now)
+            self._notify(part, base, sum(b.count for b in batches), uids, now)
         return base, None
+
+    def _notify(self, part: Partition, base: int, count: int, uids: bytes | None, now: int) -> None:
+        for listener in self._listeners:
+            listener(part.topic, part.partition, base, count, uids, now)
+
+    def replica(self, topic: str, partition: int) -> ReplicaLog:
+        """The embedding handle of one partition (docs/embedding.md): one per partition, kept
+        for the log's life (it holds the leader-epoch cache and the high watermark). Its
+        appends wake waiting consumers and the flusher like the log's own."""
+        part = self.partition(topic, partition)
+        with self._lock:
+            handle = self._replicas.get(part)
+            if handle is None:
+
+                def appended(base: int, count: int, now: int) -> None:
+                    self._topic_appends[topic] = self._topic_appends.get(topic, 0) + 1
+                    if self._flusher is not None and (
+                        part.unflushed_messages >= self.flush_policy.messages
+                    ):
+                        self._flusher.wake()
+                    self._notify(part, base, count, None, now)
+
+                handle = ReplicaLog(part, clock=self.clock, on_append=appended)
+                self._replicas[part] = handle
+        return handle
 
     def _write(self, part: Partition, batch: EncodedBatch) -> int:
         base = part.append(batch)

@@ -8,11 +8,12 @@ storage Partition. Every change to the segment list goes through the Partition's
 from __future__ import annotations
 
 import os
-import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Literal
 
+from mqcore.clock import Clock, now_ms
 from mqcore.config import FlushPolicy, TopicConfig
 from mqcore.errors import (
     InvalidConfigError,
@@ -138,8 +139,19 @@ class ReplicaLog:
     `high_watermark=None` starting at the log end offset (a single-replica log: all of it is
     committed); a replicating broker passes the value it checkpointed."""
 
-    def __init__(self, partition: Partition, high_watermark: int | None = None):
+    def __init__(
+        self,
+        partition: Partition,
+        high_watermark: int | None = None,
+        *,
+        clock: Clock = now_ms,
+        on_append: Callable[[int, int, int], None] | None = None,
+    ):
         self.partition = partition
+        self.clock = clock
+        # on_append(base_offset, records, now) after each append that wrote: Log.replica wires
+        # it to the log's append listeners (waiting consumers) and the flusher
+        self._on_append = on_append
         sync = partition.flush_policy.mode != "os"
         self.leader_epochs = LeaderEpochCache(partition.directory, sync=sync)
         if partition.writable:
@@ -253,14 +265,14 @@ class ReplicaLog:
         batch = batches[0]
         self._check_client_batch(batch)
         batch.leader_epoch = leader_epoch
-        now = time.time_ns() // 1_000_000
+        now = self.clock()
         append_time = now if self.config.timestamp_type == "LogAppendTime" else -1
         if append_time < 0:
             check_timestamps(self.config, self.topic, batch.min_timestamp, batch.max_timestamp, now)
         batch.stamp_time(append_time)
         part = self.partition
         info = batch.info
-        with part.append_lock():
+        with part.locked():
             state = part.producer_state
             if info.producer_id >= 0 and state is not None:
                 dup = state.check(
@@ -275,6 +287,8 @@ class ReplicaLog:
             base = part.append(batch, check_timestamps=False)
             if info.producer_id >= 0 and state is not None:
                 state.record(info.producer_id, info.producer_epoch, info.base_sequence, batch)
+        if self._on_append is not None:
+            self._on_append(base, batch.count, now)
         return AppendInfo(
             base, batch.last_offset, batch.count, 1, append_time, self.log_start_offset
         )
@@ -321,7 +335,7 @@ class ReplicaLog:
                 )
             expected = b.last_offset + 1
         part = self.partition
-        with part.append_lock():
+        with part.locked():
             if batches[0].base_offset != part.end_offset:
                 raise InvalidRecordError(
                     f"the first batch starts at offset {batches[0].base_offset} but the log of "
@@ -335,6 +349,8 @@ class ReplicaLog:
                 part.append(b, check_timestamps=False)
                 if state is not None:
                     state.apply_batch(b.info)
+        if self._on_append is not None:
+            self._on_append(batches[0].base_offset, sum(b.count for b in batches), self.clock())
         return AppendInfo(
             batches[0].base_offset,
             batches[-1].last_offset,
@@ -404,13 +420,13 @@ class ReplicaLog:
         """Leader epoch `epoch` starts at `start_offset` (default: the log end offset, what a
         broker records when it becomes leader). Written to leader-epoch-checkpoint at once."""
         _check_epoch(epoch)
-        with self.partition.append_lock():
+        with self.partition.locked():
             at = self.log_end_offset if start_offset is None else start_offset
             self.leader_epochs.assign(epoch, at)
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         """(epoch, end offset) by Kafka's OffsetsForLeaderEpoch rules (LeaderEpochCache)."""
-        with self.partition.append_lock():
+        with self.partition.locked():
             return self.leader_epochs.end_offset_for(epoch, self.log_end_offset)
 
     @property
@@ -428,7 +444,7 @@ class ReplicaLog:
         the indexes, producer state and epoch cache following; below the first segment's base
         it truncates fully and starts at `offset`. Returns the log end offset. Durable."""
         _check_offset_type(offset)
-        with self.partition.append_lock():
+        with self.partition.locked():
             end = self.partition.truncate(offset)
             self.leader_epochs.truncate_from_end(end)
             self._hw = min(self._hw, end)
@@ -438,7 +454,7 @@ class ReplicaLog:
         """Drop the whole log and start it empty at `offset` (the log start offset too), the
         epoch cache cleared and the producer state emptied. Durable."""
         _check_offset_type(offset)
-        with self.partition.append_lock():
+        with self.partition.locked():
             self.partition.truncate(offset, start_at=True)
             self.leader_epochs.clear()
             self._hw = offset

@@ -378,13 +378,6 @@ class Partition:
         with self._lock:
             self.config = config
 
-    @contextlib.contextmanager
-    def append_lock(self) -> Iterator[None]:
-        """Hold the lock appends take (re-entrant): a check and the append it guards (the
-        producer-state check of mqcore.log's leader append) see no other append between them."""
-        with self._lock:
-            yield
-
     def _check_timestamps(self, batch: AppendableBatch) -> None:
         """Kafka's message.timestamp.after.max.ms / before.max.ms on a CreateTime batch."""
         if batch.attributes & ATTR_LOG_APPEND_TIME:
