@@ -46,7 +46,9 @@ bench: build
 # cibuildwheel configuration (it rejects unknown options and lists the wheels it would build).
 lint: build
 	$(VENV)/bin/ruff check src tests bench tools
+	$(VENV)/bin/ruff check --select SLF001 src
 	$(VENV)/bin/ruff format --check src tests bench tools
+	PYTHONPATH=src $(VENV)/bin/lint-imports --no-cache
 	$(VENV)/bin/check-jsonschema --builtin-schema vendor.github-workflows $(WORKFLOWS)
 	$(VENV)/bin/zizmor --offline --no-progress .github/workflows
 	$(VENV)/bin/cibuildwheel --print-build-identifiers --platform linux --archs x86_64,aarch64
