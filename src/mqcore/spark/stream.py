@@ -72,6 +72,7 @@ from mqcore.spark.sink import (
     stage_batches,
     staged_names,
 )
+from mqcore.storage import durable
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -413,18 +414,8 @@ def read_marker(directory: str, query: str) -> dict[str, Any] | None:
 def _write_marker(directory: str, query: str, data: dict[str, Any]) -> None:
     """Replace the marker atomically and durably (write, fsync, rename, fsync the dir)."""
     path = _marker_path(directory, query)
-    tmp = f"{path}.tmp"
     body = json.dumps({"format": MARKER_FORMAT, "query": query, **data}, sort_keys=True)
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(body)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    durable.write_atomic(path, body.encode())
 
 
 def _remove_staged(directory: str, query: str) -> None:
