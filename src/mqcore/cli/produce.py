@@ -29,7 +29,6 @@ from typing import IO, Any, NamedTuple, TextIO
 
 import mqcore
 from mqcore import compression
-from mqcore._ext.hashing import kafka_partition
 from mqcore.cli import render, timestamps
 from mqcore.cli.options import (
     UsageError,
@@ -41,7 +40,6 @@ from mqcore.cli.options import (
     positive,
 )
 from mqcore.config import TopicConfig
-from mqcore.log.internal import refuse_internal
 from mqcore.errors import (
     InvalidConfigError,
     InvalidRecordError,
@@ -49,6 +47,8 @@ from mqcore.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
+from mqcore.log.append import key_partition
+from mqcore.log.internal import refuse_internal
 from mqcore.storage.logdir import LogDirectory
 from mqcore.store import HeadersArg, check_message, message_headers
 
@@ -692,7 +692,7 @@ class _Writer:
             elif msg.key is None:
                 p = None  # the store's round robin picks one partition for these
             else:
-                p = int(kafka_partition(msg.key, self.partitions))
+                p = key_partition(msg.key, self.partitions)
             groups.setdefault(p, []).append(i)
         placed: list[tuple[int, int, str, str | None]] = [(0, 0, "", None)] * len(chunk)
         for p, idx in sorted(groups.items(), key=lambda g: -1 if g[0] is None else g[0]):

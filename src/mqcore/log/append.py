@@ -331,9 +331,22 @@ def encode_fitting(
     return batches
 
 
+def key_partition(key: object, count: int) -> int:
+    """The partition of `count` a keyed message goes to: murmur2(key) as Kafka's default
+    partitioner computes it (the one key routing: appends, `mqcore produce`, the Spark sink)."""
+    if isinstance(key, str):
+        raise InvalidRecordError("keys must be bytes-like or None, not str")
+    try:
+        return int(kafka_partition(key, count))  # type: ignore[arg-type]
+    except TypeError:
+        raise InvalidRecordError(
+            f"keys must be bytes-like or None, not {type(key).__name__}"
+        ) from None
+
+
 class Router:
-    """The one partitioner: murmur2(key) like Kafka's default partitioner, round robin per
-    topic for null keys."""
+    """The partitioner of appends with partition=None: key_partition for keyed messages, round
+    robin per topic for null keys."""
 
     def __init__(self) -> None:
         # next() of an itertools.count is one C call: threads never get the same number
@@ -342,14 +355,7 @@ class Router:
     def partition(self, topic: str, key: object, count: int) -> int:
         """The partition of `topic` (of `count`) a message with `key` goes to."""
         if key is not None:
-            if isinstance(key, str):
-                raise InvalidRecordError("keys must be bytes-like or None, not str")
-            try:
-                return int(kafka_partition(key, count))  # type: ignore[arg-type]
-            except TypeError:
-                raise InvalidRecordError(
-                    f"keys must be bytes-like or None, not {type(key).__name__}"
-                ) from None
+            return key_partition(key, count)
         counter = self._round_robin.setdefault(topic, itertools.count())
         return next(counter) % count
 

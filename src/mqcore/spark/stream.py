@@ -44,7 +44,6 @@ from pyspark.sql.datasource import (
 )
 
 import mqcore
-from mqcore._ext.hashing import kafka_partition
 from mqcore.consume.offsets import OffsetAndMetadata, OffsetStore
 from mqcore.errors import (
     InvalidConfigError,
@@ -53,6 +52,7 @@ from mqcore.errors import (
     StoreLockedError,
     UnknownPartitionError,
 )
+from mqcore.log.append import key_partition
 from mqcore.spark.batches import range_batches
 from mqcore.spark.options import StreamOptions, TopicPartition, WriteOptions
 from mqcore.spark.plan import (
@@ -453,7 +453,7 @@ def route(store: mqcore.Store, tables: Sequence[pa.Table], topic: str | None, ba
                 counts[t] = store.partitions(t)
             p, key = parts[i], keys[i]
             if p is None and key is not None:
-                p = int(kafka_partition(key, counts[t]))
+                p = key_partition(key, counts[t])
             elif p is None:
                 turn = turns.get(t, 0)
                 turns[t] = turn + 1
