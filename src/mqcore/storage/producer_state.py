@@ -237,8 +237,8 @@ class ProducerStateManager:
 
     # -- rebuilding from batch headers --------------------------------------------------------
 
-    def _apply(self, info: BatchInfo) -> None:
-        """Replay one batch header (no record decode)."""
+    def apply_header(self, info: BatchInfo) -> None:
+        """Replay one batch header (no record decode): how load() rebuilds the state."""
         if info.producer_id < 0:
             return
         if info.attributes & _ATTR_CONTROL:
@@ -376,7 +376,7 @@ def load(part: PartitionLog) -> ProducerStateManager:
         mgr.snapshot_offset = off
         break
     for info in _headers(part, from_offset, end):
-        mgr._apply(info)
+        mgr.apply_header(info)
     _backfill(mgr, part, from_offset)
     mgr.dirty = from_offset != end
     return mgr

@@ -65,7 +65,7 @@ class _Loaded:
     def __get__(self, seg: LogSegment | None, owner: type | None = None) -> Any:
         if seg is None:
             return self
-        if not seg._loaded:
+        if not seg.loaded:
             seg.ensure_open()
         return getattr(seg, self.attr)
 
