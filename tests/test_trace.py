@@ -1,12 +1,12 @@
-"""Message trace kept in the store's `__trace` topic (consume/trace.py)."""
+"""Message trace kept in the store's `__trace` topic (log/trace.py)."""
 
 from __future__ import annotations
 
 import pytest
 
 import mqcore
-from mqcore.consume.trace import TRACE_TOPIC, TraceEvent, Tracer, sample_rate
 from mqcore.errors import InvalidConfigError
+from mqcore.log.trace import TRACE_TOPIC, TraceEvent, Tracer, sample_rate
 
 
 def test_appends_are_traced_and_survive_reopen(tmp_path):

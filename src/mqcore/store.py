@@ -32,7 +32,6 @@ from mqcore.consume.delay import (
     pop_options,
 )
 from mqcore.consume.producer import Producer
-from mqcore.consume.trace import TraceEvent, Tracer, sample_rate
 from mqcore.consume.transactions import (
     HALF_TOPIC,
     OP_TOPIC,
@@ -55,6 +54,7 @@ from mqcore.log.append import (
 )
 from mqcore.log.internal import SkippedRecord, is_internal, refuse_internal
 from mqcore.log.manager import Log
+from mqcore.log.trace import TraceEvent, Tracer, sample_rate
 from mqcore.query import engine
 from mqcore.query.engine import QueryResult
 from mqcore.query.ids import decode_msg_id, uid_text

@@ -38,7 +38,6 @@ from mqcore.consume.group import (
 )
 from mqcore.consume.offsets import OffsetAndMetadata
 from mqcore.consume.retry import check_levels, copy_headers, due_time, reconsume_times
-from mqcore.consume.trace import TraceEvent, events_for
 from mqcore.errors import (
     CommitFailedError,
     ConsumerClosedError,
@@ -48,6 +47,7 @@ from mqcore.errors import (
     TopicExistsError,
     UnknownPartitionError,
 )
+from mqcore.log.trace import TraceEvent, events_for
 from mqcore.query import engine
 from mqcore.storage.partition import Partition
 from mqcore.storage.segment import MAX_DECOMPRESSED
