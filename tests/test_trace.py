@@ -32,7 +32,7 @@ def test_no_trace_topic_when_tracing_is_off(tmp_path):
 
 def test_sampling_is_per_unique_id_and_near_the_rate(tmp_path):
     with mqcore.open(str(tmp_path)) as store:
-        tracer = Tracer(store, 0.25)
+        tracer = Tracer(store.log, 0.25)
         ids = [f"0190e3a0-0000-7000-8000-{i:012x}" for i in range(4000)]
         chosen = [u for u in ids if tracer.sampled(u)]
         assert 800 < len(chosen) < 1200

@@ -131,9 +131,9 @@ class Store:
             full_recovery=full_recovery,
             clock=clock,
         )
-        self._tracer = Tracer(self, rate) if rate > 0 else None
+        self._tracer = Tracer(self.log, rate) if rate > 0 else None
         if self._tracer is not None:
-            self.log.add_append_listener(self._trace_append)
+            self.log.add_append_listener(self._tracer.on_append)
         try:
             if not read_only:
                 retention_ms, compaction_ms = intervals
@@ -175,31 +175,11 @@ class Store:
             with contextlib.suppress(Exception):
                 self.close()
 
-    def _trace_append(
-        self, topic: str, partition: int, base: int, count: int, uids: bytes | None, now: int
-    ) -> None:
-        """The "appended" trace events of an append (the log's append listener)."""
-        if self._tracer is None or uids is None or is_internal(topic):
-            return
-        events = []
-        for i in range(count):
-            raw = uids[16 * i : 16 * i + 16]
-            if raw != bytes(16):
-                events.append(
-                    TraceEvent(uid_text(raw), "appended", now, topic, partition, base + i)
-                )
-        if events:
-            self._tracer.record(events)
-
     # names consume/ still reaches through while it moves onto the log (issue 18)
-    _closed = property(lambda self: self.log.closed)
     _configs = property(lambda self: {t: self.log.config(t) for t in self.log.topics()})
     _partitions = property(lambda self: self.log.topic_partitions())
     _tasks = property(lambda self: self.log.tasks)
     _skipped = property(lambda self: self.log.skipped)
-
-    def _check_open(self) -> None:
-        self.log.check_open()
 
     def _check_writable(self) -> None:
         self.log.check_writable()
@@ -561,9 +541,9 @@ class Store:
         self.log.check_writable()
         with self.log.lock:
             if self._consume is None:
-                state = self._consume = ConsumeState(OffsetStore(self), self.partitions)
+                state = self._consume = ConsumeState(OffsetStore(self.log), self.partitions)
                 self.log.add_append_listener(state.on_append)
-        return Consumer(self, self._consume, group, topics, tag, where, **options)
+        return Consumer(self.log, self._consume, self._tracer, group, topics, tag, where, **options)
 
     def group_lag(self, group: str | None = None) -> dict[str, list[PartitionLag]]:
         """Committed offset, end offset and lag of each partition every group (or `group`)
@@ -578,7 +558,7 @@ class Store:
         if group is not None:
             validate_group(group)
         consume = self._consume
-        offsets = (OffsetStore(self) if consume is None else consume.offsets).all_offsets()
+        offsets = (OffsetStore(self.log) if consume is None else consume.offsets).all_offsets()
         if group is not None:
             offsets = {k: v for k, v in offsets.items() if k[0] == group}
         return group_lags(offsets, self._end_or_none)
@@ -734,7 +714,7 @@ class Store:
         """What happened to the message with this unique ID, oldest event first: appended,
         delivered to a group, committed, nacked, retried, dead-lettered (needs `trace=` on)."""
         self.log.check_open()
-        return Tracer(self, 0.0).events(unique_id)
+        return Tracer(self.log, 0.0).events(unique_id)
 
     # -- reading --------------------------------------------------------------------------------
 

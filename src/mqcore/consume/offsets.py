@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 from mqcore.crashpoints import crash_point
 
 if TYPE_CHECKING:
-    from mqcore.store import Store
+    from mqcore.log.manager import Log
 
 OFFSETS_TOPIC = "__consumer_offsets"
 KEY_VERSION = 1
@@ -118,10 +118,10 @@ def decode_value(raw: bytes) -> OffsetAndMetadata:
 
 
 class OffsetStore:
-    """The committed offsets of every group of one store, in memory after the first use."""
+    """The committed offsets of every group of one log, in memory after the first use."""
 
-    def __init__(self, store: Store):
-        self.store = store
+    def __init__(self, log: Log):
+        self.log = log
         self._lock = threading.Lock()
         self._offsets: dict[GroupKey, OffsetAndMetadata] | None = None
 
@@ -132,12 +132,12 @@ class OffsetStore:
 
     def _replay(self) -> dict[GroupKey, OffsetAndMetadata]:
         out: dict[GroupKey, OffsetAndMetadata] = {}
-        if OFFSETS_TOPIC not in self.store.topics():
+        if not self.log.has_topic(OFFSETS_TOPIC):
             return out
-        offset = self.store.start_offset(OFFSETS_TOPIC, 0)
-        end = self.store.end_offset(OFFSETS_TOPIC, 0)
+        part = self.log.partition(OFFSETS_TOPIC, 0)
+        offset, end = part.start_offset, part.end_offset
         while offset < end:
-            msgs = self.store.read(OFFSETS_TOPIC, 0, offset, REPLAY_CHUNK)
+            msgs = part.read(offset, REPLAY_CHUNK, self.log.verify_crc)
             if not msgs:
                 break
             for m in msgs:
@@ -152,7 +152,7 @@ class OffsetStore:
                 except ValueError as e:  # UnicodeDecodeError included
                     # junk (not written by a commit) is skipped and reported, never fatal:
                     # one such record must not stop every consumer of every group
-                    self.store._skipped.report(
+                    self.log.skipped.report(
                         OFFSETS_TOPIC, 0, m.offset, f"not an offset commit: {e}"
                     )
             offset = msgs[-1].offset + 1
@@ -181,7 +181,7 @@ class OffsetStore:
         items = sorted(offsets.items())
         with self._lock:
             loaded = self._loaded()
-            topic = self.store._internal_topic(
+            topic = self.log.internal_topic(
                 OFFSETS_TOPIC,
                 partitions=1,
                 cleanup_policy="compact",
@@ -189,9 +189,10 @@ class OffsetStore:
                 key_index=False,
                 segment_bytes=OFFSETS_SEGMENT_BYTES,
             )
-            part = self.store._partition(topic, 0)
-            self.store._append_internal(
+            part = self.log.partition(topic, 0)
+            self.log.append_records(
                 topic,
+                0,
                 [None if om is None else encode_value(om) for _, om in items],
                 [encode_key(group, t, p) for (t, p), _ in items],
             )

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from mqcore._ext.batch import Message
 from mqcore._ext.hashing import KEY_SEED, UID_SEED, xxh64_hash
-from mqcore._ext.lookup import find_indexed  # noqa: F401 - the key lookup, in the kernel
+from mqcore._ext.lookup import KEY_KIND, find_indexed  # noqa: F401 - the key lookup, in the kernel
 from mqcore._ext.search import scan_records
 from mqcore.errors import (
     CorruptRecordError,
