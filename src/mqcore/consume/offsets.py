@@ -7,6 +7,13 @@ decodes `__consumer_offsets` reads ours:
           int64 commit time (ms); a null value deletes the group's offset for that partition.
 (string = int16 length + UTF-8, all big-endian.) Values of versions 0-2 are read too.
 
+Partitions: mqcore creates the topic with one partition, but a Kafka log directory has many
+(offsets.topic.num.partitions, 50 by default), and a store opened on one, read-only or adopted
+writable, reads them all. Kafka keeps each group's commits in one partition,
+partition_for_group(group, count) (its GroupCoordinator.partitionFor); mqcore appends a
+group's commits to that same partition. So every key lives in one partition, and replaying the
+partitions one after another, last value per key winning, gives the committed state.
+
 Why a compacted internal topic and not a checkpoint file: it recovers with the log's own
 machinery (CRCs, truncation of a torn tail), a commit is one append of one batch (no rewrite of
 a whole file per commit), and compaction keeps it at one record per key. The state is loaded by
@@ -28,6 +35,7 @@ from mqcore.crashpoints import crash_point
 
 if TYPE_CHECKING:
     from mqcore.log.manager import Log
+    from mqcore.storage.partition import Partition
 
 OFFSETS_TOPIC = "__consumer_offsets"
 KEY_VERSION = 1
@@ -45,6 +53,19 @@ class OffsetAndMetadata:
     offset: int
     metadata: str = ""
     commit_time: int = -1
+
+
+def partition_for_group(group: str, partitions: int) -> int:
+    """The partition of `__consumer_offsets` holding `group`'s commits, Kafka's rule:
+    Utils.abs(group.hashCode()) % partitions, with Java's String.hashCode over UTF-16 code
+    units (Utils.abs maps Integer.MIN_VALUE to 0)."""
+    h = 0
+    units = group.encode("utf-16-be")
+    for i in range(0, len(units), 2):
+        h = (31 * h + (units[i] << 8 | units[i + 1])) & 0xFFFFFFFF
+    if h >= 1 << 31:
+        h = 0 if h == 1 << 31 else (1 << 32) - h  # abs of the negative int32
+    return h % partitions
 
 
 def _string(s: str) -> bytes:
@@ -134,7 +155,12 @@ class OffsetStore:
         out: dict[GroupKey, OffsetAndMetadata] = {}
         if not self.log.has_topic(OFFSETS_TOPIC):
             return out
-        part = self.log.partition(OFFSETS_TOPIC, 0)
+        # every partition the log holds (a Kafka directory may lack some): a key lives in one
+        for part in self.log.iter_partitions(OFFSETS_TOPIC):
+            self._replay_partition(part, out)
+        return out
+
+    def _replay_partition(self, part: Partition, out: dict[GroupKey, OffsetAndMetadata]) -> None:
         offset, end = part.start_offset, part.end_offset
         while offset < end:
             msgs = part.read(offset, REPLAY_CHUNK, self.log.verify_crc)
@@ -153,10 +179,9 @@ class OffsetStore:
                     # junk (not written by a commit) is skipped and reported, never fatal:
                     # one such record must not stop every consumer of every group
                     self.log.skipped.report(
-                        OFFSETS_TOPIC, 0, m.offset, f"not an offset commit: {e}"
+                        OFFSETS_TOPIC, part.partition, m.offset, f"not an offset commit: {e}"
                     )
             offset = msgs[-1].offset + 1
-        return out
 
     def committed(self, group: str, topic: str, partition: int) -> OffsetAndMetadata | None:
         with self._lock:
@@ -189,10 +214,11 @@ class OffsetStore:
                 key_index=False,
                 segment_bytes=OFFSETS_SEGMENT_BYTES,
             )
-            part = self.log.partition(topic, 0)
+            p = partition_for_group(group, self.log.config(topic).partitions)
+            part = self.log.partition(topic, p)
             self.log.append_records(
                 topic,
-                0,
+                p,
                 [None if om is None else encode_value(om) for _, om in items],
                 [encode_key(group, t, p) for (t, p), _ in items],
             )
