@@ -39,7 +39,12 @@ from mqcore.consume.transactions import (
     TransactionInfo,
     TransactionManager,
 )
-from mqcore.errors import InvalidConfigError, InvalidRecordError, OffsetOutOfRangeError
+from mqcore.errors import (
+    InvalidConfigError,
+    InvalidGroupError,
+    InvalidRecordError,
+    OffsetOutOfRangeError,
+)
 from mqcore.log.append import (
     RESERVED_HEADERS,
     BatchMetadata,
@@ -535,6 +540,13 @@ class Store:
         """A member of consumer group `group` reading `topics` (and the group's retry topic),
         with an optional tag and SQL92 filter; see docs (consumers) for `options`."""
         from mqcore.consume.consumer import Consumer
+
+        return Consumer(
+            self.log, self._consume_state(), self._tracer, group, topics, tag, where, **options
+        )
+
+    def _consume_state(self) -> ConsumeState:
+        """The groups' coordinators and committed offsets, made by the first use."""
         from mqcore.consume.group import ConsumeState
         from mqcore.consume.offsets import OffsetStore
 
@@ -543,7 +555,23 @@ class Store:
             if self._consume is None:
                 state = self._consume = ConsumeState(OffsetStore(self.log), self.partitions)
                 self.log.add_append_listener(state.on_append)
-        return Consumer(self.log, self._consume, self._tracer, group, topics, tag, where, **options)
+            return self._consume
+
+    def delete_group(self, group: str) -> int:
+        """Delete every committed offset of `group` (one batch of tombstones in
+        `__consumer_offsets`, durable when this returns), as Kafka's DeleteGroups; returns
+        how many. Refused while the group has members in this process: InvalidGroupError."""
+        from mqcore.consume.group import validate_group
+
+        validate_group(group)
+        state = self._consume_state()
+        coord = state.groups.get(group)
+        if coord is not None and coord.members():
+            raise InvalidGroupError(
+                f"group {group!r} has {len(coord.members())} members; close them before "
+                "deleting its offsets"
+            )
+        return state.offsets.delete_group(group)
 
     def group_lag(self, group: str | None = None) -> dict[str, list[PartitionLag]]:
         """Committed offset, end offset and lag of each partition every group (or `group`)
@@ -592,6 +620,14 @@ class Store:
         """Resolve what can be resolved now (`now` in ms, default the clock): roll forward
         interrupted commits, check back timed-out transactions. {transaction id: outcome}."""
         return self._txns.check(now)
+
+    def open_transactions(self) -> list[str]:
+        """Ids of the transactions with half messages and no decision yet, sorted."""
+        return self._txns.unresolved()
+
+    def pending_delays(self) -> int:
+        """How many delayed messages wait for delivery."""
+        return self._delays.pending()
 
     def deliver_due(self, now: int | None = None) -> int:
         """Deliver every delayed message due at `now` (ms, default the clock); how many."""

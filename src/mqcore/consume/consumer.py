@@ -686,6 +686,12 @@ class Consumer:
         self._check_open()
         return sorted(self._owned)
 
+    def group_assignment(self) -> dict[TopicPartition, str]:
+        """Who owns each partition of the group right now, by member id: every member's
+        share, this one's included (a partition in a handoff between two members is absent)."""
+        self._check_open()
+        return self._coord.owners()
+
     # -- retry and dead-letter ------------------------------------------------------------------
 
     def nack(self, message: Message) -> None:

@@ -201,6 +201,13 @@ class LogSegment:
         )
 
     @property
+    def mapping(self) -> MappedFile | None:
+        """The log file's current read-only mapping (None until a read maps it): what a
+        reader's buffer holds on to, closed when the segment closes and its last reader
+        lets go (tests check that a lookup released it)."""
+        return self._mapped
+
+    @property
     def loaded(self) -> bool:
         """Whether load() or a scan has run: next_offset and the timestamps are known."""
         return self._loaded
