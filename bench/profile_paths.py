@@ -173,7 +173,7 @@ def get_breakdown(data: LookupData, offsets: list[int]) -> None:
     first get in a batch: CRC of the whole batch and sampling its record positions), and the
     SQLite primary-key SELECT for comparison."""
     store = data.store
-    part = store._partition(LOOKUP_TOPIC, 0)
+    part = store.log.partition(LOOKUP_TOPIC, 0)
     seg = part.segments[0]  # the bench store has one segment
     size = seg.size
     view = seg.view(0, size)
@@ -217,7 +217,7 @@ def time_breakdown(data: LookupData, stamps: list[int]) -> None:
     index floor, the record-timestamp kernel with and without the CRC check of the batches it
     walks, and SQLite's index seek."""
     store = data.store
-    part = store._partition(LOOKUP_TOPIC, 0)
+    part = store.log.partition(LOOKUP_TOPIC, 0)
     seg = part.segments[0]
     size = seg.size
     view = seg.view(0, size)

@@ -201,7 +201,7 @@ def spark_data(tmp_path_factory: pytest.TempPathFactory) -> SparkData:
 
 
 @pytest.fixture(scope="module")
-def session() -> Iterator[SparkSession]:
+def bench_session() -> Iterator[SparkSession]:
     """local[2], filter pushdown on; the Python workers run this interpreter and import mqcore
     and this module (the baseline source) from where this process does."""
     roots = [os.path.dirname(os.path.dirname(os.path.abspath(mqcore.__file__))),
@@ -260,15 +260,15 @@ def expected(data: SparkData, query: str) -> int:
 # -- benchmarks ----------------------------------------------------------------------------------
 
 
-def test_spark_answers_agree(session: SparkSession, spark_data: SparkData) -> None:
+def test_spark_answers_agree(bench_session: SparkSession, spark_data: SparkData) -> None:
     """Every side gives the store's answer to every query; Parquet holds the same rows."""
     assert spark_data.needle_matches > 1000 and spark_data.key_matches == 20
     for side in ("mqcore", "parquet", "rows"):
         for query in ("count", "filter", "key"):
-            assert run_query(session, spark_data, side, query) == expected(spark_data, query)
+            assert run_query(bench_session, spark_data, side, query) == expected(spark_data, query)
     sample = "offset < 300 AND partition = 1"
     got = {
-        side: frame(session, spark_data, side).where(sample).orderBy("offset").collect()
+        side: frame(bench_session, spark_data, side).where(sample).orderBy("offset").collect()
         for side in ("mqcore", "parquet", "rows")
     }
     assert len(got["mqcore"]) == 300 and got["mqcore"] == got["parquet"] == got["rows"]
@@ -285,7 +285,11 @@ QUERIES = [
 
 @pytest.mark.parametrize(("query", "side"), QUERIES)
 def test_spark_query(
-    benchmark: BenchmarkFixture, session: SparkSession, spark_data: SparkData, query: str, side: str
+    benchmark: BenchmarkFixture,
+    bench_session: SparkSession,
+    spark_data: SparkData,
+    query: str,
+    side: str,
 ) -> None:
     """One Spark action over the 2,000,000 messages."""
     rounds, warmup = SIDES[side]  # the row source is slow: three rounds, no warm-up
@@ -294,7 +298,7 @@ def test_spark_query(
            nbytes=spark_data.log_bytes)  # fmt: skip
     found = benchmark.pedantic(
         run_query,
-        args=(session, spark_data, side, query),
+        args=(bench_session, spark_data, side, query),
         rounds=rounds,
         warmup_rounds=warmup,
         iterations=1,
@@ -304,12 +308,16 @@ def test_spark_query(
 
 @pytest.mark.parametrize("side", ["mqcore", "parquet"])
 def test_spark_key_lookup(
-    benchmark: BenchmarkFixture, session: SparkSession, spark_data: SparkData, side: str
+    benchmark: BenchmarkFixture, bench_session: SparkSession, spark_data: SparkData, side: str
 ) -> None:
     """key = X: mqcore plans the batches its key index names; Parquet filters every row group."""
     benchmark.group = "spark-key"
     record(benchmark, f"spark/key/{side}", messages=spark_data.messages, ops=1)
     found = benchmark.pedantic(
-        run_query, args=(session, spark_data, side, "key"), rounds=5, warmup_rounds=1, iterations=1
+        run_query,
+        args=(bench_session, spark_data, side, "key"),
+        rounds=5,
+        warmup_rounds=1,
+        iterations=1,
     )
     assert found == spark_data.key_matches

@@ -61,14 +61,14 @@ def pristine(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 @pytest.fixture
-def store(pristine: str, tmp_path: os.PathLike[str]) -> str:
+def store_dir(pristine: str, tmp_path: os.PathLike[str]) -> str:
     copy = os.path.join(tmp_path, "store")
     shutil.copytree(pristine, copy)
     return copy
 
 
-def part(store: str, topic: str = "t", p: int = 0) -> str:
-    return os.path.join(store, f"{topic}-{p}")
+def part(store_dir: str, topic: str = "t", p: int = 0) -> str:
+    return os.path.join(store_dir, f"{topic}-{p}")
 
 
 def _read(path: str) -> bytes:
@@ -84,8 +84,8 @@ def patch(path: str, at: int, fmt: str, *values: int) -> None:
         f.write(data)
 
 
-def messages(store: str) -> dict[tuple[str, int], list[tuple[int, bytes | None]]]:
-    with mqcore.open(store, read_only=True) as s:
+def messages(store_dir: str) -> dict[tuple[str, int], list[tuple[int, bytes | None]]]:
+    with mqcore.open(store_dir, read_only=True) as s:
         return {
             (t, p): [(m.offset, m.value) for m in s.read(t, p, s.start_offset(t, p), 10**6)]
             for t in s.topics()
@@ -93,18 +93,18 @@ def messages(store: str) -> dict[tuple[str, int], list[tuple[int, bytes | None]]
         }
 
 
-def test_a_clean_store_verifies(store: str) -> None:
-    rc, out, err = run_cli("verify", store, "--json")
+def test_a_clean_store_verifies(store_dir: str) -> None:
+    rc, out, err = run_cli("verify", store_dir, "--json")
     assert rc == 0, err
     (summary,) = [d for d in json_lines(out) if d["type"] == "summary"]
     assert summary["problems"] == 0 and summary["partitions"] == 3
     assert summary["segments"] > 3 and summary["batches"] == 81
-    rc, out, _ = run_cli("verify", store, "t", "--deep")
+    rc, out, _ = run_cli("verify", store_dir, "t", "--deep")
     assert rc == 0 and out.strip().endswith("no problems")
 
 
-def _crc(store: str) -> tuple[str, int]:
-    log = os.path.join(part(store), SEG0 + ".log")
+def _crc(store_dir: str) -> tuple[str, int]:
+    log = os.path.join(part(store_dir), SEG0 + ".log")
     at = positions(log)[1]
     with open(log, "r+b") as f:
         f.seek(at + 70)
@@ -114,8 +114,8 @@ def _crc(store: str) -> tuple[str, int]:
     return log, at
 
 
-def _torn(store: str) -> tuple[str, int]:
-    d = part(store, "t", 1)
+def _torn(store_dir: str) -> tuple[str, int]:
+    d = part(store_dir, "t", 1)
     last = sorted(n for n in os.listdir(d) if n.endswith(".log"))[-1]
     log = os.path.join(d, last)
     at = positions(log)[-1]
@@ -124,43 +124,43 @@ def _torn(store: str) -> tuple[str, int]:
     return log, at
 
 
-def _backwards(store: str) -> tuple[str, int]:
-    log = os.path.join(part(store), SEG0 + ".log")
+def _backwards(store_dir: str) -> tuple[str, int]:
+    log = os.path.join(part(store_dir), SEG0 + ".log")
     at = positions(log)[2]
     patch(log, at, ">q", 0)  # base offset 0 again; outside the CRC
     return log, at
 
 
-def _index_nowhere(store: str) -> tuple[str, int]:
-    idx = os.path.join(part(store), SEG0 + ".index")
+def _index_nowhere(store_dir: str) -> tuple[str, int]:
+    idx = os.path.join(part(store_dir), SEG0 + ".index")
     rel, pos = struct.unpack_from(">ii", _read(idx), 0)
     patch(idx, 0, ">ii", rel, pos + 3)
     return idx, 0
 
 
-def _timeindex_order(store: str) -> tuple[str, int]:
-    ti = os.path.join(part(store), SEG0 + ".timeindex")
+def _timeindex_order(store_dir: str) -> tuple[str, int]:
+    ti = os.path.join(part(store_dir), SEG0 + ".timeindex")
     size = os.path.getsize(ti)
     assert size >= 24
     patch(ti, 12, ">q", T0 - 10**6)  # entry 1 earlier than entry 0
     return ti, 12
 
 
-def _timeindex_value(store: str) -> tuple[str, int]:
-    ti = os.path.join(part(store), SEG0 + ".timeindex")
+def _timeindex_value(store_dir: str) -> tuple[str, int]:
+    ti = os.path.join(part(store_dir), SEG0 + ".timeindex")
     ts, rel = struct.unpack_from(">qi", _read(ti), 0)
     patch(ti, 0, ">q", ts - 1)
     return ti, 0
 
 
-def _keyindex_header(store: str) -> tuple[str, int]:
-    ki = os.path.join(part(store), SEG0 + ".keyindex")
+def _keyindex_header(store_dir: str) -> tuple[str, int]:
+    ki = os.path.join(part(store_dir), SEG0 + ".keyindex")
     patch(ki, 0, ">I", 0x58585858)
     return ki, 0
 
 
-def _keyindex_entry(store: str) -> tuple[str, int]:
-    ki = os.path.join(part(store), SEG0 + ".keyindex")
+def _keyindex_entry(store_dir: str) -> tuple[str, int]:
+    ki = os.path.join(part(store_dir), SEG0 + ".keyindex")
     head = _read(ki)[:64]
     slots = struct.unpack_from(">I", head, 8)[0]
     first_entry = 64 + 4 * slots
@@ -169,8 +169,8 @@ def _keyindex_entry(store: str) -> tuple[str, int]:
     return ki, 0
 
 
-def _overlap(store: str) -> tuple[str, int]:
-    d = part(store)
+def _overlap(store_dir: str) -> tuple[str, int]:
+    d = part(store_dir)
     second = sorted(n for n in os.listdir(d) if n.endswith(".log"))[1]
     base = int(second[:-4])
     for suffix in (".log", ".index", ".timeindex", ".keyindex"):
@@ -179,15 +179,15 @@ def _overlap(store: str) -> tuple[str, int]:
     return os.path.join(d, f"{base - 1:020d}.log"), 0
 
 
-def _leftover(store: str) -> tuple[str, int]:
-    path = os.path.join(part(store), SEG0 + ".log.cleaned")  # a cleaner's unfinished output
+def _leftover(store_dir: str) -> tuple[str, int]:
+    path = os.path.join(part(store_dir), SEG0 + ".log.cleaned")  # a cleaner's unfinished output
     with open(path, "wb") as f:
         f.write(b"partial")
     return path, 0
 
 
-def _missing_index(store: str) -> tuple[str, int]:
-    idx = os.path.join(part(store), SEG0 + ".index")
+def _missing_index(store_dir: str) -> tuple[str, int]:
+    idx = os.path.join(part(store_dir), SEG0 + ".index")
     os.unlink(idx)
     return idx, 0
 
@@ -208,10 +208,10 @@ KINDS = {
 
 
 @pytest.mark.parametrize("kind", list(KINDS))
-def test_verify_finds_each_kind_of_damage(store: str, kind: str) -> None:
+def test_verify_finds_each_kind_of_damage(store_dir: str, kind: str) -> None:
     inject, where, reason = KINDS[kind]
-    path, at = inject(store)
-    rc, out, err = run_cli("verify", store, "--json")
+    path, at = inject(store_dir)
+    rc, out, err = run_cli("verify", store_dir, "--json")
     assert rc == 1, (out, err)
     found = problems(out)
     assert any(p["path"] == path and p["kind"] == where and reason in p["reason"] for p in found), (
@@ -219,7 +219,7 @@ def test_verify_finds_each_kind_of_damage(store: str, kind: str) -> None:
     )
     if where in ("log", "index", "timeindex"):
         assert any(p["path"] == path and p["position"] == at for p in found)
-    rc, text, _ = run_cli("verify", store)
+    rc, text, _ = run_cli("verify", store_dir)
     assert rc == 1 and f"PROBLEM {where} {path}@" in text
 
 
@@ -228,63 +228,63 @@ def test_verify_finds_each_kind_of_damage(store: str, kind: str) -> None:
     [k for k, (_, where, _) in KINDS.items() if where in ("index", "timeindex", "keyindex")]
     + ["swap leftover"],
 )
-def test_repair_rebuilds_derived_files_and_loses_nothing(store: str, kind: str) -> None:
-    before = messages(store)
-    KINDS[kind][0](store)
-    rc, out, err = run_cli("verify", store, "--repair", "--json")
+def test_repair_rebuilds_derived_files_and_loses_nothing(store_dir: str, kind: str) -> None:
+    before = messages(store_dir)
+    KINDS[kind][0](store_dir)
+    rc, out, err = run_cli("verify", store_dir, "--repair", "--json")
     assert rc == 0, (out, err)
     assert [d for d in json_lines(out) if d["type"] == "summary"][-1]["problems"] == 0
-    assert messages(store) == before
-    assert run_cli("verify", store)[0] == 0
+    assert messages(store_dir) == before
+    assert run_cli("verify", store_dir)[0] == 0
 
 
-def test_repair_cuts_a_torn_tail_and_says_so(store: str) -> None:
-    before = messages(store)
-    _torn(store)
-    rc, out, err = run_cli("verify", store, "--repair")
+def test_repair_cuts_a_torn_tail_and_says_so(store_dir: str) -> None:
+    before = messages(store_dir)
+    _torn(store_dir)
+    rc, out, err = run_cli("verify", store_dir, "--repair")
     assert rc == 0, (out, err)
     lost = before[("t", 1)][-3:]  # the last batch of three records was torn
     assert "recovery cut" in out and f"offsets {lost[0][0]} to {lost[-1][0]} dropped" in out
-    after = messages(store)
+    after = messages(store_dir)
     assert after[("t", 1)] == before[("t", 1)][:-3]
     assert after[("t", 0)] == before[("t", 0)]
 
 
-def test_repair_leaves_mid_log_damage_unless_told_to_truncate(store: str) -> None:
-    before = messages(store)
-    log, at = _crc(store)
-    rc, out, _ = run_cli("verify", store, "--repair")
+def test_repair_leaves_mid_log_damage_unless_told_to_truncate(store_dir: str) -> None:
+    before = messages(store_dir)
+    log, at = _crc(store_dir)
+    rc, out, _ = run_cli("verify", store_dir, "--repair")
     assert rc == 1
     assert "not repaired" in out and "--truncate" in out
     with open(log, "rb") as f:
         assert len(f.read()) > at  # nothing was cut
-    rc, out, err = run_cli("verify", store, "--repair", "--truncate")
+    rc, out, err = run_cli("verify", store_dir, "--repair", "--truncate")
     assert rc == 0, (out, err)
     first_lost = before[("t", 0)][3][0]  # the second batch (3 records each) is the damaged one
     assert f"offsets {first_lost} to {before[('t', 0)][-1][0]} of t-0 dropped" in out
-    after = messages(store)
+    after = messages(store_dir)
     assert after[("t", 0)] == before[("t", 0)][:3]
     assert after[("t", 1)] == before[("t", 1)] and after[("u", 0)] == before[("u", 0)]
 
 
-def test_verify_needs_a_real_topic(store: str) -> None:
-    rc, _, err = run_cli("verify", store, "nope")
+def test_verify_needs_a_real_topic(store_dir: str) -> None:
+    rc, _, err = run_cli("verify", store_dir, "nope")
     assert rc == 1 and "no topic nope" in err
-    rc, _, err = run_cli("verify", store, "--truncate")
+    rc, _, err = run_cli("verify", store_dir, "--truncate")
     assert rc == 2 and "--truncate only goes with --repair" in err
 
 
 def test_verify_checks_the_sealed_segments_beside_a_writer_and_changes_nothing(
-    store: str,
+    store_dir: str,
 ) -> None:
     """Issue 17.2: verify took the writer lock, so it was refused beside a writer (and its hint,
     read_only=True, led to ReadOnlyStoreError). Now it reads only: the writer's active
     segments are skipped, damage in a sealed segment is still found, nothing is written."""
-    with mqcore.open(store, flush="os") as writer:
+    with mqcore.open(store_dir, flush="os") as writer:
         writer.append("u", b"more")
         before = {n: os.stat(os.path.join(r, n)).st_mtime_ns
-                  for r, _, ns in os.walk(store) for n in ns}  # fmt: skip
-        rc, out, err = run_cli("verify", store, "--json")
+                  for r, _, ns in os.walk(store_dir) for n in ns}  # fmt: skip
+        rc, out, err = run_cli("verify", store_dir, "--json")
         assert rc == 0, (out, err)
         (summary,) = [d for d in json_lines(out) if d["type"] == "summary"]
         assert summary["live_writer"] is True and summary["problems"] == 0
@@ -292,15 +292,15 @@ def test_verify_checks_the_sealed_segments_beside_a_writer_and_changes_nothing(
         segments = sum(len(writer.segment_offsets(t, p)) for t, p in (("t", 0), ("t", 1), ("u", 0)))
         assert summary["segments"] == segments - 3
         after = {n: os.stat(os.path.join(r, n)).st_mtime_ns
-                 for r, _, ns in os.walk(store) for n in ns}  # fmt: skip
+                 for r, _, ns in os.walk(store_dir) for n in ns}  # fmt: skip
         assert after == before
-        log, at = _crc(store)  # segment 0 of t-0: sealed
-        rc, out, err = run_cli("verify", store, "--json")
+        log, at = _crc(store_dir)  # segment 0 of t-0: sealed
+        rc, out, err = run_cli("verify", store_dir, "--json")
         assert rc == 1, (out, err)
         assert any(p["path"] == log and p["position"] == at for p in problems(out))
-        rc, text, _ = run_cli("verify", store)
+        rc, text, _ = run_cli("verify", store_dir)
         assert "beside a live writer, 3 active or changing segments skipped" in text
-        rc, _, err = run_cli("verify", store, "--repair")
+        rc, _, err = run_cli("verify", store_dir, "--repair")
         assert rc == 1 and "verify --repair needs the writer lock" in err
         assert "stop that writer first" in err and "read_only" not in err
         writer.append("u", b"still writing")

@@ -251,20 +251,21 @@ def test_cleanmark_format_and_damage(tmp_path: object) -> None:
 
 def test_dirty_ratio_drives_the_background_task(store_path: str) -> None:
     with mqcore.open(store_path, flush="os", compaction_check_interval_ms=777) as s:
-        task = s._tasks._tasks["compaction"]
-        assert task.interval == 0.777
+        tasks = s.log.tasks
+        assert tasks.interval_ms("compaction") == 777
         compacted_topic(s, min_cleanable_dirty_ratio=0.9)
         for i in range(60):  # distinct keys: the cleaned segments keep their bytes
             s.append("t", b"v%d" % i, key=b"k%d" % i)
         assert s.dirty_ratio("t") == 1.0
-        task.run()
+        tasks.run_task("compaction")  # what the worker thread runs
         assert s.dirty_ratio("t") == 0.0
         cleaned = records(s)
         for i in range(12):  # a little new dirt: under 0.9 of the sealed bytes
             s.append("t", b"n%d" % i, key=b"n%d" % i)
         ratio = s.dirty_ratio("t")
         assert 0 < ratio < 0.9
-        assert s._compact_dirty().segments_seen == 0
+        report = tasks.run_task("compaction")
+        assert isinstance(report, cleaner.CompactionReport) and report.segments_seen == 0
         assert records(s)[: len(cleaned)] == cleaned
 
 
@@ -283,7 +284,7 @@ def test_reader_keeps_reading_a_swapped_out_segment(store: mqcore.Store) -> None
     compacted_topic(store)
     for i in range(60):
         store.append("t", b"v%d" % i, key=b"k%d" % (i % 3))
-    part = store._partition("t", 0)
+    part = store.log.partition("t", 0)
     old = list(part.segments[:-1])
     directory = os.path.join(store.path, "t-0")
     reader = PausedScan(part)
@@ -383,10 +384,10 @@ def test_model_based_compaction(ops: list[tuple[str, object, object]]) -> None:
                     md = s.append("t", value, key=a, timestamp=now)  # type: ignore[arg-type]
                     model.append(md.offset, a, value)  # type: ignore[arg-type]
                 elif kind == "roll":
-                    part = s._partition("t", 0)
-                    with part._lock:
+                    part = s.log.partition("t", 0)
+                    with part.locked():
                         if part.active.size:
-                            part._roll()
+                            part.roll()
                 elif kind == "compact":
                     now += [0, 50, 100, 1000][a]  # type: ignore[index]
                     bases = s.segment_offsets("t")
@@ -550,7 +551,7 @@ def test_crash_between_any_two_renames(tmp_path: object) -> None:
             for offset, key, value in got:
                 m = s.get("t", 0, offset)
                 assert m is not None and (m.key, m.value) == (key, value)
-            for seg in s._partition("t", 0).segments:  # indexes match their logs
+            for seg in s.log.partition("t", 0).segments:  # indexes match their logs
                 assert seg.offset_index.entries == 0 or seg.position_for(seg.next_offset - 1) < (
                     seg.size
                 )

@@ -105,8 +105,7 @@ def test_deleted_group_offsets_stay_deleted_after_replay(store_path: str) -> Non
         other = store.consumer("other", "t")
         other.commit({("t", 0): 1})
         other.close()
-        assert store._consume is not None
-        assert store._consume.offsets.delete_group("g") == 1  # t-0 (nothing nacked: no retry)
+        assert store.delete_group("g") == 1  # t-0 (nothing nacked: no retry)
         assert store.read(OFFSETS_TOPIC, 0, 0)[-1].value is None  # a tombstone
     with mqcore.open(store_path, flush="os") as store:
         assert store.consumer("g", "t").committed(0) is None
@@ -211,7 +210,7 @@ def test_two_consumers_in_threads_receive_everything_once(store: mqcore.Store) -
                 msgs = c.poll(50, timeout_ms=100)
                 polls += 1
                 mine = set(c.assignment())
-                owners = c._coord.owners()
+                owners = c.group_assignment()
                 for tp in mine:
                     assert owners[tp] == c.member_id
                 for m in msgs:

@@ -104,7 +104,7 @@ def test_pending_messages_survive_a_restart_and_are_never_redelivered(store_path
         store.append("t", b"mid", deliver_at=base + 30)
         assert store.deliver_due(now=base + 10) == 1  # delivered out of timer-log order
     with open_store(store_path) as store:
-        assert store._delays.pending() == 2
+        assert store.pending_delays() == 2
         assert store.deliver_due(now=base + 29) == 0
         assert store.deliver_due(now=base + 30) == 1
     with open_store(store_path) as store:
@@ -112,7 +112,7 @@ def test_pending_messages_survive_a_restart_and_are_never_redelivered(store_path
         assert store.deliver_due(now=base + 50) == 1
         assert values(store) == [b"early", b"mid", b"late"]
     with open_store(store_path) as store:
-        assert store._delays.pending() == 0
+        assert store.pending_delays() == 0
         assert store.deliver_due(now=base + 10**6) == 0
         assert values(store) == [b"early", b"mid", b"late"]
 
@@ -166,8 +166,8 @@ def test_background_task_delivers_a_due_message(store_path):
     with mqcore.open(store_path, flush="os", delay_tick_ms=10) as store:
         store.create_topic("t")
         store.append("t", b"now", deliver_at=0)  # wakes the task
-        assert "delay" in store._tasks._tasks
-        store._tasks.stop()  # joins the thread: whatever it delivered is written
+        assert "delay" in store.log.tasks.names()
+        store.log.tasks.stop()  # joins the thread: whatever it delivered is written
         delivered = store.end_offset("t")
         assert store.deliver_due() == 1 - delivered
         assert values(store) == [b"now"]
@@ -239,7 +239,7 @@ def test_kill_in_the_middle_of_delivery_never_duplicates(store_path, point):
     with open_store(store_path) as store:
         store.deliver_due(now=base + 100)
         assert copies(store) == Counter(uids)
-        assert store._delays.pending() == 0
+        assert store.pending_delays() == 0
     with open_store(store_path) as store:
         assert store.deliver_due(now=base + 10**6) == 0
         assert copies(store) == Counter(uids)

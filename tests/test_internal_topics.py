@@ -16,9 +16,9 @@ from mqcore import compression as codecs
 from mqcore._ext.batch import encode_batch
 from mqcore.consume.delay import DELAY_STATE_TOPIC, DELAY_TOPIC
 from mqcore.consume.offsets import OFFSETS_TOPIC, encode_key
-from mqcore.consume.trace import TRACE_TOPIC
 from mqcore.consume.transactions import HALF_TOPIC, OP_TOPIC
 from mqcore.errors import InternalTopicError, InvalidTopicError
+from mqcore.log.trace import TRACE_TOPIC
 
 QUIET = {"flush": "os", "transaction_check_interval_ms": 0, "delay_tick_ms": 0}
 
@@ -37,7 +37,7 @@ def write_raw(
 ) -> int:
     """Append one record below the store's API (the codec, then the partition's own append),
     as a Kafka tool or an older mqcore could have written it; returns its offset."""
-    part = store._partition(topic, partition)
+    part = store.log.partition(topic, partition)
     batch = encode_batch(
         [value],
         [key],
@@ -189,7 +189,7 @@ def test_junk_in_transaction_topics_is_skipped_and_reported(store_path):
                       ("mq.topic", b"t"), ("mq.partition", b"\x00"), ("mq.ts", None)]),
         ]  # fmt: skip
     with open_store(store_path) as store:
-        assert store._txns.unresolved() == ["open"]
+        assert store.open_transactions() == ["open"]
         fresh = store.begin("fresh")  # begin() works
         fresh.append("t", b"c")
         fresh.commit()
@@ -212,7 +212,7 @@ def test_junk_in_delay_topics_is_skipped_and_reported(store_path):
             write_raw(store, DELAY_STATE_TOPIC, b"\x00junk"),
         ]
     with open_store(store_path) as store:
-        assert store._delays.pending() == 2
+        assert store.pending_delays() == 2
         assert store.deliver_due(now=100) == 2
         assert [m.value for m in store.read("t", 0, 0)] == [b"a", b"b", b"c"]
         assert reported(store, DELAY_STATE_TOPIC) == states
@@ -242,9 +242,9 @@ def test_a_reader_reports_each_junk_record_once(store_path):
         c.close()
         write_raw(store, OFFSETS_TOPIC, struct.pack(">h", 9), key=encode_key("g", "t", 0))
     with open_store(store_path) as store:
-        for _ in range(3):
-            c = store.consumer("g", "t")
-            assert c.committed("t", 0) == 0
-            c.close()
-            store._consume = None  # replay again
+        for _ in range(3):  # before any consumer, each group_lag() replays the topic afresh
+            assert [lag.committed for lag in store.group_lag("g")["g"]] == [0]
+        c = store.consumer("g", "t")  # and the consumers' replay
+        assert c.committed("t", 0) == 0
+        c.close()
         assert len(store.skipped_records()) == 1

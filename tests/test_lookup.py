@@ -242,7 +242,7 @@ def test_get_record_answers_read_and_releases_its_mappings(tmp_path: object) -> 
     store.create_topic("t", segment_bytes=8 << 10, key_index_entries=256)
     fill(store, "t", random.Random(1), 2500)
     msgs = store.read("t", 0, 0, 1 << 20)
-    part = store._partition("t", 0)
+    part = store.log.partition("t", 0)
     assert len(part.segments) > 3
     for _ in range(2):
         for m in msgs:
@@ -250,7 +250,7 @@ def test_get_record_answers_read_and_releases_its_mappings(tmp_path: object) -> 
             assert store.get_by_id(m.msg_id) == m
     for offset in (-1, len(msgs), len(msgs) + 10, 1 << 70, -(1 << 70)):
         assert lookup.get_record(part, offset) is None
-    mappings = [seg._mapped for seg in part.segments]
+    mappings = [seg.mapping for seg in part.segments]
     assert all(m is not None for m in mappings)
     store.close()
     assert all(m.closed for m in mappings)  # no buffer taken by a lookup was left behind
@@ -266,10 +266,10 @@ def test_a_failed_get_releases_its_mapping_too(tmp_path: object) -> None:
         f.seek(200)
         f.write(b"\xff\xfe")  # inside the records: a CRC mismatch for the first get
     store = mqcore.open(path, read_only=True)
-    part = store._partition("t", 0)
+    part = store.log.partition("t", 0)
     with pytest.raises(CorruptRecordError):
         lookup.get_record(part, 50)
-    mapped = part.segments[0]._mapped
+    mapped = part.segments[0].mapping
     store.close()
     assert mapped.closed
 
@@ -340,7 +340,7 @@ def test_colliding_and_damaged_entries_are_verified_away(tmp_path: object) -> No
         store.append("t", b"a", key=b"alpha", partition=0)
         store.append("t", b"b", key=b"beta", keys=["x", "y"], partition=0)
         store.append("t", b"c", key=b"gamma", headers={"keys": b"p  q "}, partition=0)
-        seg = store._partition("t", 0).segments[0]
+        seg = store.log.partition("t", 0).segments[0]
         table = seg.key_table()
         positions = [seg.position_for(o) for o in range(3)]
         insert_entry(table, b"alpha", 1, positions[1])  # alpha -> beta's record
@@ -353,7 +353,7 @@ def test_colliding_and_damaged_entries_are_verified_away(tmp_path: object) -> No
         r = store.find_by_key("t", b"zeta")  # read through the offset index: alpha's record
         assert len(r) == 0 and r.scanned_records == 1
         found, read = lookup.find_hashed(
-            store._partition("t", 0), b"alpha", lookup.KEY_KIND, 0, (1 << 63) - 1, 1, 1 << 20
+            store.log.partition("t", 0), b"alpha", lookup.KEY_KIND, 0, (1 << 63) - 1, 1, 1 << 20
         )
         assert [m.offset for m in found] == [] and read == 1  # from_offset 1: beta's only
 
@@ -365,9 +365,9 @@ def test_a_damaged_key_table_raises(tmp_path: object, damage: str) -> None:
     try:
         store.create_topic("t", key_index_entries=64)
         store.append("t", b"a", key=b"alpha", partition=0)
-        table = store._partition("t", 0).segments[0].key_table()
+        table = store.log.partition("t", 0).segments[0].key_table()
         slot = xxh64_hash(b"alpha", KEY_SEED) & (table.slot_count - 1)
-        raw = memoryview(store._partition("t", 0).segments[0].key_index._map).cast("B")
+        raw = memoryview(store.log.partition("t", 0).segments[0].key_index.mapping).cast("B")
         if damage == "slot":
             raw[HEADER_BYTES + 4 * slot : HEADER_BYTES + 4 * slot + 4] = (99).to_bytes(4, "big")
         else:  # the entry's link points at itself: not an older entry
@@ -431,7 +431,7 @@ def test_lookups_racing_retention_answer_or_miss_but_never_fail(tmp_path: object
             while not stop.is_set():
                 store.append("t", b"v%d" % i, key=b"k%d" % (i % 7), partition=0)
                 store.apply_retention("t")
-                seen.extend(seg._mapped for seg in store._partition("t", 0).segments)
+                seen.extend(seg.mapping for seg in store.log.partition("t", 0).segments)
                 i += 1
         except BaseException as e:  # noqa: BLE001 - reported below
             errors.append(e)

@@ -56,7 +56,7 @@ def run_writer(path: str, flush: str, mode: str, stop_after: int) -> list[str]:
 
 
 def window(store: mqcore.Store, topic: str = "t", partition: int = 0) -> dict[int, ProducerEntry]:
-    state = store._partition(topic, partition).producer_state
+    state = store.log.partition(topic, partition).producer_state
     assert state is not None
     return {pid: ProducerEntry(e.epoch, list(e.batches)) for pid, e in state.producers.items()}
 

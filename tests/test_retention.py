@@ -184,7 +184,7 @@ def test_reader_in_progress_keeps_reading_deleted_segments(store: mqcore.Store) 
     """A scan pinned the segments when it started: retention takes them out of the log and
     renames their files at once, but closes and unlinks them only when the scan ends."""
     fill(store, "t", 60, retention_ms=DAY)
-    part = store._partition("t", 0)
+    part = store.log.partition("t", 0)
     first_segments = list(part.segments)
     directory = part_dir(store, "t")
     reader = PausedScan(part)  # held after the first segment while retention runs
@@ -204,11 +204,11 @@ def test_reader_in_progress_keeps_reading_deleted_segments(store: mqcore.Store) 
 
 def test_background_task_is_registered(store_path: str) -> None:
     with mqcore.open(store_path, flush="os", retention_check_interval_ms=1234) as s:
-        task = s._tasks._tasks["retention"]
-        assert task.interval == 1.234
-        assert "compaction" in s._tasks._tasks
+        tasks = s.log.tasks
+        assert tasks.interval_ms("retention") == 1234
+        assert "compaction" in tasks.names()
         fill(s, "t", 30, retention_ms=0)
-        task.run()  # what the worker thread runs: everything has expired by now
+        tasks.run_task("retention")  # what the worker thread runs: everything expired by now
         assert s.start_offset("t") == 30
 
 

@@ -34,9 +34,9 @@ from mqcore._ext.batch import BatchInfo, Message, decode_messages, encode_batch,
 from mqcore._ext.crc32c import crc32c
 from mqcore._ext.search import (
     ScanResult,
-    _select_implementation,
     implementation,
     scan_records,
+    select_implementation,
 )
 from mqcore.compression import compress
 from mqcore.errors import CorruptRecordError, InvalidConfigError, MQCoreError
@@ -641,11 +641,11 @@ IMPLEMENTATIONS = pytest.mark.parametrize("fast", [True, False], ids=["fast", "g
 @contextmanager
 def search_implementation(fast: bool) -> Iterator[str]:
     """Scans in the block use the CPU's best needle search (fast) or the generic one."""
-    name = _select_implementation(fast)
+    name = select_implementation(fast)
     try:
         yield name
     finally:
-        _select_implementation(True)
+        select_implementation(True)
 
 
 def batch_bytes(

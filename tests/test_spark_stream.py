@@ -359,12 +359,12 @@ def test_group_commit_and_a_locked_store(tmp_path: Path) -> None:
     r = reader(path, subscribe="t", startingOffsets="earliest", groupId="spark-job")
     r.commit({"t": {"0": 5, "1": 4}})
     with mqcore.open(path, flush="os") as st:  # the writer: the reader cannot commit now
-        offsets = OffsetStore(st).group_offsets("spark-job")
+        offsets = OffsetStore(st.log).group_offsets("spark-job")
         assert {tp: om.offset for tp, om in offsets.items()} == {("t", 0): 5, ("t", 1): 4}
         assert offsets[("t", 0)].metadata == stream.COMMIT_METADATA
         with pytest.warns(RuntimeWarning, match="open for writing in another process"):
             r.commit({"t": {"0": 8, "1": 4}})
-        assert OffsetStore(st).committed("spark-job", "t", 0).offset == 5  # type: ignore[union-attr]
+        assert OffsetStore(st.log).committed("spark-job", "t", 0).offset == 5  # type: ignore[union-attr]
     r.stop()  # retries what the lock held back
     with mqcore.open(path, flush="os") as st:
         consumer = st.consumer("spark-job", "t")

@@ -1,12 +1,12 @@
-"""Message trace kept in the store's `__trace` topic (consume/trace.py)."""
+"""Message trace kept in the store's `__trace` topic (log/trace.py)."""
 
 from __future__ import annotations
 
 import pytest
 
 import mqcore
-from mqcore.consume.trace import TRACE_TOPIC, TraceEvent, Tracer, sample_rate
 from mqcore.errors import InvalidConfigError
+from mqcore.log.trace import TRACE_TOPIC, TraceEvent, Tracer, sample_rate
 
 
 def test_appends_are_traced_and_survive_reopen(tmp_path):
@@ -32,7 +32,7 @@ def test_no_trace_topic_when_tracing_is_off(tmp_path):
 
 def test_sampling_is_per_unique_id_and_near_the_rate(tmp_path):
     with mqcore.open(str(tmp_path)) as store:
-        tracer = Tracer(store, 0.25)
+        tracer = Tracer(store.log, 0.25)
         ids = [f"0190e3a0-0000-7000-8000-{i:012x}" for i in range(4000)]
         chosen = [u for u in ids if tracer.sampled(u)]
         assert 800 < len(chosen) < 1200

@@ -296,7 +296,7 @@ def test_a_read_only_store_neither_resolves_nor_delivers(store_path):
         store.create_topic("t")
         store.begin().append("t", b"v")
     with mqcore.open(store_path, read_only=True) as ro:
-        assert "transactions" not in ro._tasks._tasks and "delay" not in ro._tasks._tasks
+        assert "transactions" not in ro.log.tasks.names() and "delay" not in ro.log.tasks.names()
         for call in (ro.begin, ro.check_transactions, ro.deliver_due):
             with pytest.raises(ReadOnlyStoreError):
                 call()

@@ -151,8 +151,8 @@ def test_trims_between_random_steps_and_restarts_lose_and_duplicate_nothing(fast
     serial = 0
 
     def check_model(s: mqcore.Store) -> None:
-        assert s._txns.unresolved() == sorted(model.open)
-        assert s._delays.pending() == len(model.pending)
+        assert s.open_transactions() == sorted(model.open)
+        assert s.pending_delays() == len(model.pending)
         got = values(s)
         assert Counter(got) == model.visible
         for tid, sent in model.open.items():
@@ -235,7 +235,7 @@ def test_a_store_made_before_trimming_never_trims_its_parked_logs_by_size(fast_p
     retention_bytes=1): retention must not delete an open transaction's half messages."""
     with open_store(fast_path) as store:
         store.create_topic("t")
-        store._internal_topic(HALF_TOPIC, unique_ids=True, key_index=False, retention_bytes=1)
+        store.log.internal_topic(HALF_TOPIC, unique_ids=True, key_index=False, retention_bytes=1)
         txn = store.begin("T")
         for i in range(200):  # several segments
             txn.append("t", b"%03d" % i + b"x" * 1000)

@@ -32,7 +32,6 @@ from mqcore.consume.delay import (
     pop_options,
 )
 from mqcore.consume.producer import Producer
-from mqcore.consume.trace import TraceEvent, Tracer, sample_rate
 from mqcore.consume.transactions import (
     HALF_TOPIC,
     OP_TOPIC,
@@ -40,7 +39,12 @@ from mqcore.consume.transactions import (
     TransactionInfo,
     TransactionManager,
 )
-from mqcore.errors import InvalidConfigError, InvalidRecordError, OffsetOutOfRangeError
+from mqcore.errors import (
+    InvalidConfigError,
+    InvalidGroupError,
+    InvalidRecordError,
+    OffsetOutOfRangeError,
+)
 from mqcore.log.append import (
     RESERVED_HEADERS,
     BatchMetadata,
@@ -55,6 +59,7 @@ from mqcore.log.append import (
 )
 from mqcore.log.internal import SkippedRecord, is_internal, refuse_internal
 from mqcore.log.manager import Log
+from mqcore.log.trace import TraceEvent, Tracer, sample_rate
 from mqcore.query import engine
 from mqcore.query.engine import QueryResult
 from mqcore.query.ids import decode_msg_id, uid_text
@@ -131,9 +136,9 @@ class Store:
             full_recovery=full_recovery,
             clock=clock,
         )
-        self._tracer = Tracer(self, rate) if rate > 0 else None
+        self._tracer = Tracer(self.log, rate) if rate > 0 else None
         if self._tracer is not None:
-            self.log.add_append_listener(self._trace_append)
+            self.log.add_append_listener(self._tracer.on_append)
         try:
             if not read_only:
                 retention_ms, compaction_ms = intervals
@@ -175,31 +180,11 @@ class Store:
             with contextlib.suppress(Exception):
                 self.close()
 
-    def _trace_append(
-        self, topic: str, partition: int, base: int, count: int, uids: bytes | None, now: int
-    ) -> None:
-        """The "appended" trace events of an append (the log's append listener)."""
-        if self._tracer is None or uids is None or is_internal(topic):
-            return
-        events = []
-        for i in range(count):
-            raw = uids[16 * i : 16 * i + 16]
-            if raw != bytes(16):
-                events.append(
-                    TraceEvent(uid_text(raw), "appended", now, topic, partition, base + i)
-                )
-        if events:
-            self._tracer.record(events)
-
     # names consume/ still reaches through while it moves onto the log (issue 18)
-    _closed = property(lambda self: self.log.closed)
     _configs = property(lambda self: {t: self.log.config(t) for t in self.log.topics()})
     _partitions = property(lambda self: self.log.topic_partitions())
     _tasks = property(lambda self: self.log.tasks)
     _skipped = property(lambda self: self.log.skipped)
-
-    def _check_open(self) -> None:
-        self.log.check_open()
 
     def _check_writable(self) -> None:
         self.log.check_writable()
@@ -555,15 +540,38 @@ class Store:
         """A member of consumer group `group` reading `topics` (and the group's retry topic),
         with an optional tag and SQL92 filter; see docs (consumers) for `options`."""
         from mqcore.consume.consumer import Consumer
+
+        return Consumer(
+            self.log, self._consume_state(), self._tracer, group, topics, tag, where, **options
+        )
+
+    def _consume_state(self) -> ConsumeState:
+        """The groups' coordinators and committed offsets, made by the first use."""
         from mqcore.consume.group import ConsumeState
         from mqcore.consume.offsets import OffsetStore
 
         self.log.check_writable()
         with self.log.lock:
             if self._consume is None:
-                state = self._consume = ConsumeState(OffsetStore(self), self.partitions)
+                state = self._consume = ConsumeState(OffsetStore(self.log), self.partitions)
                 self.log.add_append_listener(state.on_append)
-        return Consumer(self, self._consume, group, topics, tag, where, **options)
+            return self._consume
+
+    def delete_group(self, group: str) -> int:
+        """Delete every committed offset of `group` (one batch of tombstones in
+        `__consumer_offsets`, durable when this returns), as Kafka's DeleteGroups; returns
+        how many. Refused while the group has members in this process: InvalidGroupError."""
+        from mqcore.consume.group import validate_group
+
+        validate_group(group)
+        state = self._consume_state()
+        coord = state.groups.get(group)
+        if coord is not None and coord.members():
+            raise InvalidGroupError(
+                f"group {group!r} has {len(coord.members())} members; close them before "
+                "deleting its offsets"
+            )
+        return state.offsets.delete_group(group)
 
     def group_lag(self, group: str | None = None) -> dict[str, list[PartitionLag]]:
         """Committed offset, end offset and lag of each partition every group (or `group`)
@@ -578,7 +586,7 @@ class Store:
         if group is not None:
             validate_group(group)
         consume = self._consume
-        offsets = (OffsetStore(self) if consume is None else consume.offsets).all_offsets()
+        offsets = (OffsetStore(self.log) if consume is None else consume.offsets).all_offsets()
         if group is not None:
             offsets = {k: v for k, v in offsets.items() if k[0] == group}
         return group_lags(offsets, self._end_or_none)
@@ -612,6 +620,14 @@ class Store:
         """Resolve what can be resolved now (`now` in ms, default the clock): roll forward
         interrupted commits, check back timed-out transactions. {transaction id: outcome}."""
         return self._txns.check(now)
+
+    def open_transactions(self) -> list[str]:
+        """Ids of the transactions with half messages and no decision yet, sorted."""
+        return self._txns.unresolved()
+
+    def pending_delays(self) -> int:
+        """How many delayed messages wait for delivery."""
+        return self._delays.pending()
 
     def deliver_due(self, now: int | None = None) -> int:
         """Deliver every delayed message due at `now` (ms, default the clock); how many."""
@@ -734,7 +750,7 @@ class Store:
         """What happened to the message with this unique ID, oldest event first: appended,
         delivered to a group, committed, nacked, retried, dead-lettered (needs `trace=` on)."""
         self.log.check_open()
-        return Tracer(self, 0.0).events(unique_id)
+        return Tracer(self.log, 0.0).events(unique_id)
 
     # -- reading --------------------------------------------------------------------------------
 

@@ -47,6 +47,23 @@ class BackgroundTasks(threading.Thread):
         with self._lock:
             self._tasks.pop(name, None)
 
+    def names(self) -> list[str]:
+        """The registered tasks' names, sorted."""
+        with self._lock:
+            return sorted(self._tasks)
+
+    def interval_ms(self, name: str) -> int:
+        """How often task `name` runs (KeyError for a name not registered)."""
+        with self._lock:
+            return round(self._tasks[name].interval * 1000)
+
+    def run_task(self, name: str) -> object:
+        """Run task `name` once now, in the caller's thread, and return what it returns: what
+        the worker thread runs, on demand (errors propagate here, unlike in the thread)."""
+        with self._lock:
+            fn = self._tasks[name].run
+        return fn()
+
     def wake(self) -> None:
         """Run every task now (used when new work arrived, e.g. a delay that is already due)."""
         with self._lock:

@@ -662,8 +662,8 @@ def implementation():
     return mqs_name.decode("ascii")
 
 
-def _select_implementation(bint fast):
-    """Tests only: use the generic search (fast=False) or the CPU's best (True); returns the
-    name now in use. Not safe while another thread scans."""
+def select_implementation(bint fast):
+    """Use the generic search (fast=False) or the CPU's best (True); returns the name now in
+    use. For tests that run each path on one machine; not safe while another thread scans."""
     mqs_select(fast)
     return implementation()

@@ -439,7 +439,7 @@ def _repair(directory: LogDirectory, checks: list[PartitionCheck], args: argpars
                 return
             _cut(checks, refused, out, args.json)
     finally:
-        directory._acquire_lock()
+        directory.acquire_lock()
 
 
 def _cut(checks: list[PartitionCheck], err: CorruptRecordError, out: TextIO, as_json: bool) -> None:

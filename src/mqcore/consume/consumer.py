@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING, Any
 from mqcore._ext.batch import Message, decode_messages
 from mqcore._ext.hashing import TAG_SEED, xxh64_hash
 from mqcore._ext.search import scan_records
-from mqcore.consume.delay import make_durable
 from mqcore.consume.group import (
     DLQ_PREFIX,
     RETRY_PREFIX,
@@ -38,7 +37,6 @@ from mqcore.consume.group import (
 )
 from mqcore.consume.offsets import OffsetAndMetadata
 from mqcore.consume.retry import check_levels, copy_headers, due_time, reconsume_times
-from mqcore.consume.trace import TraceEvent, events_for
 from mqcore.errors import (
     CommitFailedError,
     ConsumerClosedError,
@@ -48,13 +46,15 @@ from mqcore.errors import (
     TopicExistsError,
     UnknownPartitionError,
 )
+from mqcore.log.trace import TraceEvent, events_for
 from mqcore.query import engine
 from mqcore.storage.partition import Partition
 from mqcore.storage.segment import MAX_DECOMPRESSED
 
 if TYPE_CHECKING:
     from mqcore.consume.group import ConsumeState, GroupCoordinator
-    from mqcore.store import Store
+    from mqcore.log.manager import Log
+    from mqcore.log.trace import Tracer
 
 RESETS = ("earliest", "latest", "none")
 MAX_POLL_RECORDS = 100_000
@@ -81,8 +81,9 @@ class Consumer:
 
     def __init__(
         self,
-        store: Store,
+        log: Log,
         state: ConsumeState,
+        tracer: Tracer | None,
         group: str,
         topics: str | Sequence[str],
         tag: str | None = None,
@@ -96,13 +97,13 @@ class Consumer:
         retry_backoff_ms: Sequence[int] | None = None,
         now_ms: Any = None,
     ):
-        store._check_writable()
+        log.check_writable()
         self.group = validate_group(group)
         topic_list = [topics] if isinstance(topics, str) else list(topics)
         if not topic_list:
             raise InvalidConfigError("a consumer needs at least one topic")
         for t in topic_list:
-            store._parts(t)  # UnknownTopicError / InvalidTopicError
+            log.partitions_of(t)  # UnknownTopicError / InvalidTopicError
         if len(set(topic_list)) != len(topic_list):
             raise InvalidConfigError(f"topics listed twice: {topic_list}")
         if auto_offset_reset not in RESETS:
@@ -122,13 +123,13 @@ class Consumer:
         if now_ms is not None and not callable(now_ms):
             raise InvalidConfigError("now_ms must be a callable returning ms")
         self._now = now_ms or _wall_ms
-        self.store, self._state, self.topics = store, state, topic_list
+        self.log, self._state, self._tracer, self.topics = log, state, tracer, topic_list
         self.auto_offset_reset = auto_offset_reset
         self.enable_auto_commit = enable_auto_commit
         # made by the group's first nack (retry.py): until then the group has no retry topic
         self.retry_topic = RETRY_PREFIX + group
         self._retry_ready = False
-        if self.retry_topic in store.topics():
+        if log.has_topic(self.retry_topic):
             self._check_retry_levels()
         self.dlq_topic = DLQ_PREFIX + group
         self._weights.setdefault(self.retry_topic, 1)
@@ -178,7 +179,7 @@ class Consumer:
             raise ConsumerClosedError(
                 f"consumer {self.member_id} of group {self.group!r} is closed"
             )
-        self.store._check_open()
+        self.log.check_open()
 
     def _sync_assignment(self) -> None:
         """Follow a rebalance: release what is no longer ours (committing it first only with
@@ -201,8 +202,8 @@ class Consumer:
     def _part(self, tp: TopicPartition) -> Partition:
         part = self._partition_cache.get(tp)
         if part is None or part.closed:
-            self.store._check_open()
-            part = self._partition_cache[tp] = self.store._partition(*tp)
+            self.log.check_open()
+            part = self._partition_cache[tp] = self.log.partition(*tp)
         return part
 
     def _position(self, tp: TopicPartition) -> int:
@@ -315,7 +316,7 @@ class Consumer:
         out: list[Message] = []
         budget = [FILTER_SCAN_BUDGET]
         self._rotation += 1
-        appends_to = self.store.log.appends_to
+        appends_to = self.log.appends_to
         for topic, count in list(self._drained.items()):
             if appends_to(topic) != count:
                 del self._drained[topic]  # new data since it was drained
@@ -403,7 +404,7 @@ class Consumer:
             want = room - len(out) if spec.selector is None else SCAN_CHUNK
             r = scan_records(
                 view, pos, tp[0], tp[1], offset, NO_END, 0, NO_END, None, False, spec.tag,
-                want, budget[0] if filtered else NO_END, self.store.verify_crc,
+                want, budget[0] if filtered else NO_END, self.log.verify_crc,
                 MAX_DECOMPRESSED, seg.log_path, 0,
             )  # fmt: skip
             if filtered:
@@ -435,7 +436,7 @@ class Consumer:
             want = room - len(out) if sel is None else min(SCAN_CHUNK, max(1, budget[0]))
             chunk: list[Message] = []
             pos, nxt = decode_messages(
-                view, pos, tp[0], tp[1], offset, want, chunk, self.store.verify_crc,
+                view, pos, tp[0], tp[1], offset, want, chunk, self.log.verify_crc,
                 MAX_DECOMPRESSED, seg.log_path, 0,
             )  # fmt: skip
             offset = max(offset, nxt)
@@ -486,7 +487,7 @@ class Consumer:
                 lo, hi = max(base + inside[i][0], offset), base + inside[j][0] + 1
                 r = scan_records(
                     view, pos, tp[0], tp[1], lo, hi, 0, NO_END, None, False, self.spec.tag,
-                    hi - lo, NO_END, self.store.verify_crc, MAX_DECOMPRESSED, seg.log_path, 0,
+                    hi - lo, NO_END, self.log.verify_crc, MAX_DECOMPRESSED, seg.log_path, 0,
                 )  # fmt: skip
                 budget[0] -= r.records_scanned
                 full = self._keep(r.messages, room, out)
@@ -508,7 +509,7 @@ class Consumer:
         offset = self._position(tp)
         if offset >= self._part(tp).end_offset:
             return []
-        msgs = self.store.read(tp[0], tp[1], offset, room)
+        msgs = self._part(tp).read(offset, room, self.log.verify_crc)
         out: list[Message] = []
         for m in msgs:
             due = due_time(m)
@@ -522,7 +523,7 @@ class Consumer:
         return out
 
     def _record_delivered(self, out: list[Message]) -> None:
-        tracer = self.store._tracer
+        tracer = self._tracer
         if tracer is None:
             return
         events = events_for(out, "delivered", _wall_ms(), self.group)
@@ -575,13 +576,13 @@ class Consumer:
         never reaches the disk without the copy that carries a message it moves past."""
         if not chosen:
             return
-        make_durable(self.store, sorted(self._unsynced_copies))
+        self.log.sync_partitions(sorted(self._unsynced_copies))
         self._unsynced_copies.clear()
         now = _wall_ms()
         self._state.offsets.commit(
             self.group, {tp: OffsetAndMetadata(off, "", now) for tp, off in chosen.items()}
         )
-        tracer = self.store._tracer
+        tracer = self._tracer
         if tracer is None:
             return
         events = []
@@ -642,7 +643,7 @@ class Consumer:
         self._check_open()
         _int_arg("timestamp", timestamp, 0)
         for tp in self._owned:
-            found = self.store.offset_for_time(tp[0], tp[1], timestamp)
+            found = self._part(tp).offset_for_time(timestamp, self.log.verify_crc)
             self._positions[tp] = self._part(tp).end_offset if found is None else found
             self._not_due.pop(tp, None)
         self._drained.clear()
@@ -685,6 +686,12 @@ class Consumer:
         self._check_open()
         return sorted(self._owned)
 
+    def group_assignment(self) -> dict[TopicPartition, str]:
+        """Who owns each partition of the group right now, by member id: every member's
+        share, this one's included (a partition in a handoff between two members is absent)."""
+        self._check_open()
+        return self._coord.owners()
+
     # -- retry and dead-letter ------------------------------------------------------------------
 
     def nack(self, message: Message) -> None:
@@ -699,7 +706,7 @@ class Consumer:
         events = events_for([message], "nacked", wall, self.group, reconsume=times)
         uid = message.unique_id
         if times >= self.max_reconsume_times:
-            topic = self.store._internal_topic(
+            topic = self.log.internal_topic(
                 self.dlq_topic, partitions=1, unique_ids=False, cleanup_policy="delete"
             )
             level, headers, event = 0, copy_headers(message, times, None), "dead_lettered"
@@ -707,24 +714,24 @@ class Consumer:
             topic, level = self._retry_topic(), min(times + 1, len(self.levels)) - 1
             headers = copy_headers(message, times + 1, now + self.levels[level])
             event = "retried"
-        md = self.store._append_internal(topic, [message.value], [message.key], [headers], level)
+        md = self.log.append_records(topic, level, [message.value], [message.key], [headers])
         self._unsynced_copies.add((topic, level))
         if uid is not None:
             events.append(
                 TraceEvent(uid, event, wall, topic, level, md.base_offset, self.group,
                            {"reconsume": times + (event == "retried")})
             )  # fmt: skip
-        if self.store._tracer is not None:
-            self.store._tracer.record(events)
+        if self._tracer is not None:
+            self._tracer.record(events)
 
     def _retry_topic(self) -> str:
         """`__retry.<group>`, made now when this is the group's first nack: the group then
         rebalances so that its members share the new levels (at their next poll)."""
         if self._retry_ready:
             return self.retry_topic
-        if self.retry_topic not in self.store.topics():
+        if not self.log.has_topic(self.retry_topic):
             with contextlib.suppress(TopicExistsError):  # another member's levels: checked below
-                self.store._internal_topic(
+                self.log.internal_topic(
                     self.retry_topic,
                     partitions=len(self.levels),
                     unique_ids=False,
@@ -746,7 +753,7 @@ class Consumer:
             self._topic_tps.setdefault(tp[0], []).append(tp)
 
     def _check_retry_levels(self) -> None:
-        have = self.store.partitions(self.retry_topic)
+        have = self.log.config(self.retry_topic).partitions
         if have != len(self.levels):
             raise InvalidConfigError(
                 f"{self.retry_topic} has {have} partitions (one per backoff level) but "
@@ -762,7 +769,7 @@ class Consumer:
         if self._closed:
             return
         try:
-            if self.enable_auto_commit and not self.store._closed:
+            if self.enable_auto_commit and not self.log.closed:
                 self._commit_positions(self._owned)
         finally:
             self._closed = True

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from mqcore.log.internal import is_internal, refuse_internal
-from mqcore.consume.trace import TraceEvent
+from mqcore.log.trace import TraceEvent
 from mqcore.consume.trim import delete_below, trim_point
 from mqcore.errors import InvalidConfigError, InvalidRecordError, StoreClosedError
 from mqcore.query import engine

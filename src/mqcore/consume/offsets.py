@@ -7,6 +7,13 @@ decodes `__consumer_offsets` reads ours:
           int64 commit time (ms); a null value deletes the group's offset for that partition.
 (string = int16 length + UTF-8, all big-endian.) Values of versions 0-2 are read too.
 
+Partitions: mqcore creates the topic with one partition, but a Kafka log directory has many
+(offsets.topic.num.partitions, 50 by default), and a store opened on one, read-only or adopted
+writable, reads them all. Kafka keeps each group's commits in one partition,
+partition_for_group(group, count) (its GroupCoordinator.partitionFor); mqcore appends a
+group's commits to that same partition. So every key lives in one partition, and replaying the
+partitions one after another, last value per key winning, gives the committed state.
+
 Why a compacted internal topic and not a checkpoint file: it recovers with the log's own
 machinery (CRCs, truncation of a torn tail), a commit is one append of one batch (no rewrite of
 a whole file per commit), and compaction keeps it at one record per key. The state is loaded by
@@ -27,7 +34,8 @@ from typing import TYPE_CHECKING
 from mqcore.crashpoints import crash_point
 
 if TYPE_CHECKING:
-    from mqcore.store import Store
+    from mqcore.log.manager import Log
+    from mqcore.storage.partition import Partition
 
 OFFSETS_TOPIC = "__consumer_offsets"
 KEY_VERSION = 1
@@ -45,6 +53,19 @@ class OffsetAndMetadata:
     offset: int
     metadata: str = ""
     commit_time: int = -1
+
+
+def partition_for_group(group: str, partitions: int) -> int:
+    """The partition of `__consumer_offsets` holding `group`'s commits, Kafka's rule:
+    Utils.abs(group.hashCode()) % partitions, with Java's String.hashCode over UTF-16 code
+    units (Utils.abs maps Integer.MIN_VALUE to 0)."""
+    h = 0
+    units = group.encode("utf-16-be")
+    for i in range(0, len(units), 2):
+        h = (31 * h + (units[i] << 8 | units[i + 1])) & 0xFFFFFFFF
+    if h >= 1 << 31:
+        h = 0 if h == 1 << 31 else (1 << 32) - h  # abs of the negative int32
+    return h % partitions
 
 
 def _string(s: str) -> bytes:
@@ -118,10 +139,10 @@ def decode_value(raw: bytes) -> OffsetAndMetadata:
 
 
 class OffsetStore:
-    """The committed offsets of every group of one store, in memory after the first use."""
+    """The committed offsets of every group of one log, in memory after the first use."""
 
-    def __init__(self, store: Store):
-        self.store = store
+    def __init__(self, log: Log):
+        self.log = log
         self._lock = threading.Lock()
         self._offsets: dict[GroupKey, OffsetAndMetadata] | None = None
 
@@ -132,12 +153,17 @@ class OffsetStore:
 
     def _replay(self) -> dict[GroupKey, OffsetAndMetadata]:
         out: dict[GroupKey, OffsetAndMetadata] = {}
-        if OFFSETS_TOPIC not in self.store.topics():
+        if not self.log.has_topic(OFFSETS_TOPIC):
             return out
-        offset = self.store.start_offset(OFFSETS_TOPIC, 0)
-        end = self.store.end_offset(OFFSETS_TOPIC, 0)
+        # every partition the log holds (a Kafka directory may lack some): a key lives in one
+        for part in self.log.iter_partitions(OFFSETS_TOPIC):
+            self._replay_partition(part, out)
+        return out
+
+    def _replay_partition(self, part: Partition, out: dict[GroupKey, OffsetAndMetadata]) -> None:
+        offset, end = part.start_offset, part.end_offset
         while offset < end:
-            msgs = self.store.read(OFFSETS_TOPIC, 0, offset, REPLAY_CHUNK)
+            msgs = part.read(offset, REPLAY_CHUNK, self.log.verify_crc)
             if not msgs:
                 break
             for m in msgs:
@@ -152,11 +178,10 @@ class OffsetStore:
                 except ValueError as e:  # UnicodeDecodeError included
                     # junk (not written by a commit) is skipped and reported, never fatal:
                     # one such record must not stop every consumer of every group
-                    self.store._skipped.report(
-                        OFFSETS_TOPIC, 0, m.offset, f"not an offset commit: {e}"
+                    self.log.skipped.report(
+                        OFFSETS_TOPIC, part.partition, m.offset, f"not an offset commit: {e}"
                     )
             offset = msgs[-1].offset + 1
-        return out
 
     def committed(self, group: str, topic: str, partition: int) -> OffsetAndMetadata | None:
         with self._lock:
@@ -181,7 +206,7 @@ class OffsetStore:
         items = sorted(offsets.items())
         with self._lock:
             loaded = self._loaded()
-            topic = self.store._internal_topic(
+            topic = self.log.internal_topic(
                 OFFSETS_TOPIC,
                 partitions=1,
                 cleanup_policy="compact",
@@ -189,9 +214,11 @@ class OffsetStore:
                 key_index=False,
                 segment_bytes=OFFSETS_SEGMENT_BYTES,
             )
-            part = self.store._partition(topic, 0)
-            self.store._append_internal(
+            p = partition_for_group(group, self.log.config(topic).partitions)
+            part = self.log.partition(topic, p)
+            self.log.append_records(
                 topic,
+                p,
                 [None if om is None else encode_value(om) for _, om in items],
                 [encode_key(group, t, p) for (t, p), _ in items],
             )

@@ -52,7 +52,7 @@ from mqcore.consume.delay import (
     state_record,
 )
 from mqcore.log.internal import refuse_internal
-from mqcore.consume.trace import TraceEvent
+from mqcore.log.trace import TraceEvent
 from mqcore.consume.trim import delete_below, trim_point
 from mqcore.errors import InvalidConfigError, InvalidRecordError, TransactionStateError
 from mqcore.storage.retention import RetentionReport

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -551,6 +551,13 @@ class Log:
         self.check_writable()
         self._flush_all()
         self.checkpoint()
+
+    def sync_partitions(self, partitions: Iterable[tuple[str, int]]) -> None:
+        """fdatasync these (topic, partition)s, and the names of their new segments, now,
+        whatever the flush policy: for a step that relies on what they hold (a commit past a
+        nacked message's retry copy, docs/consume.md "Durability")."""
+        for topic, partition in partitions:
+            self.partition(topic, partition).flush()
 
     def _flush_all(self) -> None:
         for part in self.all_partitions():

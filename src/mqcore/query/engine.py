@@ -10,11 +10,11 @@ the time index's answer, and skip segments whose timestamps cannot match. Result
 from __future__ import annotations
 
 import contextlib
+import inspect
 import math
 import os
 import re
 import struct
-import sys
 import time
 import warnings
 from collections.abc import Iterator, Sequence
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from mqcore._ext.batch import Message
 from mqcore._ext.hashing import KEY_SEED, UID_SEED, xxh64_hash
-from mqcore._ext.lookup import find_indexed  # noqa: F401 - the key lookup, in the kernel
+from mqcore._ext.lookup import KEY_KIND, find_indexed  # noqa: F401 - the key lookup, in the kernel
 from mqcore._ext.search import scan_records
 from mqcore.errors import (
     CorruptRecordError,
@@ -243,7 +243,11 @@ _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.
 def _caller_level() -> int:
     """warnings.warn's stacklevel, for a warn two frames down, that names the first frame
     outside mqcore: the caller's line that passed the value."""
-    level, frame = 2, sys._getframe(2)
+    here = inspect.currentframe()  # None only on a Python without frame support
+    frame = None if here is None or here.f_back is None else here.f_back.f_back
+    if frame is None:
+        return 2
+    level = 2
     while frame.f_back is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
         frame = frame.f_back
         level += 1

@@ -335,7 +335,7 @@ class MqcoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         try:
             with mqcore.open(self.opts.read.path) as store:
                 now = _wall_ms()
-                OffsetStore(store).commit(
+                OffsetStore(store.log).commit(
                     group,
                     {
                         tp: OffsetAndMetadata(off, COMMIT_METADATA, now)

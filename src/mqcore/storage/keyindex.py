@@ -70,6 +70,12 @@ class KeyIndexFile:
 
     # -- opening ------------------------------------------------------------------------------
 
+    @property
+    def mapping(self) -> MappedFile | None:
+        """The `.keyindex` file's mapping (read-write for an active segment's table), or None
+        for a table kept in memory or not opened yet."""
+        return self._map
+
     def open(self, covered: int, active: bool, scan: Callable[[], BatchHits]) -> None:
         """Map the file if it vouches for exactly `covered` log bytes, else rebuild it.
 

@@ -64,16 +64,18 @@ class LogDirectory:
                                      f"{why}")  # fmt: skip
         if writable:
             os.makedirs(self.path, exist_ok=True)
-            self._acquire_lock()
+            self.acquire_lock()
 
     # -- what a store is ----------------------------------------------------------------------
 
     # -- the writer lock ----------------------------------------------------------------------
 
-    def _acquire_lock(self) -> None:
-        """flock() the store directory itself, exclusively: unlike a lock file, it cannot be
-        deleted or replaced while held, so no second writer ever gets in. `.mqcore.lock` only
-        tells who holds it (never followed if it is a symbolic link)."""
+    def acquire_lock(self) -> None:
+        """Take the writer lock: at open, and again after release() (`mqcore verify --repair`
+        lets a store open recover the directory in between). flock() the store directory
+        itself, exclusively: unlike a lock file, it cannot be deleted or replaced while held,
+        so no second writer ever gets in. `.mqcore.lock` only tells who holds it (never
+        followed if it is a symbolic link)."""
         fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)
         try:
             deadline = time.monotonic() + LOCK_PATIENCE

@@ -240,12 +240,9 @@ class ProducerStateManager:
     # -- rebuilding from batch headers --------------------------------------------------------
 
     def apply_batch(self, info: BatchInfo) -> None:
-        """Take in a batch written with its offsets as they were (a replica copying its
-        leader: no sequence check, as Kafka's replication origin), or replayed at load."""
-        self._apply(info)
-
-    def _apply(self, info: BatchInfo) -> None:
-        """Replay one batch header (no record decode)."""
+        """Take in one batch header as written (no record decode, no sequence check): how
+        load() rebuilds the state, and a replica copying its leader (Kafka's replication
+        origin)."""
         if info.producer_id < 0:
             return
         if info.attributes & _ATTR_CONTROL:
@@ -383,7 +380,7 @@ def load(part: PartitionLog) -> ProducerStateManager:
         mgr.snapshot_offset = off
         break
     for info in _headers(part, from_offset, end):
-        mgr._apply(info)
+        mgr.apply_batch(info)
     _backfill(mgr, part, from_offset)
     mgr.dirty = from_offset != end
     return mgr

@@ -87,7 +87,7 @@ class _Loaded:
     def __get__(self, seg: LogSegment | None, owner: type | None = None) -> Any:
         if seg is None:
             return self
-        if not seg._loaded:
+        if not seg.loaded:
             seg.ensure_open()
         return getattr(seg, self.attr)
 
@@ -221,6 +221,13 @@ class LogSegment:
             f"{self.log_path} was {how} by the store's writer after this read-only store opened "
             "(retention or compaction); reopen the store to read the log as it is now"
         )
+
+    @property
+    def mapping(self) -> MappedFile | None:
+        """The log file's current read-only mapping (None until a read maps it): what a
+        reader's buffer holds on to, closed when the segment closes and its last reader
+        lets go (tests check that a lookup released it)."""
+        return self._mapped
 
     @property
     def loaded(self) -> bool:

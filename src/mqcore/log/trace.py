@@ -4,6 +4,9 @@ Each event is one record of `__trace`: key = the message's unique ID text (so th
 key index answers `store.trace(uid)` without a scan), value = a JSON object
 {"event", "time", "topic", "partition", "offset", "group"?, ...}. Sampling is decided per unique
 ID by its xxHash64, so a sampled message has all of its events recorded and the rest none.
+
+It sits in the log layer because both consume/ (delivered, committed, nacked, ...) and produce/
+(transactions, delays) record events; a `Tracer` needs only a `Log`.
 """
 
 from __future__ import annotations
@@ -15,9 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 from mqcore._ext.hashing import xxh64_hash
 from mqcore.errors import InvalidConfigError
+from mqcore.log.internal import is_internal
+from mqcore.query import engine
+from mqcore.query.ids import uid_text
 
 if TYPE_CHECKING:
-    from mqcore.store import Store
+    from mqcore.log.manager import Log
 
 TRACE_TOPIC = "__trace"
 EVENTS = (
@@ -76,8 +82,8 @@ def sample_rate(option: bool | float) -> float:
 class Tracer:
     """Appends trace events of sampled messages to `__trace` (created on first use)."""
 
-    def __init__(self, store: Store, rate: float):
-        self.store = store
+    def __init__(self, log: Log, rate: float):
+        self.log = log
         self.rate = rate
         self._threshold = int(rate * (1 << 64))
 
@@ -91,25 +97,46 @@ class Tracer:
         chosen = [e for e in events if self.sampled(e.unique_id)]
         if not chosen:
             return
-        topic = self.store._internal_topic(TRACE_TOPIC, unique_ids=False, cleanup_policy="delete")
-        self.store._append_internal(
+        topic = self.log.internal_topic(TRACE_TOPIC, unique_ids=False, cleanup_policy="delete")
+        self.log.append_records(
             topic,
+            0,
             [json.dumps(e.to_json(), separators=(",", ":")).encode() for e in chosen],
             [e.unique_id.encode() for e in chosen],
             timestamps=[e.time for e in chosen],
         )
 
+    def on_append(
+        self, topic: str, partition: int, base: int, count: int, uids: bytes | None, now: int
+    ) -> None:
+        """The "appended" events of an append (the log's append listener); the writes of
+        internal topics, this one's included, are not traced."""
+        if uids is None or is_internal(topic):
+            return
+        events = []
+        for i in range(count):
+            raw = uids[16 * i : 16 * i + 16]
+            if raw != bytes(16):
+                events.append(
+                    TraceEvent(uid_text(raw), "appended", now, topic, partition, base + i)
+                )
+        if events:
+            self.record(events)
+
     def events(self, unique_id: str, limit: int = 10_000) -> list[TraceEvent]:
-        """Every recorded event of `unique_id`, oldest first."""
-        if TRACE_TOPIC not in self.store._partitions:
+        """Every recorded event of `unique_id`, oldest first (from `__trace`'s key index)."""
+        if not self.log.has_topic(TRACE_TOPIC):
             return []
-        found = self.store.find_by_key(TRACE_TOPIC, unique_id.encode(), limit=limit)
+        found = engine.find_indexed(
+            self.log.partitions_of(TRACE_TOPIC), unique_id.encode(), engine.KEY_KIND, None,
+            None, limit, None,
+        )  # fmt: skip
         events = []
         for m in found.messages:
             try:
                 events.append(_from_json(m.value))
             except ValueError as e:  # junk is skipped and reported (log/internal.py)
-                self.store._skipped.report(m.topic, m.partition, m.offset, str(e))
+                self.log.skipped.report(m.topic, m.partition, m.offset, str(e))
         return sorted(events, key=lambda e: e.time)
 
 
