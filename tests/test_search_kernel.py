@@ -13,6 +13,7 @@ against decode_messages. A throughput figure against a Python loop is printed, n
 from __future__ import annotations
 
 import ctypes
+import itertools
 import mmap
 import os
 import random
@@ -120,12 +121,10 @@ def write_batches(store: mqcore.Store, topic: str, rng: random.Random, count: in
 def build_segment(path: str, log_append_time: bool, seed: int, count: int) -> Segment:
     """Write a segment through the store (LogAppendTime under a fake clock that steps 100 ms per
     batch) and read it back both ways."""
-    store = mqcore.open(path, flush="os")
+    clock = itertools.count(T0, 100)
+    store = mqcore.open(path, flush="os", clock=lambda: next(clock))
     store.create_topic(TOPIC, timestamp_type="LogAppendTime" if log_append_time else "CreateTime")
-    clock = iter(range(T0, T0 + 100 * 10 * count, 100))
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(mqcore.store, "_now_ms", lambda: next(clock))
-        write_batches(store, TOPIC, random.Random(seed), count)
+    write_batches(store, TOPIC, random.Random(seed), count)
     messages = store.read(TOPIC, 0, 0, 1_000_000)
     store.close()
     with open(log_path(path, TOPIC), "rb") as f:

@@ -237,6 +237,7 @@ class Log:
             self.flush_policy,
             writable=not self.read_only,
             cache=self._segment_cache,
+            clock=self.clock,
         )
 
     def start_tasks(self) -> None:

@@ -13,7 +13,6 @@ import bisect
 import contextlib
 import os
 import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +20,7 @@ from typing import Any
 from mqcore._ext.batch import Message, decode_messages, peek_batch_header
 from mqcore._ext.lookup import get_record
 from mqcore._ext.scan import first_offset_at_or_after
+from mqcore.clock import Clock, now_ms
 from mqcore.config import FlushPolicy, TopicConfig
 from mqcore.crashpoints import crash_point
 from mqcore.errors import (
@@ -82,7 +82,9 @@ class Partition:
         flush: FlushPolicy,
         writable: bool,
         cache: SegmentCache | None = None,
+        clock: Clock = now_ms,
     ):
+        self.clock = clock  # the log's ms clock: the CreateTime bounds of appends
         self.topic = topic
         self.partition = partition
         self.directory = directory
@@ -384,7 +386,7 @@ class Partition:
             return  # stamped by the log itself
         check_timestamps(
             self.config, self.topic, batch.min_timestamp, batch.max_timestamp,
-            time.time_ns() // 1_000_000,
+            self.clock(),
         )  # fmt: skip
 
     def _should_roll(self, seg: LogSegment, batch: AppendableBatch) -> bool:
