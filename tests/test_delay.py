@@ -12,7 +12,7 @@ from conftest import plain_partition
 from crashchild import KILLED, run_child
 
 import mqcore
-from mqcore.consume.delay import DAY_MS, DELAY_TOPIC, PendingMetadata, now_ms
+from mqcore.produce.delay import DAY_MS, DELAY_TOPIC, PendingMetadata, now_ms
 from mqcore.errors import InternalTopicError, InvalidConfigError, InvalidRecordError
 
 QUIET = {"flush": "os", "transaction_check_interval_ms": 0, "delay_tick_ms": 0}
@@ -179,7 +179,7 @@ CHILD = textwrap.dedent(
     """
     import json, os, signal, sys
     import mqcore
-    import mqcore.consume.delay as delay
+    import mqcore.produce.delay as delay
 
     path, point, base, again = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
     store = mqcore.open(path, flush="os", transaction_check_interval_ms=0, delay_tick_ms=0)

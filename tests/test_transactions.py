@@ -12,7 +12,7 @@ from conftest import plain_partition
 from crashchild import KILLED, run_child
 
 import mqcore
-from mqcore.consume.transactions import HALF_TOPIC, OP_TOPIC, TransactionInfo
+from mqcore.produce.transactions import HALF_TOPIC, OP_TOPIC, TransactionInfo
 from mqcore.errors import (
     InternalTopicError,
     InvalidConfigError,
@@ -182,7 +182,7 @@ def test_commit_is_traced_after_the_append_across_a_millisecond(store_path, monk
     clean-clone run once saw them swapped)."""
     import time
 
-    import mqcore.consume.transactions as transactions
+    import mqcore.produce.transactions as transactions
 
     with open_store(store_path, trace=True) as store:
         store.create_topic("t")
@@ -223,7 +223,7 @@ CHILD = textwrap.dedent(
     """
     import json, os, signal, sys
     import mqcore
-    import mqcore.consume.delay as delay
+    import mqcore.produce.delay as delay
 
     path, point = sys.argv[1], sys.argv[2]
     store = mqcore.open(path, flush="os", transaction_check_interval_ms=0, delay_tick_ms=0)

@@ -20,8 +20,8 @@ import pytest
 from crashchild import KILLED, run_child
 
 import mqcore
-from mqcore.consume.delay import DAY_MS, DELAY_STATE_TOPIC, DELAY_TOPIC, now_ms
-from mqcore.consume.transactions import HALF_TOPIC, OP_TOPIC
+from mqcore.produce.delay import DAY_MS, DELAY_STATE_TOPIC, DELAY_TOPIC, now_ms
+from mqcore.produce.transactions import HALF_TOPIC, OP_TOPIC
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TRIMMED = (HALF_TOPIC, OP_TOPIC, DELAY_TOPIC, DELAY_STATE_TOPIC)
@@ -252,7 +252,7 @@ CHILD = textwrap.dedent(
     """
     import os, signal, sys
     import mqcore
-    import mqcore.consume.delay as delay
+    import mqcore.produce.delay as delay
 
     path, point, base = sys.argv[1], sys.argv[2], int(sys.argv[3])
     if sys.argv[4] != "-":

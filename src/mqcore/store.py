@@ -23,7 +23,7 @@ from mqcore._ext.batch import Message
 from mqcore.arrow import new_columns, to_record_batch
 from mqcore.clock import Clock, now_ms
 from mqcore.config import FlushPolicy, TopicConfig, validate_name
-from mqcore.consume.delay import (
+from mqcore.produce.delay import (
     DELAY_STATE_TOPIC,
     DELAY_TOPIC,
     DelayManager,
@@ -31,9 +31,9 @@ from mqcore.consume.delay import (
     check_delay,
     pop_options,
 )
-from mqcore.consume.producer import Producer
+from mqcore.produce.producer import Producer
 from mqcore.consume.trace import TraceEvent, Tracer, sample_rate
-from mqcore.consume.transactions import (
+from mqcore.produce.transactions import (
     HALF_TOPIC,
     OP_TOPIC,
     Transaction,

@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING, Any
 from mqcore._ext.batch import Message, decode_messages
 from mqcore._ext.hashing import TAG_SEED, xxh64_hash
 from mqcore._ext.search import scan_records
-from mqcore.consume.delay import make_durable
 from mqcore.consume.group import (
     DLQ_PREFIX,
     RETRY_PREFIX,
@@ -575,7 +574,7 @@ class Consumer:
         never reaches the disk without the copy that carries a message it moves past."""
         if not chosen:
             return
-        make_durable(self.store, sorted(self._unsynced_copies))
+        self.store.log.make_durable(sorted(self._unsynced_copies))
         self._unsynced_copies.clear()
         now = _wall_ms()
         self._state.offsets.commit(

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -525,6 +525,13 @@ class Log:
         self.check_writable()
         self._flush_all()
         self.checkpoint()
+
+    def make_durable(self, parts: Iterable[tuple[str, int]]) -> None:
+        """fdatasync these (topic, partition)s (and the names of their new segments) now,
+        whatever the flush policy: the step that follows relies on what they hold
+        (docs/consume.md "Durability")."""
+        for topic, partition in parts:
+            self.partition(topic, partition).flush()
 
     def _flush_all(self) -> None:
         for part in self.all_partitions():

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from mqcore.log.internal import is_internal, refuse_internal
 from mqcore.consume.trace import TraceEvent
-from mqcore.consume.trim import delete_below, trim_point
+from mqcore.produce.trim import delete_below, trim_point
 from mqcore.errors import InvalidConfigError, InvalidRecordError, StoreClosedError
 from mqcore.query import engine
 from mqcore.storage.retention import RetentionReport
@@ -234,10 +234,8 @@ def moved_copy_headers(msg: Message) -> list[tuple[str, bytes | None]]:
 
 
 def make_durable(store: Store, parts: Iterable[tuple[str, int]]) -> None:
-    """fdatasync these partitions (and the names of their new segments) now, whatever the flush
-    policy: the step that follows relies on what they hold (docs/consume.md "Durability")."""
-    for topic, partition in parts:
-        store._partition(topic, partition).flush()
+    """fdatasync these partitions now, whatever the flush policy (Log.make_durable)."""
+    store.log.make_durable(parts)
 
 
 def durable_end(store: Store, topic: str) -> int:

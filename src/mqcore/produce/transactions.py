@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from mqcore.consume.delay import (
+from mqcore.produce.delay import (
     H_PARTITION,
     H_TIMESTAMP,
     H_TOPIC,
@@ -53,7 +53,7 @@ from mqcore.consume.delay import (
 )
 from mqcore.log.internal import refuse_internal
 from mqcore.consume.trace import TraceEvent
-from mqcore.consume.trim import delete_below, trim_point
+from mqcore.produce.trim import delete_below, trim_point
 from mqcore.errors import InvalidConfigError, InvalidRecordError, TransactionStateError
 from mqcore.storage.retention import RetentionReport
 
