@@ -223,7 +223,7 @@ CHILD = textwrap.dedent(
     """
     import json, os, signal, sys
     import mqcore
-    import mqcore.produce.delay as delay
+    from mqcore import crashpoints
 
     path, point = sys.argv[1], sys.argv[2]
     store = mqcore.open(path, flush="os", transaction_check_interval_ms=0, delay_tick_ms=0)
@@ -239,14 +239,15 @@ CHILD = textwrap.dedent(
         if at == point:
             os.kill(os.getpid(), signal.SIGKILL)
 
-    delay.crash_hook = die
+    if point.split(':')[0] in crashpoints.CRASH_POINTS:
+        crashpoints.arm(point)  # a step of mqcore's own (after the set-up above)
     die("before_commit")
     txn.commit()
     die("after_commit")
     """
 )
-COMMIT_STEPS = ["txn:after_prepare", "txn:after_append:1", "txn:after_append:2",
-                "txn:after_append:3", "after_commit"]  # fmt: skip
+COMMIT_STEPS = ["txn.after_prepare", "txn.after_append:1", "txn.after_append:2",
+                "txn.after_append:3", "after_commit"]  # fmt: skip
 
 
 def run_txn_child(path: str, point: str) -> list[str]:

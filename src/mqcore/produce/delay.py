@@ -14,8 +14,7 @@ deletes the delivered prefix of the timer log, re-parking the few pending messag
 
 Also the pieces transactions share: PendingMetadata, the internal header layout (read_parked,
 re-parked copies), the store options of both features, the unique-ID presence check, the
-checks of bookkeeping records (junk is skipped and reported), make_durable and the crash hook
-of the tests.
+checks of bookkeeping records (junk is skipped and reported) and make_durable.
 """
 
 from __future__ import annotations
@@ -32,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from mqcore.log.internal import is_internal, refuse_internal
 from mqcore.consume.trace import TraceEvent
 from mqcore.produce.trim import delete_below, trim_point
+from mqcore.crashpoints import crash_point
 from mqcore.errors import InvalidConfigError, InvalidRecordError, StoreClosedError
 from mqcore.query import engine
 from mqcore.storage.retention import RetentionReport
@@ -61,17 +61,6 @@ KEPT_UNTIL_RESOLVED: dict[str, Any] = {
     "retention_ms": -1,
     "retention_bytes": -1,
 }
-
-# tests set this to a function of a point name ("delay:after_prepare", "txn:after_append:1",
-# ...) that kills the process there; None in normal use
-crash_hook: Callable[[str], None] | None = None
-
-
-def crash_point(name: str) -> None:
-    """A step boundary the crash tests can kill the process at."""
-    if crash_hook is not None:
-        crash_hook(name)
-
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
@@ -597,7 +586,7 @@ class DelayManager:
                 targets=targets,
             )
             make_durable(store, [(DELAY_STATE_TOPIC, 0)])
-            crash_point("delay:after_prepare")
+            crash_point("delay.after_prepare")
             check = PresenceCheck(store)
             events: list[TraceEvent] = []
             for i, (t, p) in enumerate(sorted(groups)):
@@ -608,7 +597,7 @@ class DelayManager:
                 ]
                 if rows:
                     events.extend(self._deliver(t, p, rows, now))
-                crash_point(f"delay:after_append:{i + 1}")
+                crash_point("delay.after_append")
             make_durable(store, groups)
             for _at, _origin, off, _t, _p in due:
                 self._done(off)
@@ -717,7 +706,7 @@ class DelayManager:
             timestamps=[m.timestamp for m in msgs],
         )
         make_durable(store, [(DELAY_TOPIC, 0)])
-        crash_point("delay:after_repark")
+        crash_point("delay.after_repark")
         for i, m in enumerate(msgs):
             parked = read_parked(m, DELAY_HEADERS)
             assert parked.deliver_at is not None

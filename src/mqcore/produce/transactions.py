@@ -36,7 +36,6 @@ from mqcore.produce.delay import (
     TxnDelayOptions,
     background,
     check_rows,
-    crash_point,
     durable_end,
     int_header,
     is_offset,
@@ -54,6 +53,7 @@ from mqcore.produce.delay import (
 from mqcore.log.internal import refuse_internal
 from mqcore.consume.trace import TraceEvent
 from mqcore.produce.trim import delete_below, trim_point
+from mqcore.crashpoints import crash_point
 from mqcore.errors import InvalidConfigError, InvalidRecordError, TransactionStateError
 from mqcore.storage.retention import RetentionReport
 
@@ -472,7 +472,7 @@ class TransactionManager:
             rec.op_offset = self._op(rec.tid, "prepare", targets=targets)
             make_durable(store, [(OP_TOPIC, 0)])
             rec.prepared = targets
-            crash_point("txn:after_prepare")
+            crash_point("txn.after_prepare")
         ends = {(t, p): int(e) for t, p, e in rec.prepared}
         check = PresenceCheck(store)
         results: list[BatchMetadata] = []
@@ -492,7 +492,7 @@ class TransactionManager:
                     for j, uid in enumerate(md.unique_ids)
                     if uid is not None
                 )
-            crash_point(f"txn:after_append:{i + 1}")
+            crash_point("txn.after_append")
         make_durable(store, groups)
         del self._open[rec.tid]
         self._resolved[rec.tid] = _Done(self._op(rec.tid, "commit"), max(rec.offsets))
@@ -679,7 +679,7 @@ class TransactionManager:
             [moved_copy_headers(m) for _r, m in moves],
             timestamps=[m.timestamp for _r, m in moves],
         )
-        crash_point("txn:after_repark")
+        crash_point("txn.after_repark")
         for i, (rec, m) in enumerate(moves):
             parked = read_parked(m, HALF_HEADERS)
             target = (parked.topic, parked.partition)
