@@ -44,7 +44,7 @@ from mqcore.errors import (
     UnknownTopicError,
 )
 from mqcore.log.append import BatchMetadata, HeadersArg, Router, encode_fitting
-from mqcore.log.internal import SkipLog
+from mqcore.log.internal import SkipLog, refuse_internal
 from mqcore.storage.cache import SegmentCache
 from mqcore.storage.flusher import Flusher
 from mqcore.storage.logdir import LogDirectory
@@ -362,6 +362,7 @@ class Log:
         parts = self._partitions.get(topic)
         if parts is None:
             if create and self.auto_create_topics:
+                refuse_internal(topic)  # auto-creation makes user topics only
                 self.create_topic(topic)
                 return self._partitions[topic]
             validate_name(topic)
