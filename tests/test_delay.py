@@ -12,8 +12,9 @@ from conftest import plain_partition
 from crashchild import KILLED, run_child
 
 import mqcore
-from mqcore.produce.delay import DAY_MS, DELAY_TOPIC, PendingMetadata, now_ms
+from mqcore.clock import now_ms
 from mqcore.errors import InternalTopicError, InvalidConfigError, InvalidRecordError
+from mqcore.produce.delay import DAY_MS, DELAY_TOPIC, PendingMetadata
 
 QUIET = {"flush": "os", "transaction_check_interval_ms": 0, "delay_tick_ms": 0}
 

@@ -3,8 +3,10 @@ a child process SIGKILLed before and at every step of commit (consume/transactio
 
 from __future__ import annotations
 
+import itertools
 import json
 import textwrap
+import time
 from collections import Counter
 
 import pytest
@@ -12,7 +14,6 @@ from conftest import plain_partition
 from crashchild import KILLED, run_child
 
 import mqcore
-from mqcore.produce.transactions import HALF_TOPIC, OP_TOPIC, TransactionInfo
 from mqcore.errors import (
     InternalTopicError,
     InvalidConfigError,
@@ -20,6 +21,7 @@ from mqcore.errors import (
     ReadOnlyStoreError,
     TransactionStateError,
 )
+from mqcore.produce.transactions import HALF_TOPIC, OP_TOPIC, TransactionInfo
 
 QUIET = {"flush": "os", "transaction_check_interval_ms": 0, "delay_tick_ms": 0}
 
@@ -176,25 +178,16 @@ def test_check_back_resolves_a_live_transaction_and_a_failing_checker_is_unknown
         txn.commit()
 
 
-def test_commit_is_traced_after_the_append_across_a_millisecond(store_path, monkeypatch):
+def test_commit_is_traced_after_the_append_across_a_millisecond(store_path):
     """The commit reads its clock before the real append, which stamps its own "appended"
     event: when a millisecond passes in between, the trace still lists the append first (a
-    clean-clone run once saw them swapped)."""
-    import time
-
-    import mqcore.produce.transactions as transactions
-
-    with open_store(store_path, trace=True) as store:
+    clean-clone run once saw them swapped). The store's clock moves 1 ms at every reading, so
+    every step crosses a millisecond boundary."""
+    ticks = itertools.count(time.time_ns() // 1_000_000)
+    with open_store(store_path, trace=True, clock=lambda: next(ticks)) as store:
         store.create_topic("t")
         txn = store.begin("c")
         kept = txn.append("t", b"v")
-        reads = []
-
-        def clock() -> int:  # the commit's first reading lags 5 ms: a boundary crossed
-            reads.append(1)
-            return time.time_ns() // 1_000_000 - (5 if len(reads) == 1 else 0)
-
-        monkeypatch.setattr(transactions, "now_ms", clock)
         txn.commit()
         events = store.trace(kept.unique_id)
         assert [e.event for e in events] == ["half_appended", "appended", "txn_committed"]

@@ -20,7 +20,8 @@ import pytest
 from crashchild import KILLED, run_child
 
 import mqcore
-from mqcore.produce.delay import DAY_MS, DELAY_STATE_TOPIC, DELAY_TOPIC, now_ms
+from mqcore.clock import now_ms
+from mqcore.produce.delay import DAY_MS, DELAY_STATE_TOPIC, DELAY_TOPIC
 from mqcore.produce.transactions import HALF_TOPIC, OP_TOPIC
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -11,27 +11,32 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any
 
-from mqcore.errors import InvalidRecordError, ProducerClosedError
+from mqcore.errors import ProducerClosedError
+from mqcore.log.append import BatchMetadata, HeadersArg, RecordMetadata
+from mqcore.produce.sender import Sender, write_one
 from mqcore.storage.producer_state import check_producer_fields, next_sequence
 
 if TYPE_CHECKING:
-    from mqcore.store import BatchMetadata, HeadersArg, RecordMetadata, Store
+    from mqcore.log.manager import Log
 
 
-class Producer:
+class Producer(Sender[RecordMetadata, BatchMetadata, list[BatchMetadata]]):
     """Stamps producer id, epoch and the next sequence of each topic-partition on appends.
 
-    The sequence of a partition starts where the log's state for this id and epoch ends (0 for
-    a new id or a new epoch) and advances only when a write succeeded. A resend passes the
-    sequence the first attempt used (`sequence=` / `base_sequence=`), so it encodes the same
-    sequence and is recognised. Thread-safe: appends of one producer are serialised, so its
-    sequences reach each partition in order.
+    `append` and `append_batch` take the Store's arguments (sender.py), not delayed; a resend
+    passes the sequence the first attempt used (`sequence=` / `base_sequence=`: an int for one
+    partition, {partition: sequence} when routed), so it encodes the same sequence and is
+    recognised: a duplicate returns the original's metadata with `duplicate=True`. The pieces
+    of a batch split by max_message_bytes get consecutive sequences. The sequence of a
+    partition starts where the log's state for this id and epoch ends (0 for a new id or a new
+    epoch) and advances only when a write succeeded. Thread-safe: appends of one producer are
+    serialised, so its sequences reach each partition in order.
     """
 
-    def __init__(self, store: Store, producer_id: int, epoch: int):
-        self._store = store
+    def __init__(self, log: Log, producer_id: int, epoch: int):
+        self.log = log
         self.producer_id = producer_id
         self.epoch = epoch
         self._next: dict[tuple[str, int], int] = {}
@@ -65,9 +70,9 @@ class Producer:
         key = (topic, partition)
         seq = self._next.get(key)
         if seq is None:
-            part = self._store._partition(topic, partition)
+            part = self.log.partition(topic, partition)
             state = part.producer_state
-            with part._lock:
+            with part.locked():
                 seq = 0 if state is None else state.next_sequence_for(self.producer_id, self.epoch)
             self._next[key] = seq
         return seq
@@ -82,185 +87,60 @@ class Producer:
         if not duplicate:
             self._next[(topic, partition)] = next_sequence(seq, count)
 
-    def append(
+    # -- the send hooks (sender.py): each stamps and writes under the producer's lock
+
+    def _send_one(
         self,
         topic: str,
+        partition: int,
         value: bytes | None,
-        key: bytes | None = None,
-        headers: HeadersArg = None,
-        partition: int | None = None,
-        timestamp: int | None = None,
-        *,
-        tag: str | None = None,
-        properties: Mapping[str, object] | None = None,
-        keys: str | bytes | Sequence[str | bytes] | None = None,
-        unique_id: str | None = None,
-        sequence: int | None = None,
+        key: bytes | None,
+        headers: HeadersArg,
+        timestamp: int | None,
+        sequence: int | None,
     ) -> RecordMetadata:
-        """Store.append with the producer's stamp; `sequence` resends an earlier message.
-        A duplicate returns the original's metadata with `duplicate=True`."""
-        store = self._store
         with self._lock:
             self._check_open()
-            store._parts(topic, create=True)
-            if partition is None:
-                partition = store._choose_partition(topic, key, store._configs[topic].partitions)
+            self.log.partition(topic, partition, create=True)
             stamp = self._stamp(topic, partition, sequence)
-            md = store.append(
-                topic,
-                value,
-                key,
-                headers,
-                partition,
-                timestamp,
-                tag=tag,
-                properties=properties,
-                keys=keys,
-                unique_id=unique_id,
-                _producer=stamp,
-            )
+            md = write_one(self.log, topic, partition, value, key, headers, timestamp, stamp)
             self._advance(topic, partition, stamp[2], 1, md.duplicate)
             return md
 
-    @overload
-    def append_batch(
+    def _send_batch(
         self,
         topic: str,
-        values: Sequence[bytes | None],
-        keys: Sequence[bytes | None] | None = None,
-        headers: Sequence[HeadersArg] | None = None,
-        partition: int = 0,
-        timestamps: Sequence[int] | None = None,
-        compression: str | None = None,
-        *,
-        tags: Sequence[str | None] | None = None,
-        properties: Sequence[Mapping[str, object] | None] | None = None,
-        unique_ids: Sequence[str | None] | None = None,
-        base_sequence: int | None = None,
-    ) -> BatchMetadata: ...
-
-    @overload
-    def append_batch(
-        self,
-        topic: str,
-        values: Sequence[bytes | None],
-        keys: None = None,
-        headers: Sequence[HeadersArg] | None = None,
-        *,
-        partition: None,
-        timestamps: Sequence[int] | None = None,
-        compression: str | None = None,
-        tags: Sequence[str | None] | None = None,
-        properties: Sequence[Mapping[str, object] | None] | None = None,
-        unique_ids: Sequence[str | None] | None = None,
-        base_sequence: int | None = None,
-    ) -> BatchMetadata: ...
-
-    @overload
-    def append_batch(
-        self,
-        topic: str,
-        values: Sequence[bytes | None],
-        keys: Sequence[bytes | None],
-        headers: Sequence[HeadersArg] | None = None,
-        *,
-        partition: None,
-        timestamps: Sequence[int] | None = None,
-        compression: str | None = None,
-        tags: Sequence[str | None] | None = None,
-        properties: Sequence[Mapping[str, object] | None] | None = None,
-        unique_ids: Sequence[str | None] | None = None,
-        base_sequence: int | Mapping[int, int] | None = None,
-    ) -> list[BatchMetadata]: ...
-
-    def append_batch(
-        self,
-        topic: str,
-        values: Sequence[bytes | None],
-        keys: Sequence[bytes | None] | None = None,
-        headers: Sequence[HeadersArg] | None = None,
-        partition: int | None = 0,
-        timestamps: Sequence[int] | None = None,
-        compression: str | None = None,
-        *,
-        tags: Sequence[str | None] | None = None,
-        properties: Sequence[Mapping[str, object] | None] | None = None,
-        unique_ids: Sequence[str | None] | None = None,
-        base_sequence: int | Mapping[int, int] | None = None,
-    ) -> BatchMetadata | list[BatchMetadata]:
-        """Store.append_batch with the producer's stamp (the pieces of a batch split by
-        max_message_bytes get consecutive sequences). `partition=None` with keys routes like
-        Store.append_batch and stamps each partition's part with that partition's sequence.
-        `base_sequence` resends: an int for one partition, {partition: sequence} when routed."""
-        store = self._store
-        values = values if type(values) is list else list(values)
-        with self._lock:
-            self._check_open()
-            store._parts(topic, create=True)
-            count = store._configs[topic].partitions
-            columns: dict[str, Any] = {
-                "keys": keys,
-                "headers": headers,
-                "timestamps": timestamps,
-                "tags": tags,
-                "properties": properties,
-                "unique_ids": unique_ids,
-            }
-            for name, col in columns.items():
-                if col is not None and len(col) != len(values):
-                    raise InvalidRecordError(f"{len(col)} {name} for {len(values)} values")
-            if partition is None and keys is not None:
-                groups: dict[int, list[int]] = {}
-                for i, k in enumerate(keys):
-                    groups.setdefault(store._choose_partition(topic, k, count), []).append(i)
-                if base_sequence is not None and not isinstance(base_sequence, Mapping):
-                    raise InvalidRecordError(
-                        "a keyed batch routed over partitions takes base_sequence as "
-                        "{partition: sequence}, not one int"
-                    )
-                out = []
-                for p in sorted(groups):
-                    idx = groups[p]
-                    picked = {
-                        n: None if c is None else [c[i] for i in idx] for n, c in columns.items()
-                    }
-                    seq = None if base_sequence is None else base_sequence.get(p)
-                    md = self._append_one(
-                        topic, [values[i] for i in idx], p, compression, seq, picked
-                    )
-                    out.append(md)
-                return out
-            if isinstance(base_sequence, Mapping):
-                raise InvalidRecordError("base_sequence is a mapping only for a routed batch")
-            if partition is None:
-                partition = store._choose_partition(topic, None, count)
-            return self._append_one(topic, values, partition, compression, base_sequence, columns)
-
-    def _append_one(
-        self,
-        topic: str,
-        values: list[bytes | None],
         partition: int,
+        values: list[bytes | None],
+        keys: Sequence[bytes | None] | None,
+        headers: Sequence[Any] | None,
+        timestamps: Sequence[int] | None,
         compression: str | None,
         sequence: int | None,
-        columns: dict[str, Any],
     ) -> BatchMetadata:
-        stamp = self._stamp(topic, partition, sequence)
-        md = self._store.append_batch(
-            topic,
-            values,
-            columns["keys"],
-            columns["headers"],
-            partition,
-            columns["timestamps"],
-            compression,
-            tags=columns["tags"],
-            properties=columns["properties"],
-            unique_ids=columns["unique_ids"],
-            _producer=stamp,
-        )
-        self._advance(topic, partition, stamp[2], len(values), md.duplicate)
-        return md
+        with self._lock:
+            self._check_open()
+            stamp = self._stamp(topic, partition, sequence)
+            md = self.log.append_records(topic, partition, values, keys, headers, timestamps,
+                                         compression, stamp)  # fmt: skip
+            self._advance(topic, partition, stamp[2], len(values), md.duplicate)
+            return md
+
+    def _send_routed(
+        self,
+        topic: str,
+        groups: dict[int, list[int]],
+        values: list[bytes | None],
+        keys: Sequence[bytes | None],
+        headers: Sequence[Any] | None,
+        timestamps: Sequence[int] | None,
+        compression: str | None,
+        sequences: Mapping[int, int] | None,
+    ) -> list[BatchMetadata]:
+        with self._lock:  # the partitions' parts in order, with no other append between
+            self._check_open()
+            return super()._send_routed(topic, groups, values, keys, headers, timestamps,
+                                        compression, sequences)  # fmt: skip
 
 
 __all__ = ["Producer"]
