@@ -38,7 +38,7 @@ from mqcore.log.internal import SkippedRecord, is_internal, refuse_internal
 from mqcore.log.manager import Log
 from mqcore.produce.delay import DELAY_STATE_TOPIC, DELAY_TOPIC, DelayManager, pop_options
 from mqcore.produce.producer import Producer
-from mqcore.produce.sender import Sender, no_sequence, write_one
+from mqcore.produce.sender import Outgoing, Sender, append_plain, no_sequence, write_one
 from mqcore.produce.transactions import (
     HALF_TOPIC,
     OP_TOPIC,
@@ -274,33 +274,13 @@ class Store(Sender[RecordMetadata, BatchMetadata, list[BatchMetadata]]):
 
     # -- appending: the send hooks of append and append_batch (produce/sender.py) -------------
 
-    def _send_one(
-        self,
-        topic: str,
-        partition: int,
-        value: bytes | None,
-        key: bytes | None,
-        headers: HeadersArg,
-        timestamp: int | None,
-        sequence: int | None,
-    ) -> RecordMetadata:
-        no_sequence(self, sequence)
-        return write_one(self.log, topic, partition, value, key, headers, timestamp, None)
+    def _send_one(self, out: Outgoing) -> RecordMetadata:
+        no_sequence(self, out.sequence)
+        return write_one(self.log, out, None)
 
-    def _send_batch(
-        self,
-        topic: str,
-        partition: int,
-        values: list[bytes | None],
-        keys: Sequence[bytes | None] | None,
-        headers: Sequence[Any] | None,
-        timestamps: Sequence[int] | None,
-        compression: str | None,
-        sequence: int | None,
-    ) -> BatchMetadata:
-        no_sequence(self, sequence)
-        return self.log.append_records(topic, partition, values, keys, headers, timestamps,
-                                       compression)  # fmt: skip
+    def _send_batch(self, out: Outgoing) -> BatchMetadata:
+        no_sequence(self, out.sequence)
+        return append_plain(self.log, out, None)
 
     # -- consumer groups (mqcore/consume/: consumer.py, group.py, offsets.py, retry.py) ---------
 

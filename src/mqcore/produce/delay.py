@@ -471,21 +471,7 @@ class DelayManager:
                         topic, parts[i], now, md.unique_id(i), "delayed", off, deliver_at[i]
                     )
                 )
-        if self.tracer is not None:
-            self.tracer.record(
-                TraceEvent(
-                    p.unique_id,
-                    "delayed",
-                    now,
-                    DELAY_TOPIC,
-                    0,
-                    p.internal_offset,
-                    None,
-                    {"topic": p.topic, "partition": p.partition, "deliver_at": p.deliver_at},
-                )
-                for p in out
-                if p.unique_id is not None
-            )
+        trace_parked(self.tracer, out, "delayed", DELAY_TOPIC)
         if min(deliver_at) <= now + max(self.options.delay_tick_ms, 1):
             log.tasks.wake()
         return out
@@ -655,6 +641,24 @@ class DelayManager:
         """The background delivery task (not for read-only stores or delay_tick_ms=0)."""
         if self.options.delay_tick_ms > 0:
             self.log.tasks.add("delay", self.options.delay_tick_ms, background(self.deliver_due))
+
+
+def trace_parked(
+    tracer: Tracer | None, out: Sequence[PendingMetadata], event: str, parked: str, **lead: Any
+) -> None:
+    """The trace event of each parked message with a unique ID: where it is parked, and in its
+    detail `lead`, then the topic and partition it goes to (and when, for a delayed one)."""
+    if tracer is None:
+        return
+    events = []
+    for p in out:
+        if p.unique_id is not None:
+            detail = {**lead, "topic": p.topic, "partition": p.partition}
+            if p.deliver_at is not None:
+                detail["deliver_at"] = p.deliver_at
+            events.append(TraceEvent(p.unique_id, event, p.timestamp, parked, 0,
+                                     p.internal_offset, None, detail))  # fmt: skip
+    tracer.record(events)
 
 
 def append_parked(

@@ -10,12 +10,11 @@ timeout, in this process or a new one, never writes twice (docs/consume.md).
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from mqcore.errors import ProducerClosedError
-from mqcore.log.append import BatchMetadata, HeadersArg, RecordMetadata
-from mqcore.produce.sender import Sender, write_one
+from mqcore.log.append import BatchMetadata, RecordMetadata
+from mqcore.produce.sender import Outgoing, Sender, append_plain, write_one
 from mqcore.storage.producer_state import check_producer_fields, next_sequence
 
 if TYPE_CHECKING:
@@ -89,58 +88,27 @@ class Producer(Sender[RecordMetadata, BatchMetadata, list[BatchMetadata]]):
 
     # -- the send hooks (sender.py): each stamps and writes under the producer's lock
 
-    def _send_one(
-        self,
-        topic: str,
-        partition: int,
-        value: bytes | None,
-        key: bytes | None,
-        headers: HeadersArg,
-        timestamp: int | None,
-        sequence: int | None,
-    ) -> RecordMetadata:
+    def _send_one(self, out: Outgoing) -> RecordMetadata:
         with self._lock:
             self._check_open()
-            self.log.partition(topic, partition, create=True)
-            stamp = self._stamp(topic, partition, sequence)
-            md = write_one(self.log, topic, partition, value, key, headers, timestamp, stamp)
-            self._advance(topic, partition, stamp[2], 1, md.duplicate)
+            self.log.partition(out.topic, out.partition, create=True)
+            stamp = self._stamp(out.topic, out.partition, out.sequence)
+            md = write_one(self.log, out, stamp)
+            self._advance(out.topic, out.partition, stamp[2], 1, md.duplicate)
             return md
 
-    def _send_batch(
-        self,
-        topic: str,
-        partition: int,
-        values: list[bytes | None],
-        keys: Sequence[bytes | None] | None,
-        headers: Sequence[Any] | None,
-        timestamps: Sequence[int] | None,
-        compression: str | None,
-        sequence: int | None,
-    ) -> BatchMetadata:
+    def _send_batch(self, out: Outgoing) -> BatchMetadata:
         with self._lock:
             self._check_open()
-            stamp = self._stamp(topic, partition, sequence)
-            md = self.log.append_records(topic, partition, values, keys, headers, timestamps,
-                                         compression, stamp)  # fmt: skip
-            self._advance(topic, partition, stamp[2], len(values), md.duplicate)
+            stamp = self._stamp(out.topic, out.partition, out.sequence)
+            md = append_plain(self.log, out, stamp)
+            self._advance(out.topic, out.partition, stamp[2], len(out.values), md.duplicate)
             return md
 
-    def _send_routed(
-        self,
-        topic: str,
-        groups: dict[int, list[int]],
-        values: list[bytes | None],
-        keys: Sequence[bytes | None],
-        headers: Sequence[Any] | None,
-        timestamps: Sequence[int] | None,
-        compression: str | None,
-        sequences: Mapping[int, int] | None,
-    ) -> list[BatchMetadata]:
+    def _send_routed(self, out: Outgoing, groups: dict[int, list[int]]) -> list[BatchMetadata]:
         with self._lock:  # the partitions' parts in order, with no other append between
             self._check_open()
-            return super()._send_routed(topic, groups, values, keys, headers, timestamps,
-                                        compression, sequences)  # fmt: skip
+            return super()._send_routed(out, groups)
 
 
 __all__ = ["Producer"]

@@ -13,11 +13,13 @@ half message parked in `__txn_half`.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast, overload
 
 from mqcore import compression as codecs
 from mqcore.errors import InvalidRecordError
 from mqcore.log.append import (
+    BatchMetadata,
     HeadersArg,
     RecordMetadata,
     check_size,
@@ -33,6 +35,36 @@ from mqcore.query.ids import uid_text
 if TYPE_CHECKING:
     from mqcore.log.manager import Log
     from mqcore.produce.delay import DelayManager
+
+
+@dataclass(frozen=True, slots=True)
+class Outgoing:
+    """What a send hook writes: messages of `topic` for `partition` (-1: routed), headers
+    built and column lengths checked."""
+
+    topic: str
+    partition: int
+    values: list[bytes | None]
+    keys: Sequence[bytes | None] | None
+    headers: Sequence[Any] | None
+    timestamps: Sequence[int | None] | None
+    compression: str | None = None
+    sequence: int | None = None  # an idempotent producer's resend: its base sequence
+    sequences: Mapping[int, int] | None = None  # ... of a routed batch, per partition
+
+    def part(self, partition: int, idx: list[int]) -> Outgoing:
+        """The messages at indexes `idx`, for `partition` (with its resend sequence)."""
+        return Outgoing(
+            self.topic,
+            partition,
+            [self.values[i] for i in idx],
+            None if self.keys is None else [self.keys[i] for i in idx],
+            None if self.headers is None else [self.headers[i] for i in idx],
+            None if self.timestamps is None else [self.timestamps[i] for i in idx],
+            self.compression,
+            None if self.sequences is None else self.sequences.get(partition),
+        )
+
 
 One = TypeVar("One")  # what a sender's append of one message answers
 Batch = TypeVar("Batch")  # ... its append_batch to one partition
@@ -135,7 +167,8 @@ class Sender(Generic[One, Batch, Routed]):
             log = self.log
             log.partitions_of(topic, create=True)  # auto-creates the topic when allowed
             partition = log.router.partition(topic, key, log.config(topic).partitions)
-        return self._send_one(topic, partition, value, key, headers, timestamp, sequence)
+        out = Outgoing(topic, partition, [value], [key], [headers], [timestamp], None, sequence)
+        return self._send_one(out)
 
     @overload
     def append_batch(
@@ -283,72 +316,32 @@ class Sender(Generic[One, Batch, Routed]):
                     "{partition: sequence}, not one int"
                 )
             groups = log.router.group(topic, keys, count)
-            return self._send_routed(topic, groups, values, keys, headers, timestamps,
-                                     compression, base_sequence)  # fmt: skip
+            routed = Outgoing(topic, -1, values, keys, headers, timestamps, compression, None,
+                              base_sequence)  # fmt: skip
+            return self._send_routed(routed, groups)
         if isinstance(base_sequence, Mapping):
             raise InvalidRecordError("base_sequence is a mapping only for a routed batch")
         if partition is None:
             partition = log.router.partition(topic, None, count)
-        return self._send_batch(topic, partition, values, keys, headers, timestamps, compression,
-                                base_sequence)  # fmt: skip
+        return self._send_batch(Outgoing(topic, partition, values, keys, headers, timestamps,
+                                         compression, base_sequence))  # fmt: skip
 
     # -- the hooks ------------------------------------------------------------------------------
 
-    def _send_one(
-        self,
-        topic: str,
-        partition: int,
-        value: bytes | None,
-        key: bytes | None,
-        headers: HeadersArg,
-        timestamp: int | None,
-        sequence: int | None,
-    ) -> One:
-        """Write one message (headers already built) to `partition`."""
+    def _send_one(self, out: Outgoing) -> One:
+        """Write one message (out.values[0], its headers built) to out.partition."""
         raise NotImplementedError
 
-    def _send_batch(
-        self,
-        topic: str,
-        partition: int,
-        values: list[bytes | None],
-        keys: Sequence[bytes | None] | None,
-        headers: Sequence[Any] | None,
-        timestamps: Sequence[int] | None,
-        compression: str | None,
-        sequence: int | None,
-    ) -> Batch:
-        """Write messages (headers already built) to `partition` as one batch."""
+    def _send_batch(self, out: Outgoing) -> Batch:
+        """Write messages (headers built, lengths checked) to out.partition as one batch."""
         raise NotImplementedError
 
-    def _send_routed(
-        self,
-        topic: str,
-        groups: dict[int, list[int]],
-        values: list[bytes | None],
-        keys: Sequence[bytes | None],
-        headers: Sequence[Any] | None,
-        timestamps: Sequence[int] | None,
-        compression: str | None,
-        sequences: Mapping[int, int] | None,
-    ) -> Routed:
-        """Keyed messages routed over partitions (`groups`: partition -> their indexes): one
-        _send_batch per partition, ascending."""
-        out = []
-        for p, idx in sorted(groups.items()):
-            out.append(
-                self._send_batch(
-                    topic,
-                    p,
-                    [values[i] for i in idx],
-                    [keys[i] for i in idx],
-                    None if headers is None else [headers[i] for i in idx],
-                    None if timestamps is None else [timestamps[i] for i in idx],
-                    compression,
-                    None if sequences is None else sequences.get(p),
-                )
-            )
-        return cast(Routed, out)
+    def _send_routed(self, out: Outgoing, groups: dict[int, list[int]]) -> Routed:
+        """Keyed messages routed over partitions (`groups`: partition -> their indexes; the
+        sequence, when given, is out.sequences): one _send_batch per partition, ascending."""
+        return cast(
+            Routed, [self._send_batch(out.part(p, idx)) for p, idx in sorted(groups.items())]
+        )
 
     # -- delayed messages -----------------------------------------------------------------------
 
@@ -395,22 +388,17 @@ class Sender(Generic[One, Batch, Routed]):
         return parts
 
 
-def write_one(
-    log: Log,
-    topic: str,
-    partition: int,
-    value: bytes | None,
-    key: bytes | None,
-    headers: HeadersArg,
-    timestamp: int | None,
-    producer: tuple[int, int, int] | None,
-) -> RecordMetadata:
+def write_one(log: Log, out: Outgoing, producer: tuple[int, int, int] | None) -> RecordMetadata:
     """One message as a one-record batch, encoded in the caller's thread holding no lock and
     appended (`producer`: an idempotent producer's id, epoch and sequence)."""
+    topic, partition = out.topic, out.partition
     part = log.partition(topic, partition, create=True)  # auto-creates when allowed
     cfg = part.config
     now = log.clock()
-    batch = encode_one(cfg, value, key, headers, timestamp, now, codecs.codec_id(cfg.compression),
+    codec = codecs.codec_id(cfg.compression)
+    batch = encode_one(cfg, out.values[0], out.keys[0] if out.keys else None,
+                       out.headers[0] if out.headers else None,
+                       out.timestamps[0] if out.timestamps else None, now, codec,
                        producer_fields(producer))  # fmt: skip
     check_size(batch, cfg, topic)
     base, dup = log.append(part, [batch], producer, now)
@@ -419,6 +407,13 @@ def write_one(
     uids = batch.uids
     uid = uid_text(uids) if uids is not None and uids != bytes(16) else None
     return RecordMetadata(topic, partition, base, batch.max_timestamp, uid)
+
+
+def append_plain(log: Log, out: Outgoing, producer: tuple[int, int, int] | None) -> BatchMetadata:
+    """Messages for one partition as batches of at most max_message_bytes (Log.append_records)."""
+    timestamps = cast("Sequence[int] | None", out.timestamps)  # a batch's are ints (encoder)
+    return log.append_records(out.topic, out.partition, out.values, out.keys, out.headers,
+                              timestamps, out.compression, producer)  # fmt: skip
 
 
 def no_sequence(sender: object, sequence: int | None) -> None:
@@ -430,4 +425,4 @@ def no_sequence(sender: object, sequence: int | None) -> None:
         )
 
 
-__all__ = ["Sender", "no_sequence", "write_one"]
+__all__ = ["Outgoing", "Sender", "append_plain", "no_sequence", "write_one"]

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -51,16 +51,17 @@ from mqcore.produce.delay import (
     repark_copies,
     report_skipped,
     state_record,
+    trace_parked,
 )
 from mqcore.produce.relay import relay, scan
-from mqcore.produce.sender import Sender, no_sequence
+from mqcore.produce.sender import Outgoing, Sender, no_sequence
 from mqcore.produce.trim import delete_below, segment_bases, trim_point
 from mqcore.storage.retention import RetentionReport
 
 if TYPE_CHECKING:
     from mqcore._ext.batch import Message
     from mqcore.consume.trace import Tracer
-    from mqcore.log.append import BatchMetadata, HeadersArg
+    from mqcore.log.append import BatchMetadata
     from mqcore.log.manager import Log
 
 _log = logging.getLogger("mqcore")
@@ -185,63 +186,25 @@ class Transaction(Sender[PendingMetadata, list[PendingMetadata], list[PendingMet
         self.transaction_id = tid
         self.state = "open"  # "committed" or "rolled_back" once resolved
 
-    def _send_one(
-        self,
-        topic: str,
-        partition: int,
-        value: bytes | None,
-        key: bytes | None,
-        headers: HeadersArg,
-        timestamp: int | None,
-        sequence: int | None,
-    ) -> PendingMetadata:
-        no_sequence(self, sequence)
-        return self._manager.park(self, topic, [value], [key], [headers], [partition],
-                                  [timestamp])[0]  # fmt: skip
+    def _send_one(self, out: Outgoing) -> PendingMetadata:
+        return self._send_batch(out)[0]
 
-    def _send_batch(
-        self,
-        topic: str,
-        partition: int,
-        values: list[bytes | None],
-        keys: Sequence[bytes | None] | None,
-        headers: Sequence[Any] | None,
-        timestamps: Sequence[int] | None,
-        compression: str | None,
-        sequence: int | None,
-    ) -> list[PendingMetadata]:
-        no_sequence(self, sequence)
-        self._check_compression(compression)
-        return self._manager.park(self, topic, values, keys, headers, [partition] * len(values),
-                                  timestamps)  # fmt: skip
+    def _send_batch(self, out: Outgoing) -> list[PendingMetadata]:
+        return self._send_routed(out, {out.partition: list(range(len(out.values)))})
 
-    def _send_routed(
-        self,
-        topic: str,
-        groups: dict[int, list[int]],
-        values: list[bytes | None],
-        keys: Sequence[bytes | None] | None,
-        headers: Sequence[Any] | None,
-        timestamps: Sequence[int] | None,
-        compression: str | None,
-        sequences: Mapping[int, int] | None,
-    ) -> list[PendingMetadata]:
+    def _send_routed(self, out: Outgoing, groups: dict[int, list[int]]) -> list[PendingMetadata]:
         """One half batch for all partitions, a PendingMetadata per message in send order."""
-        no_sequence(self, None if not sequences else min(sequences.values()))
-        self._check_compression(compression)
-        parts = [0] * len(values)
+        no_sequence(self, out.sequence if out.sequences is None else min(out.sequences.values()))
+        if out.compression is not None:
+            raise InvalidRecordError(
+                f"compression={out.compression!r}: a transaction's messages take their topic's "
+                "compression when they are appended at commit"
+            )
+        parts = [0] * len(out.values)
         for p, idx in groups.items():
             for i in idx:
                 parts[i] = p
-        return self._manager.park(self, topic, values, keys, headers, parts, timestamps)
-
-    @staticmethod
-    def _check_compression(compression: str | None) -> None:
-        if compression is not None:
-            raise InvalidRecordError(
-                f"compression={compression!r}: a transaction's messages take their topic's "
-                "compression when they are appended at commit"
-            )
+        return self._manager.park(self, out, parts)
 
     def commit(self) -> list[BatchMetadata]:
         """Make every message visible; returns one BatchMetadata per target partition."""
@@ -378,19 +341,11 @@ class TransactionManager:
             raise TransactionStateError(f"transaction {txn.transaction_id!r} is not open here")
         return rec
 
-    def park(
-        self,
-        txn: Transaction,
-        topic: str,
-        values: Sequence[bytes | None],
-        keys: Sequence[bytes | None] | None,
-        headers: Sequence[Any] | None,
-        parts: Sequence[int],
-        timestamps: Sequence[int | None] | None,
-    ) -> list[PendingMetadata]:
+    def park(self, txn: Transaction, out: Outgoing, parts: Sequence[int]) -> list[PendingMetadata]:
         """Park half messages of `txn` in `__txn_half`; `parts` is the partition each goes to
         (routed by the sender: fixed now)."""
         log = self.log
+        topic, values, headers, timestamps = out.topic, out.values, out.headers, out.timestamps
         if not values:
             return []
         with self._lock:
@@ -411,30 +366,16 @@ class TransactionManager:
             half = log.internal_topic(
                 HALF_TOPIC, unique_ids=True, key_index=False, **KEPT_UNTIL_RESOLVED
             )
-            md = log.append_records(half, 0, values, keys, rows)
+            md = log.append_records(half, 0, values, out.keys, rows)
             now = log.clock()
-            out = []
+            sent = []
             for i, p in enumerate(parts):
                 uid = md.unique_id(i)
                 off = md.base_offset + i
                 rec.note(off, off, uid, (topic, p), now)
-                out.append(PendingMetadata(topic, p, now, uid, "half", off))
-        if self.tracer is not None:
-            self.tracer.record(
-                TraceEvent(
-                    m.unique_id,
-                    "half_appended",
-                    now,
-                    HALF_TOPIC,
-                    0,
-                    m.internal_offset,
-                    None,
-                    {"transaction_id": rec.tid, "topic": m.topic, "partition": m.partition},
-                )
-                for m in out
-                if m.unique_id is not None
-            )
-        return out
+                sent.append(PendingMetadata(topic, p, now, uid, "half", off))
+        trace_parked(self.tracer, sent, "half_appended", HALF_TOPIC, transaction_id=rec.tid)
+        return sent
 
     def commit(self, txn: Transaction) -> list[BatchMetadata]:
         self.log.check_writable()
