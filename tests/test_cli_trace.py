@@ -7,7 +7,7 @@ import json
 from conftest import run_cli
 
 import mqcore
-from mqcore.consume.delay import now_ms
+from mqcore.clock import now_ms
 
 QUIET = {"flush": "os", "transaction_check_interval_ms": 0, "delay_tick_ms": 0}
 

@@ -12,8 +12,9 @@ from conftest import plain_partition
 from crashchild import KILLED, run_child
 
 import mqcore
-from mqcore.consume.delay import DAY_MS, DELAY_TOPIC, PendingMetadata, now_ms
+from mqcore.clock import now_ms
 from mqcore.errors import InternalTopicError, InvalidConfigError, InvalidRecordError
+from mqcore.produce.delay import DAY_MS, DELAY_TOPIC, PendingMetadata
 
 QUIET = {"flush": "os", "transaction_check_interval_ms": 0, "delay_tick_ms": 0}
 
@@ -179,7 +180,7 @@ CHILD = textwrap.dedent(
     """
     import json, os, signal, sys
     import mqcore
-    import mqcore.consume.delay as delay
+    from mqcore import crashpoints
 
     path, point, base, again = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
     store = mqcore.open(path, flush="os", transaction_check_interval_ms=0, delay_tick_ms=0)
@@ -196,14 +197,15 @@ CHILD = textwrap.dedent(
         if at == point:
             os.kill(os.getpid(), signal.SIGKILL)
 
-    delay.crash_hook = die
+    if point.split(':')[0] in crashpoints.CRASH_POINTS:
+        crashpoints.arm(point)  # a step of mqcore's own (after the set-up above)
     die("holding")
     store.deliver_due(now=base + 100)
     die("after_delivery")
     """
 )
-STEPS = ["delay:after_prepare", "delay:after_append:1", "delay:after_append:2",
-         "delay:after_append:3", "after_delivery"]  # fmt: skip
+STEPS = ["delay.after_prepare", "delay.after_append:1", "delay.after_append:2",
+         "delay.after_append:3", "after_delivery"]  # fmt: skip
 
 
 def run_delay_child(path: str, point: str, base: int, again: bool = False) -> list[str]:
@@ -249,8 +251,8 @@ def test_two_kills_in_a_row_mid_delivery_still_deliver_once(store_path):
     """The second attempt's PREPARE keeps the end offsets of the first (a copy the first crash
     left in the unindexed topic lies after those, not after the second attempt's)."""
     base = now_ms() + 60_000
-    uids = run_delay_child(store_path, "delay:after_append:3", base)
-    run_delay_child(store_path, "delay:after_prepare", base, again=True)
+    uids = run_delay_child(store_path, "delay.after_append:3", base)
+    run_delay_child(store_path, "delay.after_prepare", base, again=True)
     with open_store(store_path) as store:
         store.deliver_due(now=base + 100)
         assert copies(store) == Counter(uids)

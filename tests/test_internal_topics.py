@@ -14,11 +14,11 @@ from conftest import file_bytes, run_cli
 import mqcore
 from mqcore import compression as codecs
 from mqcore._ext.batch import encode_batch
-from mqcore.consume.delay import DELAY_STATE_TOPIC, DELAY_TOPIC
 from mqcore.consume.offsets import OFFSETS_TOPIC, encode_key
-from mqcore.consume.transactions import HALF_TOPIC, OP_TOPIC
 from mqcore.errors import InternalTopicError, InvalidTopicError
 from mqcore.log.trace import TRACE_TOPIC
+from mqcore.produce.delay import DELAY_STATE_TOPIC, DELAY_TOPIC
+from mqcore.produce.transactions import HALF_TOPIC, OP_TOPIC
 
 QUIET = {"flush": "os", "transaction_check_interval_ms": 0, "delay_tick_ms": 0}
 

@@ -3,8 +3,10 @@ a child process SIGKILLed before and at every step of commit (consume/transactio
 
 from __future__ import annotations
 
+import itertools
 import json
 import textwrap
+import time
 from collections import Counter
 
 import pytest
@@ -12,7 +14,6 @@ from conftest import plain_partition
 from crashchild import KILLED, run_child
 
 import mqcore
-from mqcore.consume.transactions import HALF_TOPIC, OP_TOPIC, TransactionInfo
 from mqcore.errors import (
     InternalTopicError,
     InvalidConfigError,
@@ -20,6 +21,7 @@ from mqcore.errors import (
     ReadOnlyStoreError,
     TransactionStateError,
 )
+from mqcore.produce.transactions import HALF_TOPIC, OP_TOPIC, TransactionInfo
 
 QUIET = {"flush": "os", "transaction_check_interval_ms": 0, "delay_tick_ms": 0}
 
@@ -176,25 +178,16 @@ def test_check_back_resolves_a_live_transaction_and_a_failing_checker_is_unknown
         txn.commit()
 
 
-def test_commit_is_traced_after_the_append_across_a_millisecond(store_path, monkeypatch):
+def test_commit_is_traced_after_the_append_across_a_millisecond(store_path):
     """The commit reads its clock before the real append, which stamps its own "appended"
     event: when a millisecond passes in between, the trace still lists the append first (a
-    clean-clone run once saw them swapped)."""
-    import time
-
-    import mqcore.consume.transactions as transactions
-
-    with open_store(store_path, trace=True) as store:
+    clean-clone run once saw them swapped). The store's clock moves 1 ms at every reading, so
+    every step crosses a millisecond boundary."""
+    ticks = itertools.count(time.time_ns() // 1_000_000)
+    with open_store(store_path, trace=True, clock=lambda: next(ticks)) as store:
         store.create_topic("t")
         txn = store.begin("c")
         kept = txn.append("t", b"v")
-        reads = []
-
-        def clock() -> int:  # the commit's first reading lags 5 ms: a boundary crossed
-            reads.append(1)
-            return time.time_ns() // 1_000_000 - (5 if len(reads) == 1 else 0)
-
-        monkeypatch.setattr(transactions, "now_ms", clock)
         txn.commit()
         events = store.trace(kept.unique_id)
         assert [e.event for e in events] == ["half_appended", "appended", "txn_committed"]
@@ -223,7 +216,7 @@ CHILD = textwrap.dedent(
     """
     import json, os, signal, sys
     import mqcore
-    import mqcore.consume.delay as delay
+    from mqcore import crashpoints
 
     path, point = sys.argv[1], sys.argv[2]
     store = mqcore.open(path, flush="os", transaction_check_interval_ms=0, delay_tick_ms=0)
@@ -239,14 +232,15 @@ CHILD = textwrap.dedent(
         if at == point:
             os.kill(os.getpid(), signal.SIGKILL)
 
-    delay.crash_hook = die
+    if point.split(':')[0] in crashpoints.CRASH_POINTS:
+        crashpoints.arm(point)  # a step of mqcore's own (after the set-up above)
     die("before_commit")
     txn.commit()
     die("after_commit")
     """
 )
-COMMIT_STEPS = ["txn:after_prepare", "txn:after_append:1", "txn:after_append:2",
-                "txn:after_append:3", "after_commit"]  # fmt: skip
+COMMIT_STEPS = ["txn.after_prepare", "txn.after_append:1", "txn.after_append:2",
+                "txn.after_append:3", "after_commit"]  # fmt: skip
 
 
 def run_txn_child(path: str, point: str) -> list[str]:

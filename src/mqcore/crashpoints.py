@@ -1,7 +1,8 @@
 """Named crash points for crash-safety tests: kill the process at an exact step.
 
 Nothing happens unless the environment variable MQCORE_CRASH_AT is set when this module is
-imported, as "name" (crash the first time the point is reached) or "name:N" (the N-th time).
+imported, as "name" (crash the first time the point is reached) or "name:N" (the N-th time),
+or after `arm(spec)` (a test child that sets up first and then picks its point).
 The process then dies by SIGKILL, as a power cut or `kill -9` would stop it: no finally blocks,
 no atexit, no flush. Every point is listed in CRASH_POINTS.
 """
@@ -50,6 +51,21 @@ CRASH_POINTS = (
     # retention (storage/retention.py)
     "retention.after_deleted",
     "retention.before_unlink",
+    # the two-phase relay of a transaction commit and of a delayed delivery (produce/relay.py):
+    # the PREPARE record durable; the N-th target partition's re-append done (visit N)
+    "txn.after_prepare",
+    "txn.after_append",
+    "delay.after_prepare",
+    "delay.after_append",
+    # live parked messages copied to the end of their log before a trim (produce/*.py)
+    "txn.after_repark",
+    "delay.after_repark",
+)
+# points walked by their own tests (tests/test_transactions.py, test_delay.py, test_trim.py; the
+# embedding API's truncation by tests/test_embedding.py, which kills a ReplicaLog at each), not
+# by tests/test_crash_walk.py's Store workload
+WALKED_ELSEWHERE = frozenset(
+    p for p in CRASH_POINTS if p.startswith(("txn.", "delay.", "truncate."))
 )
 
 
@@ -71,6 +87,13 @@ def _parse(spec: str | None) -> tuple[str | None, int]:
 _TARGET, _REMAINING = _parse(os.environ.get("MQCORE_CRASH_AT"))
 
 
+def arm(spec: str | None) -> None:
+    """Crash at `spec` ("name" or "name:N", as MQCORE_CRASH_AT says it; visits count from
+    now) from now on; None disarms."""
+    global _TARGET, _REMAINING
+    _TARGET, _REMAINING = _parse(spec)
+
+
 def crash_point(name: str) -> None:
     """Die here if MQCORE_CRASH_AT names this point and this is the chosen visit."""
     global _REMAINING
@@ -84,4 +107,4 @@ def crash_point(name: str) -> None:
             os._exit(137)  # where SIGKILL cannot be sent to ourselves
 
 
-__all__ = ["CRASH_POINTS", "crash_point"]
+__all__ = ["CRASH_POINTS", "WALKED_ELSEWHERE", "arm", "crash_point"]

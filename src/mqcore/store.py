@@ -14,35 +14,17 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, overload
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
-from mqcore import compression as codecs
 from mqcore._ext import lookup
 from mqcore._ext.batch import Message
 from mqcore.arrow import new_columns, to_record_batch
 from mqcore.clock import Clock, now_ms
 from mqcore.config import FlushPolicy, TopicConfig, validate_name
-from mqcore.consume.delay import (
-    DELAY_STATE_TOPIC,
-    DELAY_TOPIC,
-    DelayManager,
-    PendingMetadata,
-    check_delay,
-    pop_options,
-)
-from mqcore.consume.producer import Producer
-from mqcore.consume.transactions import (
-    HALF_TOPIC,
-    OP_TOPIC,
-    Transaction,
-    TransactionInfo,
-    TransactionManager,
-)
 from mqcore.errors import (
     InvalidConfigError,
     InvalidGroupError,
-    InvalidRecordError,
     OffsetOutOfRangeError,
 )
 from mqcore.log.append import (
@@ -53,16 +35,24 @@ from mqcore.log.append import (
     check_message,
     check_size,
     encode_one,
-    merged_headers,
     message_headers,
-    producer_fields,
 )
-from mqcore.log.internal import SkippedRecord, is_internal, refuse_internal
+from mqcore.log.internal import SkippedRecord, refuse_internal
 from mqcore.log.manager import Log
 from mqcore.log.trace import TraceEvent, Tracer, sample_rate
+from mqcore.produce.delay import DELAY_STATE_TOPIC, DELAY_TOPIC, DelayManager, pop_options
+from mqcore.produce.producer import Producer
+from mqcore.produce.sender import Outgoing, Sender, append_plain, no_sequence, write_one
+from mqcore.produce.transactions import (
+    HALF_TOPIC,
+    OP_TOPIC,
+    Transaction,
+    TransactionInfo,
+    TransactionManager,
+)
 from mqcore.query import engine
 from mqcore.query.engine import QueryResult
-from mqcore.query.ids import decode_msg_id, uid_text
+from mqcore.query.ids import decode_msg_id
 from mqcore.storage import cleaner, retention
 from mqcore.storage.cleaner import CompactionReport
 from mqcore.storage.partition import Partition
@@ -76,7 +66,7 @@ if TYPE_CHECKING:
     from mqcore.consume.group import ConsumeState, PartitionLag
 
 # the parked logs of transactions and delays and their bookkeeping: trimmed by resolution
-# (consume/trim.py), never by retention or compaction
+# (produce/trim.py), never by retention or compaction
 TRIMMED_BY_RESOLUTION = frozenset({HALF_TOPIC, OP_TOPIC, DELAY_TOPIC, DELAY_STATE_TOPIC})
 
 __all__ = [
@@ -94,8 +84,11 @@ __all__ = [
 ]
 
 
-class Store:
-    """A directory of topics and partitions of Kafka v2 segments. Use `mqcore.open()`."""
+class Store(Sender[RecordMetadata, BatchMetadata, list[BatchMetadata]]):
+    """A directory of topics and partitions of Kafka v2 segments. Use `mqcore.open()`.
+
+    `append` and `append_batch` are defined once for the Store, producers and transactions
+    (produce/sender.py); the Store's send hooks append plain batches."""
 
     def __init__(
         self,
@@ -118,7 +111,7 @@ class Store:
         **topic_defaults: Any,
     ):
         rate = sample_rate(trace)
-        txn_delay_options = pop_options(topic_defaults)  # consume/delay.py TxnDelayOptions
+        txn_delay_options = pop_options(topic_defaults)  # produce/delay.py TxnDelayOptions
         intervals = _maintenance_intervals(
             retention_check_interval_ms, compaction_check_interval_ms
         )
@@ -180,42 +173,6 @@ class Store:
             with contextlib.suppress(Exception):
                 self.close()
 
-    # names consume/ still reaches through while it moves onto the log (issue 18)
-    _configs = property(lambda self: {t: self.log.config(t) for t in self.log.topics()})
-    _partitions = property(lambda self: self.log.topic_partitions())
-    _tasks = property(lambda self: self.log.tasks)
-    _skipped = property(lambda self: self.log.skipped)
-
-    def _check_writable(self) -> None:
-        self.log.check_writable()
-
-    def _parts(self, topic: str, create: bool = False) -> dict[int, Partition]:
-        return self.log.partitions_of(topic, create)
-
-    def _partition(self, topic: str, partition: int, create: bool = False) -> Partition:
-        return self.log.partition(topic, partition, create)
-
-    def _internal_topic(self, name: str, partitions: int = 1, **config: Any) -> str:
-        return self.log.internal_topic(name, partitions, **config)
-
-    def _choose_partition(self, topic: str, key: object, count: int) -> int:
-        return self.log.router.partition(topic, key, count)
-
-    def _append_internal(
-        self,
-        topic: str,
-        values: Sequence[bytes | None],
-        keys: Sequence[bytes | None] | None = None,
-        headers: Sequence[HeadersArg] | None = None,
-        partition: int = 0,
-        timestamps: Sequence[int] | None = None,
-    ) -> BatchMetadata:
-        if not is_internal(topic):
-            raise InvalidConfigError(f"_append_internal is for internal topics, not {topic!r}")
-        return self.log.append_records(topic, partition, values, keys, headers, timestamps)
-
-    _merged_headers = staticmethod(merged_headers)
-
     # -- topics ---------------------------------------------------------------------------------
 
     def create_topic(self, name: str, partitions: int | None = None, **config: Any) -> None:
@@ -269,261 +226,15 @@ class Store:
     def topic_config(self, topic: str) -> TopicConfig:
         return self.log.config(topic)
 
-    # -- appending ------------------------------------------------------------------------------
+    # -- appending: the send hooks of append and append_batch (produce/sender.py) -------------
 
-    @overload
-    def append(
-        self,
-        topic: str,
-        value: bytes | None,
-        key: bytes | None = None,
-        headers: HeadersArg = None,
-        partition: int | None = None,
-        timestamp: int | None = None,
-        *,
-        tag: str | None = None,
-        properties: Mapping[str, object] | None = None,
-        keys: str | bytes | Sequence[str | bytes] | None = None,
-        unique_id: str | None = None,
-        deliver_at: None = None,
-        delay_ms: None = None,
-        _producer: tuple[int, int, int] | None = None,
-    ) -> RecordMetadata: ...
+    def _send_one(self, out: Outgoing) -> RecordMetadata:
+        no_sequence(self, out.sequence)
+        return write_one(self.log, out, None)
 
-    @overload
-    def append(
-        self,
-        topic: str,
-        value: bytes | None,
-        key: bytes | None = None,
-        headers: HeadersArg = None,
-        partition: int | None = None,
-        timestamp: int | None = None,
-        *,
-        tag: str | None = None,
-        properties: Mapping[str, object] | None = None,
-        keys: str | bytes | Sequence[str | bytes] | None = None,
-        unique_id: str | None = None,
-        deliver_at: int,
-        delay_ms: None = None,
-    ) -> PendingMetadata: ...
-
-    @overload
-    def append(
-        self,
-        topic: str,
-        value: bytes | None,
-        key: bytes | None = None,
-        headers: HeadersArg = None,
-        partition: int | None = None,
-        timestamp: int | None = None,
-        *,
-        tag: str | None = None,
-        properties: Mapping[str, object] | None = None,
-        keys: str | bytes | Sequence[str | bytes] | None = None,
-        unique_id: str | None = None,
-        deliver_at: None = None,
-        delay_ms: int,
-    ) -> PendingMetadata: ...
-
-    def append(
-        self,
-        topic: str,
-        value: bytes | None,
-        key: bytes | None = None,
-        headers: HeadersArg = None,
-        partition: int | None = None,
-        timestamp: int | None = None,
-        *,
-        tag: str | None = None,
-        properties: Mapping[str, object] | None = None,
-        keys: str | bytes | Sequence[str | bytes] | None = None,
-        unique_id: str | None = None,
-        deliver_at: int | None = None,
-        delay_ms: int | None = None,
-        _producer: tuple[int, int, int] | None = None,
-    ) -> RecordMetadata | PendingMetadata:
-        """Append one message; returns where it went and its IDs. `value=None` writes a
-        tombstone. `tag`, `properties`, extra `keys` (words indexed like the key: a list, or one
-        space-separated string as RocketMQ writes them) and a producer's
-        `unique_id` travel as record headers (message_headers). With `deliver_at` (ms) or
-        `delay_ms` the message waits in the timer log and a PendingMetadata comes back.
-        Internal topics (`__` names) are refused: InternalTopicError."""
-        self.log.check_writable()
-        refuse_internal(topic)
-        headers = message_headers(headers, tag, properties, keys, unique_id)
-        if deliver_at is not None or delay_ms is not None:
-            return self._delayed(topic, [value], [key], [headers], partition, [timestamp],
-                                 deliver_at, delay_ms)[0]  # fmt: skip
-        log = self.log
-        if partition is None:
-            log.partitions_of(topic, create=True)  # auto-creates the topic when allowed
-            partition = log.router.partition(topic, key, log.config(topic).partitions)
-        part = log.partition(topic, partition, create=True)  # auto-creates when allowed
-        cfg = part.config
-        now = log.clock()
-        batch = encode_one(
-            cfg, value, key, headers, timestamp, now, codecs.codec_id(cfg.compression),
-            producer_fields(_producer),
-        )  # fmt: skip
-        check_size(batch, cfg, topic)
-        base, dup = log.append(part, [batch], _producer, now)
-        if dup is not None:
-            return RecordMetadata(topic, partition, base, dup.max_timestamp, None, True)
-        uids = batch.uids
-        uid = uid_text(uids) if uids is not None and uids != bytes(16) else None
-        return RecordMetadata(topic, partition, base, batch.max_timestamp, uid)
-
-    @overload
-    def append_batch(
-        self,
-        topic: str,
-        values: Sequence[bytes | None],
-        keys: Sequence[bytes | None] | None = None,
-        headers: Sequence[HeadersArg] | None = None,
-        partition: int = 0,
-        timestamps: Sequence[int] | None = None,
-        compression: str | None = None,
-        *,
-        tags: Sequence[str | None] | None = None,
-        properties: Sequence[Mapping[str, object] | None] | None = None,
-        unique_ids: Sequence[str | None] | None = None,
-        deliver_at: None = None,
-        delay_ms: None = None,
-        _producer: tuple[int, int, int] | None = None,
-    ) -> BatchMetadata: ...
-
-    @overload
-    def append_batch(
-        self,
-        topic: str,
-        values: Sequence[bytes | None],
-        keys: None = None,
-        headers: Sequence[HeadersArg] | None = None,
-        *,
-        partition: None,
-        timestamps: Sequence[int] | None = None,
-        compression: str | None = None,
-        tags: Sequence[str | None] | None = None,
-        properties: Sequence[Mapping[str, object] | None] | None = None,
-        unique_ids: Sequence[str | None] | None = None,
-        deliver_at: None = None,
-        delay_ms: None = None,
-    ) -> BatchMetadata: ...
-
-    @overload
-    def append_batch(
-        self,
-        topic: str,
-        values: Sequence[bytes | None],
-        keys: Sequence[bytes | None],
-        headers: Sequence[HeadersArg] | None = None,
-        *,
-        partition: None,
-        timestamps: Sequence[int] | None = None,
-        compression: str | None = None,
-        tags: Sequence[str | None] | None = None,
-        properties: Sequence[Mapping[str, object] | None] | None = None,
-        unique_ids: Sequence[str | None] | None = None,
-        deliver_at: None = None,
-        delay_ms: None = None,
-    ) -> list[BatchMetadata]: ...
-
-    @overload
-    def append_batch(
-        self,
-        topic: str,
-        values: Sequence[bytes | None],
-        keys: Sequence[bytes | None] | None = None,
-        headers: Sequence[HeadersArg] | None = None,
-        partition: int | None = 0,
-        timestamps: Sequence[int] | None = None,
-        compression: str | None = None,
-        *,
-        tags: Sequence[str | None] | None = None,
-        properties: Sequence[Mapping[str, object] | None] | None = None,
-        unique_ids: Sequence[str | None] | None = None,
-        deliver_at: int | Sequence[int],
-        delay_ms: None = None,
-    ) -> list[PendingMetadata]: ...
-
-    @overload
-    def append_batch(
-        self,
-        topic: str,
-        values: Sequence[bytes | None],
-        keys: Sequence[bytes | None] | None = None,
-        headers: Sequence[HeadersArg] | None = None,
-        partition: int | None = 0,
-        timestamps: Sequence[int] | None = None,
-        compression: str | None = None,
-        *,
-        tags: Sequence[str | None] | None = None,
-        properties: Sequence[Mapping[str, object] | None] | None = None,
-        unique_ids: Sequence[str | None] | None = None,
-        deliver_at: None = None,
-        delay_ms: int | Sequence[int],
-    ) -> list[PendingMetadata]: ...
-
-    def append_batch(
-        self,
-        topic: str,
-        values: Sequence[bytes | None],
-        keys: Sequence[bytes | None] | None = None,
-        headers: Sequence[HeadersArg] | None = None,
-        partition: int | None = 0,
-        timestamps: Sequence[int] | None = None,
-        compression: str | None = None,
-        *,
-        tags: Sequence[str | None] | None = None,
-        properties: Sequence[Mapping[str, object] | None] | None = None,
-        unique_ids: Sequence[str | None] | None = None,
-        deliver_at: int | Sequence[int] | None = None,
-        delay_ms: int | Sequence[int] | None = None,
-        _producer: tuple[int, int, int] | None = None,
-    ) -> BatchMetadata | list[BatchMetadata] | list[PendingMetadata]:
-        """Append messages as one Kafka record batch with consecutive offsets.
-
-        A batch above the topic's max_message_bytes is split into several batches (still
-        consecutive offsets); a single message above it is refused. `partition=None` routes by
-        key like Kafka's producer: with keys, the messages are grouped per partition and a list
-        of BatchMetadata (one per partition, ascending) comes back; without keys the whole batch
-        goes to the next partition in round robin. `deliver_at`/`delay_ms` (one int for the
-        batch or one per message) park the messages in the timer log: a list of
-        PendingMetadata, one per message, comes back (docs/consume.md). Internal topics (`__`
-        names) are refused: InternalTopicError.
-        """
-        log = self.log
-        log.check_writable()
-        refuse_internal(topic)
-        log.partitions_of(topic, create=True)  # auto-creates the topic when allowed
-        count = log.config(topic).partitions
-        values = values if type(values) is list else list(values)
-        if tags is not None or properties is not None or unique_ids is not None:
-            headers = merged_headers(len(values), headers, tags, properties, unique_ids)
-        if deliver_at is not None or delay_ms is not None:
-            return self._delayed(topic, values, keys, headers, partition, timestamps,
-                                 deliver_at, delay_ms)  # fmt: skip
-        if partition is None and keys is not None:
-            if len(keys) != len(values):
-                raise InvalidRecordError(f"{len(keys)} keys for {len(values)} values")
-            groups = log.router.group(topic, keys, count)
-            return [
-                log.append_records(
-                    topic,
-                    p,
-                    [values[i] for i in idx],
-                    [keys[i] for i in idx],
-                    None if headers is None else [headers[i] for i in idx],
-                    None if timestamps is None else [timestamps[i] for i in idx],
-                    compression,
-                )
-                for p, idx in sorted(groups.items())
-            ]
-        if partition is None:
-            partition = log.router.partition(topic, None, count)
-        return log.append_records(topic, partition, values, keys, headers, timestamps,
-                                  compression, _producer)  # fmt: skip
+    def _send_batch(self, out: Outgoing) -> BatchMetadata:
+        no_sequence(self, out.sequence)
+        return append_plain(self.log, out, None)
 
     # -- consumer groups (mqcore/consume/: consumer.py, group.py, offsets.py, retry.py) ---------
 
@@ -595,11 +306,13 @@ class Store:
         part = self.log.find_partition(topic, partition)
         return None if part is None else part.end_offset
 
-    # -- transactions and delayed messages (consume/transactions.py, consume/delay.py) ---------
+    # -- transactions and delayed messages (produce/transactions.py, produce/delay.py) ---------
+
+    _delays: DelayManager  # Sender's parking of delayed sends: the Store has one
 
     def _txn_delay_setup(self, options: Any) -> None:
-        self._txns = TransactionManager(self, options)
-        self._delays = DelayManager(self, options)
+        self._txns = TransactionManager(self.log, self._tracer, options)
+        self._delays = DelayManager(self.log, self._tracer, options)
         if not self.read_only:
             self._txns.register()
             self._delays.register()
@@ -633,22 +346,14 @@ class Store:
         """Deliver every delayed message due at `now` (ms, default the clock); how many."""
         return self._delays.deliver_due(now)
 
-    def _delayed(self, topic: str, values: Sequence[bytes | None], keys: Any, headers: Any,
-                 partition: int | None, timestamps: Any, deliver_at: Any,
-                 delay_ms: Any) -> list[PendingMetadata]:  # fmt: skip
-        opts = self._delays.options
-        due = check_delay(deliver_at, delay_ms, self.log.clock(), opts.delay_max_ms, len(values))
-        assert due is not None
-        return self._delays.append(topic, values, keys, headers, partition, timestamps, due)
-
-    # -- idempotent producers (mqcore/consume/producer.py, storage/producer_state.py) ----------
+    # -- idempotent producers (mqcore/produce/producer.py, storage/producer_state.py) ----------
 
     def producer(self, producer_id: int | None = None, epoch: int = 0) -> Producer:
         """An idempotent producer: stamps (producer id, epoch, sequence) on every batch, so the
         log refuses duplicates and gaps. `producer_id=None` allocates a fresh id, durably, never
         handed out again; an epoch older than one the log has seen for the id is fenced."""
         producer_id = self.log.register_producer(producer_id, epoch)
-        return Producer(self, producer_id, epoch)
+        return Producer(self.log, producer_id, epoch)
 
     # -- querying (mqcore/query/engine.py) ------------------------------------------------------
 

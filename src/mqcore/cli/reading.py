@@ -19,12 +19,12 @@ from typing import Any, TextIO
 import mqcore
 from mqcore.cli import render
 from mqcore.cli.options import add_json, integer, parse_int, parse_time
-from mqcore.log.internal import is_internal
 from mqcore.errors import (
     InvalidConfigError,
     MessageNotFoundError,
     OffsetOutOfRangeError,
 )
+from mqcore.log.internal import is_internal
 
 PAGE = 1000  # messages fetched per read() call while consuming
 

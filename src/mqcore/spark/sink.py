@@ -38,8 +38,8 @@ from pyspark.sql.types import (
 )
 
 import mqcore
-from mqcore.log.internal import refuse_internal
 from mqcore.errors import InvalidConfigError, InvalidRecordError, UnknownTopicError
+from mqcore.log.internal import refuse_internal
 from mqcore.spark.options import WriteOptions
 
 if TYPE_CHECKING:

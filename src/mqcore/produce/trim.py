@@ -18,8 +18,12 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from mqcore.storage.retention import delete_below
+
+if TYPE_CHECKING:
+    from mqcore.storage.partition import Partition
 
 MAX_MOVES = 10_000  # live messages re-parked by one trim pass
 
@@ -44,4 +48,10 @@ def trim_point(bases: Sequence[int], live: Sequence[int], cap: int) -> int:
     return best
 
 
-__all__ = ["MAX_MOVES", "delete_below", "trim_point"]
+def segment_bases(part: Partition) -> list[int]:
+    """Base offsets of the partition's segments, oldest first, at one moment."""
+    with part.locked():
+        return [seg.base_offset for seg in part.segments]
+
+
+__all__ = ["MAX_MOVES", "delete_below", "segment_bases", "trim_point"]

@@ -13,9 +13,8 @@ deletes the delivered prefix of the timer log, re-parking the few pending messag
 (trim.py).
 
 Also the pieces transactions share: PendingMetadata, the internal header layout (read_parked,
-re-parked copies), the store options of both features, the unique-ID presence check, the
-checks of bookkeeping records (junk is skipped and reported), make_durable and the crash hook
-of the tests.
+re-parked copies, re-appends), the store options of both features and the checks of
+bookkeeping records (junk is skipped and reported).
 """
 
 from __future__ import annotations
@@ -24,21 +23,23 @@ import heapq
 import json
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from mqcore.log.internal import is_internal, refuse_internal
-from mqcore.log.trace import TraceEvent
-from mqcore.consume.trim import delete_below, trim_point
+from mqcore.crashpoints import crash_point
 from mqcore.errors import InvalidConfigError, InvalidRecordError, StoreClosedError
-from mqcore.query import engine
+from mqcore.log.internal import is_internal
+from mqcore.log.trace import TraceEvent
+from mqcore.produce.relay import relay, scan
+from mqcore.produce.trim import delete_below, segment_bases, trim_point
 from mqcore.storage.retention import RetentionReport
 
 if TYPE_CHECKING:
     from mqcore._ext.batch import Message
-    from mqcore.store import Store
+    from mqcore.log.append import BatchMetadata
+    from mqcore.log.manager import Log
+    from mqcore.log.trace import Tracer
 
 _log = logging.getLogger("mqcore")
 
@@ -61,21 +62,6 @@ KEPT_UNTIL_RESOLVED: dict[str, Any] = {
     "retention_ms": -1,
     "retention_bytes": -1,
 }
-
-# tests set this to a function of a point name ("delay:after_prepare", "txn:after_append:1",
-# ...) that kills the process there; None in normal use
-crash_hook: Callable[[str], None] | None = None
-
-
-def crash_point(name: str) -> None:
-    """A step boundary the crash tests can kill the process at."""
-    if crash_hook is not None:
-        crash_hook(name)
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
 
 # -- store options --------------------------------------------------------------------------
 
@@ -213,11 +199,11 @@ def read_parked(msg: Message, names: Sequence[str]) -> Parked:
     return Parked(topic, partition, timestamp, deliver_at, txn, origin, hdrs[len(names) :])
 
 
-def read_target(store: Store, msg: Message, names: Sequence[str]) -> Parked:
-    """read_parked, and the real topic-partition must exist in this store."""
+def read_target(log: Log, msg: Message, names: Sequence[str]) -> Parked:
+    """read_parked, and the real topic-partition must exist in this log."""
     parked = read_parked(msg, names)
-    if parked.topic not in store._partitions or not (
-        parked.partition < store._configs[parked.topic].partitions
+    if not log.has_topic(parked.topic) or not (
+        parked.partition < log.config(parked.topic).partitions
     ):
         raise InvalidRecordError(f"no partition {parked.partition} of topic {parked.topic!r}")
     return parked
@@ -233,57 +219,20 @@ def moved_copy_headers(msg: Message) -> list[tuple[str, bytes | None]]:
     return [(H_MOVED, int_header(origin, 8)), *hdrs]
 
 
-def make_durable(store: Store, parts: Iterable[tuple[str, int]]) -> None:
-    """fdatasync these partitions (and the names of their new segments) now, whatever the flush
-    policy: the step that follows relies on what they hold (docs/consume.md "Durability")."""
-    for topic, partition in parts:
-        store._partition(topic, partition).flush()
-
-
-def durable_end(store: Store, topic: str) -> int:
+def durable_end(log: Log, topic: str) -> int:
     """Offsets of the one-partition `topic` below this are on disk (its recovery point)."""
-    return store._partition(topic, 0).recovery_point
+    return log.partition(topic, 0).recovery_point
 
 
-# -- never append twice ------------------------------------------------------------------------
+def get_parked(log: Log, topic: str, offset: int) -> Message | None:
+    """The record at `offset` of the one-partition internal `topic` (None: not there)."""
+    return log.partition(topic, 0).get(offset, log.verify_crc)
 
 
-class PresenceCheck:
-    """Answers 'is unique ID U already in partition P of topic T?' for in-doubt messages.
-
-    A topic with a key index answers from the index; one without is scanned once from the end
-    offset recorded before the interrupted appends (anything the crash left is after it)."""
-
-    def __init__(self, store: Store):
-        self.store = store
-        self._tails: dict[tuple[str, int], set[str]] = {}
-
-    def present(self, topic: str, partition: int, from_offset: int, uid: str | None) -> bool:
-        if uid is None:
-            return False
-        part = self.store._partition(topic, partition)
-        if part.config.key_index:
-            return bool(engine.find_unique([part], uid, None, None, 1).messages)
-        seen = self._tails.get((topic, partition))
-        if seen is None:
-            seen = set()
-            for m in scan(self.store, topic, partition, from_offset):
-                if m.unique_id is not None:
-                    seen.add(m.unique_id)
-            self._tails[(topic, partition)] = seen
-        return uid in seen
-
-
-def scan(store: Store, topic: str, partition: int, start: int) -> Iterable[Message]:
-    """Every message of the partition from `start` (clamped to its start offset) to its end."""
-    offset = max(start, store.start_offset(topic, partition))
-    end = store.end_offset(topic, partition)
-    while offset < end:
-        chunk = store.read(topic, partition, offset, 1000)
-        if not chunk:
-            break
-        yield from chunk
-        offset = chunk[-1].offset + 1
+def check_timestamp(ts: object) -> None:
+    """A parked message's own timestamp: None (stamped when it is re-appended) or ms >= 0."""
+    if ts is not None and (isinstance(ts, bool) or not isinstance(ts, int) or ts < 0):
+        raise InvalidRecordError(f"timestamps must be ints >= 0, not {ts!r}")
 
 
 def to_ranges(offsets: Iterable[int]) -> list[list[int]]:
@@ -350,9 +299,9 @@ def read_state(msg: Message) -> dict[str, Any]:
     return state
 
 
-def report_skipped(store: Store, msg: Message, reason: object) -> None:
+def report_skipped(log: Log, msg: Message, reason: object) -> None:
     """Skip-and-report an internal record its reader cannot parse (log/internal.py)."""
-    store._skipped.report(msg.topic, msg.partition, msg.offset, str(reason))
+    log.skipped.report(msg.topic, msg.partition, msg.offset, str(reason))
 
 
 # -- the delay manager -------------------------------------------------------------------------
@@ -385,14 +334,15 @@ def check_delay(
 
 
 class DelayManager:
-    """The timer log, its heap of pending messages and the delivery loop of one store.
+    """The timer log, its heap of pending messages and the delivery loop of one log.
 
     Loaded lazily (first delayed append, first delivery, or the background task): the newest
     valid `__delay_state` record gives (low, delivered offsets above low); `__delay` is read from
     low and every record not delivered goes on the heap as (deliver_at, origin, timer offset)."""
 
-    def __init__(self, store: Store, options: TxnDelayOptions):
-        self.store = store
+    def __init__(self, log: Log, tracer: Tracer | None, options: TxnDelayOptions):
+        self.log = log
+        self.tracer = tracer
         self.options = options
         self._lock = threading.RLock()
         self._loaded = False
@@ -413,7 +363,7 @@ class DelayManager:
     def _load(self) -> None:
         if self._loaded:
             return
-        store = self.store
+        log = self.log
         state = self._newest_state()
         if state is not None:
             self._low = int(state["low"])
@@ -423,14 +373,14 @@ class DelayManager:
                 ends = {(t, p): e for t, p, e in state["targets"]}
                 for off, t, p in state["items"]:  # an older end (an earlier crash) wins
                     self._in_doubt.setdefault(off, ends[(t, p)])
-        if DELAY_TOPIC in store._partitions:
-            for m in scan(store, DELAY_TOPIC, 0, self._low):
+        if log.has_topic(DELAY_TOPIC):
+            for m in scan(log, DELAY_TOPIC, 0, self._low):
                 if m.offset in self._above:
                     continue
                 try:
-                    parked = read_target(store, m, DELAY_HEADERS)
+                    parked = read_target(log, m, DELAY_HEADERS)
                 except InvalidRecordError as e:
-                    report_skipped(store, m, e)  # never pending: the low passes over it
+                    report_skipped(log, m, e)  # never pending: the low passes over it
                     continue
                 earlier = self._by_origin.get(parked.origin)
                 if earlier is not None:  # a re-parked copy: it replaces the earlier one
@@ -442,18 +392,18 @@ class DelayManager:
 
     def _newest_state(self) -> dict[str, Any] | None:
         """The newest `__delay_state` record that parses (junk after it is skipped, reported)."""
-        store = self.store
-        if DELAY_STATE_TOPIC not in store._partitions:
+        log = self.log
+        if not log.has_topic(DELAY_STATE_TOPIC):
             return None
-        start = store.start_offset(DELAY_STATE_TOPIC, 0)
-        for off in range(store.end_offset(DELAY_STATE_TOPIC, 0) - 1, start - 1, -1):
-            m = store.get(DELAY_STATE_TOPIC, 0, off)
+        part = log.partition(DELAY_STATE_TOPIC, 0)
+        for off in range(part.end_offset - 1, part.start_offset - 1, -1):
+            m = get_parked(log, DELAY_STATE_TOPIC, off)
             if m is None:
                 continue
             try:
                 state = read_state(m)
             except ValueError as e:
-                report_skipped(store, m, e)
+                report_skipped(log, m, e)
                 continue
             self._state_offset = off
             return state
@@ -480,40 +430,24 @@ class DelayManager:
 
     # -- sending
 
-    def append(
+    def park(
         self,
         topic: str,
         values: Sequence[bytes | None],
         keys: Sequence[bytes | None] | None,
         headers: Sequence[Any] | None,
-        partition: int | None,
+        parts: Sequence[int],
         timestamps: Sequence[int | None] | None,
         deliver_at: list[int],
     ) -> list[PendingMetadata]:
-        """Park messages (already given their headers by message_headers) in the timer log.
-
-        The partition is resolved now with the store's partitioner (a key routes as it would
-        have; no key and no partition: round robin per message), so the placement is fixed."""
-        store = self.store
-        store._check_writable()
-        refuse_internal(topic, "delay messages into")
-        store._parts(topic, create=True)
-        count = store._configs[topic].partitions
+        """Park messages (already given their headers by message_headers) in the timer log;
+        `parts` is the partition each will go to (routed by the sender: fixed now)."""
+        log = self.log
         n = len(values)
-        parts = [
-            store._partition(
-                topic,
-                store._choose_partition(topic, None if keys is None else keys[i], count)
-                if partition is None
-                else partition,
-            ).partition
-            for i in range(n)
-        ]
         rows = []
         for i in range(n):
             ts = None if timestamps is None else timestamps[i]
-            if ts is not None and (isinstance(ts, bool) or not isinstance(ts, int) or ts < 0):
-                raise InvalidRecordError(f"timestamps must be ints >= 0, not {ts!r}")
+            check_timestamp(ts)
             internal = [
                 (H_TOPIC, topic.encode()),
                 (H_PARTITION, int_header(parts[i], 4)),
@@ -523,11 +457,11 @@ class DelayManager:
             rows.append(parked_headers(internal, None if headers is None else headers[i]))
         with self._lock:
             self._load()
-            timer = store._internal_topic(
+            timer = log.internal_topic(
                 DELAY_TOPIC, unique_ids=True, key_index=False, **KEPT_UNTIL_RESOLVED
             )
-            md = store._append_internal(timer, values, keys, rows)
-            now = now_ms()
+            md = log.append_records(timer, 0, values, keys, rows)
+            now = log.clock()
             out = []
             for i in range(n):
                 off = md.base_offset + i
@@ -537,43 +471,29 @@ class DelayManager:
                         topic, parts[i], now, md.unique_id(i), "delayed", off, deliver_at[i]
                     )
                 )
-        if store._tracer is not None:
-            store._tracer.record(
-                TraceEvent(
-                    p.unique_id,
-                    "delayed",
-                    now,
-                    DELAY_TOPIC,
-                    0,
-                    p.internal_offset,
-                    None,
-                    {"topic": p.topic, "partition": p.partition, "deliver_at": p.deliver_at},
-                )
-                for p in out
-                if p.unique_id is not None
-            )
+        trace_parked(self.tracer, out, "delayed", DELAY_TOPIC)
         if min(deliver_at) <= now + max(self.options.delay_tick_ms, 1):
-            store._tasks.wake()
+            log.tasks.wake()
         return out
 
     # -- delivering
 
     def deliver_due(self, now: int | None = None) -> int:
-        """Deliver every message due at `now` (default: the clock); returns how many."""
-        self.store._check_writable()
+        """Deliver every message due at `now` (default: the log's clock); returns how many."""
+        self.log.check_writable()
         total = 0
         while True:
-            done = self._round(now_ms() if now is None else now)
+            done = self._round(self.log.clock() if now is None else now)
             total += done
             if done < self.max_round:
                 return total
 
     def _round(self, now: int) -> int:
-        """One delivery round. Durable order, whatever the flush policy: the timer records and
-        the `prepare` snapshot before the first real append (so a redelivery after any crash
-        or power loss knows these messages are in doubt), the real appends before the `done`
-        snapshot (so "delivered" never outlives the messages)."""
-        store = self.store
+        """One delivery round through the two-phase relay (relay.py): the timer records and
+        the `prepare` snapshot durable before the first real append (so a redelivery after any
+        crash or power loss knows these messages are in doubt), the real appends before the
+        `done` snapshot (so "delivered" never outlives the messages)."""
+        log = self.log
         with self._lock:
             self._load()
             due: list[tuple[int, int, int, str, int]] = []
@@ -585,48 +505,50 @@ class DelayManager:
                 return 0
             groups: dict[tuple[str, int], list[tuple[int, int, Message]]] = {}
             for at, _origin, off, topic, p in due:
-                m = store.get(DELAY_TOPIC, 0, off)
+                m = get_parked(log, DELAY_TOPIC, off)
                 if m is None:  # gone (the timer log was trimmed under it): nothing to deliver
                     _log.warning("delayed message at __delay offset %d is gone", off)
                     continue
                 groups.setdefault((topic, p), []).append((at, off, m))
             in_doubt = dict(self._in_doubt)
-            targets = [[t, p, store.end_offset(t, p)] for t, p in sorted(groups)]
-            make_durable(store, [(DELAY_TOPIC, 0)])  # what the snapshot names, and its low
-            self._write_state(
-                "prepare",
-                items=[[off, t, p] for (t, p), g in groups.items() for _a, off, _m in g],
-                targets=targets,
-            )
-            make_durable(store, [(DELAY_STATE_TOPIC, 0)])
-            crash_point("delay:after_prepare")
-            check = PresenceCheck(store)
             events: list[TraceEvent] = []
-            for i, (t, p) in enumerate(sorted(groups)):
-                rows = [
-                    (at, off, m)
-                    for at, off, m in groups[(t, p)]
-                    if off not in in_doubt or not check.present(t, p, in_doubt[off], m.unique_id)
-                ]
-                if rows:
-                    events.extend(self._deliver(t, p, rows, now))
-                crash_point(f"delay:after_append:{i + 1}")
-            make_durable(store, groups)
-            for _at, _origin, off, _t, _p in due:
-                self._done(off)
-            self._advance_low()
-            self._write_state("done")
-        if store._tracer is not None and events:
-            store._tracer.record(events)
+
+            def prepare() -> str:
+                targets = [[t, p, log.partition(t, p).end_offset] for t, p in sorted(groups)]
+                items = [[off, t, p] for (t, p), g in groups.items() for _a, off, _m in g]
+                return self._write_state("prepare", items=items, targets=targets)
+
+            def finish() -> None:
+                for _at, _origin, off, _t, _p in due:
+                    self._done(off)
+                self._advance_low()
+                self._write_state("done")
+
+            relay(
+                log,
+                "delay",
+                DELAY_TOPIC,
+                groups,
+                prepare,
+                lambda _t, _p, row: in_doubt.get(row[1]),
+                lambda row: row[2].unique_id,
+                lambda t, p, rows: events.extend(self._deliver(t, p, rows, now)),
+                finish,
+            )
+        if self.tracer is not None and events:
+            self.tracer.record(events)
         return len(due)
 
-    def _write_state(self, kind: str, **extra: Any) -> None:
-        """Append a snapshot: the low, the delivered offsets above it, the messages in doubt."""
-        state = self.store._internal_topic(
+    def _write_state(self, kind: str, **extra: Any) -> str:
+        """Append a snapshot: the low, the delivered offsets above it, the messages in doubt.
+        Returns the state topic."""
+        log = self.log
+        state = log.internal_topic(
             DELAY_STATE_TOPIC, unique_ids=False, key_index=False, **KEPT_UNTIL_RESOLVED
         )
-        md = self.store._append_internal(
+        md = log.append_records(
             state,
+            0,
             [
                 state_record(
                     t=kind,
@@ -638,20 +560,13 @@ class DelayManager:
             ],
         )
         self._state_offset = md.base_offset
+        return state
 
     def _deliver(
         self, topic: str, partition: int, rows: list[tuple[int, int, Message]], now: int
     ) -> list[TraceEvent]:
-        values, keys, headers, stamps = [], [], [], []
-        for _at, _off, m in rows:
-            parked = read_parked(m, DELAY_HEADERS)  # read at load or append: known good
-            values.append(m.value)
-            keys.append(m.key)
-            headers.append(parked.user)
-            stamps.append(now_ms() if parked.timestamp is None else parked.timestamp)
-        md = self.store.append_batch(
-            topic, values, keys, headers, partition=partition, timestamps=stamps
-        )
+        md = append_parked(self.log, topic, partition, [m for _at, _off, m in rows],
+                           DELAY_HEADERS)  # fmt: skip
         return [
             TraceEvent(
                 m.unique_id,
@@ -668,58 +583,51 @@ class DelayManager:
         ]
 
     def _advance_low(self) -> None:
-        end = self.store.end_offset(DELAY_TOPIC, 0) if DELAY_TOPIC in self.store._partitions else 0
+        log = self.log
+        end = log.partition(DELAY_TOPIC, 0).end_offset if log.has_topic(DELAY_TOPIC) else 0
         while self._low < end and self._low not in self._pending:
             self._above.discard(self._low)
             self._low += 1
 
-    # -- trimming (consume/trim.py)
+    # -- trimming (trim.py)
 
     def trim(self) -> RetentionReport:
         """Delete the prefix of `__delay` whose messages are all delivered, re-parking the few
         pending ones first when that frees at least twice what it copies, and the
         `__delay_state` records older than the newest one. Every record the deletion relies on
         is made durable first."""
-        store = self.store
+        log = self.log
         report = RetentionReport()
         with self._lock:
             self._load()
-            if DELAY_TOPIC not in store._partitions or DELAY_STATE_TOPIC not in store._partitions:
+            if not log.has_topic(DELAY_TOPIC) or not log.has_topic(DELAY_STATE_TOPIC):
                 return report
-            bases = store.segment_offsets(DELAY_TOPIC, 0)
+            bases = segment_bases(log.partition(DELAY_TOPIC, 0))
             cap = min(self._in_doubt, default=bases[-1])  # in doubt: redelivered, never moved
             boundary = trim_point(bases, sorted(self._pending), cap)
             movers = sorted(off for off in self._pending if off < boundary)
             if movers:
                 self._repark(movers)
-            make_durable(store, [(DELAY_TOPIC, 0), (DELAY_STATE_TOPIC, 0)])
-            report.merge(delete_below(store._partition(DELAY_TOPIC, 0), self._low))
+            log.sync_partitions([(DELAY_TOPIC, 0), (DELAY_STATE_TOPIC, 0)])
+            report.merge(delete_below(log.partition(DELAY_TOPIC, 0), self._low))
             if self._state_offset >= 0:
-                report.merge(
-                    delete_below(store._partition(DELAY_STATE_TOPIC, 0), self._state_offset)
-                )
+                report.merge(delete_below(log.partition(DELAY_STATE_TOPIC, 0), self._state_offset))
         return report
 
     def _repark(self, offsets: list[int]) -> None:
         """Copy pending messages to the end of the timer log (H_MOVED names their origin), then
         record the old places as done. The copies are durable before the snapshot that drops
         the originals; a crash between the two leaves both, and the load keeps the copy."""
-        store = self.store
+        log = self.log
         msgs = []
         for off in offsets:
-            m = store.get(DELAY_TOPIC, 0, off)
+            m = get_parked(log, DELAY_TOPIC, off)
             if m is None:
                 raise InvalidRecordError(f"pending delayed message at {DELAY_TOPIC}@{off} is gone")
             msgs.append(m)
-        md = store._append_internal(
-            DELAY_TOPIC,
-            [m.value for m in msgs],
-            [m.key for m in msgs],
-            [moved_copy_headers(m) for m in msgs],
-            timestamps=[m.timestamp for m in msgs],
-        )
-        make_durable(store, [(DELAY_TOPIC, 0)])
-        crash_point("delay:after_repark")
+        md = repark_copies(log, DELAY_TOPIC, msgs)
+        log.sync_partitions([(DELAY_TOPIC, 0)])
+        crash_point("delay.after_repark")
         for i, m in enumerate(msgs):
             parked = read_parked(m, DELAY_HEADERS)
             assert parked.deliver_at is not None
@@ -732,7 +640,53 @@ class DelayManager:
     def register(self) -> None:
         """The background delivery task (not for read-only stores or delay_tick_ms=0)."""
         if self.options.delay_tick_ms > 0:
-            self.store._tasks.add("delay", self.options.delay_tick_ms, background(self.deliver_due))
+            self.log.tasks.add("delay", self.options.delay_tick_ms, background(self.deliver_due))
+
+
+def trace_parked(
+    tracer: Tracer | None, out: Sequence[PendingMetadata], event: str, parked: str, **lead: Any
+) -> None:
+    """The trace event of each parked message with a unique ID: where it is parked, and in its
+    detail `lead`, then the topic and partition it goes to (and when, for a delayed one)."""
+    if tracer is None:
+        return
+    events = []
+    for p in out:
+        if p.unique_id is not None:
+            detail = {**lead, "topic": p.topic, "partition": p.partition}
+            if p.deliver_at is not None:
+                detail["deliver_at"] = p.deliver_at
+            events.append(TraceEvent(p.unique_id, event, p.timestamp, parked, 0,
+                                     p.internal_offset, None, detail))  # fmt: skip
+    tracer.record(events)
+
+
+def append_parked(
+    log: Log, topic: str, partition: int, msgs: Sequence[Message], names: Sequence[str]
+) -> BatchMetadata:
+    """Re-append parked records to their real partition, as one batch: value, key, the
+    producer's headers and unique ID kept; the producer's timestamp, or now when it gave none."""
+    values, keys, headers, stamps = [], [], [], []
+    now = log.clock()
+    for m in msgs:
+        parked = read_parked(m, names)  # read at send or load: known good
+        values.append(m.value)
+        keys.append(m.key)
+        headers.append(parked.user)
+        stamps.append(now if parked.timestamp is None else parked.timestamp)
+    return log.append_records(topic, partition, values, keys, headers, stamps)
+
+
+def repark_copies(log: Log, topic: str, msgs: Sequence[Message]) -> BatchMetadata:
+    """Copy parked records to the end of their log (trim.py), each naming its first offset."""
+    return log.append_records(
+        topic,
+        0,
+        [m.value for m in msgs],
+        [m.key for m in msgs],
+        [moved_copy_headers(m) for m in msgs],
+        timestamps=[m.timestamp for m in msgs],
+    )
 
 
 def background(run: Callable[[], object]) -> Callable[[], object]:

@@ -21,45 +21,48 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from mqcore.consume.delay import (
+from mqcore.crashpoints import crash_point
+from mqcore.errors import InvalidConfigError, InvalidRecordError, TransactionStateError
+from mqcore.log.trace import TraceEvent
+from mqcore.produce.delay import (
     H_PARTITION,
     H_TIMESTAMP,
     H_TOPIC,
     H_TXN,
     KEPT_UNTIL_RESOLVED,
     PendingMetadata,
-    PresenceCheck,
     TxnDelayOptions,
+    append_parked,
     background,
     check_rows,
-    crash_point,
+    check_timestamp,
     durable_end,
+    get_parked,
     int_header,
     is_offset,
     json_record,
-    make_durable,
-    moved_copy_headers,
-    now_ms,
     parked_headers,
     read_parked,
     read_target,
+    repark_copies,
     report_skipped,
-    scan,
     state_record,
+    trace_parked,
 )
-from mqcore.log.internal import refuse_internal
-from mqcore.log.trace import TraceEvent
-from mqcore.consume.trim import delete_below, trim_point
-from mqcore.errors import InvalidConfigError, InvalidRecordError, TransactionStateError
+from mqcore.produce.relay import relay, scan
+from mqcore.produce.sender import Outgoing, Sender, no_sequence
+from mqcore.produce.trim import delete_below, segment_bases, trim_point
 from mqcore.storage.retention import RetentionReport
 
 if TYPE_CHECKING:
     from mqcore._ext.batch import Message
-    from mqcore.store import BatchMetadata, HeadersArg, Store
+    from mqcore.log.append import BatchMetadata
+    from mqcore.log.manager import Log
+    from mqcore.log.trace import Tracer
 
 _log = logging.getLogger("mqcore")
 
@@ -167,62 +170,41 @@ def _check_tid(tid: object) -> str:
     return tid
 
 
-class Transaction:
+class Transaction(Sender[PendingMetadata, list[PendingMetadata], list[PendingMetadata]]):
     """Messages sent together and made visible together (or never). Use `store.begin()`;
-    as a context manager it commits on a clean exit and rolls back on an exception."""
+    as a context manager it commits on a clean exit and rolls back on an exception.
+
+    `append` and `append_batch` take the Store's arguments (sender.py) and send half messages,
+    visible at commit: a PendingMetadata per message. Not delayed, no resend sequence; a
+    batch's `compression` is its topic's at commit."""
+
+    _action = "send transactional messages to"
 
     def __init__(self, manager: TransactionManager, tid: str):
         self._manager = manager
+        self.log = manager.log
         self.transaction_id = tid
         self.state = "open"  # "committed" or "rolled_back" once resolved
 
-    def append(
-        self,
-        topic: str,
-        value: bytes | None,
-        key: bytes | None = None,
-        headers: HeadersArg = None,
-        partition: int | None = None,
-        timestamp: int | None = None,
-        *,
-        tag: str | None = None,
-        properties: Mapping[str, object] | None = None,
-        keys: str | bytes | Sequence[str | bytes] | None = None,
-        unique_id: str | None = None,
-    ) -> PendingMetadata:
-        """Send one half message (arguments as Store.append); visible at commit."""
-        from mqcore.store import message_headers
+    def _send_one(self, out: Outgoing) -> PendingMetadata:
+        return self._send_batch(out)[0]
 
-        hdrs = message_headers(headers, tag, properties, keys, unique_id)
-        return self._manager.park(self, topic, [value], [key], [hdrs], partition, [timestamp])[0]
+    def _send_batch(self, out: Outgoing) -> list[PendingMetadata]:
+        return self._send_routed(out, {out.partition: list(range(len(out.values)))})
 
-    def append_batch(
-        self,
-        topic: str,
-        values: Sequence[bytes | None],
-        keys: Sequence[bytes | None] | None = None,
-        headers: Sequence[HeadersArg] | None = None,
-        partition: int | None = 0,
-        timestamps: Sequence[int] | None = None,
-        *,
-        tags: Sequence[str | None] | None = None,
-        properties: Sequence[Mapping[str, object] | None] | None = None,
-        unique_ids: Sequence[str | None] | None = None,
-    ) -> list[PendingMetadata]:
-        """Send half messages (arguments as Store.append_batch; `partition=None` routes each
-        by its key or round robin)."""
-        values = list(values)
-        if keys is not None and len(keys) != len(values):
-            raise InvalidRecordError(f"{len(keys)} keys for {len(values)} values")
-        if timestamps is not None and len(timestamps) != len(values):
-            raise InvalidRecordError(f"{len(timestamps)} timestamps for {len(values)} values")
-        if tags is not None or properties is not None or unique_ids is not None:
-            headers = self._manager.store._merged_headers(
-                len(values), headers, tags, properties, unique_ids
+    def _send_routed(self, out: Outgoing, groups: dict[int, list[int]]) -> list[PendingMetadata]:
+        """One half batch for all partitions, a PendingMetadata per message in send order."""
+        no_sequence(self, out.sequence if out.sequences is None else min(out.sequences.values()))
+        if out.compression is not None:
+            raise InvalidRecordError(
+                f"compression={out.compression!r}: a transaction's messages take their topic's "
+                "compression when they are appended at commit"
             )
-        elif headers is not None and len(headers) != len(values):
-            raise InvalidRecordError(f"{len(headers)} headers for {len(values)} values")
-        return self._manager.park(self, topic, values, keys, headers, partition, timestamps)
+        parts = [0] * len(out.values)
+        for p, idx in groups.items():
+            for i in idx:
+                parts[i] = p
+        return self._manager.park(self, out, parts)
 
     def commit(self) -> list[BatchMetadata]:
         """Make every message visible; returns one BatchMetadata per target partition."""
@@ -248,8 +230,9 @@ class TransactionManager:
     """Bookkeeping of a store's transactions: the ids resolved in `__txn_op` (replayed at
     first use) and the unresolved ones with the offsets of their half messages."""
 
-    def __init__(self, store: Store, options: TxnDelayOptions):
-        self.store = store
+    def __init__(self, log: Log, tracer: Tracer | None, options: TxnDelayOptions):
+        self.log = log
+        self.tracer = tracer
         self.options = options
         self.checker: Callable[[TransactionInfo], str] | None = None
         self._lock = threading.RLock()
@@ -267,16 +250,16 @@ class TransactionManager:
         Records that do not parse are skipped and reported (log/internal.py)."""
         if self._loaded:
             return
-        store = self.store
+        log = self.log
         prepared: dict[str, list[list[Any]]] = {}
         checks: dict[str, int] = {}
         newest: dict[str, int] = {}  # tid -> offset of its newest op, while unresolved
-        if OP_TOPIC in store._partitions:
-            for m in scan(store, OP_TOPIC, 0, 0):
+        if log.has_topic(OP_TOPIC):
+            for m in scan(log, OP_TOPIC, 0, 0):
                 try:
                     tid, d = _read_op(m)
                 except ValueError as e:
-                    report_skipped(store, m, e)
+                    report_skipped(log, m, e)
                     continue
                 self._low_written, self._last_op = d["low"], m.offset
                 if d["op"] in ("commit", "rollback"):
@@ -290,12 +273,12 @@ class TransactionManager:
                     prepared[tid] = d["targets"]
                 else:
                     checks[tid] = d["checks"]
-        if HALF_TOPIC in store._partitions:
-            for m in scan(store, HALF_TOPIC, 0, self._low_written):
+        if log.has_topic(HALF_TOPIC):
+            for m in scan(log, HALF_TOPIC, 0, self._low_written):
                 try:
-                    parked = read_target(store, m, HALF_HEADERS)
+                    parked = read_target(log, m, HALF_HEADERS)
                 except InvalidRecordError as e:
-                    report_skipped(store, m, e)
+                    report_skipped(log, m, e)
                     continue
                 assert parked.txn is not None
                 done = self._resolved.get(parked.txn)
@@ -317,27 +300,28 @@ class TransactionManager:
         firsts = [r.first() for r in self._open.values() if r.offsets]
         if firsts:
             return min(firsts)
-        return self.store.end_offset(HALF_TOPIC, 0) if HALF_TOPIC in self.store._partitions else 0
+        log = self.log
+        return log.partition(HALF_TOPIC, 0).end_offset if log.has_topic(HALF_TOPIC) else 0
 
     def _op(self, tid: str, op: str, **fields: Any) -> int:
         """Append an op; returns its offset. Its `low` never passes the durable end of
         `__txn_half`: were the op to reach the disk and the half messages below its low not,
         the next ones would get offsets below it and a load would never read them."""
-        store = self.store
-        topic = store._internal_topic(
+        log = self.log
+        topic = log.internal_topic(
             OP_TOPIC, unique_ids=False, key_index=True, **KEPT_UNTIL_RESOLVED
         )
         low = self._low()
-        if HALF_TOPIC in store._partitions:
-            low = min(low, durable_end(store, HALF_TOPIC))
-        md = store._append_internal(topic, [state_record(op=op, low=low, **fields)], [tid.encode()])
+        if log.has_topic(HALF_TOPIC):
+            low = min(low, durable_end(log, HALF_TOPIC))
+        md = log.append_records(topic, 0, [state_record(op=op, low=low, **fields)], [tid.encode()])
         self._low_written, self._last_op = low, md.base_offset
         return md.base_offset
 
     # -- the producer's side
 
     def begin(self, transaction_id: str | None) -> Transaction:
-        self.store._check_writable()
+        self.log.check_writable()
         tid = _check_tid(transaction_id)
         with self._lock:
             self._load()
@@ -357,35 +341,21 @@ class TransactionManager:
             raise TransactionStateError(f"transaction {txn.transaction_id!r} is not open here")
         return rec
 
-    def park(
-        self,
-        txn: Transaction,
-        topic: str,
-        values: Sequence[bytes | None],
-        keys: Sequence[bytes | None] | None,
-        headers: Sequence[Any] | None,
-        partition: int | None,
-        timestamps: Sequence[int | None] | None,
-    ) -> list[PendingMetadata]:
-        store = self.store
-        store._check_writable()
-        refuse_internal(topic, "send transactional messages to")
+    def park(self, txn: Transaction, out: Outgoing, parts: Sequence[int]) -> list[PendingMetadata]:
+        """Park half messages of `txn` in `__txn_half`; `parts` is the partition each goes to
+        (routed by the sender: fixed now)."""
+        log = self.log
+        topic, values, headers, timestamps = out.topic, out.values, out.headers, out.timestamps
         if not values:
             return []
         with self._lock:
             rec = self._live(txn, "send in")
             if rec.prepared is not None:
                 raise TransactionStateError(f"transaction {rec.tid!r} is being committed")
-            store._parts(topic, create=True)
-            count = store._configs[topic].partitions
-            rows, parts = [], []
-            for i in range(len(values)):
-                key = None if keys is None else keys[i]
-                p = store._choose_partition(topic, key, count) if partition is None else partition
-                p = store._partition(topic, p).partition
+            rows = []
+            for i, p in enumerate(parts):
                 ts = None if timestamps is None else timestamps[i]
-                if ts is not None and (isinstance(ts, bool) or not isinstance(ts, int) or ts < 0):
-                    raise InvalidRecordError(f"timestamps must be ints >= 0, not {ts!r}")
+                check_timestamp(ts)
                 internal = [
                     (H_TXN, rec.tid.encode()),
                     (H_TOPIC, topic.encode()),
@@ -393,37 +363,22 @@ class TransactionManager:
                     (H_TIMESTAMP, None if ts is None else int_header(ts, 8)),
                 ]
                 rows.append(parked_headers(internal, None if headers is None else headers[i]))
-                parts.append(p)
-            half = store._internal_topic(
+            half = log.internal_topic(
                 HALF_TOPIC, unique_ids=True, key_index=False, **KEPT_UNTIL_RESOLVED
             )
-            md = store._append_internal(half, values, keys, rows)
-            now = now_ms()
-            out = []
+            md = log.append_records(half, 0, values, out.keys, rows)
+            now = log.clock()
+            sent = []
             for i, p in enumerate(parts):
                 uid = md.unique_id(i)
                 off = md.base_offset + i
                 rec.note(off, off, uid, (topic, p), now)
-                out.append(PendingMetadata(topic, p, now, uid, "half", off))
-        if store._tracer is not None:
-            store._tracer.record(
-                TraceEvent(
-                    m.unique_id,
-                    "half_appended",
-                    now,
-                    HALF_TOPIC,
-                    0,
-                    m.internal_offset,
-                    None,
-                    {"transaction_id": rec.tid, "topic": m.topic, "partition": m.partition},
-                )
-                for m in out
-                if m.unique_id is not None
-            )
-        return out
+                sent.append(PendingMetadata(topic, p, now, uid, "half", off))
+        trace_parked(self.tracer, sent, "half_appended", HALF_TOPIC, transaction_id=rec.tid)
+        return sent
 
     def commit(self, txn: Transaction) -> list[BatchMetadata]:
-        self.store._check_writable()
+        self.log.check_writable()
         with self._lock:
             rec = self._live(txn, "commit")
             if not rec.offsets:
@@ -434,7 +389,7 @@ class TransactionManager:
             return self._apply_commit(rec)
 
     def rollback(self, txn: Transaction) -> None:
-        self.store._check_writable()
+        self.log.check_writable()
         with self._lock:
             rec = self._live(txn, "roll back")
             if rec.prepared is not None:
@@ -447,80 +402,64 @@ class TransactionManager:
     # -- resolving (also for check-back and roll-forward)
 
     def _apply_commit(self, rec: _Txn) -> list[BatchMetadata]:
-        """PREPARE (unless already written), the real appends, COMMIT. After a PREPARE from
-        an earlier attempt, a message whose unique ID is in its target partition is skipped.
+        """The two-phase relay (relay.py): PREPARE (unless an earlier attempt wrote it), the
+        real appends, COMMIT. After a PREPARE from an earlier attempt, a message whose unique
+        ID is in its target partition is skipped.
 
         Durable order, whatever the flush policy (docs/consume.md "Durability"): the half
         messages, then the PREPARE, before the first real append (so a crash or a power loss
         from there on rolls forward, skipping what is there, never commits twice or in part);
         the real appends before the COMMIT (which never outlives them). So once commit()
         returns, the transaction survives a power loss."""
-        store = self.store
-        make_durable(store, [(HALF_TOPIC, 0)])
+        log = self.log
         groups: dict[tuple[str, int], list[Message]] = {}
         for off in rec.in_order():
-            m = store.get(HALF_TOPIC, 0, off)
+            m = get_parked(log, HALF_TOPIC, off)
             if m is None:
                 raise TransactionStateError(
                     f"half message {off} of transaction {rec.tid!r} is gone from {HALF_TOPIC}"
                 )
             parked = read_parked(m, HALF_HEADERS)  # read at send or load: known good
             groups.setdefault((parked.topic, parked.partition), []).append(m)
-        retry = rec.prepared is not None
-        if rec.prepared is None:
-            targets: list[list[Any]] = [[t, p, store.end_offset(t, p)] for t, p in sorted(groups)]
-            rec.op_offset = self._op(rec.tid, "prepare", targets=targets)
-            make_durable(store, [(OP_TOPIC, 0)])
-            rec.prepared = targets
-            crash_point("txn:after_prepare")
-        ends = {(t, p): int(e) for t, p, e in rec.prepared}
-        check = PresenceCheck(store)
+        ends = None if rec.prepared is None else {(t, p): int(e) for t, p, e in rec.prepared}
         results: list[BatchMetadata] = []
-        committed: list[tuple[str, str, int, int]] = []  # (uid, topic, partition, offset)
-        now = now_ms()
-        for i, (t, p) in enumerate(sorted(groups)):
-            rows = [
-                m
-                for m in groups[(t, p)]
-                if not (retry and check.present(t, p, ends[(t, p)], m.unique_id))
-            ]
-            if rows:
-                md = self._append_real(t, p, rows, now)
-                results.append(md)
-                committed.extend(
-                    (uid, t, p, md.base_offset + j)
-                    for j, uid in enumerate(md.unique_ids)
-                    if uid is not None
-                )
-            crash_point(f"txn:after_append:{i + 1}")
-        make_durable(store, groups)
-        del self._open[rec.tid]
-        self._resolved[rec.tid] = _Done(self._op(rec.tid, "commit"), max(rec.offsets))
-        if rec.handle is not None:
-            rec.handle.state = "committed"
-        if store._tracer is not None and committed:
-            # read the clock after the real appends: their "appended" events (stamped by
-            # append_batch) never sort after the commit, even across a millisecond boundary
-            at = max(now, now_ms())
-            store._tracer.record(
-                TraceEvent(uid, "txn_committed", at, t, p, off, None, {"transaction_id": rec.tid})
-                for uid, t, p, off in committed
-            )
-        return results
+        now = log.clock()
 
-    def _append_real(
-        self, topic: str, partition: int, rows: list[Message], now: int
-    ) -> BatchMetadata:
-        values, keys, headers, stamps = [], [], [], []
-        for m in rows:
-            parked = read_parked(m, HALF_HEADERS)
-            values.append(m.value)
-            keys.append(m.key)
-            headers.append(parked.user)
-            stamps.append(now if parked.timestamp is None else parked.timestamp)
-        return self.store.append_batch(
-            topic, values, keys, headers, partition=partition, timestamps=stamps
+        def prepare() -> str | None:
+            if rec.prepared is not None:
+                return None
+            targets = [[t, p, log.partition(t, p).end_offset] for t, p in sorted(groups)]
+            rec.op_offset = self._op(rec.tid, "prepare", targets=targets)
+            rec.prepared = targets
+            return OP_TOPIC
+
+        def finish() -> None:
+            del self._open[rec.tid]
+            self._resolved[rec.tid] = _Done(self._op(rec.tid, "commit"), max(rec.offsets))
+            if rec.handle is not None:
+                rec.handle.state = "committed"
+
+        relay(
+            log,
+            "txn",
+            HALF_TOPIC,
+            groups,
+            prepare,
+            lambda t, p, _m: None if ends is None else ends[(t, p)],
+            lambda m: m.unique_id,
+            lambda t, p, rows: results.append(append_parked(log, t, p, rows, HALF_HEADERS)),
+            finish,
         )
+        if self.tracer is not None:
+            # read the clock after the real appends: their "appended" events (stamped by
+            # the append) never sort after the commit, even across a millisecond boundary
+            at = max(now, log.clock())
+            self.tracer.record(
+                TraceEvent(uid, "txn_committed", at, md.topic, md.partition,
+                           md.base_offset + j, None, {"transaction_id": rec.tid})
+                for md in results for j, uid in enumerate(md.unique_ids) if uid is not None
+            )  # fmt: skip
+        return results
 
     def _rollback(self, rec: _Txn, reason: str) -> None:
         del self._open[rec.tid]
@@ -528,10 +467,9 @@ class TransactionManager:
         self._resolved[rec.tid] = _Done(op, max(rec.offsets, default=-1))
         if rec.handle is not None:
             rec.handle.state = "rolled_back"
-        store = self.store
-        if store._tracer is not None:
-            now = now_ms()
-            store._tracer.record(
+        if self.tracer is not None:
+            now = self.log.clock()
+            self.tracer.record(
                 TraceEvent(uid, "txn_rolled_back", now, HALF_TOPIC, 0, off, None,
                            {"transaction_id": rec.tid, "reason": reason})
                 for off, uid in zip(rec.offsets, rec.uids, strict=True) if uid is not None
@@ -543,9 +481,8 @@ class TransactionManager:
         """Roll forward every transaction with a PREPARE op, then ask the checker about each
         unresolved one older than transaction_timeout_ms. Returns {transaction id: outcome}
         with outcomes "committed", "rolled_back" or "unknown"."""
-        store = self.store
-        store._check_writable()
-        now = now_ms() if now is None else now
+        self.log.check_writable()
+        now = self.log.clock() if now is None else now
         outcomes: dict[str, str] = {}
         with self._lock:
             self._load()
@@ -625,13 +562,13 @@ class TransactionManager:
         copies), and the prefix of `__txn_op` that no load needs any more: the ops of
         transactions whose half messages all lie below where a load starts reading. Every
         record the deletion relies on is made durable first."""
-        store = self.store
+        log = self.log
         report = RetentionReport()
         with self._lock:
             self._load()
-            if HALF_TOPIC not in store._partitions or OP_TOPIC not in store._partitions:
+            if not log.has_topic(HALF_TOPIC) or not log.has_topic(OP_TOPIC):
                 return report
-            bases = store.segment_offsets(HALF_TOPIC, 0)
+            bases = segment_bases(log.partition(HALF_TOPIC, 0))
             committing = [r.first() for r in self._open.values() if r.prepared and r.offsets]
             movable = [r for r in self._open.values() if r.offsets and r.prepared is None]
             live = sorted(off for r in movable for off in r.offsets)
@@ -639,8 +576,8 @@ class TransactionManager:
             movers = [r for r in movable if r.first() < boundary]
             if movers:
                 self._repark(movers, boundary)
-            make_durable(store, [(HALF_TOPIC, 0), (OP_TOPIC, 0)])
-            half = store._partition(HALF_TOPIC, 0)
+            log.sync_partitions([(HALF_TOPIC, 0), (OP_TOPIC, 0)])
+            half = log.partition(HALF_TOPIC, 0)
             report.merge(delete_below(half, min(boundary, self._low())))
             # a load reads __txn_half from the newest op's low (or its start): the decisions
             # of the transactions with a half message there, and the newest op of each open
@@ -650,7 +587,7 @@ class TransactionManager:
             needed += [r.op_offset for r in self._open.values() if r.op_offset >= 0]
             if self._last_op >= 0:
                 needed.append(self._last_op)
-                ops = store._partition(OP_TOPIC, 0)
+                ops = log.partition(OP_TOPIC, 0)
                 report.merge(delete_below(ops, min(needed)))
                 first_op = ops.start_offset
                 for tid in [t for t, d in self._resolved.items() if d.op_offset < first_op]:
@@ -661,25 +598,19 @@ class TransactionManager:
         """Copy the half messages below `boundary` of these open transactions to the end of
         `__txn_half` (H_MOVED names where each was first parked; a load keeps the copy and
         the send order); the originals go with the trimmed prefix."""
-        store = self.store
+        log = self.log
         moves: list[tuple[_Txn, Message]] = []
         for rec in recs:
             for off in rec.offsets:
                 if off < boundary:
-                    m = store.get(HALF_TOPIC, 0, off)
+                    m = get_parked(log, HALF_TOPIC, off)
                     if m is None:
                         raise TransactionStateError(
                             f"half message {off} of transaction {rec.tid!r} is gone"
                         )
                     moves.append((rec, m))
-        md = store._append_internal(
-            HALF_TOPIC,
-            [m.value for _r, m in moves],
-            [m.key for _r, m in moves],
-            [moved_copy_headers(m) for _r, m in moves],
-            timestamps=[m.timestamp for _r, m in moves],
-        )
-        crash_point("txn:after_repark")
+        md = repark_copies(log, HALF_TOPIC, [m for _r, m in moves])
+        crash_point("txn.after_repark")
         for i, (rec, m) in enumerate(moves):
             parked = read_parked(m, HALF_HEADERS)
             target = (parked.topic, parked.partition)
@@ -687,6 +618,6 @@ class TransactionManager:
 
     def register(self) -> None:
         if self.options.transaction_check_interval_ms > 0:
-            self.store._tasks.add(
+            self.log.tasks.add(
                 "transactions", self.options.transaction_check_interval_ms, background(self.check)
             )
