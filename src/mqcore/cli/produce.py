@@ -21,7 +21,6 @@ import os
 import re
 import stat
 import sys
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from decimal import Decimal
@@ -39,6 +38,7 @@ from mqcore.cli.options import (
     parse_time,
     positive,
 )
+from mqcore.clock import now_ms
 from mqcore.config import TopicConfig
 from mqcore.errors import (
     InvalidConfigError,
@@ -590,7 +590,7 @@ class Checker:
         self.window: set[str] = set()  # timestamp-window settings that refused a line
         # times before this are past time retention (docs/consume.md): warned about once
         deletes = cfg.retention_ms >= 0 and "delete" in cfg.cleanup_policy
-        self.expired = time.time_ns() // 1_000_000 - cfg.retention_ms if deletes else -1
+        self.expired = now_ms() - cfg.retention_ms if deletes else -1
         self.warned = False
         self.lines = 0  # lines given to one() so far
 

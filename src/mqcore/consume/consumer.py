@@ -64,10 +64,6 @@ DENSE_TAG = 16  # a tag on more than 1 in DENSE_TAG tagged records is scanned, n
 NO_END = (1 << 63) - 1
 
 
-def _wall_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 def _int_arg(name: str, value: object, low: int, high: int = NO_END) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise InvalidConfigError(f"{name} must be an int in [{low}, {high}], not {value!r}")
@@ -122,7 +118,7 @@ class Consumer:
         self._tag_hash = None if self.spec.tag is None else xxh64_hash(self.spec.tag, TAG_SEED)
         if now_ms is not None and not callable(now_ms):
             raise InvalidConfigError("now_ms must be a callable returning ms")
-        self._now = now_ms or _wall_ms
+        self._now = now_ms or log.clock
         self.log, self._state, self._tracer, self.topics = log, state, tracer, topic_list
         self.auto_offset_reset = auto_offset_reset
         self.enable_auto_commit = enable_auto_commit
@@ -348,12 +344,10 @@ class Consumer:
         out: list[Message] = []
         if offset >= part.end_offset:
             return out
-        # sizes and ends of one consistent moment, pinned: retention or compaction may retire
-        # a segment meanwhile, and its files stay open until this fetch lets go
-        with part.pinned_ends() as segs:
+        # the query engine's planner: sizes and ends of one moment, pinned (retention or
+        # compaction may retire a segment meanwhile; its files stay open until this fetch ends)
+        with engine.scan_plan(part, offset) as segs:
             for seg, size, seg_end in segs:
-                if size == 0 or seg_end <= offset:
-                    continue
                 table = seg.key_table() if self._tag_hash is not None else None
                 view = seg.view(0, size)
                 try:
@@ -526,7 +520,7 @@ class Consumer:
         tracer = self._tracer
         if tracer is None:
             return
-        events = events_for(out, "delivered", _wall_ms(), self.group)
+        events = events_for(out, "delivered", self.log.clock(), self.group)
         for m in out:
             uid = m.unique_id
             if uid is not None:
@@ -578,7 +572,7 @@ class Consumer:
             return
         self.log.sync_partitions(sorted(self._unsynced_copies))
         self._unsynced_copies.clear()
-        now = _wall_ms()
+        now = self.log.clock()
         self._state.offsets.commit(
             self.group, {tp: OffsetAndMetadata(off, "", now) for tp, off in chosen.items()}
         )
@@ -701,7 +695,7 @@ class Consumer:
         self._check_open()
         if not isinstance(message, Message):
             raise InvalidConfigError(f"nack takes a Message, not {type(message).__name__}")
-        now, wall = self._now(), _wall_ms()
+        now, wall = self._now(), self.log.clock()
         times = reconsume_times(message)
         events = events_for([message], "nacked", wall, self.group, reconsume=times)
         uid = message.unique_id

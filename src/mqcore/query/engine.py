@@ -293,10 +293,15 @@ def check_tag(tag: object) -> bytes:
         raise InvalidConfigError(f"tag {shown(tag)} is not valid text (UTF-8)") from None
 
 
-def segments_of(part: Partition) -> contextlib.AbstractContextManager[list[tuple[LogSegment, int]]]:
-    """The partition's segments with the size each had when the query started, pinned for the
-    block (retention or compaction closes a segment's files only after its readers leave)."""
-    return part.pinned_segments()
+@contextlib.contextmanager
+def scan_plan(part: Partition, from_offset: int = 0) -> Iterator[list[tuple[LogSegment, int, int]]]:
+    """The one scan planner (queries, key spans and the consumer's filtered poll): the
+    segments holding data at or after `from_offset`, oldest first, each with the size and
+    next offset it had when the plan was made, pinned until the block ends (retention or
+    compaction closes a segment's files only after its readers leave). Reading a segment
+    only up to its planned size keeps a scan inside one moment of the log."""
+    with part.pinned_ends() as segs:
+        yield [(seg, size, end) for seg, size, end in segs if size and end > from_offset]
 
 
 # -- lookups by ID and key ---------------------------------------------------------------------
@@ -316,9 +321,9 @@ def key_spans(
     than `max_hits` candidates (reading it then beats a lookup per batch). Nothing is read but
     the key tables."""
     out: list[tuple[int, int]] = []
-    with segments_of(part) as segments:
-        for seg, _size in segments:
-            lo, hi = max(start, seg.base_offset), min(end, seg.next_offset)
+    with scan_plan(part, start) as segments:
+        for seg, _size, seg_end in segments:
+            lo, hi = max(start, seg.base_offset), min(end, seg_end)
             if lo >= hi:
                 continue
             table = seg.key_table()
@@ -358,7 +363,7 @@ def find_unique(
     limit = check_limit("limit", limit, MAX_LIMIT)
     t = uid_time_ms(raw)
     with contextlib.ExitStack() as pins:
-        segs = [(part, seg) for part in parts for seg, _ in pins.enter_context(segments_of(part))]
+        segs = [(part, seg) for part in parts for seg, *_ in pins.enter_context(scan_plan(part))]
         return _find_unique_in(segs, raw, hashed, lo, hi, t, limit)
 
 
@@ -504,10 +509,8 @@ def scan_partition(
             return None
         start_offset = max(start_offset, first)
     next_offset = start_offset
-    with segments_of(part) as segments:
-        for seg, size in segments:
-            if size == 0 or seg.next_offset <= next_offset:
-                continue
+    with scan_plan(part, next_offset) as segments:
+        for seg, size, _end in segments:
             if seg.max_timestamp < spec.lo:
                 continue
             table = seg.key_table()

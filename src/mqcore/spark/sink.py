@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import glob
 import os
-import time
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -129,7 +128,7 @@ class MqcoreArrowWriter(DataSourceArrowWriter):
     def _append(self, store: mqcore.Store, table: pa.Table) -> None:
         import pyarrow.compute as pc
 
-        now_ms = time.time_ns() // 1_000_000
+        now_ms = store.log.clock()
         if self.opts.topic is not None:
             groups = [(self.opts.topic, table)]
         else:

@@ -29,7 +29,6 @@ import hashlib
 import json
 import os
 import re
-import time
 import uuid
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
@@ -44,6 +43,7 @@ from pyspark.sql.datasource import (
 )
 
 import mqcore
+from mqcore.clock import now_ms
 from mqcore.consume.offsets import OffsetAndMetadata, OffsetStore
 from mqcore.errors import (
     InvalidConfigError,
@@ -163,10 +163,6 @@ def rate_limit(
 # -- reading ----------------------------------------------------------------------------------
 
 
-def _wall_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 class MqcoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Kafka's micro-batch source over a store: offsets from the partition ends, read limits,
     Trigger.AvailableNow, failOnDataLoss, and an optional consumer-group commit."""
@@ -178,7 +174,7 @@ class MqcoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._last_trigger_ms = 0  # Kafka's: the first trigger never waits for minOffsets
         self._group_committed: Offsets = {}
         self._group_pending: Offsets | None = None  # a commit the writer lock held back
-        self.clock = _wall_ms  # tests drive maxTriggerDelay with their own clock
+        self.clock = now_ms  # tests drive maxTriggerDelay with their own clock
         if not READ_LIMITS:
             limited = [
                 name
@@ -334,7 +330,7 @@ class MqcoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return
         try:
             with mqcore.open(self.opts.read.path) as store:
-                now = _wall_ms()
+                now = now_ms()
                 OffsetStore(store.log).commit(
                     group,
                     {
@@ -470,9 +466,9 @@ def route(store: mqcore.Store, tables: Sequence[pa.Table], topic: str | None, ba
 
 
 def _append_all(store: mqcore.Store, topic: str, partition: int, rows: pa.Table) -> None:
-    now_ms = _wall_ms()
+    now = now_ms()
     for start in range(0, rows.num_rows, ROWS_PER_APPEND):
-        append_rows(store, topic, partition, rows.slice(start, ROWS_PER_APPEND), now_ms)
+        append_rows(store, topic, partition, rows.slice(start, ROWS_PER_APPEND), now)
 
 
 def _already_appended(

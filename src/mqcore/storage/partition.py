@@ -616,12 +616,6 @@ class Partition:
             dispose()
 
     @contextlib.contextmanager
-    def pinned_segments(self) -> Iterator[list[tuple[LogSegment, int]]]:
-        """The segments with the size each has now, pinned until the block ends (queries)."""
-        with self.pinned_ends() as segs:
-            yield [(seg, size) for seg, size, _end in segs]
-
-    @contextlib.contextmanager
     def pinned_ends(self) -> Iterator[list[tuple[LogSegment, int, int]]]:
         """(segment, size, next offset) of every segment at one moment (appends hold the
         lock), pinned until the block ends: retention and compaction may take them out of the
