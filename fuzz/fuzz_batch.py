@@ -7,10 +7,10 @@ record, varint and header decoders.
 
 from __future__ import annotations
 
-import _common
-from _common import EXPECTED, MAX_DECOMPRESSED, touch_message
+import fuzzcommon
+from fuzzcommon import EXPECTED, MAX_DECOMPRESSED, touch_message
 
-batch = _common.batch
+batch = fuzzcommon.batch
 
 
 def walk_headers(data: bytes, verify: bool) -> None:
@@ -63,4 +63,4 @@ def test_one_input(data: bytes) -> None:
 
 
 if __name__ == "__main__":
-    _common.run(test_one_input)
+    fuzzcommon.run(test_one_input)

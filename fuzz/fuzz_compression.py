@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import struct
 
-import _common
-from _common import EXPECTED, MAX_DECOMPRESSED, touch_message
+import fuzzcommon
+from fuzzcommon import EXPECTED, MAX_DECOMPRESSED, touch_message
 
-batch = _common.batch
-compression = _common.mqcore.compression
-crc32c = _common.crc32c.crc32c
+batch = fuzzcommon.batch
+compression = fuzzcommon.mqcore.compression
+crc32c = fuzzcommon.crc32c.crc32c
 
 # attributes .. records_count after the CRC field: attributes(2) lastOffsetDelta(4) baseTs(8)
 # maxTs(8) producerId(8) producerEpoch(2) baseSequence(4) recordsCount(4)
@@ -55,4 +55,4 @@ def test_one_input(data: bytes) -> None:
 
 
 if __name__ == "__main__":
-    _common.run(test_one_input)
+    fuzzcommon.run(test_one_input)

@@ -3,10 +3,10 @@ the same text: IDs are canonical, one per message."""
 
 from __future__ import annotations
 
-import _common
-from _common import EXPECTED
+import fuzzcommon
+from fuzzcommon import EXPECTED
 
-ids = _common.mqcore.query.ids
+ids = fuzzcommon.mqcore.query.ids
 
 
 def test_one_input(data: bytes) -> None:
@@ -31,4 +31,4 @@ def test_one_input(data: bytes) -> None:
 
 
 if __name__ == "__main__":
-    _common.run(test_one_input)
+    fuzzcommon.run(test_one_input)

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import os
 
-import _common
-from _common import EXPECTED
+import fuzzcommon
+from fuzzcommon import EXPECTED
 
-index = _common.index
-storage_index = _common.mqcore.storage.index
+index = fuzzcommon.index
+storage_index = fuzzcommon.mqcore.storage.index
 
-_DIR = _common.scratch_dir("mqcore-fuzz-index-")
+_DIR = fuzzcommon.scratch_dir("mqcore-fuzz-index-")
 _PATH = os.path.join(_DIR, "00000000000000000000.index")
 
 # probe values: below, inside and above anything a real index holds
@@ -74,4 +74,4 @@ def test_one_input(data: bytes) -> None:
 
 
 if __name__ == "__main__":
-    _common.run(test_one_input)
+    fuzzcommon.run(test_one_input)

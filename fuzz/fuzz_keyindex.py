@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from array import array
 
-import _common
-from _common import EXPECTED, MAX_DECOMPRESSED
+import fuzzcommon
+from fuzzcommon import EXPECTED, MAX_DECOMPRESSED
 
-keyindex = _common.keyindex
+keyindex = fuzzcommon.keyindex
 
 _STARTS = array("q", [0, 100, 4096])
 _FIRST = array("q", [0, 10, 20])
@@ -47,4 +47,4 @@ def test_one_input(data: bytes) -> None:
 
 
 if __name__ == "__main__":
-    _common.run(test_one_input)
+    fuzzcommon.run(test_one_input)

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import os
 
-import _common
-from _common import EXPECTED
+import fuzzcommon
+from fuzzcommon import EXPECTED
 
-logdir = _common.mqcore.storage.logdir
+logdir = fuzzcommon.mqcore.storage.logdir
 
-_DIR = _common.scratch_dir("mqcore-fuzz-logdir-")
-_common.mqcore.open(_DIR).close()  # an empty store: a read-only LogDirectory refuses a non-store
+_DIR = fuzzcommon.scratch_dir("mqcore-fuzz-logdir-")
+fuzzcommon.mqcore.open(_DIR).close()  # an empty store: a read-only LogDirectory refuses a non-store
 _DIRECTORY = logdir.LogDirectory(_DIR, writable=False)
 
 
@@ -35,4 +35,4 @@ def test_one_input(data: bytes) -> None:
 
 
 if __name__ == "__main__":
-    _common.run(test_one_input)
+    fuzzcommon.run(test_one_input)

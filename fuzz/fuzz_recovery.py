@@ -14,13 +14,13 @@ import json
 import os
 import shutil
 
-import _common
-from _common import EXPECTED, touch_message
+import fuzzcommon
+from fuzzcommon import EXPECTED, touch_message
 
-mqcore = _common.mqcore
+mqcore = fuzzcommon.mqcore
 logdir = mqcore.storage.logdir
 
-_ROOT = _common.scratch_dir("mqcore-fuzz-recovery-")
+_ROOT = fuzzcommon.scratch_dir("mqcore-fuzz-recovery-")
 _STORE = os.path.join(_ROOT, "store")
 _BASE = "00000000000000000000"
 # small derived files, so each run is quick (the defaults preallocate megabytes per segment)
@@ -78,4 +78,4 @@ def test_one_input(data: bytes) -> None:
 
 
 if __name__ == "__main__":
-    _common.run(test_one_input)
+    fuzzcommon.run(test_one_input)

@@ -3,10 +3,10 @@ SegmentScanner (recovery's scan), over a segment's bytes."""
 
 from __future__ import annotations
 
-import _common
-from _common import EXPECTED, MAX_DECOMPRESSED, touch_message
+import fuzzcommon
+from fuzzcommon import EXPECTED, MAX_DECOMPRESSED, touch_message
 
-scan = _common.scan
+scan = fuzzcommon.scan
 
 
 def test_one_input(data: bytes) -> None:
@@ -49,4 +49,4 @@ def test_one_input(data: bytes) -> None:
 
 
 if __name__ == "__main__":
-    _common.run(test_one_input)
+    fuzzcommon.run(test_one_input)

@@ -4,10 +4,10 @@ lines for the properties."""
 
 from __future__ import annotations
 
-import _common
-from _common import EXPECTED
+import fuzzcommon
+from fuzzcommon import EXPECTED
 
-selector = _common.mqcore.query.selector
+selector = fuzzcommon.mqcore.query.selector
 
 
 def test_one_input(data: bytes) -> None:
@@ -29,4 +29,4 @@ def test_one_input(data: bytes) -> None:
 
 
 if __name__ == "__main__":
-    _common.run(test_one_input)
+    fuzzcommon.run(test_one_input)

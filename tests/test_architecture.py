@@ -4,6 +4,7 @@ checks of `make lint`, run in the suite so CI runs them too."""
 
 from __future__ import annotations
 
+import ast
 import os
 import shutil
 import subprocess
@@ -81,6 +82,46 @@ def test_no_module_touches_another_modules_privates() -> None:
     """ruff's SLF001 over src/ (a class using its own underscored names is fine)."""
     proc = subprocess.run(
         [_tool("ruff"), "check", "--select", "SLF001", "--no-cache", "src"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:]
+
+
+def _private_imports(path: Path) -> list[str]:
+    """`from m import _name` and imports of a module whose path has a `_part` (the kernels'
+    package `mqcore._ext` excepted: its modules' public names are the kernels' API)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            modules = [node.module or ""]
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.Import):
+            modules, names = [a.name for a in node.names], []
+        else:
+            continue
+        for module in modules:
+            parts = [p for p in module.split(".") if p not in ("", "_ext", "__future__")]
+            if any(p.startswith("_") and not p.startswith("__") for p in parts):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno} imports {module}")
+        for name in names:
+            if name.startswith("_") and not name.startswith("__"):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno} imports {name}")
+    return found
+
+
+def test_tests_use_public_names() -> None:
+    """No test, benchmark, fuzz target or tool imports another module's private name or
+    touches another object's `_private` attribute (SLF001): they drive the code as users do."""
+    dirs = ("tests", "bench", "fuzz", "tools")
+    files = [p for d in dirs for p in sorted((ROOT / d).rglob("*.py"))]
+    assert files
+    found = [hit for p in files for hit in _private_imports(p)]
+    assert found == []
+    proc = subprocess.run(
+        [_tool("ruff"), "check", "--select", "SLF001", "--no-cache", *dirs],
         cwd=ROOT,
         capture_output=True,
         text=True,
