@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -14,6 +15,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+# a store, log or partition of a child process's code reaching a private name
+CHILD_PRIVATE = re.compile(r"\b(?:store|s|st|log|part)\._[a-z]\w*")
 SRC = ROOT / "src"
 
 
@@ -95,6 +98,11 @@ def _private_imports(path: Path) -> list[str]:
     tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
     found = []
     for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            # the code of child processes, handed over as a string: its store privates too
+            for m in CHILD_PRIVATE.finditer(node.value):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno} child code uses {m[0]}")
+            continue
         if isinstance(node, ast.ImportFrom):
             modules = [node.module or ""]
             names = [a.name for a in node.names]

@@ -40,7 +40,7 @@ writeback = sys.argv[4]
 def written_back():
     # the page cache wrote this one partition back before the power went
     if writeback != "none":
-        store._partition(writeback, 0).flush()
+        store.log.partition(writeback, 0).flush()
 """
 
 TXN = (
