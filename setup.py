@@ -19,6 +19,7 @@ KERNELS = [
     "mapping",
     "keyindex",
     "filespace",
+    "segtable",
     "lookup",
 ]
 # MQCORE_KERNELS="crc32c varint" builds a subset (fuzz and sanitizer builds of one kernel);

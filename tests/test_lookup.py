@@ -246,10 +246,10 @@ def test_get_record_answers_read_and_releases_its_mappings(tmp_path: object) -> 
     assert len(part.segments) > 3
     for _ in range(2):
         for m in msgs:
-            assert lookup.get_record(part, m.offset) == m
+            assert lookup.get_record(part.table, m.offset) == m
             assert store.get_by_id(m.msg_id) == m
     for offset in (-1, len(msgs), len(msgs) + 10, 1 << 70, -(1 << 70)):
-        assert lookup.get_record(part, offset) is None
+        assert lookup.get_record(part.table, offset) is None
     mappings = [seg._mapped for seg in part.segments]
     assert all(m is not None for m in mappings)
     store.close()
@@ -268,7 +268,7 @@ def test_a_failed_get_releases_its_mapping_too(tmp_path: object) -> None:
     store = mqcore.open(path, read_only=True)
     part = store._partition("t", 0)
     with pytest.raises(CorruptRecordError):
-        lookup.get_record(part, 50)
+        lookup.get_record(part.table, 50)
     mapped = part.segments[0]._mapped
     store.close()
     assert mapped.closed
@@ -353,7 +353,7 @@ def test_colliding_and_damaged_entries_are_verified_away(tmp_path: object) -> No
         r = store.find_by_key("t", b"zeta")  # read through the offset index: alpha's record
         assert len(r) == 0 and r.scanned_records == 1
         found, read = lookup.find_hashed(
-            store._partition("t", 0), b"alpha", lookup.KEY_KIND, 0, (1 << 63) - 1, 1, 1 << 20
+            store._partition("t", 0).table, b"alpha", lookup.KEY_KIND, 0, (1 << 63) - 1, 1, 1 << 20
         )
         assert [m.offset for m in found] == [] and read == 1  # from_offset 1: beta's only
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from mqcore._ext.batch import Message
 from mqcore._ext.hashing import KEY_SEED, UID_SEED, xxh64_hash
-from mqcore._ext.lookup import find_indexed  # noqa: F401 - the key lookup, in the kernel
+from mqcore._ext.lookup import find_keyed
 from mqcore._ext.search import scan_records
 from mqcore.errors import (
     CorruptRecordError,
@@ -77,7 +77,6 @@ class QueryResult:
     scanned_records: int = 0
     scanned_bytes: int = 0
     cursor: str | None = None
-    # a class-level default (immutable): the key lookup kernel makes results without __init__
     missing_properties: tuple[str, ...] | None = None
 
     def __iter__(self) -> Iterator[Message]:
@@ -300,6 +299,37 @@ def segments_of(part: Partition) -> contextlib.AbstractContextManager[list[tuple
 
 def uid_matches(m: Message, uid: bytes) -> bool:
     return m.header("uid") == uid
+
+
+def find_indexed(
+    parts: Sequence[Partition] | dict[int, Partition],
+    key: bytes | str,
+    kind: int,
+    start: int | None,
+    end: int | None,
+    limit: int,
+    cursor: str | None,
+) -> QueryResult:
+    """The messages of `parts` (partitions in order, or a dict of them by number) whose record
+    carries `key` (bytes, or str as UTF-8) by their key index (`kind`: lookup.KEY_KIND or
+    UID_KIND), with timestamps in [start, end) ms (None: unbounded), at most `limit` of them,
+    resuming at `cursor`. The kernel (_ext/lookup.pyx find_keyed) probes and verifies; the
+    common arguments skip the checks' calls."""
+    raw = key if type(key) is bytes else query_bytes(key, "key")
+    lo, hi = (0, NO_END) if start is None and end is None else time_bounds(start, end)
+    if type(limit) is not int or not 1 <= limit <= MAX_LIMIT:
+        limit = check_limit("limit", limit, MAX_LIMIT)
+    resume_p, resume_o = (-1, 0) if cursor is None else decode_cursor(cursor)
+    if isinstance(parts, dict):
+        tables = [parts[p].table for p in sorted(parts)]
+    else:
+        tables = [part.table for part in parts]
+    messages, scanned, stop_p, stop_o = find_keyed(
+        tables, raw, kind, lo, hi, limit, resume_p, resume_o, MAX_PROBE, MAX_DECOMPRESSED
+    )
+    if stop_p < 0:
+        return QueryResult(messages, EXHAUSTED, scanned)
+    return QueryResult(messages, LIMIT, scanned, 0, encode_cursor(stop_p, stop_o))
 
 
 def key_spans(

@@ -621,6 +621,17 @@ class LogSegment:
             mapped = self._remap(limit)
         return mapped[start:limit]
 
+    def mapping(self, limit: int) -> MappedFile:
+        """The mapping of the `.log` covering [0, limit), mapped or remapped if need be (same
+        rule for `limit` as view()). The lookup kernels take a buffer of it as a point read's
+        pin (_ext/lookup.pyx): the mapping outlives a remap or close until it is released."""
+        mapped = self._mapped
+        if mapped is None or mapped.length < limit:
+            self._remap(limit)
+            mapped = self._mapped
+            assert mapped is not None  # _remap maps or raises
+        return mapped
+
     def _remap(self, limit: int) -> memoryview:
         if self.fd < 0:
             self.ensure_open()  # first use, or closed by the cache (raises once closed for good)
