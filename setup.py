@@ -10,7 +10,9 @@ from setuptools import Extension, setup
 KERNELS = [
     "crc32c",
     "varint",
+    "ids",
     "batch",
+    "encode",
     "scan",
     "search",
     "index",

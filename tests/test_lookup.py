@@ -6,21 +6,24 @@ return None, never read outside their buffers."""
 
 from __future__ import annotations
 
+import base64
 import os
 import random
 import struct
+import uuid
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import mqcore
-from mqcore._ext import lookup
+from mqcore._ext import ids, lookup
 from mqcore._ext.batch import Message, decode_messages, encode_batch
 from mqcore._ext.crc32c import crc32c
 from mqcore._ext.hashing import KEY_SEED, xxh64_hash
 from mqcore._ext.keyindex import HEADER_BYTES, KeyTable, file_size, init_header
 from mqcore._ext.scan import read_record
+from mqcore._ext.varint import encode_varint
 from mqcore.errors import CodecError, CorruptIndexError, CorruptRecordError, InvalidMessageIdError
 from mqcore.query.ids import decode_msg_id, encode_msg_id
 from tests.test_batch import GuardedArena
@@ -171,8 +174,40 @@ class Text(str):
 )
 def test_store_ids_decode_in_c_as_in_python(topic: str, partition: int, offset: int) -> None:
     text = encode_msg_id(topic, partition, offset)
-    assert lookup.decode_store_id(text) == (topic, partition, offset)
+    assert ids.decode_store_id(text) == (topic, partition, offset)
     assert decode_msg_id(Text(text)) == (topic, partition, offset)
+
+
+@given(
+    topic=st.text(min_size=0, max_size=400),
+    partition=st.integers(0, 0x7FFFFFFF),
+    offset=st.integers(0, (1 << 63) - 1),
+)
+def test_store_ids_encode_in_c_as_the_format_says(topic: str, partition: int, offset: int) -> None:
+    """The kernel's encoder (Message.msg_id, ids.encode_msg_id) against the format written
+    with the standard library: "m1-" + unpadded base64url of the two varints and the topic."""
+    try:
+        name = topic.encode()
+    except UnicodeEncodeError:  # a lone surrogate: no UTF-8, no ID
+        with pytest.raises(UnicodeEncodeError):
+            ids.encode_store_id(topic, partition, offset)
+        return
+    raw = encode_varint(partition) + encode_varint(offset) + name
+    expected = "m1-" + base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+    assert ids.encode_store_id(topic, partition, offset) == expected
+    assert encode_msg_id(topic, partition, offset) == expected
+
+
+@given(raw=st.binary(min_size=16, max_size=16))
+def test_unique_id_text_is_the_canonical_uuid(raw: bytes) -> None:
+    assert ids.uid_text(raw) == str(uuid.UUID(bytes=raw))
+    assert Message("t", 0, 0, 0, headers=[("uid", raw)]).unique_id == str(uuid.UUID(bytes=raw))
+
+
+def test_unique_id_text_needs_16_bytes() -> None:
+    for raw in (b"", bytes(15), bytes(17)):
+        with pytest.raises(ValueError, match="16 bytes"):
+            ids.uid_text(raw)
 
 
 @settings(max_examples=400)
@@ -188,7 +223,7 @@ def test_store_ids_decode_in_c_as_in_python(topic: str, partition: int, offset: 
 def test_any_text_the_c_decoder_takes_python_takes_alike(text: str) -> None:
     """The C decoder accepts exactly canonical IDs: whatever it returns, the Python decoder
     returns too; whatever it refuses, the Python decoder refuses with InvalidMessageIdError."""
-    fast = lookup.decode_store_id(text)
+    fast = ids.decode_store_id(text)
     try:
         slow = decode_msg_id(Text(text))
     except InvalidMessageIdError:
@@ -207,14 +242,14 @@ def test_any_text_the_c_decoder_takes_python_takes_alike(text: str) -> None:
 def test_malformed_store_ids_are_refused_by_both(text: str) -> None:
     """Empty or lone-character bodies, padding, '+', unused bits set, overlong varints, the
     topics '.' and '..', a non-ASCII topic, another prefix, an overlong body."""
-    assert lookup.decode_store_id(text) is None
+    assert ids.decode_store_id(text) is None
     with pytest.raises(InvalidMessageIdError):
         decode_msg_id(text)
 
 
 def test_non_str_ids_are_refused() -> None:
     for value in (None, 5, b"m1-AAB0"):
-        assert lookup.decode_store_id(value) is None
+        assert ids.decode_store_id(value) is None
         with pytest.raises(InvalidMessageIdError):
             decode_msg_id(value)
 

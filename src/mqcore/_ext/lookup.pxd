@@ -5,6 +5,3 @@ from mqcore._ext.segtable cimport SegmentTable
 # Partition.get: the Message at `offset` of the partition whose table is `table`, or None.
 cdef object get_in(SegmentTable table, object offset_obj, bint verify_crc,
                    Py_ssize_t max_decompressed)
-
-# (topic, partition, offset) of a canonical store ID, else None.
-cdef object decode_id(object text)

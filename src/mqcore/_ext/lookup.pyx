@@ -16,40 +16,29 @@
 # and the read still finishes on the bytes it picked. The log is then read without the lock
 # (docs/architecture.md "Concurrency"); Python-level scans keep pinning segments
 # (Partition.pinned_segments) because they hold more than the mapping.
-#
-# Store ID (query/ids.py): "m1-" + unpadded base64url of varint partition | varint offset |
-# topic. decode_store_id accepts exactly the canonical IDs ids.decode_msg_id accepts and
-# returns None for every other text, which the caller hands to ids.decode_msg_id for the error.
+# A store ID is decoded by ids.pyx.
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.dict cimport PyDict_GetItem
 from cpython.mem cimport PyMem_Calloc, PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from cpython.object cimport PyObject
-from cpython.unicode cimport PyUnicode_CheckExact, PyUnicode_DecodeASCII
-from libc.stdint cimport INT32_MAX, int32_t, int64_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint64_t
 from libc.stdlib cimport qsort
 from libc.string cimport memcmp, memcpy, memset
 
 from mqcore._ext.batch cimport E_TRAILING, OK, HeaderView, Message, error_text, next_header
 from mqcore._ext.bytes_be cimport load_be32
 from mqcore._ext.hashing cimport KIND_KEY, KIND_UID, SEED_KEY, SEED_UID, xxh64
+from mqcore._ext.ids cimport decode_id
 from mqcore._ext.index cimport OFFSET_ENTRY_SIZE, floor_entry
 from mqcore._ext.keyindex cimport EntryHit, HitArray, hits_free, probe_tables
 from mqcore._ext.mapping cimport MappedFile
 from mqcore._ext.scan cimport locate, read_at, read_memo
 from mqcore._ext.segtable cimport SegmentTable
-from mqcore._ext.varint cimport MAX_VARINT_BYTES, read_varint, write_varint
 
 from mqcore.errors import CorruptRecordError
 
-cdef extern from "Python.h":
-    bint PyUnicode_IS_ASCII(object o)
-    const char* PyUnicode_AsUTF8AndSize(object text, Py_ssize_t* size) except NULL
-
 cdef enum:
-    MAX_ID_BODY = 512             # base64 characters of the longest store ID the fast path takes
-    MAX_ID_RAW = 384              # the bytes they decode to
-    MAX_TOPIC_LENGTH = 249        # config.MAX_NAME_LENGTH
     LOCAL_CANDIDATES = 16         # index hits a key lookup keeps on the stack (more: on the heap)
 
 DEFAULT_MAX_DECOMPRESSED = 256 << 20
@@ -58,7 +47,7 @@ UID_KIND = KIND_UID
 
 
 # ---------------------------------------------------------------------------------------------
-# get: segment floor, offset-index floor, record
+# get: segment floor, offset-index floor, record; a store ID's record
 # ---------------------------------------------------------------------------------------------
 
 cdef int index_floor(object seg, int64_t base, int64_t offset, Py_ssize_t* position) except -1:
@@ -165,114 +154,6 @@ def get_record(SegmentTable table not None, offset, bint verify_crc=True,
     `verified_batches` memo records), and the buffer is released.
     """
     return get_in(table, offset, verify_crc, max_decompressed)
-
-
-# ---------------------------------------------------------------------------------------------
-# Store IDs
-# ---------------------------------------------------------------------------------------------
-
-cdef signed char B64URL[256]
-
-
-cdef void init_alphabet() noexcept nogil:
-    cdef int i
-    cdef const char* chars = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
-    for i in range(256):
-        B64URL[i] = -1
-    for i in range(64):
-        B64URL[<unsigned char>chars[i]] = i
-
-
-init_alphabet()
-
-
-cdef inline bint legal_name_char(unsigned char c) noexcept nogil:
-    return (c >= 97 and c <= 122) or (c >= 65 and c <= 90) or (c >= 48 and c <= 57) \
-        or c == 46 or c == 95 or c == 45
-
-
-cdef Py_ssize_t unbase64(const unsigned char* s, Py_ssize_t n, unsigned char* out) noexcept nogil:
-    """Decode unpadded base64url s[:n] into out; -1 unless it is the canonical encoding of the
-    bytes (every character in the alphabet, no lone last character, unused low bits zero)."""
-    cdef Py_ssize_t i, o = 0, full = n - n % 4
-    cdef int a, b, c, d
-    if n % 4 == 1:
-        return -1
-    for i in range(n):
-        if B64URL[s[i]] < 0:
-            return -1
-    i = 0
-    while i < full:
-        a, b, c, d = B64URL[s[i]], B64URL[s[i + 1]], B64URL[s[i + 2]], B64URL[s[i + 3]]
-        out[o] = <unsigned char>((a << 2) | (b >> 4))
-        out[o + 1] = <unsigned char>(((b & 15) << 4) | (c >> 2))
-        out[o + 2] = <unsigned char>(((c & 3) << 6) | d)
-        o += 3
-        i += 4
-    if n - full == 2:
-        a, b = B64URL[s[i]], B64URL[s[i + 1]]
-        if b & 15:
-            return -1
-        out[o] = <unsigned char>((a << 2) | (b >> 4))
-        o += 1
-    elif n - full == 3:
-        a, b, c = B64URL[s[i]], B64URL[s[i + 1]], B64URL[s[i + 2]]
-        if c & 3:
-            return -1
-        out[o] = <unsigned char>((a << 2) | (b >> 4))
-        out[o + 1] = <unsigned char>(((b & 15) << 4) | (c >> 2))
-        o += 2
-    return o
-
-
-cdef bint canonical_varint(const unsigned char* p, int n, int64_t value) noexcept nogil:
-    """Whether p[:n] is the shortest encoding of value (decoding drops bits past 64)."""
-    cdef unsigned char buf[MAX_VARINT_BYTES]
-    return write_varint(buf, value) == n and memcmp(buf, p, n) == 0
-
-
-cdef object decode_id(object text):
-    """(topic, partition, offset) of a canonical store ID, else None."""
-    cdef const unsigned char* s
-    cdef Py_ssize_t n, rn, tl, i
-    cdef unsigned char raw[MAX_ID_RAW]
-    cdef int64_t partition, offset
-    cdef int n1, n2
-    if not PyUnicode_CheckExact(text) or not PyUnicode_IS_ASCII(text):
-        return None
-    s = <const unsigned char*>PyUnicode_AsUTF8AndSize(text, &n)
-    if n < 3 or s[0] != 109 or s[1] != 49 or s[2] != 45:  # "m1-"
-        return None
-    if n - 3 > MAX_ID_BODY:
-        return None
-    rn = unbase64(s + 3, n - 3, raw)
-    if rn < 0:
-        return None
-    n1 = read_varint(raw, rn, &partition)
-    if n1 < 0:
-        return None
-    n2 = read_varint(raw + n1, rn - n1, &offset)
-    if n2 < 0:
-        return None
-    if partition < 0 or partition > INT32_MAX or offset < 0:
-        return None
-    if not canonical_varint(raw, n1, partition) or not canonical_varint(raw + n1, n2, offset):
-        return None
-    tl = rn - n1 - n2
-    if tl < 1 or tl > MAX_TOPIC_LENGTH:
-        return None
-    for i in range(n1 + n2, rn):
-        if not legal_name_char(raw[i]):
-            return None
-    if raw[n1 + n2] == 46 and (tl == 1 or (tl == 2 and raw[n1 + n2 + 1] == 46)):
-        return None  # "." and ".." are no topic names
-    return (PyUnicode_DecodeASCII(<char*>raw + n1 + n2, tl, NULL), partition, offset)
-
-
-def decode_store_id(text):
-    """(topic, partition, offset) of a store ID in canonical form, or None for any other text
-    (ids.decode_msg_id then says what is wrong with it)."""
-    return decode_id(text)
 
 
 def get_by_id(dict partitions not None, msg_id, decode not None,
