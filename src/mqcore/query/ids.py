@@ -4,7 +4,7 @@ Store ID (`msg_id`): where a message lives, decodable with no index.
     "m1-" + base64url, unpadded, of: varint partition | varint offset | UTF-8 topic
     (Kafka's zigzag varints, _ext/varint.pyx)
 Unique ID (`unique_id`): 16 bytes carried by the record's `uid` header (a UUIDv7 when mqcore
-assigns it, see _ext/batch.pyx), written as a canonical UUID: 8-4-4-4-12 lowercase hex.
+assigns it, see _ext/encode.pyx), written as a canonical UUID: 8-4-4-4-12 lowercase hex.
 A store ID always starts with "m1-"; a unique ID never holds anything but hex and hyphens.
 """
 
