@@ -7,10 +7,14 @@ return None, never read outside their buffers."""
 from __future__ import annotations
 
 import base64
+import bisect
+import itertools
 import os
 import random
 import struct
+import threading
 import uuid
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -23,6 +27,7 @@ from mqcore._ext.crc32c import crc32c
 from mqcore._ext.hashing import KEY_SEED, xxh64_hash
 from mqcore._ext.keyindex import HEADER_BYTES, KeyTable, file_size, init_header
 from mqcore._ext.scan import read_record
+from mqcore._ext.segtable import SegmentTable
 from mqcore._ext.varint import encode_varint
 from mqcore.errors import CodecError, CorruptIndexError, CorruptRecordError, InvalidMessageIdError
 from mqcore.query.ids import decode_msg_id, encode_msg_id
@@ -285,7 +290,7 @@ def test_get_record_answers_read_and_releases_its_mappings(tmp_path: object) -> 
             assert store.get_by_id(m.msg_id) == m
     for offset in (-1, len(msgs), len(msgs) + 10, 1 << 70, -(1 << 70)):
         assert lookup.get_record(part.table, offset) is None
-    mappings = [seg._mapped for seg in part.segments]
+    mappings = [seg.mapped for seg in part.segments]
     assert all(m is not None for m in mappings)
     store.close()
     assert all(m.closed for m in mappings)  # no buffer taken by a lookup was left behind
@@ -304,7 +309,7 @@ def test_a_failed_get_releases_its_mapping_too(tmp_path: object) -> None:
     part = store._partition("t", 0)
     with pytest.raises(CorruptRecordError):
         lookup.get_record(part.table, 50)
-    mapped = part.segments[0]._mapped
+    mapped = part.segments[0].mapped
     store.close()
     assert mapped.closed
 
@@ -466,7 +471,7 @@ def test_lookups_racing_retention_answer_or_miss_but_never_fail(tmp_path: object
             while not stop.is_set():
                 store.append("t", b"v%d" % i, key=b"k%d" % (i % 7), partition=0)
                 store.apply_retention("t")
-                seen.extend(seg._mapped for seg in store._partition("t", 0).segments)
+                seen.extend(seg.mapped for seg in store._partition("t", 0).segments)
                 i += 1
         except BaseException as e:  # noqa: BLE001 - reported below
             errors.append(e)
@@ -488,3 +493,47 @@ def test_lookups_racing_retention_answer_or_miss_but_never_fail(tmp_path: object
     assert store.start_offset("t", 0) > 0  # retention did delete segments meanwhile
     store.close()
     assert all(m is None or m.closed for m in seen)
+
+
+# -- the segment table ------------------------------------------------------------------------
+
+
+class FakeSegment:
+    def __init__(self, base_offset: int) -> None:
+        self.base_offset = base_offset
+
+
+@settings(max_examples=200)
+@given(
+    steps=st.lists(
+        st.tuples(st.integers(0, 12), st.integers(0, 12), st.lists(st.integers(0, 400))),
+        max_size=12,
+    ),
+    probes=st.lists(st.integers(-5, 500), max_size=20),
+)
+def test_segment_table_splices_like_a_list_and_bisects_like_bisect(
+    steps: list[tuple[int, int, list[int]]], probes: list[int]
+) -> None:
+    """SegmentTable.splice against list slice assignment (a splice that would leave the base
+    offsets out of order is refused and changes nothing); floor_index against bisect."""
+    table: SegmentTable[Any] = SegmentTable(threading.RLock(), "t", 3)
+    model: list[FakeSegment] = []
+    for start, stop, bases in steps:
+        new = [FakeSegment(b) for b in bases]
+        after = model[:start] + new + model[stop:] if start <= stop <= len(model) else None
+        ordered = after is not None and all(
+            a.base_offset < b.base_offset for a, b in itertools.pairwise(after)
+        )
+        if ordered:
+            table.splice(start, stop, new)
+            model[start:stop] = new
+        else:
+            with pytest.raises((IndexError, ValueError)):
+                table.splice(start, stop, new)
+        assert table.segments == model
+        assert table.bases() == [s.base_offset for s in model]
+    bases = table.bases()
+    for offset in probes:
+        if model:
+            assert table.floor_index(offset) == max(0, bisect.bisect_right(bases, offset) - 1)
+    assert (table.topic, table.partition, len(table)) == ("t", 3, len(model))

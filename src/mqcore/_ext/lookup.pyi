@@ -27,7 +27,7 @@ def find_hashed(
     max_decompressed: int = ...,
 ) -> tuple[list[Message], int]: ...
 def find_keyed(
-    tables: list[SegmentTable[Any]],
+    parts: list[Any],
     raw: bytes,
     kind: int,
     lo: int,

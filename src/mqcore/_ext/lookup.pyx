@@ -6,8 +6,8 @@
 # partition's SegmentTable (segtable.pyx: the segment list, the base offsets, the lock) and
 # reads each listed segment only through the public names segtable.pyi lists (`TableSegment`):
 #   base_offset, next_offset, size, is_open, ensure_open(), offset_index (entries,
-#   raw_buffer()), mapping(limit) (MappedFile), verified_batches, log_path, key_index (table),
-#   key_table()
+#   raw_buffer()), mapped and mapping(limit) (MappedFile), verified_batches, log_path,
+#   key_index (table), key_table()
 # It returns Messages and plain tuples; the query layer builds its results from them.
 # Under the partition lock a lookup picks its segments, their sizes, the offset-index floor or
 # the key-index entries, and takes a buffer of each mapping it will read (export_mapping).
@@ -81,7 +81,9 @@ cdef int export_mapping(object seg, Py_ssize_t limit, Py_buffer* b) except -1:
     partition lock held, while the segment is still listed and open). Until it is released, the
     buffer keeps the mapping alive whatever retention, compaction or a remap does meanwhile
     (MappedFile unmaps when its last buffer goes): it is a point read's pin."""
-    cdef MappedFile mapped = seg.mapping(limit)  # maps (or remaps) the segment if need be
+    mapped = seg.mapped
+    if mapped is None or (<MappedFile?>mapped).length < limit:
+        mapped = seg.mapping(limit)  # maps (or remaps) the segment
     PyObject_GetBuffer(mapped, b, PyBUF_SIMPLE)
     if b.len < limit:
         PyBuffer_Release(b)
@@ -101,6 +103,13 @@ cdef object read_exported(const unsigned char* buf, Py_ssize_t limit, object ver
         return read_memo(buf, limit, batch_pos, memo, offset, topic, partition, source, False)
     return read_at(buf, limit, position, offset, topic, partition, verify_crc, <dict?>verified,
                    source, max_decompressed)
+
+
+cdef SegmentTable table_of(object part):
+    """A SegmentTable as is, else the public `table` of a partition (storage.Partition)."""
+    if type(part) is SegmentTable:
+        return <SegmentTable>part
+    return <SegmentTable?>part.table
 
 
 cdef object get_in(SegmentTable table, object offset_obj, bint verify_crc,
@@ -174,7 +183,7 @@ def get_by_id(dict partitions not None, msg_id, decode not None,
     part = PyDict_GetItem(<dict?><object>parts, partition)
     if part == NULL:
         return None
-    return get_in(<SegmentTable?>(<object>part).table, offset, True, max_decompressed)
+    return get_in(table_of(<object>part), offset, True, max_decompressed)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -429,12 +438,12 @@ def find_hashed(SegmentTable table not None, bytes raw not None, int kind, int64
     return found, candidates
 
 
-cdef list find_in_partitions(list tables, bytes raw, int kind, int64_t lo, int64_t hi,
+cdef list find_in_partitions(list parts, bytes raw, int kind, int64_t lo, int64_t hi,
                              Py_ssize_t limit, Py_ssize_t resume_partition,
                              int64_t resume_offset, Py_ssize_t max_probe,
                              Py_ssize_t max_decompressed, Py_ssize_t* scanned,
                              Py_ssize_t* stop_partition, int64_t* stop_offset):
-    """find_part over the partitions of `tables` in order, from (resume_partition,
+    """find_part over `parts` (table_of each) in order, from (resume_partition,
     resume_offset) on (-1: from the start), until `limit` messages; *scanned: the candidates
     read; *stop_partition and *stop_offset: where to resume when the limit cut the answer
     short, else -1 and 0."""
@@ -446,8 +455,8 @@ cdef list find_in_partitions(list tables, bytes raw, int kind, int64_t lo, int64
     scanned[0] = 0
     stop_partition[0] = -1
     stop_offset[0] = 0
-    for t in tables:
-        table = <SegmentTable?>t
+    for part in parts:
+        table = table_of(part)
         p = table.partition
         if p < resume_partition:
             continue
@@ -472,11 +481,12 @@ cdef list find_in_partitions(list tables, bytes raw, int kind, int64_t lo, int64
     return messages if messages is not None else []
 
 
-def find_keyed(list tables not None, bytes raw not None, int kind, int64_t lo, int64_t hi,
+def find_keyed(list parts not None, bytes raw not None, int kind, int64_t lo, int64_t hi,
                Py_ssize_t limit, Py_ssize_t resume_partition, int64_t resume_offset,
                Py_ssize_t max_probe, Py_ssize_t max_decompressed=DEFAULT_MAX_DECOMPRESSED):
-    """find_hashed over the partitions of `tables` (SegmentTables, by partition number) from
-    (resume_partition, resume_offset) on (-1: from the start), until `limit` messages.
+    """find_hashed over `parts` (partitions, each with its public `table`, or SegmentTables; by
+    partition number) from (resume_partition, resume_offset) on (-1: from the start), until
+    `limit` messages.
 
     Returns (messages, candidates read, stop partition, stop offset): the stop is where to
     resume when `limit` cut the answer short, else (-1, 0). The arguments are the query
@@ -485,7 +495,7 @@ def find_keyed(list tables not None, bytes raw not None, int kind, int64_t lo, i
     cdef int64_t stop_o = 0
     if limit < 1:
         raise ValueError(f"limit must be >= 1, not {limit}")
-    messages = find_in_partitions(tables, raw, kind, lo, hi, limit, resume_partition,
+    messages = find_in_partitions(parts, raw, kind, lo, hi, limit, resume_partition,
                                   resume_offset, max_probe, max_decompressed, &scanned, &stop_p,
                                   &stop_o)
     return messages, scanned, stop_p, stop_o

@@ -56,7 +56,9 @@ cdef class Message:
         raw = self.header("uid")
         if raw is None or len(raw) != 16:
             return None
-        return uid_chars(<const unsigned char*>PyBytes_AS_STRING(<bytes?>raw))
+        if type(raw) is not bytes:
+            raw = bytes(raw)  # a Message built by hand may carry any bytes-like value
+        return uid_chars(<const unsigned char*>PyBytes_AS_STRING(raw))
 
     @property
     def tag(self):

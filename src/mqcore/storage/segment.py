@@ -141,7 +141,9 @@ class LogSegment:
         self.verified_batches: dict[int, bytes] = {}
         # reads go through one read-only mapping, reserved to the roll size when writable
         self.map_reserve = map_reserve if writable else 0
-        self._mapped: MappedFile | None = None
+        # the .log mapping (read it, never assign it: _remap and _unmap do; the lookup kernels
+        # take a buffer of it, and call mapping() when it is missing or too short)
+        self.mapped: MappedFile | None = None
         self._view: memoryview | None = None
         self._map_lock = threading.Lock()
         if lazy:
@@ -625,10 +627,10 @@ class LogSegment:
         """The mapping of the `.log` covering [0, limit), mapped or remapped if need be (same
         rule for `limit` as view()). The lookup kernels take a buffer of it as a point read's
         pin (_ext/lookup.pyx): the mapping outlives a remap or close until it is released."""
-        mapped = self._mapped
+        mapped = self.mapped
         if mapped is None or mapped.length < limit:
             self._remap(limit)
-            mapped = self._mapped
+            mapped = self.mapped
             assert mapped is not None  # _remap maps or raises
         return mapped
 
@@ -642,11 +644,11 @@ class LogSegment:
                 return self._view
             if self.fd < 0:
                 raise StoreClosedError(f"segment {self.log_path} is closed")
-            old, old_view = self._mapped, self._view
+            old, old_view = self.mapped, self._view
             # the active segment's mapping reaches its roll size, so appends need no remap
             reserve = 0 if self.sealed else self.map_reserve
-            self._mapped = MappedFile(self.fd, max(limit, reserve, 1))
-            self._view = memoryview(self._mapped)
+            self.mapped = MappedFile(self.fd, max(limit, reserve, 1))
+            self._view = memoryview(self.mapped)
             if old is not None and old_view is not None:
                 old_view.release()
                 old.close()  # unmapped once readers of the old mapping let go
@@ -654,10 +656,10 @@ class LogSegment:
 
     def _unmap(self) -> None:
         with self._map_lock:
-            if self._mapped is not None and self._view is not None:
+            if self.mapped is not None and self._view is not None:
                 self._view.release()
-                self._mapped.close()
-            self._mapped = self._view = None
+                self.mapped.close()
+            self.mapped = self._view = None
 
     # -- sealing, flushing, closing -----------------------------------------------------------
 
