@@ -10,7 +10,9 @@ from setuptools import Extension, setup
 KERNELS = [
     "crc32c",
     "varint",
+    "ids",
     "batch",
+    "encode",
     "scan",
     "search",
     "index",
@@ -19,6 +21,7 @@ KERNELS = [
     "mapping",
     "keyindex",
     "filespace",
+    "segtable",
     "lookup",
     "rawbatch",
 ]

@@ -6,21 +6,29 @@ return None, never read outside their buffers."""
 
 from __future__ import annotations
 
+import base64
+import bisect
+import itertools
 import os
 import random
 import struct
+import threading
+import uuid
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import mqcore
-from mqcore._ext import lookup
+from mqcore._ext import ids, lookup
 from mqcore._ext.batch import Message, decode_messages, encode_batch
 from mqcore._ext.crc32c import crc32c
 from mqcore._ext.hashing import KEY_SEED, xxh64_hash
 from mqcore._ext.keyindex import HEADER_BYTES, KeyTable, file_size, init_header
 from mqcore._ext.scan import read_record
+from mqcore._ext.segtable import SegmentTable
+from mqcore._ext.varint import encode_varint
 from mqcore.errors import CodecError, CorruptIndexError, CorruptRecordError, InvalidMessageIdError
 from mqcore.query.ids import decode_msg_id, encode_msg_id
 from tests.test_batch import GuardedArena
@@ -171,8 +179,40 @@ class Text(str):
 )
 def test_store_ids_decode_in_c_as_in_python(topic: str, partition: int, offset: int) -> None:
     text = encode_msg_id(topic, partition, offset)
-    assert lookup.decode_store_id(text) == (topic, partition, offset)
+    assert ids.decode_store_id(text) == (topic, partition, offset)
     assert decode_msg_id(Text(text)) == (topic, partition, offset)
+
+
+@given(
+    topic=st.text(min_size=0, max_size=400),
+    partition=st.integers(0, 0x7FFFFFFF),
+    offset=st.integers(0, (1 << 63) - 1),
+)
+def test_store_ids_encode_in_c_as_the_format_says(topic: str, partition: int, offset: int) -> None:
+    """The kernel's encoder (Message.msg_id, ids.encode_msg_id) against the format written
+    with the standard library: "m1-" + unpadded base64url of the two varints and the topic."""
+    try:
+        name = topic.encode()
+    except UnicodeEncodeError:  # a lone surrogate: no UTF-8, no ID
+        with pytest.raises(UnicodeEncodeError):
+            ids.encode_store_id(topic, partition, offset)
+        return
+    raw = encode_varint(partition) + encode_varint(offset) + name
+    expected = "m1-" + base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+    assert ids.encode_store_id(topic, partition, offset) == expected
+    assert encode_msg_id(topic, partition, offset) == expected
+
+
+@given(raw=st.binary(min_size=16, max_size=16))
+def test_unique_id_text_is_the_canonical_uuid(raw: bytes) -> None:
+    assert ids.uid_text(raw) == str(uuid.UUID(bytes=raw))
+    assert Message("t", 0, 0, 0, headers=[("uid", raw)]).unique_id == str(uuid.UUID(bytes=raw))
+
+
+def test_unique_id_text_needs_16_bytes() -> None:
+    for raw in (b"", bytes(15), bytes(17)):
+        with pytest.raises(ValueError, match="16 bytes"):
+            ids.uid_text(raw)
 
 
 @settings(max_examples=400)
@@ -188,7 +228,7 @@ def test_store_ids_decode_in_c_as_in_python(topic: str, partition: int, offset: 
 def test_any_text_the_c_decoder_takes_python_takes_alike(text: str) -> None:
     """The C decoder accepts exactly canonical IDs: whatever it returns, the Python decoder
     returns too; whatever it refuses, the Python decoder refuses with InvalidMessageIdError."""
-    fast = lookup.decode_store_id(text)
+    fast = ids.decode_store_id(text)
     try:
         slow = decode_msg_id(Text(text))
     except InvalidMessageIdError:
@@ -207,14 +247,14 @@ def test_any_text_the_c_decoder_takes_python_takes_alike(text: str) -> None:
 def test_malformed_store_ids_are_refused_by_both(text: str) -> None:
     """Empty or lone-character bodies, padding, '+', unused bits set, overlong varints, the
     topics '.' and '..', a non-ASCII topic, another prefix, an overlong body."""
-    assert lookup.decode_store_id(text) is None
+    assert ids.decode_store_id(text) is None
     with pytest.raises(InvalidMessageIdError):
         decode_msg_id(text)
 
 
 def test_non_str_ids_are_refused() -> None:
     for value in (None, 5, b"m1-AAB0"):
-        assert lookup.decode_store_id(value) is None
+        assert ids.decode_store_id(value) is None
         with pytest.raises(InvalidMessageIdError):
             decode_msg_id(value)
 
@@ -246,11 +286,11 @@ def test_get_record_answers_read_and_releases_its_mappings(tmp_path: object) -> 
     assert len(part.segments) > 3
     for _ in range(2):
         for m in msgs:
-            assert lookup.get_record(part, m.offset) == m
+            assert lookup.get_record(part.table, m.offset) == m
             assert store.get_by_id(m.msg_id) == m
     for offset in (-1, len(msgs), len(msgs) + 10, 1 << 70, -(1 << 70)):
-        assert lookup.get_record(part, offset) is None
-    mappings = [seg.mapping for seg in part.segments]
+        assert lookup.get_record(part.table, offset) is None
+    mappings = [seg.mapped for seg in part.segments]
     assert all(m is not None for m in mappings)
     store.close()
     assert all(m.closed for m in mappings)  # no buffer taken by a lookup was left behind
@@ -268,8 +308,8 @@ def test_a_failed_get_releases_its_mapping_too(tmp_path: object) -> None:
     store = mqcore.open(path, read_only=True)
     part = store.log.partition("t", 0)
     with pytest.raises(CorruptRecordError):
-        lookup.get_record(part, 50)
-    mapped = part.segments[0].mapping
+        lookup.get_record(part.table, 50)
+    mapped = part.segments[0].mapped
     store.close()
     assert mapped.closed
 
@@ -353,7 +393,13 @@ def test_colliding_and_damaged_entries_are_verified_away(tmp_path: object) -> No
         r = store.find_by_key("t", b"zeta")  # read through the offset index: alpha's record
         assert len(r) == 0 and r.scanned_records == 1
         found, read = lookup.find_hashed(
-            store.log.partition("t", 0), b"alpha", lookup.KEY_KIND, 0, (1 << 63) - 1, 1, 1 << 20
+            store.log.partition("t", 0).table,
+            b"alpha",
+            lookup.KEY_KIND,
+            0,
+            (1 << 63) - 1,
+            1,
+            1 << 20,
         )
         assert [m.offset for m in found] == [] and read == 1  # from_offset 1: beta's only
 
@@ -431,7 +477,7 @@ def test_lookups_racing_retention_answer_or_miss_but_never_fail(tmp_path: object
             while not stop.is_set():
                 store.append("t", b"v%d" % i, key=b"k%d" % (i % 7), partition=0)
                 store.apply_retention("t")
-                seen.extend(seg.mapping for seg in store.log.partition("t", 0).segments)
+                seen.extend(seg.mapped for seg in store.log.partition("t", 0).segments)
                 i += 1
         except BaseException as e:  # noqa: BLE001 - reported below
             errors.append(e)
@@ -453,3 +499,47 @@ def test_lookups_racing_retention_answer_or_miss_but_never_fail(tmp_path: object
     assert store.start_offset("t", 0) > 0  # retention did delete segments meanwhile
     store.close()
     assert all(m is None or m.closed for m in seen)
+
+
+# -- the segment table ------------------------------------------------------------------------
+
+
+class FakeSegment:
+    def __init__(self, base_offset: int) -> None:
+        self.base_offset = base_offset
+
+
+@settings(max_examples=200)
+@given(
+    steps=st.lists(
+        st.tuples(st.integers(0, 12), st.integers(0, 12), st.lists(st.integers(0, 400))),
+        max_size=12,
+    ),
+    probes=st.lists(st.integers(-5, 500), max_size=20),
+)
+def test_segment_table_splices_like_a_list_and_bisects_like_bisect(
+    steps: list[tuple[int, int, list[int]]], probes: list[int]
+) -> None:
+    """SegmentTable.splice against list slice assignment (a splice that would leave the base
+    offsets out of order is refused and changes nothing); floor_index against bisect."""
+    table: SegmentTable[Any] = SegmentTable(threading.RLock(), "t", 3)
+    model: list[FakeSegment] = []
+    for start, stop, bases in steps:
+        new = [FakeSegment(b) for b in bases]
+        after = model[:start] + new + model[stop:] if start <= stop <= len(model) else None
+        ordered = after is not None and all(
+            a.base_offset < b.base_offset for a, b in itertools.pairwise(after)
+        )
+        if ordered:
+            table.splice(start, stop, new)
+            model[start:stop] = new
+        else:
+            with pytest.raises((IndexError, ValueError)):
+                table.splice(start, stop, new)
+        assert table.segments == model
+        assert table.bases() == [s.base_offset for s in model]
+    bases = table.bases()
+    for offset in probes:
+        if model:
+            assert table.floor_index(offset) == max(0, bisect.bisect_right(bases, offset) - 1)
+    assert (table.topic, table.partition, len(table)) == ("t", 3, len(model))

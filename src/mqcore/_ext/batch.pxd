@@ -2,17 +2,11 @@
 cimport cython
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint32_t, uint64_t
 
-cdef enum:
-    LOG_OVERHEAD = 12            # baseOffset int64 + batchLength int32
-    BATCH_HEADER_SIZE = 61       # through recordsCount
-    CRC_OFFSET = 17
-    CRC_START = 21               # the CRC covers [attributes, end of batch)
-    MAGIC_OFFSET = 16
-    ATTR_CODEC_MASK = 0x07
-    ATTR_LOG_APPEND_TIME = 0x08
-    ATTR_TRANSACTIONAL = 0x10
-    ATTR_CONTROL = 0x20
-    ATTR_DELETE_HORIZON = 0x40
+# the layout constants (wire.pxd), declared there so that encode.pyx needs no runtime import of
+# this module; cimport them from here or from there
+from mqcore._ext.wire cimport (ATTR_CODEC_MASK, ATTR_CONTROL, ATTR_DELETE_HORIZON,
+                               ATTR_LOG_APPEND_TIME, ATTR_TRANSACTIONAL, BATCH_HEADER_SIZE,
+                               CRC_OFFSET, CRC_START, LOG_OVERHEAD, MAGIC_OFFSET, MAX_BATCH_BYTES)
 
 # Result codes of the leaf parsers; error_text() turns them into words.
 cdef enum:

@@ -1,15 +1,15 @@
 from typing import Any
 
 from .batch import Message
+from .segtable import SegmentTable
 
 DEFAULT_MAX_DECOMPRESSED: int
 KEY_KIND: int
 UID_KIND: int
 
 def get_record(
-    part: Any, offset: int, verify_crc: bool = True, max_decompressed: int = ...
+    table: SegmentTable[Any], offset: int, verify_crc: bool = True, max_decompressed: int = ...
 ) -> Message | None: ...
-def decode_store_id(text: object) -> tuple[str, int, int] | None: ...
 def get_by_id(
     partitions: dict[str, dict[int, Any]],
     msg_id: object,
@@ -17,7 +17,7 @@ def get_by_id(
     max_decompressed: int = ...,
 ) -> Message | None: ...
 def find_hashed(
-    part: Any,
+    table: SegmentTable[Any],
     raw: bytes,
     kind: int,
     lo: int,
@@ -26,12 +26,15 @@ def find_hashed(
     max_probe: int,
     max_decompressed: int = ...,
 ) -> tuple[list[Message], int]: ...
-def find_indexed(
-    parts: Any,
-    key: bytes | str,
+def find_keyed(
+    parts: list[Any],
+    raw: bytes,
     kind: int,
-    start: int | None,
-    end: int | None,
+    lo: int,
+    hi: int,
     limit: int,
-    cursor: str | None,
-) -> Any: ...
+    resume_partition: int,
+    resume_offset: int,
+    max_probe: int,
+    max_decompressed: int = ...,
+) -> tuple[list[Message], int, int, int]: ...

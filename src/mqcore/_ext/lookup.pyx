@@ -2,52 +2,43 @@
 # fetched, and the verified key-index hits of a topic's partitions, each in one call, so a
 # lookup pays for one Python frame rather than one per segment, per index probe and per hit.
 #
-# The kernel is the storage layer's fast path, not a second copy of its rules: it reads the
-# fields the Python objects keep and follows their locking rule.
-#   Partition   _lock (RLock), segments, _bases, topic, partition
-#   LogSegment  base_offset, next_offset, size, offset_index (entries, _view), _mapped
-#               (MappedFile), view(), verified_batches, log_path, key_index (table), key_table(),
-#               is_open, ensure_open()
+# The kernel is the storage layer's fast path, not a second copy of its rules. It is handed a
+# partition's SegmentTable (segtable.pyx: the segment list, the base offsets, the lock) and
+# reads each listed segment only through the public names segtable.pyi lists (`TableSegment`):
+#   base_offset, next_offset, size, is_open, ensure_open(), offset_index (entries,
+#   raw_buffer()), mapped and mapping(limit) (MappedFile), verified_batches, log_path,
+#   key_index (table), key_table()
+# It returns Messages and plain tuples; the query layer builds its results from them.
 # Under the partition lock a lookup picks its segments, their sizes, the offset-index floor or
 # the key-index entries, and takes a buffer of each mapping it will read (export_mapping).
 # That buffer is the read's pin: a MappedFile unmaps only when its last buffer is released, so
 # retention or compaction may retire and close the segment meanwhile (its files, its indexes)
 # and the read still finishes on the bytes it picked. The log is then read without the lock
-# (docs/architecture.md "Concurrency"); Python-level scans keep pinning segments (Partition._pin)
-# because they hold more than the mapping.
-#
-# Store ID (query/ids.py): "m1-" + unpadded base64url of varint partition | varint offset |
-# topic. decode_store_id accepts exactly the canonical IDs ids.decode_msg_id accepts and
-# returns None for every other text, which the caller hands to ids.decode_msg_id for the error.
+# (docs/architecture.md "Concurrency"); Python-level scans keep pinning segments
+# (Partition.pinned_segments) because they hold more than the mapping.
+# A store ID is decoded by ids.pyx.
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.dict cimport PyDict_GetItem
 from cpython.mem cimport PyMem_Calloc, PyMem_Free, PyMem_Malloc, PyMem_Realloc
-from cpython.object cimport PyObject, PyTypeObject
-from cpython.unicode cimport PyUnicode_CheckExact, PyUnicode_DecodeASCII
-from libc.stdint cimport INT32_MAX, INT64_MAX, int32_t, int64_t, uint64_t
+from cpython.object cimport PyObject
+from libc.stdint cimport int32_t, int64_t, uint64_t
 from libc.stdlib cimport qsort
 from libc.string cimport memcmp, memcpy, memset
 
 from mqcore._ext.batch cimport E_TRAILING, OK, HeaderView, Message, error_text, next_header
 from mqcore._ext.bytes_be cimport load_be32
 from mqcore._ext.hashing cimport KIND_KEY, KIND_UID, SEED_KEY, SEED_UID, xxh64
+from mqcore._ext.ids cimport decode_id
 from mqcore._ext.index cimport OFFSET_ENTRY_SIZE, floor_entry
 from mqcore._ext.keyindex cimport EntryHit, HitArray, hits_free, probe_tables
 from mqcore._ext.mapping cimport MappedFile
 from mqcore._ext.scan cimport locate, read_at, read_memo
-from mqcore._ext.varint cimport MAX_VARINT_BYTES, read_varint, write_varint
+from mqcore._ext.segtable cimport SegmentTable
 
 from mqcore.errors import CorruptRecordError
 
-cdef extern from "Python.h":
-    bint PyUnicode_IS_ASCII(object o)
-    const char* PyUnicode_AsUTF8AndSize(object text, Py_ssize_t* size) except NULL
-
 cdef enum:
-    MAX_ID_BODY = 512             # base64 characters of the longest store ID the fast path takes
-    MAX_ID_RAW = 384              # the bytes they decode to
-    MAX_TOPIC_LENGTH = 249        # config.MAX_NAME_LENGTH
     LOCAL_CANDIDATES = 16         # index hits a key lookup keeps on the stack (more: on the heap)
 
 DEFAULT_MAX_DECOMPRESSED = 256 << 20
@@ -56,38 +47,27 @@ UID_KIND = KIND_UID
 
 
 # ---------------------------------------------------------------------------------------------
-# get: segment floor, offset-index floor, record
+# get: segment floor, offset-index floor, record; a store ID's record
 # ---------------------------------------------------------------------------------------------
 
-cdef Py_ssize_t segment_index(list bases, int64_t offset) except -1:
-    """bisect_right(bases, offset) - 1, at least 0: the segment whose base is the floor."""
-    cdef Py_ssize_t lo = 0, hi = len(bases), mid
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if offset < <int64_t>bases[mid]:
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo - 1 if lo > 0 else 0
-
-
-cdef int index_floor(object seg, int64_t offset, Py_ssize_t* position) except -1:
+cdef int index_floor(object seg, int64_t base, int64_t offset, Py_ssize_t* position) except -1:
     """LogSegment.position_for: the position of the offset index's floor entry (0 if none)."""
     cdef Py_buffer b
     cdef Py_ssize_t entries, i
     idx = seg.offset_index
     entries = idx.entries
-    view = idx._view
     position[0] = 0
-    if entries <= 0 or view is None:
+    if entries <= 0:
         return 0
-    PyObject_GetBuffer(view, &b, PyBUF_SIMPLE)
+    PyObject_GetBuffer(idx.raw_buffer(), &b, PyBUF_SIMPLE)
     try:
+        if b.len == 0:
+            return 0  # not mapped: no floor to start from
         if entries > b.len // OFFSET_ENTRY_SIZE:
             raise ValueError(f"{entries} entries of {OFFSET_ENTRY_SIZE} bytes do not fit a buffer "
                              f"of {b.len} bytes")
         i = floor_entry(<const unsigned char*>b.buf, entries, OFFSET_ENTRY_SIZE, False,
-                        offset - <int64_t>seg.base_offset)
+                        offset - base)
         if i >= 0:
             position[0] = <int32_t>load_be32(<const unsigned char*>b.buf
                                              + i * OFFSET_ENTRY_SIZE + 4)
@@ -101,10 +81,9 @@ cdef int export_mapping(object seg, Py_ssize_t limit, Py_buffer* b) except -1:
     partition lock held, while the segment is still listed and open). Until it is released, the
     buffer keeps the mapping alive whatever retention, compaction or a remap does meanwhile
     (MappedFile unmaps when its last buffer goes): it is a point read's pin."""
-    mapped = seg._mapped
+    mapped = seg.mapped
     if mapped is None or (<MappedFile?>mapped).length < limit:
-        seg.view(0, limit).release()  # maps (or remaps) the segment
-        mapped = seg._mapped
+        mapped = seg.mapping(limit)  # maps (or remaps) the segment
     PyObject_GetBuffer(mapped, b, PyBUF_SIMPLE)
     if b.len < limit:
         PyBuffer_Release(b)
@@ -126,9 +105,17 @@ cdef object read_exported(const unsigned char* buf, Py_ssize_t limit, object ver
                    source, max_decompressed)
 
 
-cdef object get_in(object part, object offset_obj, bint verify_crc, Py_ssize_t max_decompressed):
+cdef SegmentTable table_of(object part):
+    """A SegmentTable as is, else the public `table` of a partition (storage.Partition)."""
+    if type(part) is SegmentTable:
+        return <SegmentTable>part
+    return <SegmentTable?>part.table
+
+
+cdef object get_in(SegmentTable table, object offset_obj, bint verify_crc,
+                   Py_ssize_t max_decompressed):
     cdef int64_t offset
-    cdef Py_ssize_t position = 0, limit, batch_pos = 0
+    cdef Py_ssize_t position = 0, limit, batch_pos = 0, i
     cdef list segments
     cdef Py_buffer b
     try:
@@ -136,18 +123,19 @@ cdef object get_in(object part, object offset_obj, bint verify_crc, Py_ssize_t m
     except OverflowError:
         return None  # past any offset a log can hold
     memset(&b, 0, sizeof(b))  # b.buf stays NULL until export_mapping fills b
-    lock = part._lock
+    lock = table.lock
     try:
         lock.acquire()
         try:
-            segments = <list?>part.segments
-            if (offset < <int64_t>segments[0].base_offset
-                    or offset >= <int64_t>segments[len(segments) - 1].next_offset):
+            segments = table.segments
+            if (table.count == 0 or offset < table.base_offsets[0]
+                    or offset >= <int64_t>segments[table.count - 1].next_offset):
                 return None
-            seg = segments[segment_index(<list?>part._bases, offset)]
+            i = table.floor(offset)
+            seg = segments[i]
             if not seg.is_open:
                 seg.ensure_open()  # first use, or closed by the store's segment cache
-            index_floor(seg, offset, &position)
+            index_floor(seg, table.base_offsets[i], offset, &position)
             limit = seg.size
             export_mapping(seg, limit, &b)
             verified = seg.verified_batches
@@ -156,16 +144,16 @@ cdef object get_in(object part, object offset_obj, bint verify_crc, Py_ssize_t m
         finally:
             lock.release()
         return read_exported(<const unsigned char*>b.buf, limit, verified, seg.log_path,
-                             position, offset, memo, batch_pos, part.topic, part.partition,
+                             position, offset, memo, batch_pos, table.topic, table.partition,
                              verify_crc, max_decompressed)
     finally:
         if b.buf != NULL:
             PyBuffer_Release(&b)
 
 
-def get_record(part, offset, bint verify_crc=True,
+def get_record(SegmentTable table not None, offset, bint verify_crc=True,
                Py_ssize_t max_decompressed=DEFAULT_MAX_DECOMPRESSED):
-    """Partition.get: the Message at `offset` of partition `part`, or None (outside the log, a
+    """Partition.get: the Message at `offset` of the partition whose table is `table`, or None (outside the log, a
     compacted gap, a control record).
 
     Under the partition lock: the segment whose base is the floor of the offset, its offset
@@ -174,122 +162,14 @@ def get_record(part, offset, bint verify_crc=True,
     (scan.read_at: the batch's CRC is checked the first time a get lands in it, as the segment's
     `verified_batches` memo records), and the buffer is released.
     """
-    return get_in(part, offset, verify_crc, max_decompressed)
-
-
-# ---------------------------------------------------------------------------------------------
-# Store IDs
-# ---------------------------------------------------------------------------------------------
-
-cdef signed char B64URL[256]
-
-
-cdef void init_alphabet() noexcept nogil:
-    cdef int i
-    cdef const char* chars = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
-    for i in range(256):
-        B64URL[i] = -1
-    for i in range(64):
-        B64URL[<unsigned char>chars[i]] = i
-
-
-init_alphabet()
-
-
-cdef inline bint legal_name_char(unsigned char c) noexcept nogil:
-    return (c >= 97 and c <= 122) or (c >= 65 and c <= 90) or (c >= 48 and c <= 57) \
-        or c == 46 or c == 95 or c == 45
-
-
-cdef Py_ssize_t unbase64(const unsigned char* s, Py_ssize_t n, unsigned char* out) noexcept nogil:
-    """Decode unpadded base64url s[:n] into out; -1 unless it is the canonical encoding of the
-    bytes (every character in the alphabet, no lone last character, unused low bits zero)."""
-    cdef Py_ssize_t i, o = 0, full = n - n % 4
-    cdef int a, b, c, d
-    if n % 4 == 1:
-        return -1
-    for i in range(n):
-        if B64URL[s[i]] < 0:
-            return -1
-    i = 0
-    while i < full:
-        a, b, c, d = B64URL[s[i]], B64URL[s[i + 1]], B64URL[s[i + 2]], B64URL[s[i + 3]]
-        out[o] = <unsigned char>((a << 2) | (b >> 4))
-        out[o + 1] = <unsigned char>(((b & 15) << 4) | (c >> 2))
-        out[o + 2] = <unsigned char>(((c & 3) << 6) | d)
-        o += 3
-        i += 4
-    if n - full == 2:
-        a, b = B64URL[s[i]], B64URL[s[i + 1]]
-        if b & 15:
-            return -1
-        out[o] = <unsigned char>((a << 2) | (b >> 4))
-        o += 1
-    elif n - full == 3:
-        a, b, c = B64URL[s[i]], B64URL[s[i + 1]], B64URL[s[i + 2]]
-        if c & 3:
-            return -1
-        out[o] = <unsigned char>((a << 2) | (b >> 4))
-        out[o + 1] = <unsigned char>(((b & 15) << 4) | (c >> 2))
-        o += 2
-    return o
-
-
-cdef bint canonical_varint(const unsigned char* p, int n, int64_t value) noexcept nogil:
-    """Whether p[:n] is the shortest encoding of value (decoding drops bits past 64)."""
-    cdef unsigned char buf[MAX_VARINT_BYTES]
-    return write_varint(buf, value) == n and memcmp(buf, p, n) == 0
-
-
-cdef object decode_id(object text):
-    """(topic, partition, offset) of a canonical store ID, else None."""
-    cdef const unsigned char* s
-    cdef Py_ssize_t n, rn, tl, i
-    cdef unsigned char raw[MAX_ID_RAW]
-    cdef int64_t partition, offset
-    cdef int n1, n2
-    if not PyUnicode_CheckExact(text) or not PyUnicode_IS_ASCII(text):
-        return None
-    s = <const unsigned char*>PyUnicode_AsUTF8AndSize(text, &n)
-    if n < 3 or s[0] != 109 or s[1] != 49 or s[2] != 45:  # "m1-"
-        return None
-    if n - 3 > MAX_ID_BODY:
-        return None
-    rn = unbase64(s + 3, n - 3, raw)
-    if rn < 0:
-        return None
-    n1 = read_varint(raw, rn, &partition)
-    if n1 < 0:
-        return None
-    n2 = read_varint(raw + n1, rn - n1, &offset)
-    if n2 < 0:
-        return None
-    if partition < 0 or partition > INT32_MAX or offset < 0:
-        return None
-    if not canonical_varint(raw, n1, partition) or not canonical_varint(raw + n1, n2, offset):
-        return None
-    tl = rn - n1 - n2
-    if tl < 1 or tl > MAX_TOPIC_LENGTH:
-        return None
-    for i in range(n1 + n2, rn):
-        if not legal_name_char(raw[i]):
-            return None
-    if raw[n1 + n2] == 46 and (tl == 1 or (tl == 2 and raw[n1 + n2 + 1] == 46)):
-        return None  # "." and ".." are no topic names
-    return (PyUnicode_DecodeASCII(<char*>raw + n1 + n2, tl, NULL), partition, offset)
-
-
-def decode_store_id(text):
-    """(topic, partition, offset) of a store ID in canonical form, or None for any other text
-    (ids.decode_msg_id then says what is wrong with it)."""
-    return decode_id(text)
+    return get_in(table, offset, verify_crc, max_decompressed)
 
 
 def get_by_id(dict partitions not None, msg_id, decode not None,
               Py_ssize_t max_decompressed=DEFAULT_MAX_DECOMPRESSED):
     """Store.get_by_id: the message a store ID names, or None when its topic, partition or
     offset is not (or no longer) in the store. `partitions` maps topic -> {partition number:
-    Partition}; `decode` (ids.decode_msg_id) handles the texts the fast decoder refuses, which
+    an object whose public `table` is its SegmentTable (storage.Partition)}; `decode` (ids.decode_msg_id) handles the texts the fast decoder refuses, which
     means raising InvalidMessageIdError for them."""
     cdef PyObject* parts
     cdef PyObject* part
@@ -303,7 +183,7 @@ def get_by_id(dict partitions not None, msg_id, decode not None,
     part = PyDict_GetItem(<dict?><object>parts, partition)
     if part == NULL:
         return None
-    return get_in(<object>part, offset, True, max_decompressed)
+    return get_in(table_of(<object>part), offset, True, max_decompressed)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -415,7 +295,7 @@ cdef uint64_t hash_of(bytes raw, int kind) except? 0:
     raise ValueError(f"unknown lookup kind {kind}")
 
 
-cdef list find_part(object part, uint64_t hashed, bytes raw, int kind, int64_t lo, int64_t hi,
+cdef list find_part(SegmentTable table, uint64_t hashed, bytes raw, int kind, int64_t lo, int64_t hi,
                     int64_t from_offset, Py_ssize_t max_probe, Py_ssize_t max_decompressed,
                     Py_ssize_t* candidates):
     """The verified messages of one partition whose key-index entries carry `hashed`, in
@@ -440,11 +320,11 @@ cdef list find_part(object part, uint64_t hashed, bytes raw, int kind, int64_t l
     hits.count = 0
     hits.capacity = LOCAL_CANDIDATES
     hits.on_heap = False
-    lock = part._lock
+    lock = table.lock
     try:
         lock.acquire()
         try:
-            segments = <list?>part.segments
+            segments = table.segments
             probe_tables([key_table_of(seg) for seg in segments], hashed, max_probe, &hits)
             if hits.count:
                 n = len(segments)
@@ -459,8 +339,8 @@ cdef list find_part(object part, uint64_t hashed, bytes raw, int kind, int64_t l
                 ref = <tuple>refs[j]
                 if ref is None:
                     seg = segments[j]
-                    ref = refs[j] = (seg.base_offset, seg, seg.size, seg.verified_batches,
-                                     seg.log_path)
+                    ref = refs[j] = (table.base_offsets[j], seg, seg.size,
+                                     seg.verified_batches, seg.log_path)
                 off = <int64_t>ref[0] + hits.items[i].rel_offset
                 if off < from_offset or hits.items[i].ts_hi < lo or hits.items[i].ts_lo >= hi:
                     continue
@@ -503,7 +383,7 @@ cdef list find_part(object part, uint64_t hashed, bytes raw, int kind, int64_t l
             memos[i] = locate(<const unsigned char*>bufs[j].buf, <Py_ssize_t>(<tuple>refs[j])[2],
                               cands[i].position, cands[i].offset, <dict?>(<tuple>refs[j])[3],
                               &cands[i].batch_pos)
-        topic, partition = part.topic, part.partition
+        topic, partition = table.topic, table.partition
         for i in range(ncand):
             j = cands[i].segment
             if j < 0:
@@ -521,7 +401,7 @@ cdef list find_part(object part, uint64_t hashed, bytes raw, int kind, int64_t l
             if found is None:
                 # the entry's position may be damaged (the offset is what counts): the offset
                 # index decides, and raises if the log itself is damaged there
-                found = get_in(part, cands[i].offset, True, max_decompressed)
+                found = get_in(table, cands[i].offset, True, max_decompressed)
             if found is None:
                 continue
             m = <Message>found
@@ -539,9 +419,9 @@ cdef list find_part(object part, uint64_t hashed, bytes raw, int kind, int64_t l
         PyMem_Free(bufs)
 
 
-def find_hashed(part, bytes raw not None, int kind, int64_t lo, int64_t hi, int64_t from_offset,
+def find_hashed(SegmentTable table not None, bytes raw not None, int kind, int64_t lo, int64_t hi, int64_t from_offset,
                 Py_ssize_t max_probe, Py_ssize_t max_decompressed=DEFAULT_MAX_DECOMPRESSED):
-    """The messages of partition `part` that carry `raw` (KEY_KIND: as key or `keys` word;
+    """The messages of the partition whose table is `table` that carry `raw` (KEY_KIND: as key or `keys` word;
     UID_KIND: as `uid` header) by its key index, with timestamps in [lo, hi) and offsets >=
     from_offset, in offset order; and how many candidates were read.
 
@@ -553,7 +433,7 @@ def find_hashed(part, bytes raw not None, int kind, int64_t lo, int64_t hi, int6
     window.
     """
     cdef Py_ssize_t candidates = 0
-    found = find_part(part, hash_of(raw, kind), raw, kind, lo, hi, from_offset, max_probe,
+    found = find_part(table, hash_of(raw, kind), raw, kind, lo, hi, from_offset, max_probe,
                       max_decompressed, &candidates)
     return found, candidates
 
@@ -563,23 +443,26 @@ cdef list find_in_partitions(list parts, bytes raw, int kind, int64_t lo, int64_
                              int64_t resume_offset, Py_ssize_t max_probe,
                              Py_ssize_t max_decompressed, Py_ssize_t* scanned,
                              Py_ssize_t* stop_partition, int64_t* stop_offset):
-    """find_part over `parts` in order, from (resume_partition, resume_offset) on (-1: from
-    the start), until `limit` messages; *scanned: the candidates read; *stop_partition and
-    *stop_offset: where to resume when the limit cut the answer short, else -1 and 0."""
+    """find_part over `parts` (table_of each) in order, from (resume_partition,
+    resume_offset) on (-1: from the start), until `limit` messages; *scanned: the candidates
+    read; *stop_partition and *stop_offset: where to resume when the limit cut the answer
+    short, else -1 and 0."""
     cdef uint64_t hashed = hash_of(raw, kind)
     cdef list messages = None, found
     cdef Py_ssize_t room, p, read
     cdef int64_t from_offset
+    cdef SegmentTable table
     scanned[0] = 0
     stop_partition[0] = -1
     stop_offset[0] = 0
     for part in parts:
-        p = part.partition
+        table = table_of(part)
+        p = table.partition
         if p < resume_partition:
             continue
         from_offset = resume_offset if p == resume_partition else 0
         read = 0
-        found = find_part(part, hashed, raw, kind, lo, hi, from_offset, max_probe,
+        found = find_part(table, hashed, raw, kind, lo, hi, from_offset, max_probe,
                           max_decompressed, &read)
         scanned[0] += read
         room = limit - (len(messages) if messages is not None else 0)
@@ -598,64 +481,21 @@ cdef list find_in_partitions(list parts, bytes raw, int kind, int64_t lo, int64_
     return messages if messages is not None else []
 
 
-cdef object _engine = None        # mqcore.query.engine, imported on first use (it imports us)
-cdef object _result_type, _exhausted, _limit_reason
-cdef Py_ssize_t _max_limit, _max_probe, _max_decompressed
-cdef tuple _no_args = ()
+def find_keyed(list parts not None, bytes raw not None, int kind, int64_t lo, int64_t hi,
+               Py_ssize_t limit, Py_ssize_t resume_partition, int64_t resume_offset,
+               Py_ssize_t max_probe, Py_ssize_t max_decompressed=DEFAULT_MAX_DECOMPRESSED):
+    """find_hashed over `parts` (partitions, each with its public `table`, or SegmentTables; by
+    partition number) from (resume_partition, resume_offset) on (-1: from the start), until
+    `limit` messages.
 
-
-cdef int load_engine() except -1:
-    global _engine, _result_type, _exhausted, _limit_reason, _max_limit, _max_probe
-    global _max_decompressed
-    import mqcore.query.engine as engine
-    _result_type, _exhausted, _limit_reason = engine.QueryResult, engine.EXHAUSTED, engine.LIMIT
-    _max_limit, _max_probe = engine.MAX_LIMIT, engine.MAX_PROBE
-    _max_decompressed = engine.MAX_DECOMPRESSED
-    _engine = engine
-    return 0
-
-
-def find_indexed(parts, key, int kind, start, end, limit, cursor):
-    """engine.find_indexed: a QueryResult of the messages of `parts` (partitions in order, or a
-    dict of them by number) whose record carries `key` (bytes, or str as UTF-8; KEY_KIND or
-    UID_KIND), with timestamps in [start, end) ms (None: unbounded), at most `limit` of them,
-    resuming at `cursor`. Non-default arguments are checked by the engine's helpers; the
-    result is filled in here, without a Python frame."""
-    cdef int64_t lo = 0, hi = INT64_MAX, resume_o = 0, stop_o
-    cdef Py_ssize_t resume_p = -1, n, scanned, stop_p
-    cdef bytes raw
-    cdef list ordered
-    if _engine is None:
-        load_engine()
-    if type(key) is bytes:
-        raw = <bytes>key
-    else:
-        raw = _engine.query_bytes(key, "key")  # str as UTF-8; refuses what has no bytes
-    if start is not None or end is not None:
-        lo, hi = _engine.time_bounds(start, end)
-    if type(limit) is int and 1 <= <object>limit <= _max_limit:
-        n = limit
-    else:
-        n = _engine.check_limit("limit", limit, _max_limit)
-    if cursor is not None:
-        resume_p, resume_o = _engine.decode_cursor(cursor)
-    if type(parts) is list:
-        ordered = <list>parts
-    elif type(parts) is dict:
-        ordered = ([v for v in (<dict>parts).values()] if len(<dict>parts) == 1
-                   else [(<dict>parts)[p] for p in sorted(<dict>parts)])
-    else:
-        ordered = list(parts)
-    messages = find_in_partitions(ordered, raw, kind, lo, hi, n, resume_p, resume_o, _max_probe,
-                                  _max_decompressed, &scanned, &stop_p, &stop_o)
-    result = (<PyTypeObject*>_result_type).tp_new(<type>_result_type, <PyObject*>_no_args, NULL)
-    result.messages = messages
-    result.scanned_records = scanned
-    result.scanned_bytes = 0
-    if stop_p < 0:
-        result.reason = _exhausted
-        result.cursor = None
-    else:
-        result.reason = _limit_reason
-        result.cursor = _engine.encode_cursor(stop_p, stop_o)
-    return result
+    Returns (messages, candidates read, stop partition, stop offset): the stop is where to
+    resume when `limit` cut the answer short, else (-1, 0). The arguments are the query
+    layer's, already checked (query/engine.py find_indexed builds the QueryResult)."""
+    cdef Py_ssize_t scanned = 0, stop_p = -1
+    cdef int64_t stop_o = 0
+    if limit < 1:
+        raise ValueError(f"limit must be >= 1, not {limit}")
+    messages = find_in_partitions(parts, raw, kind, lo, hi, limit, resume_partition,
+                                  resume_offset, max_probe, max_decompressed, &scanned, &stop_p,
+                                  &stop_o)
+    return messages, scanned, stop_p, stop_o

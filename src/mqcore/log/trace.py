@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from mqcore._ext.hashing import xxh64_hash
+from mqcore._ext.lookup import KEY_KIND
 from mqcore.errors import InvalidConfigError
 from mqcore.log.internal import is_internal
 from mqcore.query import engine
@@ -128,7 +129,7 @@ class Tracer:
         if not self.log.has_topic(TRACE_TOPIC):
             return []
         found = engine.find_indexed(
-            self.log.partitions_of(TRACE_TOPIC), unique_id.encode(), engine.KEY_KIND, None,
+            self.log.partitions_of(TRACE_TOPIC), unique_id.encode(), KEY_KIND, None,
             None, limit, None,
         )  # fmt: skip
         events = []

@@ -4,36 +4,42 @@ Store ID (`msg_id`): where a message lives, decodable with no index.
     "m1-" + base64url, unpadded, of: varint partition | varint offset | UTF-8 topic
     (Kafka's zigzag varints, _ext/varint.pyx)
 Unique ID (`unique_id`): 16 bytes carried by the record's `uid` header (a UUIDv7 when mqcore
-assigns it, see _ext/batch.pyx), written as a canonical UUID: 8-4-4-4-12 lowercase hex.
+assigns it, see _ext/encode.pyx), written as a canonical UUID: 8-4-4-4-12 lowercase hex.
 A store ID always starts with "m1-"; a unique ID never holds anything but hex and hyphens.
 """
 
 from __future__ import annotations
 
-import base64
 import binascii
 
-from mqcore._ext.lookup import decode_store_id
+from mqcore._ext.ids import STORE_ID_PREFIX, decode_store_id, encode_store_id, uid_text
 from mqcore._ext.varint import decode_varint, encode_varint
 from mqcore.config import validate_name
 from mqcore.errors import CorruptRecordError, InvalidMessageIdError, InvalidTopicError
 
-STORE_ID_PREFIX = "m1-"
+__all__ = [
+    "STORE_ID_PREFIX",
+    "decode_msg_id",
+    "encode_msg_id",
+    "id_kind",
+    "parse_uid",
+    "uid_text",
+    "uid_time_ms",
+]
+
 _FROM_URLSAFE = bytes.maketrans(b"-_", b"+/")
 _TO_URLSAFE = bytes.maketrans(b"+/", b"-_")
 
 
-def encode_msg_id(topic: str, partition: int, offset: int) -> str:
-    """The store ID of the message at (topic, partition, offset)."""
-    raw = encode_varint(partition) + encode_varint(offset) + topic.encode()
-    return STORE_ID_PREFIX + base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+# the store ID of the message at (topic, partition, offset): the kernel Message.msg_id uses
+encode_msg_id = encode_store_id
 
 
 def decode_msg_id(text: object) -> tuple[str, int, int]:
     """(topic, partition, offset) of a store ID; InvalidMessageIdError names what is wrong.
 
     Only the canonical text of an ID decodes (one ID per message): the body must re-encode to
-    itself and each varint must be its shortest form. The kernel decodes those (lookup.pyx);
+    itself and each varint must be its shortest form. The kernel decodes those (_ext/ids.pyx);
     the code below names what is wrong with any other text."""
     fast = decode_store_id(text)
     if fast is not None:
@@ -63,12 +69,6 @@ def decode_msg_id(text: object) -> tuple[str, int, int]:
     except (UnicodeDecodeError, InvalidTopicError):
         raise InvalidMessageIdError(f"store ID {text!r} does not name a valid topic") from None
     return topic, partition, offset
-
-
-def uid_text(raw: bytes) -> str:
-    """The canonical text of a 16-byte unique ID."""
-    h = raw.hex()
-    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 def parse_uid(text: object) -> bytes:

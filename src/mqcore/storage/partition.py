@@ -9,7 +9,6 @@ outside it, never past the size they saw, so they never meet a partial batch
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import os
 import threading
@@ -20,6 +19,7 @@ from typing import Any
 from mqcore._ext.batch import Message, decode_messages, peek_batch_header
 from mqcore._ext.lookup import get_record
 from mqcore._ext.scan import first_offset_at_or_after
+from mqcore._ext.segtable import SegmentTable
 from mqcore.clock import Clock, now_ms
 from mqcore.config import FlushPolicy, TopicConfig
 from mqcore.crashpoints import crash_point
@@ -91,10 +91,11 @@ class Partition:
         self.config = config
         self.flush_policy = flush
         self.writable = writable
-        self.segments: list[LogSegment] = []
         self.cache = cache  # the store's open sealed segments (storage/cache.py)
-        self._bases: list[int] = []
         self._lock = threading.RLock()
+        # the segment list, its base offsets and the lock, as the lookup kernels read them
+        # (_ext/segtable.pyx); the list changes only through _set_segments
+        self.table: SegmentTable[LogSegment] = SegmentTable(self._lock, topic, partition)
         self._sync_lock = threading.Lock()
         self.unflushed_messages = 0
         self.recovery_point = 0
@@ -130,6 +131,18 @@ class Partition:
         except BaseException:
             self.abandon()
             raise
+
+    @property
+    def segments(self) -> list[LogSegment]:
+        """The segments, oldest first, the active one last (do not change the list: only
+        _set_segments does, keeping the table's base offsets beside it)."""
+        return self.table.segments
+
+    def _set_segments(self, start: int, stop: int, new: list[LogSegment]) -> None:
+        """segments[start:stop] = new: the one place the segment list changes (open, recovery,
+        roll, compaction's swap, retention), which keeps the kernels' table true. Call with the
+        lock held (or before any reader exists: open)."""
+        self.table.splice(start, stop, new)
 
     def _park(self, seg: LogSegment) -> None:
         """A sealed segment gives back its descriptor and joins the store's open segments."""
@@ -188,19 +201,20 @@ class Partition:
             if not self.writable:
                 raise StoreError(f"no segments in {self.directory}")
             layout = [(0, {})]
-        self._bases = [b for b, _ in layout]
         last = len(layout) - 1
-        if live:
-            start_recovery = len(layout)
-        else:
-            start_recovery = 0 if scan_all else self._first_to_recover(recovery_point, clean)
         # Every segment but the active one is only stat'ed here: one the log trusts is opened
         # on first use, one recovery scans is opened for the scan and given back after it
         # (sealed segments keep no descriptor: storage/cache.py), so opening a partition never
         # holds more than a few descriptors whatever its segment count.
-        self.segments = [
-            self._segment(base, paths, lazy=i < last) for i, (base, paths) in enumerate(layout)
-        ]
+        self._set_segments(
+            0,
+            len(self.segments),
+            [self._segment(base, paths, lazy=i < last) for i, (base, paths) in enumerate(layout)],
+        )
+        if live:
+            start_recovery = len(layout)
+        else:
+            start_recovery = 0 if scan_all else self._first_to_recover(recovery_point, clean)
         self._opened_paths = dict(layout)
         if created:
             self._dir_changed(self.directory)
@@ -266,8 +280,7 @@ class Partition:
                     raise  # replaced, or merged by compaction: the caller opens again
                 for gone in self.segments[: i + 1]:
                     gone.close()
-                del self.segments[: i + 1]
-                del self._bases[: i + 1]
+                self._set_segments(0, i + 1, [])
                 return
 
     def _retention_took(self, i: int) -> bool:
@@ -324,12 +337,13 @@ class Partition:
 
     def _first_to_recover(self, recovery_point: int | None, clean: bool) -> int:
         """Index of the first segment to scan: the one holding the recovery point."""
-        return first_to_recover(self._bases, recovery_point, clean)
+        return first_to_recover(self.table.bases(), recovery_point, clean)
 
     def _recover_segment(self, i: int, report: RecoveryReport, recovery_point: int) -> None:
-        """Scan segment i (loader.recover_segment); the base offsets follow what it kept."""
-        recover_segment(self.segments, i, report, recovery_point, self.writable)
-        del self._bases[len(self.segments) :]
+        """Scan segment i (loader.recover_segment); the list keeps what it kept."""
+        kept = list(self.segments)
+        recover_segment(kept, i, report, recovery_point, self.writable)
+        self._set_segments(len(kept), len(self.segments), [])
 
     # -- offsets --------------------------------------------------------------------------------
 
@@ -349,7 +363,7 @@ class Partition:
         return self.segments[-1].next_offset
 
     def _segment_index(self, offset: int) -> int:
-        return max(0, bisect.bisect_right(self._bases, offset) - 1)
+        return self.table.floor_index(offset)
 
     # -- appending ------------------------------------------------------------------------------
 
@@ -415,8 +429,7 @@ class Partition:
         crash_point("roll.after_new_segment")
         new.attach_key_index(active=True)
         new.first_batch_timestamp = -1
-        self.segments.append(new)
-        self._bases.append(new.base_offset)
+        self._set_segments(len(self.segments), len(self.segments), [new])
         self.snapshot_producers()
         crash_point("roll.before_dir_fsync")
         self._dir_changed(self.directory)
@@ -556,7 +569,7 @@ class Partition:
         """
         if offset < self._log_start:
             return None  # below the log start DeleteRecords moved
-        return get_record(self, offset, verify_crc, MAX_DECOMPRESSED)
+        return get_record(self.table, offset, verify_crc, MAX_DECOMPRESSED)
 
     def offset_for_time(self, timestamp: int, verify_crc: bool = True) -> int | None:
         """Kafka's rule: the earliest offset whose timestamp is >= `timestamp`, or None.
@@ -687,8 +700,7 @@ class Partition:
         with self._lock:
             i = self.segments.index(olds[0])
             assert self.segments[i : i + len(olds)] == olds
-            self.segments[i : i + len(olds)] = [new]
-            self._bases[i : i + len(olds)] = [new.base_offset]
+            self._set_segments(i, i + len(olds), [new])
             now = [d for old, d in zip(olds, disposers, strict=True) if self.retire(old, d)]
         for dispose in now:
             dispose()
@@ -719,8 +731,7 @@ class Partition:
                     dispose = retire_files(seg, self.is_pinned(seg))
                     if self.retire(seg, dispose):
                         out.dispose_now.append(dispose)
-                del self.segments[:count]
-                del self._bases[:count]
+                self._set_segments(0, count, [])
             out.start_offset = self.start_offset
         return out
 
@@ -784,8 +795,7 @@ class Partition:
         durable.sync_dir(self.directory)
         crash_point("truncate.after_replace")
         new = self._segment(old.base_offset)
-        self.segments[i:] = [new]
-        del self._bases[i + 1 :]
+        self._set_segments(i, len(self.segments), [new])
         new.open_for_scan()
         recover_segment(self.segments, i, RecoveryReport(), 0, True)
         new.attach_key_index(active=True)
@@ -804,8 +814,7 @@ class Partition:
         new = self._segment(offset)
         new.attach_key_index(active=True)
         new.first_batch_timestamp = -1
-        self.segments = [new]
-        self._bases = [offset]
+        self._set_segments(0, len(self.segments), [new])
         durable.sync_dir(self.directory)
         self.recovery_point = offset
         self._set_log_start(offset)

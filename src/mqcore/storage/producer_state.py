@@ -53,7 +53,9 @@ class PartitionLog(Protocol):
     partition: int
     directory: str
     flush_policy: FlushPolicy
-    segments: list[LogSegment]
+
+    @property
+    def segments(self) -> list[LogSegment]: ...
 
     @property
     def start_offset(self) -> int: ...

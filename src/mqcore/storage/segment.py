@@ -163,7 +163,9 @@ class LogSegment:
         self.verified_batches: dict[int, bytes] = {}
         # reads go through one read-only mapping, reserved to the roll size when writable
         self.map_reserve = map_reserve if writable else 0
-        self._mapped: MappedFile | None = None
+        # the .log mapping (read it, never assign it: _remap and _unmap do; the lookup kernels
+        # take a buffer of it, and call mapping() when it is missing or too short)
+        self.mapped: MappedFile | None = None
         self._view: memoryview | None = None
         self._map_lock = threading.Lock()
         if lazy:
@@ -221,13 +223,6 @@ class LogSegment:
             f"{self.log_path} was {how} by the store's writer after this read-only store opened "
             "(retention or compaction); reopen the store to read the log as it is now"
         )
-
-    @property
-    def mapping(self) -> MappedFile | None:
-        """The log file's current read-only mapping (None until a read maps it): what a
-        reader's buffer holds on to, closed when the segment closes and its last reader
-        lets go (tests check that a lookup released it)."""
-        return self._mapped
 
     @property
     def loaded(self) -> bool:
@@ -650,6 +645,17 @@ class LogSegment:
             mapped = self._remap(limit)
         return mapped[start:limit]
 
+    def mapping(self, limit: int) -> MappedFile:
+        """The mapping of the `.log` covering [0, limit), mapped or remapped if need be (same
+        rule for `limit` as view()). The lookup kernels take a buffer of it as a point read's
+        pin (_ext/lookup.pyx): the mapping outlives a remap or close until it is released."""
+        mapped = self.mapped
+        if mapped is None or mapped.length < limit:
+            self._remap(limit)
+            mapped = self.mapped
+            assert mapped is not None  # _remap maps or raises
+        return mapped
+
     def _remap(self, limit: int) -> memoryview:
         if self.fd < 0:
             self.ensure_open()  # first use, or closed by the cache (raises once closed for good)
@@ -660,11 +666,11 @@ class LogSegment:
                 return self._view
             if self.fd < 0:
                 raise StoreClosedError(f"segment {self.log_path} is closed")
-            old, old_view = self._mapped, self._view
+            old, old_view = self.mapped, self._view
             # the active segment's mapping reaches its roll size, so appends need no remap
             reserve = 0 if self.sealed else self.map_reserve
-            self._mapped = MappedFile(self.fd, max(limit, reserve, 1))
-            self._view = memoryview(self._mapped)
+            self.mapped = MappedFile(self.fd, max(limit, reserve, 1))
+            self._view = memoryview(self.mapped)
             if old is not None and old_view is not None:
                 old_view.release()
                 old.close()  # unmapped once readers of the old mapping let go
@@ -672,10 +678,10 @@ class LogSegment:
 
     def _unmap(self) -> None:
         with self._map_lock:
-            if self._mapped is not None and self._view is not None:
+            if self.mapped is not None and self._view is not None:
                 self._view.release()
-                self._mapped.close()
-            self._mapped = self._view = None
+                self.mapped.close()
+            self.mapped = self._view = None
 
     # -- sealing, flushing, closing -----------------------------------------------------------
 
