@@ -385,6 +385,7 @@ def test_example_broker_runs(tmp_path: Path) -> None:
         out[4],
         "end_offset_for_epoch(1)=(1, 13)",
         "truncated end=8 epochs=[(1, 0), (2, 8)]",
+        "after restart committed=8",
     ]
     assert out[4].endswith(" high_watermark=13 offsets=[4, 5, 6, 7]"), out[4]
 

@@ -1,13 +1,7 @@
-"""The public Store: topics, appends, reads. It orchestrates; the storage layer owns the files.
-
-Durability after `append` returns, by flush policy (docs/operations.md "Durability"):
-  always    fdatasync'd before append returns (group commit across threads): survives a process
-            kill and a power loss.
-  interval  in the page cache at once; fdatasync'd by the background flusher within
-            flush_interval_ms or flush_messages: survives a process kill; a power loss loses at
-            most that window.
-  os        page cache only, flushed by the kernel, by flush() and at close: survives a process
-            kill; a power loss may lose anything since the last flush.
+"""The public Store: the facade users import (`mqcore.open()`). It composes the log
+(mqcore.log.Log: files, partitions, appends, recovery, flushing) with the consumption model
+(consume/, produce/) and the query engine. What is on disk after each append under each flush
+policy is the log's promise: log/manager.py and docs/operations.md "Durability".
 """
 
 from __future__ import annotations
