@@ -379,13 +379,13 @@ class Store(Sender[RecordMetadata, BatchMetadata, list[BatchMetadata]]):
         """Messages whose key (or a word of their `keys` header) equals `key`, from the key
         index, each checked against the stored record."""
         # all of a topic's partitions (the kernel orders a dict of them by number), or one
-        log = self.log
         parts: list[Partition] | dict[int, Partition]
         if partition is None:
-            parts = log.partitions_of(topic)
+            parts, cfg = self.log.partitions_and_config(topic)
         else:
-            parts = [log.partition(topic, partition)]
-        if not log.config(topic).key_index:
+            part = self.log.partition(topic, partition)
+            parts, cfg = [part], part.config
+        if not cfg.key_index:
             raise InvalidConfigError(
                 f"topic {topic!r} keeps no key index (key_index=False): find_by_key needs it; "
                 "search() scans instead"

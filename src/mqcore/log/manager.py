@@ -358,10 +358,15 @@ class Log:
         self.partitions_of(topic)  # the open check, and the errors for an unknown topic
         return self._configs[topic]
 
+    def partitions_and_config(self, topic: str) -> tuple[dict[int, Partition], TopicConfig]:
+        """partitions_of(topic) and config(topic) with one check (a lookup's first step)."""
+        return self.partitions_of(topic), self._configs[topic]
+
     def partitions_of(self, topic: str, create: bool = False) -> dict[int, Partition]:
         """The topic's open partitions by number (do not change the dict). With `create` an
         unknown topic is created when auto_create_topics allows it."""
-        self.check_open()
+        if self._closed or self._flusher is not None:  # lookups are microseconds: skip a call
+            self.check_open()
         parts = self._partitions.get(topic)
         if parts is None:
             if create and self.auto_create_topics:
