@@ -223,11 +223,13 @@ class Store(Sender[RecordMetadata, BatchMetadata, list[BatchMetadata]]):
     # -- appending: the send hooks of append and append_batch (produce/sender.py) -------------
 
     def _send_one(self, out: Outgoing) -> RecordMetadata:
-        no_sequence(self, out.sequence)
+        if out.sequence is not None:
+            no_sequence(self, out.sequence)
         return write_one(self.log, out, None)
 
     def _send_batch(self, out: Outgoing) -> BatchMetadata:
-        no_sequence(self, out.sequence)
+        if out.sequence is not None:
+            no_sequence(self, out.sequence)
         return append_plain(self.log, out, None)
 
     # -- consumer groups (mqcore/consume/: consumer.py, group.py, offsets.py, retry.py) ---------

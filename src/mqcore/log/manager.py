@@ -358,9 +358,12 @@ class Log:
         self.partitions_of(topic)  # the open check, and the errors for an unknown topic
         return self._configs[topic]
 
-    def partitions_and_config(self, topic: str) -> tuple[dict[int, Partition], TopicConfig]:
-        """partitions_of(topic) and config(topic) with one check (a lookup's first step)."""
-        return self.partitions_of(topic), self._configs[topic]
+    def partitions_and_config(
+        self, topic: str, create: bool = False
+    ) -> tuple[dict[int, Partition], TopicConfig]:
+        """partitions_of(topic, create) and config(topic) with one check (the first step of a
+        lookup or an append)."""
+        return self.partitions_of(topic, create), self._configs[topic]
 
     def partitions_of(self, topic: str, create: bool = False) -> dict[int, Partition]:
         """The topic's open partitions by number (do not change the dict). With `create` an
@@ -452,6 +455,8 @@ class Log:
                 base, dup = state.append(batches, *producer, lambda b: self._write(part, b))
             if dup is not None:
                 return base, dup
+        elif len(batches) == 1:
+            base = self._write(part, batches[0])  # Partition.append takes the lock itself
         else:
             with part.locked():  # consecutive offsets across the pieces of a split batch
                 base = self._write(part, batches[0])

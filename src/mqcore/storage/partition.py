@@ -96,6 +96,9 @@ class Partition:
         # the segment list, its base offsets and the lock, as the lookup kernels read them
         # (_ext/segtable.pyx); the list changes only through _set_segments
         self.table: SegmentTable[LogSegment] = SegmentTable(self._lock, topic, partition)
+        # the table's list itself (splice changes it in place): the hot paths read it without
+        # the property's call
+        self._segs: list[LogSegment] = self.table.segments
         self._sync_lock = threading.Lock()
         self.unflushed_messages = 0
         self.recovery_point = 0
@@ -136,7 +139,7 @@ class Partition:
     def segments(self) -> list[LogSegment]:
         """The segments, oldest first, the active one last (do not change the list: only
         _set_segments does, keeping the table's base offsets beside it)."""
-        return self.table.segments
+        return self._segs
 
     def _set_segments(self, start: int, stop: int, new: list[LogSegment]) -> None:
         """segments[start:stop] = new: the one place the segment list changes (open, recovery,
@@ -164,7 +167,7 @@ class Partition:
             now = dict(segment_layout(self.directory))
         except FileNotFoundError:
             return False
-        segs = list(self.segments)
+        segs = list(self._segs)
         while segs and segs[0].base_offset not in now and len(segs) > 1:
             segs.pop(0)  # retention took it after it was opened
         for seg in segs:
@@ -177,7 +180,7 @@ class Partition:
         """Close every file without sealing or trimming anything: a failed open leaves the
         partition as it found it (still unclean), and leaks no descriptors."""
         self.closed = True
-        for seg in self.segments:
+        for seg in self._segs:
             seg.writable = False
             seg.close()
 
@@ -208,7 +211,7 @@ class Partition:
         # holds more than a few descriptors whatever its segment count.
         self._set_segments(
             0,
-            len(self.segments),
+            len(self._segs),
             [self._segment(base, paths, lazy=i < last) for i, (base, paths) in enumerate(layout)],
         )
         if live:
@@ -219,8 +222,8 @@ class Partition:
         if created:
             self._dir_changed(self.directory)
         i = 0
-        while i < len(self.segments):
-            seg = self.segments[i]
+        while i < len(self._segs):
+            seg = self._segs[i]
             if i < start_recovery and i < last:
                 i += 1  # trusted and sealed: loaded on first use
                 continue
@@ -231,14 +234,14 @@ class Partition:
                 # check too: appends (O_APPEND) would land after those bytes, unreadable
                 seg.open_for_scan()
                 self._recover_segment(i, report, recovery_point or 0)
-            prev = self.segments[i - 1] if i else None
+            prev = self._segs[i - 1] if i else None
             if prev is not None and prev.loaded and seg.base_offset < prev.next_offset:
                 raise CorruptRecordError(
                     f"segment base offset {seg.base_offset} overlaps the previous segment, "
                     f"which ends at offset {prev.next_offset - 1}",
                     path=seg.log_path,
                 )
-            if seg is not self.segments[-1] or not self.writable:
+            if seg is not self._segs[-1] or not self.writable:
                 # a scanned sealed segment: a rebuilt time index gets back its closing entry,
                 # its indexes go back to their trimmed size, what recovery kept is synced, and
                 # it gives back its descriptor (a read-only store appends nothing: all sealed)
@@ -250,7 +253,7 @@ class Partition:
         self.active.attach_key_index(active=True)
         if not self.writable:
             self._hold_for_reading()
-        report.segments = len(self.segments)
+        report.segments = len(self._segs)
         if self.writable and report.recovered_segments:
             self._sync_recovered(report)
         if self.writable:
@@ -267,10 +270,10 @@ class Partition:
         names, so a store of up to max_open_segments segments reads the log exactly as it was
         when it opened. One opened later finds the file as it is then (StoreChangedError if
         the writer replaced or removed it meanwhile: operations.md "Readers beside a writer")."""
-        for i in range(len(self.segments) - 1, -1, -1):
+        for i in range(len(self._segs) - 1, -1, -1):
             if self.cache is not None and len(self.cache) >= self.cache.limit:
                 return
-            seg = self.segments[i]
+            seg = self._segs[i]
             if seg.is_open:
                 continue
             try:
@@ -278,7 +281,7 @@ class Partition:
             except StoreChangedError:
                 if not self._retention_took(i):
                     raise  # replaced, or merged by compaction: the caller opens again
-                for gone in self.segments[: i + 1]:
+                for gone in self._segs[: i + 1]:
                     gone.close()
                 self._set_segments(0, i + 1, [])
                 return
@@ -291,7 +294,7 @@ class Partition:
             now = segment_layout(self.directory)
         except FileNotFoundError:
             return False
-        return bool(now) and now[0][0] > self.segments[i].base_offset and i + 1 < len(self.segments)
+        return bool(now) and now[0][0] > self._segs[i].base_offset and i + 1 < len(self._segs)
 
     def _sync_recovered(self, report: RecoveryReport) -> None:
         """After an unclean stop, make what recovery kept durable before anything relies on it.
@@ -341,26 +344,26 @@ class Partition:
 
     def _recover_segment(self, i: int, report: RecoveryReport, recovery_point: int) -> None:
         """Scan segment i (loader.recover_segment); the list keeps what it kept."""
-        kept = list(self.segments)
+        kept = list(self._segs)
         recover_segment(kept, i, report, recovery_point, self.writable)
-        self._set_segments(len(kept), len(self.segments), [])
+        self._set_segments(len(kept), len(self._segs), [])
 
     # -- offsets --------------------------------------------------------------------------------
 
     @property
     def active(self) -> LogSegment:
-        return self.segments[-1]
+        return self._segs[-1]
 
     @property
     def start_offset(self) -> int:
         """The first offset readable: the first segment's base offset, or later when
         advance_log_start() (Kafka's DeleteRecords) moved it inside that segment."""
-        return max(self.segments[0].base_offset, self._log_start)
+        return max(self._segs[0].base_offset, self._log_start)
 
     @property
     def end_offset(self) -> int:
         """The offset the next appended record will get (Kafka's log end offset)."""
-        return self.segments[-1].next_offset
+        return self._segs[-1].next_offset
 
     def _segment_index(self, offset: int) -> int:
         return self.table.floor_index(offset)
@@ -429,7 +432,7 @@ class Partition:
         crash_point("roll.after_new_segment")
         new.attach_key_index(active=True)
         new.first_batch_timestamp = -1
-        self._set_segments(len(self.segments), len(self.segments), [new])
+        self._set_segments(len(self._segs), len(self._segs), [new])
         self.snapshot_producers()
         crash_point("roll.before_dir_fsync")
         self._dir_changed(self.directory)
@@ -452,7 +455,7 @@ class Partition:
     def flush(self) -> int:
         """fdatasync every segment with unflushed bytes; returns the offset now durable."""
         with self._lock:
-            segs = list(self.segments)
+            segs = list(self._segs)
             end = self.end_offset
             self.unflushed_messages = 0
         with self._sync_lock:
@@ -501,8 +504,8 @@ class Partition:
                     f"offset {offset} is below the log start offset {self.start_offset} of "
                     f"{self.topic}-{self.partition}"
                 )
-            i = self.segments.index(start[0]) if start else self._segment_index(offset)
-            segs = self.segments[i:]
+            i = self._segs.index(start[0]) if start else self._segment_index(offset)
+            segs = self._segs[i:]
             sizes = [s.size for s in segs]
             pos = start[1] if start else segs[0].position_for(offset)
             self._pin(segs)
@@ -580,11 +583,11 @@ class Partition:
         """
         with self._lock:
             first = next(
-                (i for i, s in enumerate(self.segments) if s.max_timestamp >= timestamp), None
+                (i for i, s in enumerate(self._segs) if s.max_timestamp >= timestamp), None
             )
             if first is None:
                 return None
-            segs = self.segments[first:]
+            segs = self._segs[first:]
             sizes = [s.size for s in segs]
             position = segs[0].position_for_time(timestamp)
             self._pin(segs)
@@ -634,7 +637,7 @@ class Partition:
         lock), pinned until the block ends: retention and compaction may take them out of the
         log meanwhile, but their files stay open for this reader."""
         with self._lock:
-            segs = list(self.segments)
+            segs = list(self._segs)
             ends = [(s, s.size, s.next_offset) for s in segs]
             self._pin(segs)
         try:
@@ -674,7 +677,7 @@ class Partition:
     def segment_sizes(self) -> list[tuple[LogSegment, int]]:
         """(segment, size) of every segment at one moment (appends hold the lock)."""
         with self._lock:
-            return [(s, s.size) for s in self.segments]
+            return [(s, s.size) for s in self._segs]
 
     def pin_for_maintenance(self) -> list[tuple[LogSegment, int]] | None:
         """(segment, size) of every segment at one moment, each pinned until unpin(); None when
@@ -682,7 +685,7 @@ class Partition:
         with self._lock:
             if self.closed or not self.writable:
                 return None
-            segs = [(s, s.size) for s in self.segments]
+            segs = [(s, s.size) for s in self._segs]
             self._pin([s for s, _ in segs])
         return segs
 
@@ -698,8 +701,8 @@ class Partition:
         old one is retired with its disposer (run now, or when its last reader unpins it)."""
         new = self._segment(olds[0].base_offset, lazy=True)  # opened on first use
         with self._lock:
-            i = self.segments.index(olds[0])
-            assert self.segments[i : i + len(olds)] == olds
+            i = self._segs.index(olds[0])
+            assert self._segs[i : i + len(olds)] == olds
             self._set_segments(i, i + len(olds), [new])
             now = [d for old, d in zip(olds, disposers, strict=True) if self.retire(old, d)]
         for dispose in now:
@@ -721,12 +724,12 @@ class Partition:
         with self._lock:
             if self.closed or not self.writable:
                 return None
-            count = how_many(self.segments)
-            if roll_all and count >= len(self.segments) and self.active.size > 0:
+            count = how_many(self._segs)
+            if roll_all and count >= len(self._segs) and self.active.size > 0:
                 self._roll()  # every segment expired: Kafka rolls so the active can go too
-            count = min(count, len(self.segments) - 1)
+            count = min(count, len(self._segs) - 1)
             if count > 0:
-                for seg in self.segments[:count]:
+                for seg in self._segs[:count]:
                     out.victims.append((seg, seg.size))
                     dispose = retire_files(seg, self.is_pinned(seg))
                     if self.retire(seg, dispose):
@@ -768,7 +771,7 @@ class Partition:
             self._check_changeable()
             if not start_at and offset >= self.end_offset:
                 return self.end_offset
-            if start_at or offset < self.segments[0].base_offset:
+            if start_at or offset < self._segs[0].base_offset:
                 self._truncate_fully(offset)
             else:
                 self._truncate_above(offset)
@@ -784,20 +787,20 @@ class Partition:
 
     def _truncate_above(self, offset: int) -> None:
         i = self._segment_index(offset)
-        old = self.segments[i]
+        old = self._segs[i]
         cut = _batch_start_at_or_after(old, offset)
         tmp = old.log_path + ".truncating.tmp"  # tidy_directory drops it after a crash
         _copy_prefix(old, cut, tmp)
         crash_point("truncate.after_copy")
-        dispose = [self._retire_files(seg) for seg in reversed(self.segments[i + 1 :])]
+        dispose = [self._retire_files(seg) for seg in reversed(self._segs[i + 1 :])]
         dispose.append(self._retire_files(old, keep_log=True))
         os.replace(tmp, old.log_path)
         durable.sync_dir(self.directory)
         crash_point("truncate.after_replace")
         new = self._segment(old.base_offset)
-        self._set_segments(i, len(self.segments), [new])
+        self._set_segments(i, len(self._segs), [new])
         new.open_for_scan()
-        recover_segment(self.segments, i, RecoveryReport(), 0, True)
+        recover_segment(self._segs, i, RecoveryReport(), 0, True)
         new.attach_key_index(active=True)
         new.flushed_size = new.size  # _copy_prefix fsync'd it
         self.recovery_point = min(self.recovery_point, self.end_offset)
@@ -808,13 +811,13 @@ class Partition:
                 run()
 
     def _truncate_fully(self, offset: int) -> None:
-        dispose = [self._retire_files(seg) for seg in reversed(self.segments)]
+        dispose = [self._retire_files(seg) for seg in reversed(self._segs)]
         durable.sync_dir(self.directory)
         crash_point("truncate.after_drop")
         new = self._segment(offset)
         new.attach_key_index(active=True)
         new.first_batch_timestamp = -1
-        self._set_segments(0, len(self.segments), [new])
+        self._set_segments(0, len(self._segs), [new])
         durable.sync_dir(self.directory)
         self.recovery_point = offset
         self._set_log_start(offset)
@@ -861,11 +864,11 @@ class Partition:
                 self.snapshot_producers()
                 self.active.seal()
                 with self._sync_lock:
-                    for seg in self.segments:
+                    for seg in self._segs:
                         seg.flush()
                     self._sync_dirs()
                 self.recovery_point = self.end_offset
-            for seg in self.segments:
+            for seg in self._segs:
                 seg.close()
             retired, self._retired = list(self._retired.values()), {}
         for dispose in retired:

@@ -78,21 +78,23 @@ class ScanOutcome:
 
 
 class _Loaded:
-    """A field of LogSegment that load() (or a recovery scan) sets: reading it first loads a
-    segment that was only stat'ed (opening it); setting it just stores the value."""
+    """A field of LogSegment that load() (or a recovery scan) sets. A non-data descriptor: once
+    the segment has set the field, its own attribute answers every read with no call (appends
+    read several of them); until then (a segment only stat'ed) reading it opens and loads the
+    segment, which sets it."""
 
     def __set_name__(self, owner: type, name: str) -> None:
-        self.attr = "_" + name
+        self.name = name
 
     def __get__(self, seg: LogSegment | None, owner: type | None = None) -> Any:
         if seg is None:
             return self
-        if not seg.loaded:
-            seg.ensure_open()
-        return getattr(seg, self.attr)
+        seg.ensure_open()
+        return seg.__dict__[self.name]
 
-    def __set__(self, seg: LogSegment, value: int) -> None:
-        setattr(seg, self.attr, value)
+
+# the lazy fields and their values before anything is known (base_offset for next_offset)
+_LAZY_DEFAULTS = {"max_timestamp": -1, "offset_of_max_timestamp": -1, "first_batch_timestamp": -1}
 
 
 class LogSegment:
@@ -152,11 +154,10 @@ class LogSegment:
             if key_index_capacity > 0
             else None
         )
-        self._next_offset = base_offset
-        self._max_timestamp = -1
-        self._offset_of_max_timestamp = -1
-        self._first_batch_timestamp = -1
-        self._loaded = not lazy  # a new or opened segment: the caller loads or recovers it
+        # whether load() or a scan has run (next_offset and the timestamps are known)
+        self.loaded = not lazy  # a new or opened segment: the caller loads or recovers it
+        if not lazy:
+            self._set_unknown_fields()
         self.policy = IndexPolicy(index_interval_bytes)
         # batches whose CRC a get() already checked: position -> sampled record positions
         # (gets in them skip the CRC and start near their record; scan.read_record)
@@ -209,7 +210,7 @@ class LogSegment:
             raise self._changed("replaced")
         self.identity = (st.st_dev, st.st_ino)
         self.fd = fd
-        if not self._loaded or self.size == 0:
+        if not self.loaded or self.size == 0:
             self.size = st.st_size
         if appending and _holds_reserve(st):
             # a reserve left by a process that died is handed back before anything else
@@ -224,11 +225,6 @@ class LogSegment:
             "(retention or compaction); reopen the store to read the log as it is now"
         )
 
-    @property
-    def loaded(self) -> bool:
-        """Whether load() or a scan has run: next_offset and the timestamps are known."""
-        return self._loaded
-
     def open_for_scan(self) -> None:
         """Open the files for recovery's scan, which sets what load() would (unsynced: what a
         killed writer left may never have reached the disk)."""
@@ -240,14 +236,14 @@ class LogSegment:
 
     def ensure_open(self) -> None:
         """Open and load the segment if it is not (first use, or closed by the cache)."""
-        if self.is_open and self._loaded:
+        if self.is_open and self.loaded:
             return
         with self._state:
             if self.closed:
                 raise StoreClosedError(f"segment {self.log_path} is closed")
             if not self.is_open:
                 self._open_files()
-            if not self._loaded:
+            if not self.loaded:
                 self.load()
                 if self.sealed and self.writable:
                     self.seal()
@@ -294,12 +290,22 @@ class LogSegment:
         rebuilt by a header scan. The tail after the last index entry is scanned for the next
         offset and largest timestamp.
         """
-        self._loaded = True  # its fields are being set: reading them must not load again
+        self.loaded = True  # its fields are being set: reading them must not load again
+        self._set_unknown_fields()
         try:
             self._load()
         except BaseException:
-            self._loaded = False
+            self.loaded = False
+            for name in ("next_offset", *_LAZY_DEFAULTS):  # the next read loads again
+                self.__dict__.pop(name, None)
             raise
+
+    def _set_unknown_fields(self) -> None:
+        """The lazy fields' values before the log is read, where none is set yet."""
+        fields = self.__dict__
+        fields.setdefault("next_offset", self.base_offset)
+        for name, value in _LAZY_DEFAULTS.items():
+            fields.setdefault(name, value)
 
     def _load(self) -> None:
         if self.size == 0:
@@ -422,7 +428,8 @@ class LogSegment:
 
     def rebuild(self, verify_crc: bool) -> ScanOutcome:
         """Scan the whole log, rebuild both indexes from it, and cut nothing (see recover)."""
-        self._loaded = True  # the scan sets what load() would
+        self.loaded = True  # the scan sets what load() would
+        self._set_unknown_fields()
         scanner = SegmentScanner(self.base_offset, self.index_interval_bytes, verify_crc)
         self._scan(scanner, 0)
         outcome = ScanOutcome(
