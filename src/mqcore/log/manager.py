@@ -362,8 +362,12 @@ class Log:
         self, topic: str, create: bool = False
     ) -> tuple[dict[int, Partition], TopicConfig]:
         """partitions_of(topic, create) and config(topic) with one check (the first step of a
-        lookup or an append)."""
-        return self.partitions_of(topic, create), self._configs[topic]
+        lookup or an append: its common case makes no further call)."""
+        parts = self._partitions.get(topic)
+        flusher = self._flusher
+        if parts is None or self._closed or (flusher is not None and flusher.error is not None):
+            parts = self.partitions_of(topic, create)  # the errors, or the creation
+        return parts, self._configs[topic]
 
     def partitions_of(self, topic: str, create: bool = False) -> dict[int, Partition]:
         """The topic's open partitions by number (do not change the dict). With `create` an

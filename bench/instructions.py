@@ -1,0 +1,81 @@
+"""Instructions per operation of the hot store paths, counted by valgrind's callgrind: a
+figure that does not move with the host's load (the wall-clock benchmarks on this shared VM
+move by tens of percent between runs; bench/README.md "Issue 18").
+
+    python bench/instructions.py SRC [SRC ...]       # e.g. a checkout of the older commit's src
+
+For each tree (its `src/` put first on PYTHONPATH) and each path, the process runs twice under
+callgrind, with LOW and HIGH operations after the same set-up; (Ir(HIGH) - Ir(LOW)) / (HIGH -
+LOW) is the cost of one operation, set-up and interpreter start cancelled out.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+LOW, HIGH = 500, 3500
+
+CHILD = r"""
+import random, sys, tempfile
+import mqcore
+mode, n = sys.argv[1], int(sys.argv[2])
+s = mqcore.open(tempfile.mkdtemp(), flush="os")
+s.create_topic("t", segment_bytes=1 << 30)
+v = b"y" * 100
+if mode in ("get", "get_by_id", "find_by_key", "read"):
+    for i in range(0, 100_000, 1000):
+        s.append_batch("t", [b"v%07d" % j for j in range(i, i + 1000)],
+                       keys=[b"k%d" % (j % 5000) for j in range(i, i + 1000)], partition=0)
+    last = s.append("t", b"x", partition=0).msg_id
+rng = random.Random(1)
+offsets = [rng.randrange(100_000) for _ in range(n)]
+if mode == "append":
+    for _ in range(n): s.append("t", v, partition=0)
+elif mode == "append_keyed":
+    for _ in range(n): s.append("t", v, key=b"k")
+elif mode == "append_batch100":
+    vals = [v] * 100
+    for _ in range(n // 10): s.append_batch("t", vals, partition=0)
+elif mode == "get":
+    for o in offsets: s.get("t", 0, o)
+elif mode == "get_by_id":
+    for _ in range(n): s.get_by_id(last)
+elif mode == "find_by_key":
+    for o in offsets: s.find_by_key("t", b"k%d" % (o % 5000), limit=1)
+elif mode == "read":
+    for o in offsets: s.read("t", 0, o, 10)
+s.close()
+"""
+
+MODES = ("append", "append_keyed", "append_batch100", "get", "get_by_id", "find_by_key", "read")
+
+
+def instructions(src: str, mode: str, n: int) -> int:
+    env = dict(os.environ, PYTHONPATH=src)
+    proc = subprocess.run(
+        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
+         sys.executable, "-c", CHILD, mode, str(n)],
+        env=env, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    found = re.search(r"Collected : ([\d,]+)", proc.stderr)
+    assert found, proc.stderr[-2000:]
+    return int(found.group(1).replace(",", ""))
+
+
+def main() -> None:
+    trees = sys.argv[1:] or ["src"]
+    print("path".ljust(18) + "".join(t[-28:].rjust(30) for t in trees))
+    for mode in MODES:
+        per = [(instructions(t, mode, HIGH) - instructions(t, mode, LOW)) / (HIGH - LOW)
+               for t in trees]  # fmt: skip
+        unit = " /msg" if mode == "append_batch100" else ""
+        if mode == "append_batch100":
+            per = [p / 10 for p in per]  # n // 10 batches of 100: per message
+        print(mode.ljust(18) + "".join(f"{p:,.0f}{unit}".rjust(30) for p in per), flush=True)
+
+
+if __name__ == "__main__":
+    main()
