@@ -27,7 +27,7 @@ def find_hashed(
     max_decompressed: int = ...,
 ) -> tuple[list[Message], int]: ...
 def find_keyed(
-    parts: list[Any],
+    parts: list[Any] | dict[int, Any],
     raw: bytes,
     kind: int,
     lo: int,

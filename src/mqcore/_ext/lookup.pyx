@@ -481,21 +481,29 @@ cdef list find_in_partitions(list parts, bytes raw, int kind, int64_t lo, int64_
     return messages if messages is not None else []
 
 
-def find_keyed(list parts not None, bytes raw not None, int kind, int64_t lo, int64_t hi,
+def find_keyed(object parts not None, bytes raw not None, int kind, int64_t lo, int64_t hi,
                Py_ssize_t limit, Py_ssize_t resume_partition, int64_t resume_offset,
                Py_ssize_t max_probe, Py_ssize_t max_decompressed=DEFAULT_MAX_DECOMPRESSED):
-    """find_hashed over `parts` (partitions, each with its public `table`, or SegmentTables; by
-    partition number) from (resume_partition, resume_offset) on (-1: from the start), until
-    `limit` messages.
+    """find_hashed over `parts` (partitions, each with its public `table`, or SegmentTables: a
+    list in partition-number order, or a dict of them by number, ordered here) from
+    (resume_partition, resume_offset) on (-1: from the start), until `limit` messages.
 
     Returns (messages, candidates read, stop partition, stop offset): the stop is where to
     resume when `limit` cut the answer short, else (-1, 0). The arguments are the query
     layer's, already checked (query/engine.py find_indexed builds the QueryResult)."""
     cdef Py_ssize_t scanned = 0, stop_p = -1
     cdef int64_t stop_o = 0
+    cdef list ordered
     if limit < 1:
         raise ValueError(f"limit must be >= 1, not {limit}")
-    messages = find_in_partitions(parts, raw, kind, lo, hi, limit, resume_partition,
+    if type(parts) is dict:  # a topic's partitions by number: in number order
+        if len(<dict>parts) == 1:
+            ordered = list((<dict>parts).values())
+        else:
+            ordered = [(<dict>parts)[p] for p in sorted(<dict>parts)]
+    else:
+        ordered = <list?>parts
+    messages = find_in_partitions(ordered, raw, kind, lo, hi, limit, resume_partition,
                                   resume_offset, max_probe, max_decompressed, &scanned, &stop_p,
                                   &stop_o)
     return messages, scanned, stop_p, stop_o

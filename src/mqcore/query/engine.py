@@ -330,10 +330,8 @@ def find_indexed(
     if type(limit) is not int or not 1 <= limit <= MAX_LIMIT:
         limit = check_limit("limit", limit, MAX_LIMIT)
     resume_p, resume_o = (-1, 0) if cursor is None else decode_cursor(cursor)
-    if isinstance(parts, dict):  # by number: in number order
-        parts = list(parts.values()) if len(parts) == 1 else [parts[p] for p in sorted(parts)]
-    elif type(parts) is not list:
-        parts = list(parts)
+    if not isinstance(parts, (list, dict)):
+        parts = list(parts)  # the kernel orders a dict by partition number
     messages, scanned, stop_p, stop_o = find_keyed(
         parts, raw, kind, lo, hi, limit, resume_p, resume_o, MAX_PROBE, MAX_DECOMPRESSED
     )
