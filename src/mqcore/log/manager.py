@@ -365,6 +365,7 @@ class Log:
         lookup or an append: its common case makes no further call)."""
         parts = self._partitions.get(topic)
         flusher = self._flusher
+        # check_open's conditions, inline (keep them the same as check_open's)
         if parts is None or self._closed or (flusher is not None and flusher.error is not None):
             parts = self.partitions_of(topic, create)  # the errors, or the creation
         return parts, self._configs[topic]
