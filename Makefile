@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
-PYX    := $(wildcard src/mqcore/_ext/*.pyx src/mqcore/_ext/*.pxd src/mqcore/_ext/*.h)
+PYX    := $(wildcard src/mqcore/_ext/*.pyx src/mqcore/_ext/*.pxd src/mqcore/_ext/*.h src/mqcore/*/*.pyx)
 
 WORKFLOWS := $(wildcard .github/workflows/*.yml)
 
@@ -172,4 +172,4 @@ asan: $(STAMP)
 clean:
 	rm -rf build dist wheelhouse *.egg-info src/*.egg-info $(VENV)
 	find src -name '*.so' -delete
-	find src/mqcore/_ext -name '*.c' -delete
+	find src/mqcore -name '*.c' ! -name '*_impl.c' -delete

@@ -25,10 +25,15 @@ KERNELS = [
     "lookup",
     "rawbatch",
 ]
+# Compiled modules of the layers above the kernels, by package: they may import their own
+# layer and what is below it (tests/test_layers.py), as the layer's Python modules do.
+LAYER_MODULES = {"query": ["keyed"]}
 # MQCORE_KERNELS="crc32c varint" builds a subset (fuzz and sanitizer builds of one kernel);
 # MQCORE_KERNELS=none builds none (the Makefile's editable install: it builds them in place once).
 if os.environ.get("MQCORE_KERNELS"):
-    KERNELS = [k for k in KERNELS if k in os.environ["MQCORE_KERNELS"].split()]
+    wanted = os.environ["MQCORE_KERNELS"].split()
+    KERNELS = [k for k in KERNELS if k in wanted]
+    LAYER_MODULES = {pkg: [m for m in mods if m in wanted] for pkg, mods in LAYER_MODULES.items()}
 
 # Directives are set here once for every module; functions that check every length they read
 # turn bounds checking off locally.
@@ -57,6 +62,16 @@ extensions = [
         extra_link_args=link_args,
     )
     for name in KERNELS
+] + [
+    Extension(
+        f"mqcore.{package}.{name}",
+        [f"src/mqcore/{package}/{name}.pyx"],
+        include_dirs=["src/mqcore/_ext"],
+        extra_compile_args=compile_args,
+        extra_link_args=link_args,
+    )
+    for package, names in LAYER_MODULES.items()
+    for name in names
 ]
 
 setup(

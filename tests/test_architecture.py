@@ -18,6 +18,9 @@ ROOT = Path(__file__).resolve().parent.parent
 # a store, log or partition of a child process's code reaching a private name
 CHILD_PRIVATE = re.compile(r"\b(?:store|s|st|log|part)\._[a-z]\w*")
 SRC = ROOT / "src"
+# tools/test_installed.py runs the suite where only the install is
+if not (SRC / "mqcore").is_dir():
+    pytest.skip("no source tree (src/mqcore) to check", allow_module_level=True)
 
 
 def _tool(name: str) -> str:

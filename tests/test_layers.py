@@ -1,6 +1,8 @@
-"""The kernels' layer rule (docs/architecture.md "Who imports whom"): a module under
-src/mqcore/_ext imports from mqcore only other kernels and the bottom utility modules, at load or
-inside a function, so nothing in storage or query can be renamed under a kernel unseen."""
+"""The layer rule for compiled code (docs/architecture.md "Who imports whom"), which
+import-linter does not read: a module under src/mqcore/_ext imports from mqcore only other
+kernels and the bottom utility modules, at load or inside a function, so nothing in storage or
+query can be renamed under a kernel unseen; a compiled module of a higher layer (query/keyed.pyx)
+imports only its layer and those below it."""
 
 from __future__ import annotations
 
@@ -10,6 +12,9 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parent.parent / "src" / "mqcore"
+# tools/test_installed.py runs the suite where only the install is
+if not SRC.is_dir():
+    pytest.skip("no source tree (src/mqcore) to check", allow_module_level=True)
 KERNEL_SOURCES = sorted(
     p for suffix in ("*.pyx", "*.pxd", "*.pxi") for p in (SRC / "_ext").glob(suffix)
 )
@@ -95,3 +100,43 @@ def test_bottom_modules_import_only_errors(module: str) -> None:
     text = (SRC / (module.split(".", 1)[1].replace(".", "/") + ".py")).read_text()
     text = _TYPE_CHECKING.sub("", text)
     assert [m for m in mqcore_imports(text) if m != "mqcore.errors"] == []
+
+
+def layer_of(module: str, layers: list[list[str]]) -> int:
+    """The index of the contract layer holding `module` (0 is the top)."""
+    for i, names in enumerate(layers):
+        if any(module == n or module.startswith(n + ".") for n in names):
+            return i
+    raise AssertionError(f"{module} is in no layer of pyproject.toml's contract")
+
+
+@pytest.fixture(scope="module")
+def contract() -> list[list[str]]:
+    """pyproject.toml's layers contract, top first, each layer as its module names."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    config = tomllib.loads((SRC.parent.parent / "pyproject.toml").read_text())
+    layers = config["tool"]["importlinter"]["contracts"][0]["layers"]
+    return [[name.strip() for name in layer.split("|")] for layer in layers]
+
+
+# compiled modules above the kernels (setup.py LAYER_MODULES): import-linter reads .py files
+# only, so their imports are checked here against the same contract
+LAYER_SOURCES = sorted(p for p in SRC.rglob("*.pyx") if p.parent.name != "_ext")
+
+
+def test_layer_sources_are_found(contract: list[list[str]]) -> None:
+    assert SRC / "query" / "keyed.pyx" in LAYER_SOURCES
+    assert layer_of("mqcore.query.keyed", contract) > layer_of("mqcore.log.trace", contract)
+    assert layer_of("mqcore.query.keyed", contract) < layer_of("mqcore._ext.lookup", contract)
+
+
+@pytest.mark.parametrize("path", LAYER_SOURCES, ids=lambda p: p.name)
+def test_compiled_layer_modules_import_downward(path: Path, contract: list[list[str]]) -> None:
+    """A compiled module of a layer imports its own layer and the layers below it, as the
+    layer's Python modules do."""
+    module = "mqcore." + ".".join(path.relative_to(SRC).with_suffix("").parts)
+    own = layer_of(module, contract)
+    text = path.read_text()
+    upward = [m for m in mqcore_imports(text) if layer_of(m, contract) < own]
+    assert upward == [], f"{path.name} imports {upward}, above its layer"
+    assert not _DYNAMIC.search(text), f"{path.name} imports dynamically"

@@ -110,6 +110,35 @@ def test_find_by_key_equals_brute_force(
         assert rounds <= len(expected) // limit + 1
 
 
+def test_a_small_limit_reads_only_what_it_returns(tmp_path: object) -> None:
+    """A key with hundreds of messages: limit=N reads N + 1 records of a partition (the one
+    past the limit says whether it cut the answer), not every candidate the index gives, and
+    the pages still add up to brute force's answer."""
+    with mqcore.open(str(tmp_path)) as s:
+        s.create_topic(TOPIC, partitions=PARTS, segment_bytes=8 << 10)
+        for i in range(0, 1800, 60):
+            s.append_batch(
+                TOPIC, [b"v%d" % j for j in range(i, i + 60)],
+                keys=[b"hot" if j % 3 else b"cold" for j in range(i, i + 60)],
+                partition=(i // 60) % PARTS,
+            )  # fmt: skip
+        expected = [
+            m for p in range(PARTS) for m in s.read(TOPIC, p, 0, 1 << 20) if m.key == b"hot"
+        ]
+        assert len(expected) == 1200
+        for limit in (1, 7):
+            got, cursor = [], None
+            while True:
+                r = s.find_by_key(TOPIC, b"hot", limit=limit, cursor=cursor)
+                got.extend(r)
+                if r.reason == "exhausted":
+                    break
+                # limit + 1 records of the partition where it stops, fewer only at its end
+                assert r.scanned_records <= limit + 1
+                cursor = r.cursor
+            assert ids(got) == ids(expected)
+
+
 def test_ids_find_every_message(built: tuple[str, list[mqcore.Message]]) -> None:
     path, msgs = built
     with mqcore.open(path, read_only=True) as s:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from mqcore._ext import lookup
 from mqcore._ext.batch import Message
+from mqcore._ext.lookup import KEY_KIND
 from mqcore.arrow import new_columns, to_record_batch
 from mqcore.clock import Clock, now_ms
 from mqcore.config import FlushPolicy, TopicConfig, validate_name
@@ -47,6 +48,7 @@ from mqcore.produce.transactions import (
 from mqcore.query import engine
 from mqcore.query.engine import QueryResult
 from mqcore.query.ids import decode_msg_id
+from mqcore.query.keyed import find_indexed
 from mqcore.storage import cleaner, retention
 from mqcore.storage.cleaner import CompactionReport
 from mqcore.storage.partition import Partition
@@ -392,7 +394,7 @@ class Store(Sender[RecordMetadata, BatchMetadata, list[BatchMetadata]]):
                 f"topic {topic!r} keeps no key index (key_index=False): find_by_key needs it; "
                 "search() scans instead"
             )
-        return engine.find_indexed(parts, key, lookup.KEY_KIND, start, end, limit, cursor)
+        return find_indexed(parts, key, KEY_KIND, start, end, limit, cursor)
 
     def range(
         self,

@@ -22,6 +22,7 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.dict cimport PyDict_GetItem
 from cpython.mem cimport PyMem_Calloc, PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from cpython.object cimport PyObject
+from cpython.pyport cimport PY_SSIZE_T_MAX
 from libc.stdint cimport int32_t, int64_t, uint64_t
 from libc.stdlib cimport qsort
 from libc.string cimport memcmp, memcpy, memset
@@ -297,21 +298,24 @@ cdef uint64_t hash_of(bytes raw, int kind) except? 0:
 
 cdef list find_part(SegmentTable table, uint64_t hashed, bytes raw, int kind, int64_t lo, int64_t hi,
                     int64_t from_offset, Py_ssize_t max_probe, Py_ssize_t max_decompressed,
-                    Py_ssize_t* candidates):
+                    Py_ssize_t want, Py_ssize_t* candidates):
     """The verified messages of one partition whose key-index entries carry `hashed`, in
-    offset order; *candidates: how many were read.
+    offset order, the first `want` of them; *candidates: how many were read.
 
     Under the partition lock: probe every segment's table (the chains side by side), keep the
     entries in the offset and time windows, and take a buffer of the mapping of each segment
-    they fall in (export_mapping), with its size. Then, without the lock: start loading every
-    candidate's records (locate), read and verify them one by one, release the buffers."""
+    they fall in (export_mapping), with its size. Then, without the lock, in offset order:
+    start loading the records of as many candidates as messages are still wanted (locate),
+    read and verify them one by one; again until `want` messages or no candidate is left
+    (a limit of 1 reads one or two records of a key with thousands). Release the buffers."""
     cdef EntryHit hits_here[LOCAL_CANDIDATES]
     cdef Candidate cands_here[LOCAL_CANDIDATES]
     cdef HitArray hits
     cdef Candidate* cands = cands_here
     cdef Candidate* grown
     cdef Py_buffer* bufs = NULL  # per segment: its mapping (buf != NULL once taken)
-    cdef Py_ssize_t ncand = 0, cap = LOCAL_CANDIDATES, n = 0, j, i, kept = 0
+    cdef Py_ssize_t ncand = 0, cap = LOCAL_CANDIDATES, n = 0, j, i, kept = 0, located = 0
+    cdef Py_ssize_t still, k
     cdef int64_t off
     cdef list segments, refs = None, memos, out = []
     cdef tuple ref
@@ -372,22 +376,32 @@ cdef list find_part(SegmentTable table, uint64_t hashed, bytes raw, int kind, in
             return out
         if ncand > 1:
             qsort(cands, ncand, sizeof(Candidate), by_offset_then_order)
-        # every candidate's records start loading before the first one is read
-        memos = [None] * ncand
-        for i in range(ncand):
-            if i + 1 < ncand and cands[i + 1].offset == cands[i].offset:
+        for i in range(ncand - 1):
+            if cands[i + 1].offset == cands[i].offset:
                 cands[i].segment = -1  # a later entry names the same record
-                continue
-            kept += 1
-            j = cands[i].segment
-            memos[i] = locate(<const unsigned char*>bufs[j].buf, <Py_ssize_t>(<tuple>refs[j])[2],
-                              cands[i].position, cands[i].offset, <dict?>(<tuple>refs[j])[3],
-                              &cands[i].batch_pos)
+        memos = [None] * ncand
         topic, partition = table.topic, table.partition
         for i in range(ncand):
+            if len(out) >= want:
+                break
             j = cands[i].segment
             if j < 0:
                 continue
+            if located <= i:
+                # the records of the next candidates (as many as messages still wanted) start
+                # loading before the first of them is read
+                still = want - len(out)
+                while located < ncand and still > 0:
+                    k = cands[located].segment
+                    if k >= 0:
+                        ref = <tuple>refs[k]
+                        memos[located] = locate(<const unsigned char*>bufs[k].buf,
+                                                <Py_ssize_t>ref[2], cands[located].position,
+                                                cands[located].offset, <dict?>ref[3],
+                                                &cands[located].batch_pos)
+                        still -= 1
+                    located += 1
+            kept += 1
             ref = <tuple>refs[j]
             found = None
             if cands[i].position < <Py_ssize_t>ref[2]:
@@ -434,8 +448,21 @@ def find_hashed(SegmentTable table not None, bytes raw not None, int kind, int64
     """
     cdef Py_ssize_t candidates = 0
     found = find_part(table, hash_of(raw, kind), raw, kind, lo, hi, from_offset, max_probe,
-                      max_decompressed, &candidates)
+                      max_decompressed, PY_SSIZE_T_MAX, &candidates)
     return found, candidates
+
+
+cdef list in_order(object parts):
+    """`parts` as find_in_partitions takes them: a list as it is (in partition-number order
+    already), a topic's dict of partitions by number in number order, any other iterable as a
+    list."""
+    if type(parts) is list:
+        return <list>parts
+    if type(parts) is dict:
+        if len(<dict>parts) == 1:
+            return list((<dict>parts).values())
+        return [(<dict>parts)[p] for p in sorted(<dict>parts)]
+    return list(parts)
 
 
 cdef list find_in_partitions(list parts, bytes raw, int kind, int64_t lo, int64_t hi,
@@ -462,10 +489,11 @@ cdef list find_in_partitions(list parts, bytes raw, int kind, int64_t lo, int64_
             continue
         from_offset = resume_offset if p == resume_partition else 0
         read = 0
-        found = find_part(table, hashed, raw, kind, lo, hi, from_offset, max_probe,
-                          max_decompressed, &read)
-        scanned[0] += read
         room = limit - (len(messages) if messages is not None else 0)
+        # one more than there is room for: whether the limit cuts the answer here
+        found = find_part(table, hashed, raw, kind, lo, hi, from_offset, max_probe,
+                          max_decompressed, room + 1, &read)
+        scanned[0] += read
         if len(found) > room:
             if messages is None:
                 messages = []
@@ -490,20 +518,12 @@ def find_keyed(object parts not None, bytes raw not None, int kind, int64_t lo, 
 
     Returns (messages, candidates read, stop partition, stop offset): the stop is where to
     resume when `limit` cut the answer short, else (-1, 0). The arguments are the query
-    layer's, already checked (query/engine.py find_indexed builds the QueryResult)."""
+    layer's, already checked (query/keyed.pyx find_indexed makes the same call in C)."""
     cdef Py_ssize_t scanned = 0, stop_p = -1
     cdef int64_t stop_o = 0
-    cdef list ordered
     if limit < 1:
         raise ValueError(f"limit must be >= 1, not {limit}")
-    if type(parts) is dict:  # a topic's partitions by number: in number order
-        if len(<dict>parts) == 1:
-            ordered = list((<dict>parts).values())
-        else:
-            ordered = [(<dict>parts)[p] for p in sorted(<dict>parts)]
-    else:
-        ordered = <list?>parts
-    messages = find_in_partitions(ordered, raw, kind, lo, hi, limit, resume_partition,
+    messages = find_in_partitions(in_order(parts), raw, kind, lo, hi, limit, resume_partition,
                                   resume_offset, max_probe, max_decompressed, &scanned, &stop_p,
                                   &stop_o)
     return messages, scanned, stop_p, stop_o

@@ -20,8 +20,8 @@ from mqcore._ext.hashing import xxh64_hash
 from mqcore._ext.lookup import KEY_KIND
 from mqcore.errors import InvalidConfigError
 from mqcore.log.internal import is_internal
-from mqcore.query import engine
 from mqcore.query.ids import uid_text
+from mqcore.query.keyed import find_indexed
 
 if TYPE_CHECKING:
     from mqcore.log.manager import Log
@@ -128,7 +128,7 @@ class Tracer:
         """Every recorded event of `unique_id`, oldest first (from `__trace`'s key index)."""
         if not self.log.has_topic(TRACE_TOPIC):
             return []
-        found = engine.find_indexed(
+        found = find_indexed(
             self.log.partitions_of(TRACE_TOPIC), unique_id.encode(), KEY_KIND, None,
             None, limit, None,
         )  # fmt: skip

@@ -1,7 +1,8 @@
 """The queries behind Store.get_by_id / find_by_key / find_by_unique_id / range / search.
 
 Keys and unique IDs go through each segment's key index (storage/keyindex.py): every hit is
-checked against the stored record before it counts, and `limit` applies after that check.
+checked against the stored record before it counts, and `limit` applies after that check (a
+key's lookup is query/keyed.pyx, compiled, over these helpers).
 Scans (time ranges, content, tags, selectors) walk batches in Cython (_ext/search.pyx), start at
 the time index's answer, and skip segments whose timestamps cannot match. Results come in
 (partition, offset) order; a result always says why it ended and where to resume.
@@ -24,7 +25,6 @@ from typing import TYPE_CHECKING, Any
 
 from mqcore._ext.batch import Message
 from mqcore._ext.hashing import KEY_SEED, UID_SEED, xxh64_hash
-from mqcore._ext.lookup import find_keyed
 from mqcore._ext.search import scan_records
 from mqcore.errors import (
     CorruptRecordError,
@@ -77,7 +77,7 @@ class QueryResult:
     scanned_records: int = 0
     scanned_bytes: int = 0
     cursor: str | None = None
-    # class-level defaults (immutable): find_indexed makes its results without __init__
+    # class-level defaults (immutable): query/keyed.pyx makes its results without __init__
     missing_properties: tuple[str, ...] | None = None
 
     def __iter__(self) -> Iterator[Message]:
@@ -309,41 +309,6 @@ def scan_plan(part: Partition, from_offset: int = 0) -> Iterator[list[tuple[LogS
 
 def uid_matches(m: Message, uid: bytes) -> bool:
     return m.header("uid") == uid
-
-
-def find_indexed(
-    parts: Sequence[Partition] | dict[int, Partition],
-    key: bytes | str,
-    kind: int,
-    start: int | None,
-    end: int | None,
-    limit: int,
-    cursor: str | None,
-) -> QueryResult:
-    """The messages of `parts` (partitions in order, or a dict of them by number) whose record
-    carries `key` (bytes, or str as UTF-8) by their key index (`kind`: lookup.KEY_KIND or
-    UID_KIND), with timestamps in [start, end) ms (None: unbounded), at most `limit` of them,
-    resuming at `cursor`. The kernel (_ext/lookup.pyx find_keyed) probes and verifies; the
-    common arguments skip the checks' calls."""
-    raw = key if type(key) is bytes else query_bytes(key, "key")
-    lo, hi = (0, NO_END) if start is None and end is None else time_bounds(start, end)
-    if type(limit) is not int or not 1 <= limit <= MAX_LIMIT:
-        limit = check_limit("limit", limit, MAX_LIMIT)
-    resume_p, resume_o = (-1, 0) if cursor is None else decode_cursor(cursor)
-    if not isinstance(parts, (list, dict)):
-        parts = list(parts)  # the kernel orders a dict by partition number
-    messages, scanned, stop_p, stop_o = find_keyed(
-        parts, raw, kind, lo, hi, limit, resume_p, resume_o, MAX_PROBE, MAX_DECOMPRESSED
-    )
-    # made without __init__ (a lookup is a few microseconds): the fields not set here keep
-    # their class-level defaults (reason EXHAUSTED, scanned_bytes 0, cursor None, ...)
-    result = object.__new__(QueryResult)
-    result.messages = messages
-    result.scanned_records = scanned
-    if stop_p >= 0:
-        result.reason = LIMIT
-        result.cursor = encode_cursor(stop_p, stop_o)
-    return result
 
 
 def key_spans(
