@@ -25,7 +25,7 @@ mode, n = sys.argv[1], int(sys.argv[2])
 s = mqcore.open(tempfile.mkdtemp(), flush="os")
 s.create_topic("t", segment_bytes=1 << 30)
 v = b"y" * 100
-if mode in ("get", "get_by_id", "find_by_key", "read"):
+if mode in ("get", "get_by_id", "find_by_key", "find_by_key_all", "read"):
     for i in range(0, 100_000, 1000):
         s.append_batch("t", [b"v%07d" % j for j in range(i, i + 1000)],
                        keys=[b"k%d" % (j % 5000) for j in range(i, i + 1000)], partition=0)
@@ -45,12 +45,17 @@ elif mode == "get_by_id":
     for _ in range(n): s.get_by_id(last)
 elif mode == "find_by_key":
     for o in offsets: s.find_by_key("t", b"k%d" % (o % 5000), limit=1)
+elif mode == "find_by_key_all":  # every one of the key's 20 messages
+    for o in offsets: s.find_by_key("t", b"k%d" % (o % 5000))
 elif mode == "read":
     for o in offsets: s.read("t", 0, o, 10)
 s.close()
 """
 
-MODES = ("append", "append_keyed", "append_batch100", "get", "get_by_id", "find_by_key", "read")
+MODES = (
+    "append", "append_keyed", "append_batch100", "get", "get_by_id", "find_by_key",
+    "find_by_key_all", "read",
+)  # fmt: skip
 
 
 def instructions(src: str, mode: str, n: int) -> int:
