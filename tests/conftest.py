@@ -50,6 +50,16 @@ def store(store_path: str) -> Iterator[mqcore.Store]:
         s.close()
 
 
+@pytest.fixture
+def kafka_server(store: mqcore.Store) -> Iterator[Any]:
+    """`mqcore serve` over the test's store on a free loopback port: `.bootstrap` is what a
+    client's bootstrap.servers takes. Skips where the server's extra is missing (kio needs
+    Python 3.11+)."""
+    server = pytest.importorskip("mqcore.server", reason="the server extra (kio) is missing")
+    with server.Server(store, listen="127.0.0.1:0") as srv:
+        yield srv
+
+
 @pytest.fixture(autouse=True)
 def no_unraisable_errors(capfd: pytest.CaptureFixture[str]) -> Iterator[None]:
     """Fail a test whose run printed 'Exception ignored' (an error swallowed in __del__, a

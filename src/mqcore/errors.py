@@ -28,6 +28,7 @@ __all__ = [
     "InvalidConfigError",
     "RecordTooLargeError",
     "InvalidRecordError",
+    "InvalidTimestampError",
     "OffsetOutOfRangeError",
     "CorruptRecordError",
     "CorruptIndexError",
@@ -46,6 +47,7 @@ __all__ = [
     "OutOfOrderSequenceError",
     "TransactionStateError",
     "ProducerClosedError",
+    "ProtocolError",
     "QueryInterrupted",
     "ImplausibleTimeWarning",
 ]
@@ -131,6 +133,11 @@ class RecordTooLargeError(MQCoreError, ValueError):
 
 class InvalidRecordError(MQCoreError, TypeError):
     """A key, value, header or timestamp handed to append is of the wrong type or range."""
+
+
+class InvalidTimestampError(InvalidRecordError):
+    """A CreateTime timestamp outside what the topic accepts (message_timestamp_after_max_ms
+    ahead of the clock, message_timestamp_before_max_ms behind it): Kafka's INVALID_TIMESTAMP."""
 
 
 class OffsetOutOfRangeError(MQCoreError, IndexError):
@@ -225,6 +232,17 @@ class TransactionStateError(MQCoreError):
 
 class ProducerClosedError(MQCoreError):
     """An idempotent producer was used after close()."""
+
+
+class ProtocolError(MQCoreError):
+    """A Kafka protocol request `mqcore serve` cannot take: a frame too large, an API or
+    version it does not serve, bytes that do not parse as the request they claim to be.
+    `api_key` and `api_version` are the header's (-1 when not read)."""
+
+    def __init__(self, message: str, api_key: int = -1, api_version: int = -1) -> None:
+        super().__init__(message)
+        self.api_key = api_key
+        self.api_version = api_version
 
 
 class QueryInterrupted(KeyboardInterrupt):

@@ -440,7 +440,12 @@ class Log:
     def add_append_listener(self, listener: AppendListener) -> None:
         """Call listener(topic, partition, base_offset, count, uids, now) after each append
         that wrote (not for an idempotent duplicate): how consumers wake and trace records."""
-        self._listeners.append(listener)
+        # a new list each time: an append in another thread walks the one it read
+        self._listeners = [*self._listeners, listener]
+
+    def remove_append_listener(self, listener: AppendListener) -> None:
+        """Stop calling `listener` (added by add_append_listener); nothing if it is not there."""
+        self._listeners = [f for f in self._listeners if f != listener]
 
     def append(
         self,

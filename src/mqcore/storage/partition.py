@@ -25,7 +25,7 @@ from mqcore.config import FlushPolicy, TopicConfig
 from mqcore.crashpoints import crash_point
 from mqcore.errors import (
     CorruptRecordError,
-    InvalidRecordError,
+    InvalidTimestampError,
     OffsetOutOfRangeError,
     StoreChangedError,
     StoreClosedError,
@@ -941,13 +941,13 @@ def check_timestamps(cfg: TopicConfig, topic: str, low: int, high: int, now: int
     message_timestamp_before_max_ms behind it (Kafka's message.timestamp.*.max.ms)."""
     after, before = cfg.message_timestamp_after_max_ms, cfg.message_timestamp_before_max_ms
     if high - now > after:
-        raise InvalidRecordError(
+        raise InvalidTimestampError(
             f"timestamp {high} is {high - now} ms ahead of the clock; topic {topic!r} accepts "
             f"at most message_timestamp_after_max_ms={after} (timestamps are in ms since the "
             "epoch)"
         )
     if now - low > before:
-        raise InvalidRecordError(
+        raise InvalidTimestampError(
             f"timestamp {low} is {now - low} ms behind the clock; topic {topic!r} accepts at "
             f"most message_timestamp_before_max_ms={before}"
         )

@@ -1,0 +1,441 @@
+"""What each Kafka request does to the store: the broker behind `mqcore serve`.
+
+One node: it is its own controller and the leader and only replica of every partition, so
+Metadata names it for all of them, a partition's high watermark is its log end, and acks=1 and
+acks=all both mean "appended" (durable as the store's flush policy says: with
+flush="always" the append is fdatasync'd before the response). Records arrive as the client
+built them and are appended through the embedding API (`Log.replica`): validated, offsets
+assigned in place, never re-encoded; a fetch returns the stored batches as they are.
+docs/server.md lists the APIs and versions, and what is not served.
+"""
+
+from __future__ import annotations
+
+import datetime
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from mqcore.config import TopicConfig, validate_name
+from mqcore.errors import (
+    CorruptRecordError,
+    InvalidConfigError,
+    InvalidRecordError,
+    InvalidTimestampError,
+    InvalidTopicError,
+    MQCoreError,
+    OffsetOutOfRangeError,
+    OutOfOrderSequenceError,
+    ProducerFencedError,
+    ReadOnlyStoreError,
+    RecordTooLargeError,
+    StoreClosedError,
+    TopicExistsError,
+    UnknownPartitionError,
+    UnknownTopicError,
+)
+from mqcore.server.protocol import APIS, Api, api_keys, build
+from mqcore.store import Store
+
+NO_TIME = datetime.timedelta(0)
+ZERO_UUID = uuid.UUID(int=0)
+EARLIEST, LATEST = -2, -1
+MAX_EPOCH = 0x7FFF
+
+
+class KafkaError(MQCoreError):
+    """A request refused with a Kafka error code that no other mqcore exception carries."""
+
+    def __init__(self, code: ErrorCode, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+class CloseConnection(Exception):
+    """The connection must close without a response (a failed produce with acks=0)."""
+
+
+def error_code(e: BaseException) -> ErrorCode:
+    """Kafka's error code for an mqcore exception (unknown_server_error for anything else)."""
+    if isinstance(e, KafkaError):
+        return e.code
+    for kind, code in _CODES:
+        if isinstance(e, kind):
+            return code
+    return ErrorCode.unknown_server_error
+
+
+# most specific first: InvalidTimestampError is an InvalidRecordError, InternalTopicError an
+# InvalidTopicError
+_CODES: tuple[tuple[type[BaseException], ErrorCode], ...] = (
+    (UnknownTopicError, ErrorCode.unknown_topic_or_partition),
+    (UnknownPartitionError, ErrorCode.unknown_topic_or_partition),
+    (RecordTooLargeError, ErrorCode.message_too_large),
+    (InvalidTimestampError, ErrorCode.invalid_timestamp),
+    (CorruptRecordError, ErrorCode.corrupt_message),
+    (InvalidRecordError, ErrorCode.invalid_record),
+    (OutOfOrderSequenceError, ErrorCode.out_of_order_sequence_number),
+    (ProducerFencedError, ErrorCode.invalid_producer_epoch),
+    (OffsetOutOfRangeError, ErrorCode.offset_out_of_range),
+    (InvalidTopicError, ErrorCode.invalid_topic_exception),
+    (TopicExistsError, ErrorCode.topic_already_exists),
+    (InvalidConfigError, ErrorCode.invalid_config),
+    (ReadOnlyStoreError, ErrorCode.kafka_storage_error),
+    (StoreClosedError, ErrorCode.kafka_storage_error),
+)
+
+# Kafka's topic config names for TopicConfig's fields, where they differ from the field name
+# with "." for "_" (the mqcore-only settings keep that form: key.index, unique.ids, ...)
+KAFKA_CONFIG_NAMES = {
+    "timestamp_type": "message.timestamp.type",
+    "compression": "compression.type",
+}
+_FROM_KAFKA = {v: k for k, v in KAFKA_CONFIG_NAMES.items()}
+
+
+def topic_setting(kafka_name: str, value: str | None) -> tuple[str, Any]:
+    """(TopicConfig field, value) for a Kafka topic config given as text."""
+    field = _FROM_KAFKA.get(kafka_name, kafka_name.replace(".", "_"))
+    if field == "partitions" or value is None:
+        raise InvalidConfigError(f"topic config {kafka_name!r} cannot be set to {value!r}")
+    return TopicConfig.parse_setting(f"{field}={value}")
+
+
+class Broker:
+    """The request handlers over one open Store. `host`/`port` are what Metadata advertises."""
+
+    def __init__(
+        self,
+        store: Store,
+        host: str,
+        port: int,
+        *,
+        node_id: int = 0,
+        cluster_id: str = "",
+        auto_create_topics: bool = True,
+        default_partitions: int = 1,
+    ):
+        self.store = store
+        self.log = store.log
+        self.host, self.port = host, port
+        self.node_id = node_id
+        self.cluster_id = cluster_id
+        self.auto_create_topics = auto_create_topics
+        self.default_partitions = default_partitions
+        self.closed = False
+        # fetches waiting for data sleep on this; every append to the store wakes them
+        self._appended = threading.Condition()
+        self._generation = 0
+        self.log.add_append_listener(self._on_append)
+        self.handlers: dict[int, Callable[[Api, Any], Any]] = {
+            0: self.produce,
+            1: self.fetch,
+            2: self.list_offsets,
+            3: self.metadata,
+            18: self.api_versions,
+            19: self.create_topics,
+            22: self.init_producer_id,
+        }
+        assert set(self.handlers) == set(APIS)
+
+    def close(self) -> None:
+        """Stop listening for appends and wake every waiting fetch."""
+        self.closed = True
+        self.log.remove_append_listener(self._on_append)
+        with self._appended:
+            self._appended.notify_all()
+
+    def _on_append(self, *_: Any) -> None:
+        with self._appended:
+            self._generation += 1
+            self._appended.notify_all()
+
+    def handle(self, found: Api, body: Any) -> Any:
+        return self.handlers[found.key](found, body)
+
+    # -- cluster --------------------------------------------------------------------------------
+
+    def api_versions(self, found: Api, body: Any) -> Any:
+        return build(
+            found.response, error_code=ErrorCode.none, api_keys=api_keys(found),
+            throttle_time=NO_TIME,
+        )  # fmt: skip
+
+    def metadata(self, found: Api, body: Any) -> Any:
+        m = found.module
+        brokers = (build(m.MetadataResponseBroker, node_id=self.node_id, host=self.host,
+                         port=self.port, rack=None),)  # fmt: skip
+        if body.topics is None:
+            names: Iterable[str] = self.store.topics()
+            create = False
+        else:
+            names = [t.name for t in body.topics if t.name is not None]
+            # v0-v3 had no flag: those versions always auto-created
+            create = self.auto_create_topics and getattr(body, "allow_auto_topic_creation", True)
+        topics = tuple(self._topic_metadata(m, name, create) for name in names)
+        return build(
+            found.response, throttle_time=NO_TIME, brokers=brokers, cluster_id=self.cluster_id,
+            controller_id=self.node_id, topics=topics, cluster_authorized_operations=-2**31,
+        )  # fmt: skip
+
+    def _topic_metadata(self, m: Any, name: str, create: bool) -> Any:
+        code, count = ErrorCode.none, 0
+        try:
+            validate_name(name)
+            if name not in self.store.topics():
+                if not create:
+                    raise UnknownTopicError(name)
+                self._create(name, self.default_partitions, {})
+            count = self.store.partitions(name)
+        except TopicExistsError:  # created meanwhile by another connection
+            count = self.store.partitions(name)
+        except MQCoreError as e:
+            code = error_code(e)
+        partitions = tuple(
+            build(
+                m.MetadataResponsePartition,
+                error_code=ErrorCode.none,
+                partition_index=p,
+                leader_id=self.node_id,
+                leader_epoch=-1,
+                replica_nodes=(self.node_id,),
+                isr_nodes=(self.node_id,),
+                offline_replicas=(),
+            )  # fmt: skip
+            for p in range(count)
+        )
+        return build(
+            m.MetadataResponseTopic, error_code=code, name=name, topic_id=ZERO_UUID,
+            is_internal=name.startswith("__"), partitions=partitions,
+            topic_authorized_operations=-2**31,
+        )  # fmt: skip
+
+    def _create(self, name: str, partitions: int, settings: dict[str, Any]) -> TopicConfig:
+        self.store.create_topic(name, partitions, **settings)
+        return self.store.topic_config(name)
+
+    def create_topics(self, found: Api, body: Any) -> Any:
+        m = found.module
+        results = []
+        for t in body.topics:
+            code, message, cfg = ErrorCode.none, None, None
+            try:
+                if t.assignments:
+                    raise KafkaError(ErrorCode.invalid_request, "replica assignments: one node")
+                if t.replication_factor not in (-1, 1):
+                    raise KafkaError(
+                        ErrorCode.invalid_replication_factor,
+                        f"replication factor {t.replication_factor}: a single node keeps 1",
+                    )
+                if t.num_partitions == 0 or t.num_partitions < -1:
+                    raise KafkaError(ErrorCode.invalid_partitions, "partitions must be >= 1")
+                count = self.default_partitions if t.num_partitions == -1 else t.num_partitions
+                settings = dict(topic_setting(c.name, c.value) for c in t.configs)
+                if body.validate_only:
+                    validate_name(t.name)
+                    if t.name in self.store.topics():
+                        raise TopicExistsError(f"topic {t.name!r} already exists")
+                    cfg = self.store.new_topic_config(count, **settings)
+                else:
+                    cfg = self._create(t.name, count, settings)
+            except MQCoreError as e:
+                code, message = error_code(e), str(e)
+            results.append(
+                build(
+                    m.CreatableTopicResult,
+                    name=t.name,
+                    topic_id=ZERO_UUID,
+                    error_code=code,
+                    error_message=message,
+                    topic_config_error_code=0,
+                    num_partitions=cfg.partitions if cfg else -1,
+                    replication_factor=1 if cfg else -1,
+                    configs=None,
+                )  # fmt: skip
+            )
+        return build(found.response, throttle_time=NO_TIME, topics=tuple(results))
+
+    # -- producing ------------------------------------------------------------------------------
+
+    def init_producer_id(self, found: Api, body: Any) -> Any:
+        if body.transactional_id is not None:
+            return build(
+                found.response, throttle_time=NO_TIME,
+                error_code=ErrorCode.transactional_id_authorization_failed, producer_id=-1,
+                producer_epoch=-1,
+            )  # fmt: skip
+        pid = getattr(body, "producer_id", -1)
+        epoch = getattr(body, "producer_epoch", -1)
+        try:
+            if pid >= 0 and 0 <= epoch < MAX_EPOCH:
+                # KIP-360: a producer bumps its epoch to reset its sequences after an error
+                epoch += 1
+                self.log.register_producer(pid, epoch)
+            else:
+                epoch = 0
+                pid = self.log.register_producer(None, 0)
+            code = ErrorCode.none
+        except MQCoreError as e:
+            pid, epoch, code = -1, -1, error_code(e)
+        return build(
+            found.response, throttle_time=NO_TIME, error_code=code, producer_id=pid,
+            producer_epoch=epoch,
+        )  # fmt: skip
+
+    def produce(self, found: Api, body: Any) -> Any:
+        """Append each partition's batch; None for acks=0 (no response; the connection closes
+        on an error, so the client learns of it, as Kafka's broker does)."""
+        m = found.module
+        failed = False
+        topics = []
+        for t in body.topic_data:
+            out = []
+            for p in t.partition_data:
+                code, message, base, append_time, start = ErrorCode.none, None, -1, None, -1
+                try:
+                    if body.transactional_id is not None:
+                        raise KafkaError(
+                            ErrorCode.transactional_id_authorization_failed,
+                            "Kafka transactions are not served yet (docs/server.md)",
+                        )
+                    if body.acks not in (0, 1, -1):
+                        raise KafkaError(ErrorCode.invalid_required_acks, f"acks={body.acks}")
+                    if p.records is None:
+                        raise InvalidRecordError("a produce request without records")
+                    info = self.log.replica(t.name, p.index).append_as_leader(p.records, 0)
+                    base, start = info.first_offset, info.log_start_offset
+                    if info.log_append_time >= 0:
+                        append_time = datetime.datetime.fromtimestamp(
+                            info.log_append_time / 1000, datetime.timezone.utc
+                        )
+                except MQCoreError as e:
+                    code, message = error_code(e), str(e)
+                if code != ErrorCode.none:
+                    failed = True
+                out.append(
+                    build(
+                        m.PartitionProduceResponse,
+                        index=p.index,
+                        error_code=code,
+                        base_offset=base,
+                        log_append_time=append_time,
+                        log_start_offset=start,
+                        record_errors=(),
+                        error_message=message,
+                    )  # fmt: skip
+                )
+            topics.append(
+                build(m.TopicProduceResponse, name=t.name, partition_responses=tuple(out))
+            )
+        if body.acks == 0:
+            if failed:
+                raise CloseConnection("a produce with acks=0 failed")
+            return None
+        return build(found.response, responses=tuple(topics), throttle_time=NO_TIME)
+
+    # -- fetching -------------------------------------------------------------------------------
+
+    def fetch(self, found: Api, body: Any) -> Any:
+        """Whole stored batches from each partition's fetch offset, waiting up to max_wait for
+        min_bytes (woken by appends)."""
+        deadline = time.monotonic() + body.max_wait.total_seconds()
+        while True:
+            generation = self._generation
+            topics, size = self._fetch_once(found, body)
+            wait = deadline - time.monotonic()
+            if size >= body.min_bytes or wait <= 0 or self.closed:
+                break
+            with self._appended:
+                if self._generation == generation and not self.closed:
+                    self._appended.wait(wait)
+        return build(
+            found.response, throttle_time=NO_TIME, error_code=ErrorCode.none, session_id=0,
+            responses=topics,
+        )  # fmt: skip
+
+    def _fetch_once(self, found: Api, body: Any) -> tuple[tuple[Any, ...], int]:
+        m = found.module
+        budget = body.max_bytes if hasattr(body, "max_bytes") else 0x7FFFFFFF
+        total = 0
+        topics = []
+        for t in body.topics:
+            out = []
+            for p in t.partitions:
+                code, records, hw, start = ErrorCode.none, b"", -1, -1
+                try:
+                    handle = self.log.replica(t.topic, p.partition)
+                    # KIP-74: the first batch comes whole even past the budget, so a consumer
+                    # is never stuck behind one large batch
+                    limit = (
+                        min(p.partition_max_bytes, budget - total)
+                        if total
+                        else (p.partition_max_bytes)
+                    )
+                    got = handle.read_bytes(p.fetch_offset, max(limit, 0), "log_end")
+                    records = got.data
+                    total += len(records)
+                    hw, start = got.log_end_offset, got.log_start_offset
+                except MQCoreError as e:
+                    code = error_code(e)
+                    if isinstance(e, OffsetOutOfRangeError):
+                        part_hw = self.store.end_offset(t.topic, p.partition)
+                        hw, start = part_hw, self.store.start_offset(t.topic, p.partition)
+                out.append(
+                    build(
+                        m.PartitionData,
+                        partition_index=p.partition,
+                        error_code=code,
+                        high_watermark=hw,
+                        last_stable_offset=hw,
+                        log_start_offset=start,
+                        aborted_transactions=None,
+                        preferred_read_replica=-1,
+                        records=records,
+                    )  # fmt: skip
+                )
+            topics.append(build(m.FetchableTopicResponse, topic=t.topic, partitions=tuple(out)))
+        return tuple(topics), total
+
+    def list_offsets(self, found: Api, body: Any) -> Any:
+        m = found.module
+        topics = []
+        for t in body.topics:
+            out = []
+            for p in t.partitions:
+                code, ts, offset = ErrorCode.none, -1, -1
+                try:
+                    ts, offset = self._offset_for(t.name, p.partition_index, p.timestamp)
+                except MQCoreError as e:
+                    code = error_code(e)
+                out.append(
+                    build(
+                        m.ListOffsetsPartitionResponse,
+                        partition_index=p.partition_index,
+                        error_code=code,
+                        timestamp=ts,
+                        offset=offset,
+                        leader_epoch=-1,
+                    )  # fmt: skip
+                )
+            topics.append(build(m.ListOffsetsTopicResponse, name=t.name, partitions=tuple(out)))
+        return build(found.response, throttle_time=NO_TIME, topics=tuple(topics))
+
+    def _offset_for(self, topic: str, partition: int, timestamp: int) -> tuple[int, int]:
+        """(timestamp, offset) ListOffsets answers: the log start or end for EARLIEST or
+        LATEST (timestamp -1), else the first message with a timestamp >= `timestamp` (-1, -1
+        when none is)."""
+        if timestamp == EARLIEST:
+            return -1, self.store.start_offset(topic, partition)
+        if timestamp == LATEST:
+            return -1, self.store.end_offset(topic, partition)
+        if timestamp < 0:
+            raise KafkaError(ErrorCode.invalid_request, f"ListOffsets timestamp {timestamp}")
+        offset = self.store.offset_for_time(topic, partition, timestamp)
+        if offset is None:
+            return -1, -1
+        m = self.store.get(topic, partition, offset)
+        return (m.timestamp if m is not None else -1), offset

@@ -1,0 +1,199 @@
+"""Kafka's wire protocol: frames, request and response headers, and the table of the APIs and
+versions `mqcore serve` answers. The message bodies are kio's (Aiven's Python types generated
+from Kafka's own JSON schemas, clients/src/main/resources/common/message/*.json, with a native
+reader), so every field, version and tagged field is Kafka's, not a transcription of ours.
+
+Wire schema (all integers big-endian):
+
+    frame     size int32 (the bytes after it) | payload
+    request   header | body
+      header v1  api_key int16 | api_version int16 | correlation_id int32
+                 | client_id nullable string (int16 length, -1 null)
+      header v2  header v1 | tagged fields (uvarint count, then tag/size/bytes each)
+    response  header | body
+      header v0  correlation_id int32
+      header v1  correlation_id int32 | tagged fields
+
+A request uses header v2 when its API version is "flexible" (compact strings and arrays, tagged
+fields) and v1 otherwise; a response header v1 or v0 alike, except ApiVersions' response,
+which is always header v0: a client reads it before it knows which versions the broker speaks.
+The header version of each entity is kio's `__header_schema__`.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from typing import Any
+
+from kio.index import load_payload_module
+from kio.schema.errors import ErrorCode
+from kio.serial import entity_reader, entity_writer
+from kio.static.constants import EntityType
+
+from mqcore.errors import ProtocolError
+
+_SIZE = struct.Struct(">i")
+_HEAD = struct.Struct(">hhi")  # api_key, api_version, correlation_id
+_CORRELATION = struct.Struct(">i")
+
+API_VERSIONS = 18
+
+# The APIs and versions served: (key, name, lowest, highest). Lowest versions follow Kafka 4's
+# floors (KIP-896); the highest stop where a later version needs something mqcore does not
+# keep (topic IDs in Fetch 13 and Produce 13, share groups) or changes semantics it does not
+# implement (Produce 12: the transactions of KIP-890). docs/server.md explains each choice.
+APIS: dict[int, tuple[str, int, int]] = {
+    0: ("Produce", 3, 11),
+    1: ("Fetch", 4, 12),
+    2: ("ListOffsets", 1, 7),
+    3: ("Metadata", 0, 12),
+    18: ("ApiVersions", 0, 4),
+    19: ("CreateTopics", 2, 7),
+    22: ("InitProducerId", 0, 4),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Api:
+    """One (API, version): its request and response types, their reader and writer, and the
+    header types of both."""
+
+    key: int
+    version: int
+    name: str
+    request: type
+    response: type
+    module: Any  # the response module: its nested types build the response
+    read: Callable[[bytes, int], tuple[Any, int]]
+    write: Callable[[io.BytesIO, Any], None]
+    read_header: Callable[[bytes, int], tuple[Any, int]]
+    write_header: Callable[[io.BytesIO, Any], None]
+    response_header: type
+
+
+_APIS: dict[tuple[int, int], Api] = {}
+
+
+def api(key: int, version: int) -> Api | None:
+    """The served (key, version), loaded once; None when it is not served."""
+    found = _APIS.get((key, version))
+    if found is None:
+        spec = APIS.get(key)
+        if spec is None or not spec[1] <= version <= spec[2]:
+            return None
+        req_mod = load_payload_module(key, version, EntityType.request)
+        resp_mod = load_payload_module(key, version, EntityType.response)
+        request = _payload(req_mod, EntityType.request)
+        response = _payload(resp_mod, EntityType.response)
+        request_header: type = getattr(request, "__header_schema__")  # noqa: B009
+        response_header: type = getattr(response, "__header_schema__")  # noqa: B009
+        found = Api(
+            key, version, spec[0], request, response, resp_mod,
+            entity_reader(request), entity_writer(response), entity_reader(request_header),
+            entity_writer(response_header), response_header,
+        )  # fmt: skip
+        _APIS[(key, version)] = found
+    return found
+
+
+def _payload(module: Any, kind: EntityType) -> type:
+    for value in vars(module).values():
+        if isinstance(value, type) and getattr(value, "__type__", None) is kind:
+            return value
+    raise LookupError(f"no {kind.name} entity in {module.__name__}")
+
+
+@dataclass(slots=True)
+class Request:
+    """A parsed request: its header fields and body (a kio entity), with the API it is."""
+
+    api: Api
+    correlation_id: int
+    client_id: str | None
+    body: Any
+
+
+def peek_header(frame: bytes) -> tuple[int, int, int]:
+    """(api_key, api_version, correlation_id) of a request frame's payload."""
+    if len(frame) < _HEAD.size:
+        raise ProtocolError(f"a request of {len(frame)} bytes has no header (8 bytes at least)")
+    return _HEAD.unpack_from(frame)
+
+
+def parse_request(frame: bytes) -> Request:
+    """The request in a frame's payload. ProtocolError when the API or version is not served
+    or the bytes do not parse as it (the caller answers or closes the connection)."""
+    key, version, correlation = peek_header(frame)
+    found = api(key, version)
+    if found is None:
+        raise ProtocolError(f"API {key} version {version} is not served", key, version)
+    try:
+        header, used = found.read_header(frame, 0)
+        body, _ = found.read(frame, used)
+    except Exception as e:  # kio raises several types for short or malformed input
+        raise ProtocolError(
+            f"{found.name} v{version} request of {len(frame)} bytes does not parse: {e}",
+            key, version,
+        ) from None  # fmt: skip
+    # bytes after the body are ignored, as Kafka's broker ignores them (librdkafka 2.x sends
+    # Metadata v12 requests with three of them)
+    return Request(found, correlation, header.client_id, body)
+
+
+def encode_response(found: Api, correlation_id: int, body: Any) -> bytes:
+    """A whole response frame: size, header, body."""
+    out = io.BytesIO()
+    out.write(b"\0\0\0\0")
+    found.write_header(out, found.response_header(correlation_id=correlation_id))
+    found.write(out, body)
+    data = out.getbuffer()
+    _SIZE.pack_into(data, 0, len(data) - 4)
+    del data
+    return out.getvalue()
+
+
+def unsupported_versions_response(correlation_id: int) -> bytes:
+    """ApiVersions v0's answer to an ApiVersions request of a version not served: error
+    UNSUPPORTED_VERSION and the versions that are, so the client retries with one (KIP-511)."""
+    found = api(API_VERSIONS, 0)
+    assert found is not None
+    body = found.response(error_code=ErrorCode.unsupported_version, api_keys=api_keys(found))
+    return encode_response(found, correlation_id, body)
+
+
+def api_keys(found: Api) -> tuple[Any, ...]:
+    """The served APIs as ApiVersions' entries of `found`'s version."""
+    entry = found.module.ApiVersion
+    return tuple(
+        entry(api_key=k, min_version=lo, max_version=hi) for k, (_, lo, hi) in APIS.items()
+    )
+
+
+_FIELDS: dict[type, frozenset[str]] = {}
+
+
+def build(cls: type, **values: Any) -> Any:
+    """An entity of `cls` from the values its version has (the others are dropped): one
+    handler builds every version of its response."""
+    names = _FIELDS.get(cls)
+    if names is None:
+        names = _FIELDS[cls] = frozenset(f.name for f in fields(cls))
+    return cls(**{k: v for k, v in values.items() if k in names})
+
+
+def has_field(cls: type, name: str) -> bool:
+    names = _FIELDS.get(cls)
+    if names is None:
+        names = _FIELDS[cls] = frozenset(f.name for f in fields(cls))
+    return name in names
+
+
+def read_frame_size(head: bytes) -> int:
+    return int(_SIZE.unpack(head)[0])
+
+
+def correlation_of(frame: bytes) -> int:
+    return int(_CORRELATION.unpack_from(frame, 4)[0]) if len(frame) >= 8 else -1

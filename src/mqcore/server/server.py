@@ -1,0 +1,286 @@
+"""`mqcore serve`: a store behind the Kafka protocol, for clients in any language.
+
+One thread accepts, one thread serves each connection: it reads a frame, answers it, reads
+the next, so a connection's responses go out in the order of its requests (Kafka's rule, which
+clients with several requests in flight rely on). The store's own calls release the GIL where
+they wait (fdatasync, file reads), and an idle connection's thread sleeps in recv().
+
+Limits, each a keyword of Server: `max_connections` (refused at accept: the socket is closed),
+`max_request_bytes` (a frame announcing more is refused from its 4-byte size, before its body
+is read: the connection closes), `idle_timeout` (a connection silent between requests is
+closed), `request_timeout` (a frame that stops arriving midway is dropped with its connection).
+A frame that does not parse closes that connection only; the server goes on serving the others.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import logging
+import os
+import socket
+import threading
+import uuid
+from types import TracebackType
+from typing import Any
+
+from mqcore.errors import InvalidConfigError, MQCoreError, ProtocolError
+from mqcore.server.broker import Broker, CloseConnection
+from mqcore.server.protocol import (
+    API_VERSIONS,
+    encode_response,
+    parse_request,
+    peek_header,
+    read_frame_size,
+    unsupported_versions_response,
+)
+from mqcore.storage import durable
+from mqcore.store import Store
+
+log = logging.getLogger("mqcore.server")
+
+DEFAULT_PORT = 9092
+MAX_REQUEST_BYTES = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes
+CLUSTER_FILE = "mqcore-cluster-id"
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """HOST:PORT (or :PORT, loopback; or [v6]:PORT) as (host, port); port 0 picks a free one."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise InvalidConfigError(f"listen address {text!r} is not HOST:PORT")
+    host = host.strip("[]") or "127.0.0.1"
+    return host, int(port)
+
+
+class Server:
+    """The Kafka protocol over one store. `store` is an open Store (the server uses it, and
+    leaves it open at stop) or a path (the server opens it with `store_options` and closes it
+    at stop). Binds to loopback unless `listen` names another address. Use as a context
+    manager, or start() and stop()."""
+
+    def __init__(
+        self,
+        store: Store | str | os.PathLike[str],
+        listen: str = f"127.0.0.1:{DEFAULT_PORT}",
+        *,
+        advertised_host: str | None = None,
+        node_id: int = 0,
+        auto_create_topics: bool = True,
+        default_partitions: int = 1,
+        max_connections: int = 4096,
+        max_request_bytes: int = MAX_REQUEST_BYTES,
+        idle_timeout: float = 600.0,
+        request_timeout: float = 30.0,
+        **store_options: Any,
+    ):
+        self.host, self.port = parse_listen(listen)
+        self.advertised_host = advertised_host
+        self.node_id = node_id
+        self.auto_create_topics = auto_create_topics
+        self.default_partitions = default_partitions
+        self.max_connections = max_connections
+        self.max_request_bytes = max_request_bytes
+        self.idle_timeout = idle_timeout
+        self.request_timeout = request_timeout
+        self._store_arg = store
+        self._store_options = store_options
+        self.store: Store | None = None
+        self.broker: Broker | None = None
+        self._owns_store = False
+        self._sock: socket.socket | None = None
+        self._accepter: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._connections: dict[socket.socket, threading.Thread] = {}
+        self._stopping = threading.Event()
+
+    # -- life -----------------------------------------------------------------------------------
+
+    def start(self) -> Server:
+        """Open the store (when given a path), bind, listen, and serve in background threads."""
+        if self._sock is not None:
+            return self
+        if isinstance(self._store_arg, Store):
+            self.store = self._store_arg
+        else:
+            import mqcore
+
+            self.store = mqcore.open(os.fspath(self._store_arg), **self._store_options)
+            self._owns_store = True
+        try:
+            family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+            sock = socket.socket(family, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((self.host, self.port))
+            sock.listen(512)
+        except OSError:
+            if self._owns_store:
+                self.store.close()
+            raise
+        self._sock = sock
+        self.port = sock.getsockname()[1]
+        self.broker = Broker(
+            self.store, self.advertised_host or self.host, self.port, node_id=self.node_id,
+            cluster_id=cluster_id(self.store.path), auto_create_topics=self.auto_create_topics,
+            default_partitions=self.default_partitions,
+        )  # fmt: skip
+        self._stopping.clear()
+        self._accepter = threading.Thread(target=self._accept, name="mqcore-accept", daemon=True)
+        self._accepter.start()
+        log.info("serving %s on %s:%d", self.store.path, self.host, self.port)
+        return self
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """(host, port) listened on (the port chosen when listen asked for port 0)."""
+        return self.host, self.port
+
+    @property
+    def bootstrap(self) -> str:
+        """HOST:PORT as clients' bootstrap.servers takes it."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+    def stop(self) -> None:
+        """Stop accepting, close every connection (requests in progress finish first, waiting
+        fetches return at once), and close the store if the server opened it."""
+        if self._sock is None:
+            return
+        self._stopping.set()
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
+        self._sock.close()
+        if self._accepter is not None:
+            self._accepter.join()
+        assert self.broker is not None and self.store is not None
+        self.broker.close()
+        with self._lock:
+            connections = list(self._connections.items())
+        for conn, _ in connections:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+        for _, thread in connections:
+            thread.join()
+        self._sock = None
+        if self._owns_store:
+            self.store.close()
+        log.info("stopped serving %s", self.store.path)
+
+    def __enter__(self) -> Server:
+        return self.start()
+
+    def __exit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def connection_count(self) -> int:
+        with self._lock:
+            return len(self._connections)
+
+    # -- connections ----------------------------------------------------------------------------
+
+    def _accept(self) -> None:
+        assert self._sock is not None
+        while not self._stopping.is_set():
+            try:
+                conn, peer = self._sock.accept()
+            except OSError:
+                if self._stopping.is_set():
+                    return
+                continue  # e.g. EMFILE: the connection is refused by the kernel's backlog
+            with self._lock:
+                if len(self._connections) >= self.max_connections or self._stopping.is_set():
+                    log.warning("refused %s: %d connections open", peer, len(self._connections))
+                    conn.close()
+                    continue
+                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                thread = threading.Thread(
+                    target=self._serve, args=(conn, peer), name=f"mqcore-conn-{peer}", daemon=True
+                )
+                self._connections[conn] = thread
+            thread.start()
+
+    def _serve(self, conn: socket.socket, peer: Any) -> None:
+        try:
+            while not self._stopping.is_set():
+                frame = self._read_frame(conn)
+                if frame is None:
+                    return
+                response = self._answer(frame, peer)
+                if response is not None:
+                    conn.sendall(response)
+        except (OSError, ProtocolError, CloseConnection) as e:
+            log.debug("closing %s: %s", peer, e)
+        finally:
+            with self._lock:
+                self._connections.pop(conn, None)
+            conn.close()
+
+    def _read_frame(self, conn: socket.socket) -> bytes | None:
+        """The next request's payload; None when the client closed (or went idle too long)."""
+        conn.settimeout(self.idle_timeout)
+        try:
+            head = _recv_exactly(conn, 4, allow_eof=True)
+        except TimeoutError:
+            return None
+        if head is None:
+            return None
+        size = read_frame_size(head)
+        if size < 0 or size > self.max_request_bytes:
+            raise ProtocolError(
+                f"a request of {size} bytes is over max_request_bytes={self.max_request_bytes}"
+            )
+        conn.settimeout(self.request_timeout)
+        return _recv_exactly(conn, size, allow_eof=False)
+
+    def _answer(self, frame: bytes, peer: Any) -> bytes | None:
+        assert self.broker is not None
+        try:
+            request = parse_request(frame)
+        except ProtocolError:
+            key, _, correlation = peek_header(frame)
+            if key == API_VERSIONS:  # KIP-511: answer in v0 with the versions served
+                return unsupported_versions_response(correlation)
+            raise
+        try:
+            body = self.broker.handle(request.api, request.body)
+        except CloseConnection:
+            raise
+        except MQCoreError as e:
+            # a request-level failure the handler could not put in its response
+            raise ProtocolError(f"{request.api.name} failed: {e}") from e
+        if body is None:
+            return None
+        return encode_response(request.api, request.correlation_id, body)
+
+
+def _recv_exactly(conn: socket.socket, size: int, allow_eof: bool) -> bytes | None:
+    buf = bytearray(size)
+    view = memoryview(buf)
+    got = 0
+    while got < size:
+        n = conn.recv_into(view[got:], size - got)
+        if n == 0:
+            if allow_eof and got == 0:
+                return None
+            raise ProtocolError(f"the connection closed {got} bytes into a {size}-byte read")
+        got += n
+    return bytes(buf)
+
+
+def cluster_id(store_path: str) -> str:
+    """The store's cluster ID (Kafka's 22-character base64 of a UUID), made once and kept in
+    the store directory, so clients see the same cluster across restarts."""
+    path = os.path.join(store_path, CLUSTER_FILE)
+    try:
+        with open(path) as f:
+            found = f.read().strip()
+        if found:
+            return found
+    except FileNotFoundError:
+        pass
+    made = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    with contextlib.suppress(OSError):  # a read-only store serves a fresh ID
+        durable.write_atomic(path, (made + "\n").encode())
+    return made
