@@ -16,6 +16,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -105,6 +106,19 @@ def topic_setting(kafka_name: str, value: str | None) -> tuple[str, Any]:
     return TopicConfig.parse_setting(f"{field}={value}")
 
 
+@dataclass(slots=True)
+class Session:
+    """One connection as the handlers see it: who is on the other end. `principal` is
+    "User:ANONYMOUS" until SASL authenticates someone."""
+
+    peer: Any
+    client_id: str | None = None
+    principal: str = "User:ANONYMOUS"
+
+
+Handler = Callable[[Api, Any, Session], Any]
+
+
 class Broker:
     """The request handlers over one open Store. `host`/`port` are what Metadata advertises."""
 
@@ -131,7 +145,7 @@ class Broker:
         self._appended = threading.Condition()
         self._generation = 0
         self.log.add_append_listener(self._on_append)
-        self.handlers: dict[int, Callable[[Api, Any], Any]] = {
+        self.handlers: dict[int, Handler] = {
             0: self.produce,
             1: self.fetch,
             2: self.list_offsets,
@@ -154,18 +168,19 @@ class Broker:
             self._generation += 1
             self._appended.notify_all()
 
-    def handle(self, found: Api, body: Any) -> Any:
-        return self.handlers[found.key](found, body)
+    def handle(self, found: Api, body: Any, session: Session) -> Any:
+        """The response body to one request (None: no response, as for acks=0)."""
+        return self.handlers[found.key](found, body, session)
 
     # -- cluster --------------------------------------------------------------------------------
 
-    def api_versions(self, found: Api, body: Any) -> Any:
+    def api_versions(self, found: Api, body: Any, session: Session) -> Any:
         return build(
             found.response, error_code=ErrorCode.none, api_keys=api_keys(found),
             throttle_time=NO_TIME,
         )  # fmt: skip
 
-    def metadata(self, found: Api, body: Any) -> Any:
+    def metadata(self, found: Api, body: Any, session: Session) -> Any:
         m = found.module
         brokers = (build(m.MetadataResponseBroker, node_id=self.node_id, host=self.host,
                          port=self.port, rack=None),)  # fmt: skip
@@ -218,7 +233,7 @@ class Broker:
         self.store.create_topic(name, partitions, **settings)
         return self.store.topic_config(name)
 
-    def create_topics(self, found: Api, body: Any) -> Any:
+    def create_topics(self, found: Api, body: Any, session: Session) -> Any:
         m = found.module
         results = []
         for t in body.topics:
@@ -261,7 +276,7 @@ class Broker:
 
     # -- producing ------------------------------------------------------------------------------
 
-    def init_producer_id(self, found: Api, body: Any) -> Any:
+    def init_producer_id(self, found: Api, body: Any, session: Session) -> Any:
         if body.transactional_id is not None:
             return build(
                 found.response, throttle_time=NO_TIME,
@@ -286,7 +301,7 @@ class Broker:
             producer_epoch=epoch,
         )  # fmt: skip
 
-    def produce(self, found: Api, body: Any) -> Any:
+    def produce(self, found: Api, body: Any, session: Session) -> Any:
         """Append each partition's batch; None for acks=0 (no response; the connection closes
         on an error, so the client learns of it, as Kafka's broker does)."""
         m = found.module
@@ -339,7 +354,7 @@ class Broker:
 
     # -- fetching -------------------------------------------------------------------------------
 
-    def fetch(self, found: Api, body: Any) -> Any:
+    def fetch(self, found: Api, body: Any, session: Session) -> Any:
         """Whole stored batches from each partition's fetch offset, waiting up to max_wait for
         min_bytes (woken by appends)."""
         deadline = time.monotonic() + body.max_wait.total_seconds()
@@ -400,7 +415,7 @@ class Broker:
             topics.append(build(m.FetchableTopicResponse, topic=t.topic, partitions=tuple(out)))
         return tuple(topics), total
 
-    def list_offsets(self, found: Api, body: Any) -> Any:
+    def list_offsets(self, found: Api, body: Any, session: Session) -> Any:
         m = found.module
         topics = []
         for t in body.topics:

@@ -25,7 +25,7 @@ from types import TracebackType
 from typing import Any
 
 from mqcore.errors import InvalidConfigError, MQCoreError, ProtocolError
-from mqcore.server.broker import Broker, CloseConnection
+from mqcore.server.broker import Broker, CloseConnection, Session
 from mqcore.server.protocol import (
     API_VERSIONS,
     encode_response,
@@ -202,12 +202,13 @@ class Server:
             thread.start()
 
     def _serve(self, conn: socket.socket, peer: Any) -> None:
+        session = Session(peer)
         try:
             while not self._stopping.is_set():
                 frame = self._read_frame(conn)
                 if frame is None:
                     return
-                response = self._answer(frame, peer)
+                response = self._answer(frame, session)
                 if response is not None:
                     conn.sendall(response)
         except (OSError, ProtocolError, CloseConnection) as e:
@@ -234,7 +235,7 @@ class Server:
         conn.settimeout(self.request_timeout)
         return _recv_exactly(conn, size, allow_eof=False)
 
-    def _answer(self, frame: bytes, peer: Any) -> bytes | None:
+    def _answer(self, frame: bytes, session: Session) -> bytes | None:
         assert self.broker is not None
         try:
             request = parse_request(frame)
@@ -243,8 +244,9 @@ class Server:
             if key == API_VERSIONS:  # KIP-511: answer in v0 with the versions served
                 return unsupported_versions_response(correlation)
             raise
+        session.client_id = request.client_id
         try:
-            body = self.broker.handle(request.api, request.body)
+            body = self.broker.handle(request.api, request.body, session)
         except CloseConnection:
             raise
         except MQCoreError as e:
