@@ -7,7 +7,7 @@ PYX    := $(wildcard src/mqcore/_ext/*.pyx src/mqcore/_ext/*.pxd src/mqcore/_ext
 
 WORKFLOWS := $(wildcard .github/workflows/*.yml)
 
-.PHONY: build test demo bench lint typecheck sdist wheel wheel-test sdist-test clean fuzz fuzz-build asan
+.PHONY: build test test-tools demo bench lint typecheck sdist wheel wheel-test sdist-test clean fuzz fuzz-build asan
 
 JOBS   ?= $(shell nproc 2>/dev/null || echo 2)
 
@@ -27,8 +27,19 @@ $(VENV)/.ext-stamp: $(STAMP) $(PYX) setup.py
 
 build: $(VENV)/.ext-stamp
 
-test: build
+test: build test-tools
 	$(PY) -m pytest -q -p no:cacheprovider tests
+
+# Programs the tests drive that pip cannot install: kcat (tests/test_server_kcat.py), from
+# Debian's packages, only when it is missing and only as root; elsewhere those tests skip and
+# say why.
+test-tools:
+	@command -v kcat >/dev/null 2>&1 || { \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			(apt-get install -y -q kcat >/dev/null 2>&1 || \
+			 (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q kcat >/dev/null 2>&1)) || \
+			echo "kcat could not be installed: its tests will skip"; \
+		else echo "kcat is missing (apt-get install kcat as root): its tests will skip"; fi; }
 
 demo: build
 	$(PY) -m mqcore.demo

@@ -265,3 +265,28 @@ def test_a_too_large_batch_is_refused_with_message_too_large(
         0,
     ]
     assert [m.value for m in store.read("small", 0, 0, 10)] == [b"fits"]
+
+
+def test_admin_list_offsets_max_timestamp_equals_brute_force(
+    kafka_server: Any, store: mqcore.Store
+) -> None:
+    """ListOffsets v7's max-timestamp query (KIP-734), through confluent's AdminClient, against
+    the message with the largest timestamp found by reading every message."""
+    from confluent_kafka.admin import OffsetSpec
+
+    store.create_topic("mx", partitions=2)
+    t0 = 1_790_000_000_000
+    shuffled = [37, 5, 99, 12, 99, 3, 70]  # out of order, the largest twice in partition 0
+    store.append_batch("mx", [b"%d" % i for i in range(7)], partition=0,
+                       timestamps=[t0 + 1000 * x for x in shuffled])  # fmt: skip
+    admin = AdminClient({"bootstrap.servers": kafka_server.bootstrap})
+    asked = {ck.TopicPartition("mx", p): OffsetSpec.max_timestamp() for p in range(2)}
+    answers = {tp.partition: f.result(WAIT) for tp, f in admin.list_offsets(asked).items()}
+    msgs = store.read("mx", 0, 0, 100)
+    top = max(m.timestamp for m in msgs)
+    first = min(m.offset for m in msgs if m.timestamp == top)
+    assert (answers[0].offset, answers[0].timestamp) == (first, top) == (2, t0 + 99_000)
+    assert answers[1].offset == -1  # an empty partition has none
+    for spec, want in ((OffsetSpec.earliest(), 0), (OffsetSpec.latest(), 7)):
+        got = admin.list_offsets({ck.TopicPartition("mx", 0): spec})
+        assert next(iter(got.values())).result(WAIT).offset == want

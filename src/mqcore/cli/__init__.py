@@ -22,12 +22,15 @@
     mqcore trace STORE UNIQUE_ID [--json]
     mqcore compact STORE TOPIC [--now TIME] [--json] [--progress | --no-progress]
     mqcore retention STORE [TOPIC] [--now TIME] [--json] [--progress | --no-progress]
+    mqcore serve STORE [--listen HOST:PORT] [--advertised-host HOST] [--flush POLICY]
+                 [--partitions N] [--no-auto-create]
 
 The commands that read (consume, get, query, topics, groups, stats, trace, and verify without
 --repair) open the store read-only: no lock is taken and nothing is written, so they are safe
 beside a running writer. Those that change files (produce, verify --repair, compact,
 retention) take the writer lock and fail with StoreLockedError while another process holds it,
-saying what to do instead (docs/operations.md "What each command needs"). A path that is not a
+saying what to do instead (docs/operations.md "What each command needs"); `serve` holds it
+while it runs. A path that is not a
 store is refused with NotAStoreError and nothing is created (only produce makes a store).
 
 `--json` prints one JSON object per line; bytes that are not UTF-8 appear as {"base64": "..."}
@@ -56,6 +59,7 @@ from mqcore.cli import (
     produce,
     query,
     reading,
+    serve,
     stats,
     trace,
     verify,
@@ -119,6 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
     groups.add_parsers(sub)
     trace.add_parsers(sub)
     maintenance.add_parsers(sub)
+    serve.add_parsers(sub)
     for command in sub.choices.values():
         command.set_defaults(parser=command)  # for usage errors a command finds late
     return parser

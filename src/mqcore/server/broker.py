@@ -44,7 +44,7 @@ from mqcore.store import Store
 
 NO_TIME = datetime.timedelta(0)
 ZERO_UUID = uuid.UUID(int=0)
-EARLIEST, LATEST = -2, -1
+EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
 MAX_EPOCH = 0x7FFF
 
 
@@ -441,13 +441,18 @@ class Broker:
 
     def _offset_for(self, topic: str, partition: int, timestamp: int) -> tuple[int, int]:
         """(timestamp, offset) ListOffsets answers: the log start or end for EARLIEST or
-        LATEST (timestamp -1), else the first message with a timestamp >= `timestamp` (-1, -1
-        when none is)."""
+        LATEST (timestamp -1); for MAX_TIMESTAMP the first message with the partition's largest
+        timestamp; else the first message with a timestamp >= `timestamp`; (-1, -1) when no
+        message is."""
         if timestamp == EARLIEST:
             return -1, self.store.start_offset(topic, partition)
         if timestamp == LATEST:
             return -1, self.store.end_offset(topic, partition)
-        if timestamp < 0:
+        if timestamp == MAX_TIMESTAMP:  # KIP-734: the (first) message with the largest one
+            timestamp = self.log.partition(topic, partition).max_timestamp()
+            if timestamp < 0:
+                return -1, -1
+        elif timestamp < 0:
             raise KafkaError(ErrorCode.invalid_request, f"ListOffsets timestamp {timestamp}")
         offset = self.store.offset_for_time(topic, partition, timestamp)
         if offset is None:

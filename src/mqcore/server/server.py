@@ -113,10 +113,10 @@ class Server:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind((self.host, self.port))
             sock.listen(512)
-        except OSError:
+        except OSError as e:
             if self._owns_store:
                 self.store.close()
-            raise
+            raise OSError(e.errno, f"cannot listen on {self.host}:{self.port}: {e.strerror}") from e
         self._sock = sock
         self.port = sock.getsockname()[1]
         self.broker = Broker(

@@ -574,6 +574,12 @@ class Partition:
             return None  # below the log start DeleteRecords moved
         return get_record(self.table, offset, verify_crc, MAX_DECOMPRESSED)
 
+    def max_timestamp(self) -> int:
+        """The largest timestamp in the partition, -1 when it holds no message (each segment
+        keeps its own, from its time index and last batch)."""
+        with self._lock:
+            return max((s.max_timestamp for s in self._segs), default=-1)
+
     def offset_for_time(self, timestamp: int, verify_crc: bool = True) -> int | None:
         """Kafka's rule: the earliest offset whose timestamp is >= `timestamp`, or None.
 

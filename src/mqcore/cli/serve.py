@@ -1,0 +1,84 @@
+"""`mqcore serve`: the store behind the Kafka protocol until Ctrl-C or SIGTERM (docs/server.md).
+
+The store is opened (and made, like a broker's log directory, when the path is not a store yet)
+with the writer lock, so nothing else may write it meanwhile; the reading commands stay safe
+beside it. One line on stdout says where it listens; a clean stop exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import threading
+from typing import Any, TextIO
+
+from mqcore.errors import InvalidConfigError, MQCoreError
+
+FLUSH_POLICIES = ("always", "interval", "os")
+
+
+def add_parsers(sub: Any) -> None:
+    p = sub.add_parser(
+        "serve",
+        help="serve the store over the Kafka protocol (Kafka clients produce and consume)",
+        description="Serve STORE to Kafka clients (any language: librdkafka, the Java client, "
+        "kafka-python, kcat) until Ctrl-C or SIGTERM. One node: it is the controller, the "
+        "group coordinator and the only replica. Binds to loopback unless --listen names "
+        "another address. Needs the server extra: pip install 'mqcore[server]'.",
+    )
+    p.add_argument("store", help="store directory (made when it is not a store yet)")
+    p.add_argument(
+        "--listen", default="127.0.0.1:9092", metavar="HOST:PORT",
+        help="Kafka listener (default 127.0.0.1:9092; port 0 picks a free one)",
+    )  # fmt: skip
+    p.add_argument(
+        "--advertised-host", metavar="HOST",
+        help="the host clients are told to connect to (default: the --listen host)",
+    )  # fmt: skip
+    p.add_argument(
+        "--flush", choices=FLUSH_POLICIES, default="interval",
+        help="when appends reach the disk: always (fdatasync before each produce is "
+        "acknowledged), interval (every --flush-interval-ms, the default) or os",
+    )  # fmt: skip
+    p.add_argument("--flush-interval-ms", type=int, default=500, metavar="MS")
+    p.add_argument(
+        "--partitions", type=int, default=1, metavar="N",
+        help="partitions of a topic created by a client's metadata request (default 1)",
+    )  # fmt: skip
+    p.add_argument(
+        "--no-auto-create", action="store_true",
+        help="answer UNKNOWN_TOPIC_OR_PARTITION for unknown topics instead of creating them",
+    )  # fmt: skip
+    p.set_defaults(run=cmd_serve)
+
+
+def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
+    try:
+        from mqcore.server import Server
+    except ImportError as e:
+        raise MQCoreError(
+            f"mqcore serve needs the server extra ({e.name} is missing): "
+            "pip install 'mqcore[server]' (Python 3.11+)"
+        ) from None
+    if args.partitions < 1:
+        raise InvalidConfigError(f"--partitions must be >= 1, not {args.partitions}")
+    server = Server(
+        args.store, args.listen, advertised_host=args.advertised_host,
+        auto_create_topics=not args.no_auto_create, default_partitions=args.partitions,
+        flush=args.flush, flush_interval_ms=args.flush_interval_ms,
+    )  # fmt: skip
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        with server:
+            print(f"mqcore: serving {args.store} to Kafka clients on {server.bootstrap}", file=out)
+            out.flush()
+            try:
+                while not stop.wait(0.5):
+                    pass
+            except KeyboardInterrupt:
+                pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    print("mqcore: stopped", file=out)
+    return 0
