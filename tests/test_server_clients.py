@@ -290,3 +290,71 @@ def test_admin_list_offsets_max_timestamp_equals_brute_force(
     for spec, want in ((OffsetSpec.earliest(), 0), (OffsetSpec.latest(), 7)):
         got = admin.list_offsets({ck.TopicPartition("mx", 0): spec})
         assert next(iter(got.values())).result(WAIT).offset == want
+
+
+def test_admin_client_describes_and_alters_configs(kafka_server: Any, store: mqcore.Store) -> None:
+    from confluent_kafka.admin import (
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        ResourceType,
+    )
+
+    store.create_topic("cfg", partitions=2, retention_ms=86_400_000)
+    admin = AdminClient({"bootstrap.servers": kafka_server.bootstrap})
+    res = ConfigResource(ResourceType.TOPIC, "cfg")
+    described = admin.describe_configs([res])[res].result(WAIT)
+    cfg = store.topic_config("cfg")
+    assert described["retention.ms"].value == str(cfg.retention_ms)
+    assert described["compression.type"].value == cfg.compression
+    assert described["key.index"].value == "true"
+    assert described["segment.bytes"].is_read_only  # fixed at creation
+    assert described["retention.ms"].is_default is False
+    assert described["cleanup.policy"].is_default is True
+    change = ConfigResource(ResourceType.TOPIC, "cfg", incremental_configs=[
+        ConfigEntry("retention.ms", "3600000", incremental_operation=AlterConfigOpType.SET),
+        ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.SET),
+    ])  # fmt: skip
+    admin.incremental_alter_configs([change])[change].result(WAIT)
+    cfg = store.topic_config("cfg")
+    assert (cfg.retention_ms, cfg.cleanup_policy) == (3_600_000, "compact")
+    reset = ConfigResource(ResourceType.TOPIC, "cfg", incremental_configs=[
+        ConfigEntry("retention.ms", None, incremental_operation=AlterConfigOpType.DELETE),
+    ])  # fmt: skip
+    admin.incremental_alter_configs([reset])[reset].result(WAIT)
+    assert store.topic_config("cfg").retention_ms == mqcore.config.TopicConfig().retention_ms
+    for name, value in (("segment.bytes", "1000000"), ("no.such.setting", "1"),
+                        ("retention.ms", "soon")):  # fmt: skip
+        bad = ConfigResource(ResourceType.TOPIC, "cfg", incremental_configs=[
+            ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)])  # fmt: skip
+        with pytest.raises(ck.KafkaException) as refused:
+            admin.incremental_alter_configs([bad])[bad].result(WAIT)
+        assert refused.value.args[0].code() == ck.KafkaError.INVALID_CONFIG, name
+    assert store.topic_config("cfg").segment_bytes == cfg.segment_bytes
+    missing = ConfigResource(ResourceType.TOPIC, "nope")
+    with pytest.raises(ck.KafkaException) as unknown:
+        admin.describe_configs([missing])[missing].result(WAIT)
+    assert unknown.value.args[0].code() == ck.KafkaError.UNKNOWN_TOPIC_OR_PART
+
+
+def test_admin_client_describes_the_cluster_and_deletes_records(
+    kafka_server: Any, store: mqcore.Store
+) -> None:
+    admin = AdminClient({"bootstrap.servers": kafka_server.bootstrap})
+    cluster = admin.describe_cluster().result(WAIT)
+    assert cluster.cluster_id == kafka_server.broker.cluster_id
+    assert [(n.id, n.host, n.port) for n in cluster.nodes] == [(0, *kafka_server.address)]
+    assert cluster.controller.id == 0
+    store.create_topic("del", partitions=1, segment_bytes=4096)
+    store.append_batch("del", [b"x" * 100 for _ in range(200)], partition=0)
+    tp = ck.TopicPartition("del", 0, 150)
+    done = admin.delete_records([tp])
+    low = next(iter(done.values())).result(WAIT)
+    assert low.low_watermark == 150 == store.start_offset("del", 0)
+    assert [m.offset() for m in consume_confluent(kafka_server.bootstrap, "del", 1, 50)] == list(
+        range(150, 200)
+    )
+    past = admin.delete_records([ck.TopicPartition("del", 0, 10_000)])
+    with pytest.raises(ck.KafkaException) as refused:
+        next(iter(past.values())).result(WAIT)
+    assert refused.value.args[0].code() == ck.KafkaError.OFFSET_OUT_OF_RANGE

@@ -14,107 +14,34 @@ from __future__ import annotations
 import datetime
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from mqcore.config import TopicConfig, validate_name
 from mqcore.errors import (
-    CorruptRecordError,
-    InvalidConfigError,
     InvalidRecordError,
-    InvalidTimestampError,
-    InvalidTopicError,
     MQCoreError,
     OffsetOutOfRangeError,
-    OutOfOrderSequenceError,
-    ProducerFencedError,
-    ReadOnlyStoreError,
-    RecordTooLargeError,
-    StoreClosedError,
     TopicExistsError,
-    UnknownPartitionError,
     UnknownTopicError,
+)
+from mqcore.server.admin import AdminApis
+from mqcore.server.common import (
+    NO_TIME,
+    ZERO_UUID,
+    CloseConnection,
+    KafkaError,
+    Session,
+    error_code,
+    topic_setting,
 )
 from mqcore.server.protocol import APIS, Api, api_keys, build
 from mqcore.store import Store
 
-NO_TIME = datetime.timedelta(0)
-ZERO_UUID = uuid.UUID(int=0)
-EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
+EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3  # ListOffsets' special timestamps
 MAX_EPOCH = 0x7FFF
-
-
-class KafkaError(MQCoreError):
-    """A request refused with a Kafka error code that no other mqcore exception carries."""
-
-    def __init__(self, code: ErrorCode, message: str):
-        super().__init__(message)
-        self.code = code
-
-
-class CloseConnection(Exception):
-    """The connection must close without a response (a failed produce with acks=0)."""
-
-
-def error_code(e: BaseException) -> ErrorCode:
-    """Kafka's error code for an mqcore exception (unknown_server_error for anything else)."""
-    if isinstance(e, KafkaError):
-        return e.code
-    for kind, code in _CODES:
-        if isinstance(e, kind):
-            return code
-    return ErrorCode.unknown_server_error
-
-
-# most specific first: InvalidTimestampError is an InvalidRecordError, InternalTopicError an
-# InvalidTopicError
-_CODES: tuple[tuple[type[BaseException], ErrorCode], ...] = (
-    (UnknownTopicError, ErrorCode.unknown_topic_or_partition),
-    (UnknownPartitionError, ErrorCode.unknown_topic_or_partition),
-    (RecordTooLargeError, ErrorCode.message_too_large),
-    (InvalidTimestampError, ErrorCode.invalid_timestamp),
-    (CorruptRecordError, ErrorCode.corrupt_message),
-    (InvalidRecordError, ErrorCode.invalid_record),
-    (OutOfOrderSequenceError, ErrorCode.out_of_order_sequence_number),
-    (ProducerFencedError, ErrorCode.invalid_producer_epoch),
-    (OffsetOutOfRangeError, ErrorCode.offset_out_of_range),
-    (InvalidTopicError, ErrorCode.invalid_topic_exception),
-    (TopicExistsError, ErrorCode.topic_already_exists),
-    (InvalidConfigError, ErrorCode.invalid_config),
-    (ReadOnlyStoreError, ErrorCode.kafka_storage_error),
-    (StoreClosedError, ErrorCode.kafka_storage_error),
-)
-
-# Kafka's topic config names for TopicConfig's fields, where they differ from the field name
-# with "." for "_" (the mqcore-only settings keep that form: key.index, unique.ids, ...)
-KAFKA_CONFIG_NAMES = {
-    "timestamp_type": "message.timestamp.type",
-    "compression": "compression.type",
-}
-_FROM_KAFKA = {v: k for k, v in KAFKA_CONFIG_NAMES.items()}
-
-
-def topic_setting(kafka_name: str, value: str | None) -> tuple[str, Any]:
-    """(TopicConfig field, value) for a Kafka topic config given as text."""
-    field = _FROM_KAFKA.get(kafka_name, kafka_name.replace(".", "_"))
-    if field == "partitions" or value is None:
-        raise InvalidConfigError(f"topic config {kafka_name!r} cannot be set to {value!r}")
-    return TopicConfig.parse_setting(f"{field}={value}")
-
-
-@dataclass(slots=True)
-class Session:
-    """One connection as the handlers see it: who is on the other end. `principal` is
-    "User:ANONYMOUS" until SASL authenticates someone."""
-
-    peer: Any
-    client_id: str | None = None
-    principal: str = "User:ANONYMOUS"
-
 
 Handler = Callable[[Api, Any, Session], Any]
 
@@ -154,6 +81,13 @@ class Broker:
             19: self.create_topics,
             22: self.init_producer_id,
         }
+        admin = AdminApis(self)
+        self.handlers.update({
+            21: admin.delete_records,
+            32: admin.describe_configs,
+            44: admin.incremental_alter_configs,
+            60: admin.describe_cluster,
+        })  # fmt: skip
         assert set(self.handlers) == set(APIS)
 
     def close(self) -> None:

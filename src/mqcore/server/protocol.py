@@ -52,7 +52,11 @@ APIS: dict[int, tuple[str, int, int]] = {
     3: ("Metadata", 0, 12),
     18: ("ApiVersions", 0, 4),
     19: ("CreateTopics", 2, 7),
+    21: ("DeleteRecords", 0, 2),
     22: ("InitProducerId", 0, 4),
+    32: ("DescribeConfigs", 1, 4),
+    44: ("IncrementalAlterConfigs", 0, 1),
+    60: ("DescribeCluster", 0, 1),
 }
 
 

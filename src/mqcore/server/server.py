@@ -25,7 +25,8 @@ from types import TracebackType
 from typing import Any
 
 from mqcore.errors import InvalidConfigError, MQCoreError, ProtocolError
-from mqcore.server.broker import Broker, CloseConnection, Session
+from mqcore.server.broker import Broker
+from mqcore.server.common import CloseConnection, Session
 from mqcore.server.protocol import (
     API_VERSIONS,
     encode_response,

@@ -1,0 +1,185 @@
+"""The admin APIs of `mqcore serve` that read and change topics as a whole: DescribeConfigs,
+IncrementalAlterConfigs, DescribeCluster and DeleteRecords (what an AdminClient's
+describe_configs, incremental_alter_configs, describe_cluster and delete_records send).
+
+Topic settings are TopicConfig's fields under Kafka's config names (broker.KAFKA_CONFIG_NAMES);
+a setting mqcore fixes at creation is described read-only and refused by alter.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from mqcore.config import FIXED_AT_CREATION, TopicConfig
+from mqcore.errors import InvalidConfigError, MQCoreError, UnknownTopicError
+from mqcore.server.common import (
+    NO_TIME,
+    KafkaError,
+    Session,
+    config_field,
+    error_code,
+    kafka_config_name,
+    topic_setting,
+)
+from mqcore.server.protocol import Api, build
+
+if TYPE_CHECKING:
+    from mqcore.server.broker import Broker
+
+TOPIC, BROKER = 2, 4  # Kafka's ConfigResource types
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3  # IncrementalAlterConfigs operations
+DYNAMIC_TOPIC_CONFIG, DEFAULT_CONFIG = 1, 5  # DescribeConfigs config_source
+# DescribeConfigs config_type (v3+): BOOLEAN, STRING, LONG, DOUBLE
+_TYPES = {"bool": 1, "str": 2, "int": 5, "float": 6}
+_DEFAULTS = TopicConfig()
+
+
+def setting_text(value: object) -> str:
+    """A setting's value as Kafka's configs show it: true/false, plain numbers, text."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+class AdminApis:
+    """The handlers, over the Broker's store."""
+
+    def __init__(self, broker: Broker):
+        self.broker = broker
+        self.store = broker.store
+
+    def describe_configs(self, found: Api, body: Any, session: Session) -> Any:
+        m = found.module
+        results = []
+        for r in body.resources:
+            code, message, configs = ErrorCode.none, None, ()
+            try:
+                if r.resource_type == TOPIC:
+                    configs = self._topic_configs(m, r.resource_name, r.configuration_keys)
+                elif r.resource_type != BROKER:  # a broker has no settings to show
+                    raise KafkaError(ErrorCode.invalid_request, f"resource type {r.resource_type}")
+            except MQCoreError as e:
+                code, message = error_code(e), str(e)
+            results.append(
+                build(
+                    m.DescribeConfigsResult,
+                    error_code=code,
+                    error_message=message,
+                    resource_type=r.resource_type,
+                    resource_name=r.resource_name,
+                    configs=configs,
+                )  # fmt: skip
+            )
+        return build(found.response, throttle_time=NO_TIME, results=tuple(results))
+
+    def _topic_configs(self, m: Any, topic: str, keys: tuple[str, ...] | None) -> tuple[Any, ...]:
+        if topic not in self.store.topics():
+            raise UnknownTopicError(f"topic {topic!r} does not exist")
+        cfg = self.store.topic_config(topic)
+        out = []
+        for f in dataclasses.fields(TopicConfig):
+            if f.name == "partitions":
+                continue
+            name = kafka_config_name(f.name)
+            if keys is not None and name not in keys:
+                continue
+            value = getattr(cfg, f.name)
+            default = getattr(_DEFAULTS, f.name)
+            out.append(
+                build(
+                    m.DescribeConfigsResourceResult,
+                    name=name,
+                    value=setting_text(value),
+                    read_only=f.name in FIXED_AT_CREATION,
+                    is_default=value == default,
+                    config_source=DEFAULT_CONFIG if value == default else DYNAMIC_TOPIC_CONFIG,
+                    is_sensitive=False,
+                    synonyms=(),
+                    config_type=_TYPES.get(str(f.type), 0),
+                    documentation=None,
+                )  # fmt: skip
+            )
+        return tuple(out)
+
+    def incremental_alter_configs(self, found: Api, body: Any, session: Session) -> Any:
+        m = found.module
+        out = []
+        for r in body.resources:
+            code, message = ErrorCode.none, None
+            try:
+                if r.resource_type != TOPIC:
+                    raise KafkaError(
+                        ErrorCode.invalid_request, "only topic settings can be changed"
+                    )
+                changes = dict(self._change(c) for c in r.configs)
+                if body.validate_only:
+                    current = self.store.topic_config(r.resource_name)
+                    current.changes_allowed(changes)
+                    dataclasses.replace(current, **changes)  # validates the values
+                else:
+                    self.store.alter_topic_config(r.resource_name, **changes)
+            except MQCoreError as e:
+                code, message = error_code(e), str(e)
+            except TypeError as e:  # a value of the wrong type for its field
+                code, message = ErrorCode.invalid_config, str(e)
+            out.append(
+                build(
+                    m.AlterConfigsResourceResponse,
+                    error_code=code,
+                    error_message=message,
+                    resource_type=r.resource_type,
+                    resource_name=r.resource_name,
+                )  # fmt: skip
+            )
+        return build(found.response, throttle_time=NO_TIME, responses=tuple(out))
+
+    def _change(self, c: Any) -> tuple[str, Any]:
+        if c.config_operation == SET:
+            return topic_setting(c.name, c.value)
+        if c.config_operation == DELETE:  # back to the default
+            field = config_field(c.name)
+            return field, getattr(_DEFAULTS, field)
+        raise InvalidConfigError(
+            f"{c.name}: APPEND and SUBTRACT apply to list settings, and mqcore has none"
+        )
+
+    def describe_cluster(self, found: Api, body: Any, session: Session) -> Any:
+        b = self.broker
+        broker = build(
+            found.module.DescribeClusterBroker, broker_id=b.node_id, host=b.host, port=b.port,
+            rack=None,
+        )  # fmt: skip
+        return build(
+            found.response, throttle_time=NO_TIME, error_code=ErrorCode.none,
+            error_message=None, endpoint_type=1, cluster_id=b.cluster_id,
+            controller_id=b.node_id, brokers=(broker,), cluster_authorized_operations=-(2**31),
+        )  # fmt: skip
+
+    def delete_records(self, found: Api, body: Any, session: Session) -> Any:
+        """Kafka's DeleteRecords: move each partition's log start up to the offset (-1: the
+        high watermark), durably; whole segments below it are deleted."""
+        m = found.module
+        topics = []
+        for t in body.topics:
+            out = []
+            for p in t.partitions:
+                code, low = ErrorCode.none, -1
+                try:
+                    handle = self.store.log.replica(t.name, p.partition_index)
+                    end = handle.update_high_watermark(handle.log_end_offset)  # one node
+                    low = handle.delete_records_before(end if p.offset == -1 else p.offset)
+                except MQCoreError as e:
+                    code = error_code(e)
+                out.append(
+                    build(
+                        m.DeleteRecordsPartitionResult,
+                        partition_index=p.partition_index,
+                        low_watermark=low,
+                        error_code=code,
+                    )  # fmt: skip
+                )
+            topics.append(build(m.DeleteRecordsTopicResult, name=t.name, partitions=tuple(out)))
+        return build(found.response, throttle_time=NO_TIME, topics=tuple(topics))

@@ -1,0 +1,119 @@
+"""What the request handlers of `mqcore serve` share: the connection's Session, Kafka's error
+codes for mqcore's exceptions, and Kafka's names for topic settings."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from mqcore.config import TopicConfig
+from mqcore.errors import (
+    CorruptRecordError,
+    InvalidConfigError,
+    InvalidRecordError,
+    InvalidTimestampError,
+    InvalidTopicError,
+    MQCoreError,
+    OffsetOutOfRangeError,
+    OutOfOrderSequenceError,
+    ProducerFencedError,
+    ReadOnlyStoreError,
+    RecordTooLargeError,
+    StoreClosedError,
+    TopicExistsError,
+    UnknownPartitionError,
+    UnknownTopicError,
+)
+
+NO_TIME = datetime.timedelta(0)
+ZERO_UUID = uuid.UUID(int=0)
+
+
+class KafkaError(MQCoreError):
+    """A request refused with a Kafka error code that no other mqcore exception carries."""
+
+    def __init__(self, code: ErrorCode, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+class CloseConnection(Exception):
+    """The connection must close without a response (a failed produce with acks=0)."""
+
+
+def error_code(e: BaseException) -> ErrorCode:
+    """Kafka's error code for an mqcore exception (unknown_server_error for anything else)."""
+    if isinstance(e, KafkaError):
+        return e.code
+    for kind, code in _CODES:
+        if isinstance(e, kind):
+            return code
+    return ErrorCode.unknown_server_error
+
+
+# most specific first: InvalidTimestampError is an InvalidRecordError, InternalTopicError an
+# InvalidTopicError
+_CODES: tuple[tuple[type[BaseException], ErrorCode], ...] = (
+    (UnknownTopicError, ErrorCode.unknown_topic_or_partition),
+    (UnknownPartitionError, ErrorCode.unknown_topic_or_partition),
+    (RecordTooLargeError, ErrorCode.message_too_large),
+    (InvalidTimestampError, ErrorCode.invalid_timestamp),
+    (CorruptRecordError, ErrorCode.corrupt_message),
+    (InvalidRecordError, ErrorCode.invalid_record),
+    (OutOfOrderSequenceError, ErrorCode.out_of_order_sequence_number),
+    (ProducerFencedError, ErrorCode.invalid_producer_epoch),
+    (OffsetOutOfRangeError, ErrorCode.offset_out_of_range),
+    (InvalidTopicError, ErrorCode.invalid_topic_exception),
+    (TopicExistsError, ErrorCode.topic_already_exists),
+    (InvalidConfigError, ErrorCode.invalid_config),
+    (ReadOnlyStoreError, ErrorCode.kafka_storage_error),
+    (StoreClosedError, ErrorCode.kafka_storage_error),
+)
+
+# Kafka's topic config names for TopicConfig's fields, where they differ from the field name
+# with "." for "_" (the mqcore-only settings keep that form: key.index, unique.ids, ...)
+KAFKA_CONFIG_NAMES = {
+    "timestamp_type": "message.timestamp.type",
+    "compression": "compression.type",
+}
+_FROM_KAFKA = {v: k for k, v in KAFKA_CONFIG_NAMES.items()}
+
+
+_SETTINGS = frozenset(f.name for f in dataclasses.fields(TopicConfig)) - {"partitions"}
+
+
+def kafka_config_name(field: str) -> str:
+    """Kafka's name for a TopicConfig field."""
+    return KAFKA_CONFIG_NAMES.get(field, field.replace("_", "."))
+
+
+def config_field(kafka_name: str) -> str:
+    """The TopicConfig field of a Kafka topic config name; InvalidConfigError for a name mqcore
+    does not have (the partition count is not a setting: CreatePartitions changes it)."""
+    field = _FROM_KAFKA.get(kafka_name, kafka_name.replace(".", "_"))
+    if field not in _SETTINGS or kafka_config_name(field) != kafka_name:
+        raise InvalidConfigError(f"unknown topic config {kafka_name!r}")
+    return field
+
+
+def topic_setting(kafka_name: str, value: str | None) -> tuple[str, Any]:
+    """(TopicConfig field, value) for a Kafka topic config given as text."""
+    field = config_field(kafka_name)
+    if value is None:
+        raise InvalidConfigError(f"topic config {kafka_name!r} needs a value")
+    return TopicConfig.parse_setting(f"{field}={value}")
+
+
+@dataclass(slots=True)
+class Session:
+    """One connection as the handlers see it: who is on the other end. `principal` is
+    "User:ANONYMOUS" until SASL authenticates someone."""
+
+    peer: Any
+    client_id: str | None = None
+    principal: str = "User:ANONYMOUS"
