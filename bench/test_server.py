@@ -1,0 +1,263 @@
+"""`mqcore serve` (issue 19) against its baselines, side by side in one run: a confluent-kafka
+producer (acks=1, linger 5 ms, 1 MiB batches) against `Store.append_batch` of the same messages
+in process and against raw write() of the same encoded bytes; a confluent-kafka consumer
+fetching from page cache against raw pread() of the same segment bytes; and the latency of one
+acks=all produce under flush="always" against one write + fdatasync of a file.
+
+The server runs as `mqcore serve` in a process of its own (as it is deployed; in the
+benchmark's process it would share one GIL with the client). Figures and where the time goes:
+bench/README.md "mqcore serve".
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from benchdata import SEED, T0_MS, prime_page_cache, record, values_of
+from pytest_benchmark.fixture import BenchmarkFixture
+
+import mqcore
+from mqcore._ext.batch import encode_batch
+
+ck = pytest.importorskip("confluent_kafka")
+pytest.importorskip("mqcore.server", reason="the server extra (kio) is missing")
+
+SIZES = {"1KiB": 1024, "100B": 100}
+PER_ROUND = {"1KiB": 20_000, "100B": 100_000}  # messages one produce round sends (~20, ~10 MB)
+ROUNDS = 8
+BATCH = 1000  # the in-process side's batches: what librdkafka's 1 MiB batches hold of 1 KiB
+LATENCY_ROUNDS = 200
+SEGMENT = 1 << 30
+PRODUCER = {
+    "acks": 1, "linger.ms": 5, "batch.size": 1 << 20, "compression.type": "none",
+    "queue.buffering.max.messages": 2_000_000, "queue.buffering.max.kbytes": 4_000_000,
+}  # fmt: skip
+
+
+@dataclass
+class Served:
+    """A `mqcore serve` process and what it serves."""
+
+    path: str
+    bootstrap: str
+    process: subprocess.Popen[str]
+
+
+def serve(path: str, flush: str) -> Served:
+    with mqcore.open(path) as s:
+        for name in SIZES:
+            if f"w{name}" not in s.topics():
+                s.create_topic(f"w{name}", segment_bytes=SEGMENT, max_message_bytes=2 << 20)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mqcore.cli", "serve", path, "--listen", "127.0.0.1:0",
+         "--flush", flush],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    return Served(path, proc.stdout.readline().split()[-1], proc)
+
+
+def stop(served: Served) -> None:
+    served.process.terminate()
+    served.process.wait(60)
+    if served.process.stdout is not None:
+        served.process.stdout.close()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    served = serve(str(tmp_path_factory.mktemp("served") / "store"), "os")
+    try:
+        yield served
+    finally:
+        stop(served)
+
+
+def produce_all(producer: Any, topic: str, values: list[bytes]) -> None:
+    """Every value to partition 0, then wait for every acknowledgement."""
+    send = producer.produce
+    for v in values:
+        try:
+            send(topic, v, partition=0)
+        except BufferError:  # the local queue is full: let acknowledgements drain it
+            producer.poll(0.005)
+            send(topic, v, partition=0)
+    assert producer.flush(120) == 0
+
+
+@pytest.mark.parametrize("size", list(SIZES))
+def test_wire_produce(benchmark: BenchmarkFixture, server: Served, size: str) -> None:
+    """One confluent-kafka producer, acks=1, to `mqcore serve` (flush="os")."""
+    values = values_of(PER_ROUND[size], SIZES[size], SEED)
+    producer = ck.Producer({"bootstrap.servers": server.bootstrap, **PRODUCER})
+    topic = f"w{size}"
+    with mqcore.open(server.path, read_only=True) as s:
+        before = s.end_offset(topic, 0)
+    benchmark.group = f"server-produce-{size}"
+    record(benchmark, f"server/produce/{size}/wire", nbytes=PER_ROUND[size] * SIZES[size],
+           messages=PER_ROUND[size])  # fmt: skip
+    benchmark.pedantic(lambda: produce_all(producer, topic, values), rounds=ROUNDS,
+                       warmup_rounds=1, iterations=1)  # fmt: skip
+    with mqcore.open(server.path, read_only=True) as s:
+        assert s.end_offset(topic, 0) - before == (ROUNDS + 1) * PER_ROUND[size]
+
+
+@pytest.mark.parametrize("size", list(SIZES))
+def test_inprocess_append_batch(benchmark: BenchmarkFixture, scratch: str, size: str) -> None:
+    """The same messages through Store.append_batch in this process, batches of 1000."""
+    values = values_of(PER_ROUND[size], SIZES[size], SEED)
+    batches = [values[i : i + BATCH] for i in range(0, len(values), BATCH)]
+    prime_page_cache(scratch, (ROUNDS + 1) * PER_ROUND[size] * (SIZES[size] + 80))
+    with mqcore.open(os.path.join(scratch, "store"), flush="os") as s:
+        s.create_topic("t", segment_bytes=SEGMENT, max_message_bytes=2 << 20)
+
+        def append_all() -> None:
+            for b in batches:
+                s.append_batch("t", b, partition=0)
+
+        benchmark.group = f"server-produce-{size}"
+        record(benchmark, f"server/produce/{size}/append_batch",
+               nbytes=PER_ROUND[size] * SIZES[size], messages=PER_ROUND[size])  # fmt: skip
+        benchmark.pedantic(append_all, rounds=ROUNDS, warmup_rounds=1, iterations=1)
+        assert s.end_offset("t", 0) == (ROUNDS + 1) * PER_ROUND[size]
+
+
+@pytest.mark.parametrize("size", list(SIZES))
+def test_raw_write(benchmark: BenchmarkFixture, scratch: str, size: str) -> None:
+    """os.write() of the same messages encoded once beforehand (batches of 1000)."""
+    values = values_of(PER_ROUND[size], SIZES[size], SEED)
+    encoded = [
+        encode_batch(values[i : i + BATCH], now_ms=T0_MS, uid_ms=T0_MS).tobytes()
+        for i in range(0, len(values), BATCH)
+    ]
+    prime_page_cache(scratch, (ROUNDS + 1) * sum(map(len, encoded)))
+    fd = os.open(os.path.join(scratch, "raw.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+
+        def write_all() -> None:
+            for b in encoded:
+                os.write(fd, b)
+
+        benchmark.group = f"server-produce-{size}"
+        record(benchmark, f"server/produce/{size}/raw-write",
+               nbytes=PER_ROUND[size] * SIZES[size], messages=PER_ROUND[size])  # fmt: skip
+        benchmark.pedantic(write_all, rounds=ROUNDS, warmup_rounds=1, iterations=1)
+    finally:
+        os.close(fd)
+
+
+def log_bytes(path: str, topic: str) -> int:
+    part = os.path.join(path, f"{topic}-0")
+    return sum(
+        os.path.getsize(os.path.join(part, n)) for n in os.listdir(part) if n.endswith(".log")
+    )
+
+
+@pytest.mark.parametrize("size", list(SIZES))
+def test_wire_fetch(benchmark: BenchmarkFixture, server: Served, size: str) -> None:
+    """One confluent-kafka consumer reads the topic from offset 0 (page cache): log bytes/s.
+    Runs after the produce benchmarks filled it."""
+    topic = f"w{size}"
+    with mqcore.open(server.path, read_only=True) as s:
+        count = s.end_offset(topic, 0)
+    assert count > 0, "run with the produce benchmarks first"
+    nbytes = log_bytes(server.path, topic)
+    config = {"bootstrap.servers": server.bootstrap, "group.id": "bench",
+              "enable.auto.commit": False, "fetch.max.bytes": 50 << 20,
+              "max.partition.fetch.bytes": 16 << 20, "fetch.wait.max.ms": 100}  # fmt: skip
+
+    def fetch_all() -> None:
+        c = ck.Consumer(config)
+        try:
+            c.assign([ck.TopicPartition(topic, 0, 0)])
+            got = 0
+            while got < count:
+                got += len(c.consume(100_000, 5.0))
+        finally:
+            c.close()
+
+    benchmark.group = f"server-fetch-{size}"
+    record(benchmark, f"server/fetch/{size}/wire", nbytes=nbytes, messages=count)
+    benchmark.pedantic(fetch_all, rounds=5, warmup_rounds=1, iterations=1)
+
+
+@pytest.mark.parametrize("size", list(SIZES))
+def test_raw_read(benchmark: BenchmarkFixture, server: Served, size: str) -> None:
+    """pread() of the same segment bytes in 1 MiB reads: the page cache's own speed."""
+    topic = f"w{size}"
+    part = os.path.join(server.path, f"{topic}-0")
+    logs = sorted(os.path.join(part, n) for n in os.listdir(part) if n.endswith(".log"))
+    nbytes = sum(os.path.getsize(p) for p in logs)
+
+    def read_all() -> None:
+        for path in logs:
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                at = 0
+                while chunk := os.pread(fd, 1 << 20, at):
+                    at += len(chunk)
+            finally:
+                os.close(fd)
+
+    benchmark.group = f"server-fetch-{size}"
+    record(benchmark, f"server/fetch/{size}/raw-read", nbytes=nbytes)
+    benchmark.pedantic(read_all, rounds=5, warmup_rounds=1, iterations=1)
+
+
+def p99(samples: list[float]) -> float:
+    return statistics.quantiles(samples, n=100)[98]
+
+
+def test_produce_latency_acks_all_always(
+    benchmark: BenchmarkFixture, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """One 100 B message at a time, acks=all, to `mqcore serve --flush always`: the time from
+    produce() to its acknowledgement (fdatasync'd before the response)."""
+    served = serve(str(tmp_path_factory.mktemp("always") / "store"), "always")
+    try:
+        producer = ck.Producer({"bootstrap.servers": served.bootstrap, "acks": "all",
+                                "linger.ms": 0})  # fmt: skip
+        value = b"v" * 100
+        produce_all(producer, "w100B", [value])  # connected, metadata known
+        samples: list[float] = []
+
+        def one() -> None:
+            t = time.perf_counter()
+            producer.produce("w100B", value, partition=0)
+            assert producer.flush(30) == 0
+            samples.append(time.perf_counter() - t)
+
+        benchmark.group = "server-latency"
+        benchmark.pedantic(one, rounds=LATENCY_ROUNDS, warmup_rounds=5, iterations=1)
+        record(benchmark, "server/latency/acks-all-always", messages=1,
+               p99_ms=p99(samples[5:]) * 1e3)  # fmt: skip
+    finally:
+        stop(served)
+
+
+def test_fdatasync_latency(benchmark: BenchmarkFixture, scratch: str) -> None:
+    """The baseline of the latency goal: write 100 B to a file and fdatasync it."""
+    fd = os.open(os.path.join(scratch, "sync.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    samples: list[float] = []
+    try:
+
+        def one() -> None:
+            t = time.perf_counter()
+            os.write(fd, b"v" * 100)
+            os.fdatasync(fd)
+            samples.append(time.perf_counter() - t)
+
+        benchmark.group = "server-latency"
+        benchmark.pedantic(one, rounds=LATENCY_ROUNDS, warmup_rounds=5, iterations=1)
+        record(benchmark, "server/latency/fdatasync", messages=1,
+               p99_ms=p99(samples[5:]) * 1e3)  # fmt: skip
+    finally:
+        os.close(fd)
