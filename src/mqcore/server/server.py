@@ -22,7 +22,7 @@ import socket
 import threading
 import uuid
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mqcore.errors import InvalidConfigError, MQCoreError, ProtocolError
 from mqcore.server.broker import Broker, CloseConnection, Session
@@ -36,6 +36,9 @@ from mqcore.server.protocol import (
 )
 from mqcore.storage import durable
 from mqcore.store import Store
+
+if TYPE_CHECKING:
+    from mqcore.server.http import HttpServer
 
 log = logging.getLogger("mqcore.server")
 
@@ -56,7 +59,8 @@ def parse_listen(text: str) -> tuple[str, int]:
 class Server:
     """The Kafka protocol over one store. `store` is an open Store (the server uses it, and
     leaves it open at stop) or a path (the server opens it with `store_options` and closes it
-    at stop). Binds to loopback unless `listen` names another address. Use as a context
+    at stop). Binds to loopback unless `listen` names another address. `http` ("HOST:PORT")
+    also serves the JSON query API there (server/http.py; `http_server.url`). Use as a context
     manager, or start() and stop()."""
 
     def __init__(
@@ -72,6 +76,7 @@ class Server:
         max_request_bytes: int = MAX_REQUEST_BYTES,
         idle_timeout: float = 600.0,
         request_timeout: float = 30.0,
+        http: str | None = None,
         **store_options: Any,
     ):
         self.host, self.port = parse_listen(listen)
@@ -93,6 +98,11 @@ class Server:
         self._lock = threading.Lock()
         self._connections: dict[socket.socket, threading.Thread] = {}
         self._stopping = threading.Event()
+        # -- HTTP query API (server/http.py): "HOST:PORT" or None --
+        if http is not None:
+            parse_listen(http)  # a bad address is refused here, as `listen` is
+        self.http = http
+        self.http_server: HttpServer | None = None
 
     # -- life -----------------------------------------------------------------------------------
 
@@ -128,6 +138,16 @@ class Server:
         self._accepter = threading.Thread(target=self._accept, name="mqcore-accept", daemon=True)
         self._accepter.start()
         log.info("serving %s on %s:%d", self.store.path, self.host, self.port)
+        # -- HTTP query API: after the Kafka listener; a failure to bind stops that too --
+        if self.http is not None:
+            from mqcore.server.http import HttpServer, create_app
+
+            try:
+                self.http_server = HttpServer(create_app(self.store), self.http).start()
+            except BaseException:
+                self.stop()
+                raise
+        # -- end HTTP query API --
         return self
 
     @property
@@ -146,6 +166,11 @@ class Server:
         fetches return at once), and close the store if the server opened it."""
         if self._sock is None:
             return
+        # -- HTTP query API: stopped first, while the store is still open --
+        if self.http_server is not None:
+            self.http_server.stop()
+            self.http_server = None
+        # -- end HTTP query API --
         self._stopping.set()
         with contextlib.suppress(OSError):
             self._sock.shutdown(socket.SHUT_RDWR)
