@@ -179,9 +179,9 @@ class Params:
         value = self.integer(name)
         return default if value is None else value
 
-    def limit(self, default: int = DEFAULT_LIMIT) -> int:
-        """`limit`, cut to MAX_LIMIT (the result then ends with reason "limit")."""
-        return min(self.count("limit", default), MAX_LIMIT)
+    def limit(self, cap: int, default: int = DEFAULT_LIMIT) -> int:
+        """`limit`, cut to `cap` (the result then ends with reason "limit")."""
+        return min(self.count("limit", default), cap)
 
     def timeout(self, cap: float) -> float:
         """`timeout` in seconds (a number >= 0), never more than `cap` (its default)."""
@@ -280,7 +280,7 @@ def by_unique_id(store: Store, request: Request, params: Params) -> dict[str, An
         request.path_params["unique_id"],
         start=params.integer("start"),
         end=params.integer("end"),
-        limit=params.limit(default=1),
+        limit=params.limit(request.app.state.max_limit, default=1),
     )
     return result_object(r)
 
@@ -294,7 +294,7 @@ def by_key(store: Store, request: Request, params: Params) -> dict[str, Any]:
         key,
         start=params.integer("start"),
         end=params.integer("end"),
-        limit=params.limit(),
+        limit=params.limit(request.app.state.max_limit),
         partition=params.integer("partition"),
         cursor=params.text("cursor"),
     )
@@ -312,7 +312,7 @@ def search(store: Store, request: Request, params: Params) -> dict[str, Any]:
         partition=params.integer("partition"),
         start=params.integer("start"),
         end=params.integer("end"),
-        limit=params.limit(),
+        limit=params.limit(request.app.state.max_limit),
         max_scan=params.count("max_scan", DEFAULT_MAX_SCAN),
         timeout=params.timeout(request.app.state.max_timeout),
         cursor=params.text("cursor"),
@@ -340,9 +340,12 @@ PAGE = ("limit", "cursor", "start", "end", "partition")
 SCAN = (*PAGE, "max_scan", "timeout")
 
 
-def create_app(store: Store, *, max_timeout: float = MAX_TIMEOUT) -> Starlette:
-    """The JSON query API over `store` (left open: the caller owns it). A scan runs at most
-    `max_timeout` seconds per request, then answers with reason "timeout" and a cursor."""
+def create_app(
+    store: Store, *, max_limit: int = MAX_LIMIT, max_timeout: float = MAX_TIMEOUT
+) -> Starlette:
+    """The JSON query API over `store` (left open: the caller owns it). A request's `limit` is
+    cut to `max_limit` messages; a scan runs at most `max_timeout` seconds. Either then answers
+    with its reason ("limit", "timeout") and a cursor to go on from."""
     routes = [
         Route("/v1/topics", _json_endpoint(list_topics)),
         Route("/v1/topics/{topic}", _json_endpoint(describe_topic)),
@@ -365,6 +368,7 @@ def create_app(store: Store, *, max_timeout: float = MAX_TIMEOUT) -> Starlette:
     ]
     app = Starlette(routes=routes, exception_handlers={HTTPException: _http_error})
     app.state.store = store
+    app.state.max_limit = max_limit
     app.state.max_timeout = max_timeout
     return app
 
