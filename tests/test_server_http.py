@@ -414,3 +414,20 @@ def test_messages_produced_over_kafka_are_visible_over_http(store: mqcore.Store)
             "/v1/topics/wire/search", contains_base64=base64.b64encode(b"wire 17").decode()
         )
         assert [as_bytes(m["value"]) for m in found["messages"]] == [b"\x00\xff wire 17"]
+
+
+def test_a_closed_store_is_503_and_a_bug_is_500_without_its_traceback(
+    store_path: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    s = mqcore.open(store_path, flush="os")
+    s.create_topic("t")
+    with HttpServer(create_app(s)) as http:
+        a = Api(http.url)
+        monkeypatch.setattr(s, "topics", lambda: 1 // 0)
+        code, body = a.get("/v1/topics")
+        assert (code, body["error"]) == (500, "InternalError")
+        assert "ZeroDivisionError" not in json.dumps(body)
+        assert "ZeroDivisionError" in caplog.text  # the server's log has it
+        s.close()
+        code, body = a.get("/v1/topics/t/search", tag="a")
+        assert (code, body["error"]) == (503, "StoreClosedError")
