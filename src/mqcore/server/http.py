@@ -52,7 +52,7 @@ from mqcore.errors import (
 from mqcore.log.internal import is_internal
 from mqcore.query.engine import QueryResult
 from mqcore.query.jsonform import message_object
-from mqcore.server.server import parse_listen
+from mqcore.server.address import parse_listen
 from mqcore.store import Store
 
 log = logging.getLogger("mqcore.server.http")

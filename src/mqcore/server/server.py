@@ -24,7 +24,8 @@ import uuid
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from mqcore.errors import InvalidConfigError, MQCoreError, ProtocolError
+from mqcore.errors import MQCoreError, ProtocolError
+from mqcore.server.address import parse_listen
 from mqcore.server.broker import Broker, CloseConnection, Session
 from mqcore.server.protocol import (
     API_VERSIONS,
@@ -45,15 +46,6 @@ log = logging.getLogger("mqcore.server")
 DEFAULT_PORT = 9092
 MAX_REQUEST_BYTES = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes
 CLUSTER_FILE = "mqcore-cluster-id"
-
-
-def parse_listen(text: str) -> tuple[str, int]:
-    """HOST:PORT (or :PORT, loopback; or [v6]:PORT) as (host, port); port 0 picks a free one."""
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise InvalidConfigError(f"listen address {text!r} is not HOST:PORT")
-    host = host.strip("[]") or "127.0.0.1"
-    return host, int(port)
 
 
 class Server:
@@ -140,7 +132,7 @@ class Server:
         log.info("serving %s on %s:%d", self.store.path, self.host, self.port)
         # -- HTTP query API: after the Kafka listener; a failure to bind stops that too --
         if self.http is not None:
-            from mqcore.server.http import HttpServer, create_app
+            from mqcore.server.http import HttpServer, create_app  # starlette, uvicorn: only here
 
             try:
                 self.http_server = HttpServer(create_app(self.store), self.http).start()
