@@ -432,3 +432,19 @@ def test_a_closed_store_is_503_and_a_bug_is_500_without_its_traceback(
         s.close()
         code, body = a.get("/v1/topics/t/search", tag="a")
         assert (code, body["error"]) == (503, "StoreClosedError")
+
+
+def test_reading_a_partition_page_by_page_equals_store_read(api: Api, store: mqcore.Store) -> None:
+    for p in range(3):
+        found: list[Any] = []
+        offset = 0
+        while True:
+            body = api.ok(f"/v1/topics/orders/partitions/{p}/messages", offset=offset, limit=30)
+            assert body["end_offset"] == store.end_offset("orders", p)
+            found += body["messages"]
+            if not body["messages"]:
+                break
+            offset = body["next_offset"]
+        assert [fields(m) for m in found] == [fields(m) for m in store.read("orders", p, 0, 1000)]
+    code, body = api.get("/v1/topics/orders/partitions/0/messages", offset=10**6)
+    assert (code, body["error"]) == (400, "OffsetOutOfRangeError")

@@ -3,7 +3,8 @@
 `create_app(store)` is a Starlette ASGI app answering the Store's query calls as JSON under
 /v1: topics and their offsets, one topic's config and partitions, a message by place, by store
 ID or by unique ID, by key, by time, a search (tag, SQL92 selector, contains, regex) with
-cursors, and consumer groups with their lag. The console (issue 14) mounts the same app.
+cursors, a partition read in order from an offset, and consumer groups with their lag. The
+console (issue 14) mounts the same app.
 `HttpServer(app, listen)` serves an ASGI app with uvicorn in a background thread, on its own
 event loop, so a Python program (or mqcore.server.Server) starts and stops it.
 
@@ -267,6 +268,19 @@ def get_message(store: Store, request: Request, params: Params) -> dict[str, Any
     return {"message": message_object(msg)}
 
 
+def read_messages(store: Store, request: Request, params: Params) -> dict[str, Any]:
+    """Store.read: up to `limit` messages from `offset` on (a partition browsed in order);
+    `next_offset` is where the next page starts, `end_offset` the partition's end then."""
+    topic, partition = request.path_params["topic"], path_int(request, "partition")
+    offset = params.count("offset", 0)
+    msgs = store.read(topic, partition, offset, params.limit(request.app.state.max_limit))
+    return {
+        "messages": [message_object(m) for m in msgs],
+        "next_offset": msgs[-1].offset + 1 if msgs else offset,
+        "end_offset": store.end_offset(topic, partition),
+    }
+
+
 def get_by_id(store: Store, request: Request, params: Params) -> dict[str, Any]:
     msg_id = request.path_params["msg_id"]
     msg = store.get_by_id(msg_id)
@@ -352,6 +366,10 @@ def create_app(
         Route(
             "/v1/topics/{topic}/partitions/{partition}/offsets/{offset}",
             _json_endpoint(get_message),
+        ),
+        Route(
+            "/v1/topics/{topic}/partitions/{partition}/messages",
+            _json_endpoint(read_messages, ("offset", "limit")),
         ),
         Route("/v1/topics/{topic}/by-key", _json_endpoint(by_key, (*PAGE, "key", "key_base64"))),
         Route("/v1/topics/{topic}/by-time", _json_endpoint(search, SCAN)),
