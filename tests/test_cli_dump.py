@@ -21,7 +21,7 @@ from mqcore._ext.batch import BatchInfo, read_batch_info
 from mqcore._ext.crc32c import crc32c
 from mqcore._ext.keyindex import KeyTable
 from mqcore.cli import main
-from mqcore.cli.render import json_bytes
+from mqcore.query.jsonform import json_bytes
 
 with warnings.catch_warnings():
     warnings.filterwarnings("ignore", r"(open|read)_text is deprecated", DeprecationWarning)

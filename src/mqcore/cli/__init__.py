@@ -22,8 +22,8 @@
     mqcore trace STORE UNIQUE_ID [--json]
     mqcore compact STORE TOPIC [--now TIME] [--json] [--progress | --no-progress]
     mqcore retention STORE [TOPIC] [--now TIME] [--json] [--progress | --no-progress]
-    mqcore serve STORE [--listen HOST:PORT] [--advertised-host HOST] [--flush POLICY]
-                 [--partitions N] [--no-auto-create]
+    mqcore serve STORE [--listen HOST:PORT] [--http HOST:PORT] [--advertised-host HOST]
+                 [--flush POLICY] [--partitions N] [--no-auto-create]
 
 The commands that read (consume, get, query, topics, groups, stats, trace, and verify without
 --repair) open the store read-only: no lock is taken and nothing is written, so they are safe

@@ -27,6 +27,7 @@ from mqcore._ext.keyindex import KeyTable
 from mqcore.cli import render
 from mqcore.cli.options import UsageError, add_json, add_progress, progress_enabled
 from mqcore.errors import CorruptIndexError, MQCoreError, SegmentDamagedError
+from mqcore.query import jsonform
 from mqcore.storage.index import OffsetIndex, SparseIndex, TimeIndex
 
 KINDS = (".log", ".index", ".timeindex", ".keyindex")
@@ -260,7 +261,7 @@ class Dumper:
         return info
 
     def _print_batch(self, path: str, pos: int, b: BatchInfo, crc_valid: bool) -> None:
-        ts_type = render.timestamp_type(b.timestamp_type)
+        ts_type = jsonform.timestamp_type(b.timestamp_type)
         codec = (
             compression.CODEC_NAMES[b.codec] if b.codec < len(compression.CODEC_NAMES) else b.codec
         )
@@ -316,10 +317,10 @@ class Dumper:
             "type": "record",
             "offset": m.offset,
             "timestamp": m.timestamp,
-            "timestamp_type": render.timestamp_type(m.timestamp_type),
-            "key": render.json_bytes(m.key),
-            "value": render.json_bytes(m.value),
-            "headers": render.json_headers(m.headers),
+            "timestamp_type": jsonform.timestamp_type(m.timestamp_type),
+            "key": jsonform.json_bytes(m.key),
+            "value": jsonform.json_bytes(m.value),
+            "headers": jsonform.json_headers(m.headers),
         }
         marker = _control_marker(m) if control else None
         if marker is not None:
@@ -327,14 +328,14 @@ class Dumper:
             shown = f"endTxnMarker: {marker[0]} coordinatorEpoch: {marker[1]}"
         else:
             headers = ", ".join(
-                f"{render.text(render.header_name(k))}={render.header_text(k, v)}"
+                f"{render.text(jsonform.header_name(k))}={render.header_text(k, v)}"
                 for k, v in m.headers
             )
             shown = (
                 f"keySize: {_size(m.key)} valueSize: {_size(m.value)} headers: [{headers}] "
                 f"key: {render.text(m.key)} payload: {render.text(m.value)}"
             )
-        ts_type = render.timestamp_type(m.timestamp_type)
+        ts_type = jsonform.timestamp_type(m.timestamp_type)
         self._emit(obj, f"| offset: {m.offset} {ts_type}: {m.timestamp} {shown}")
 
     # -- .index and .timeindex --------------------------------------------------------------------

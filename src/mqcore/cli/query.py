@@ -41,6 +41,7 @@ from mqcore.cli.options import (
 )
 from mqcore.cli.stats import partition_files
 from mqcore.errors import QueryInterrupted
+from mqcore.query import jsonform
 from mqcore.store import QueryResult
 
 CHUNK = 50_000  # records one search scans between progress updates
@@ -201,7 +202,7 @@ def _in_topic(msg: mqcore.Message, topic: str | None) -> bool:
 def _print(out: TextIO, as_json: bool, messages: list[mqcore.Message]) -> None:
     for m in messages:
         if as_json:
-            render.emit(out, render.message_object(m))
+            render.emit(out, jsonform.message_object(m))
         else:
             out.write(render.message_line(m) + "\n")
     out.flush()

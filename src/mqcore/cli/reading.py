@@ -25,6 +25,7 @@ from mqcore.errors import (
     OffsetOutOfRangeError,
 )
 from mqcore.log.internal import is_internal
+from mqcore.query import jsonform
 
 PAGE = 1000  # messages fetched per read() call while consuming
 
@@ -223,7 +224,7 @@ def envelope(msg: mqcore.Message) -> str:
     """kcat -J's envelope; headers as kcat writes them: a flat [key, value, key, value] list."""
     headers: list[str | None] = []
     for k, v in msg.headers:
-        headers += [_escaped(render.header_name(k)), _escaped(v)]
+        headers += [_escaped(jsonform.header_name(k)), _escaped(v)]
     return json.dumps(
         {
             "topic": msg.topic,
@@ -256,7 +257,7 @@ def cmd_get(args: argparse.Namespace, out: TextIO) -> int:
                 why = f"its offsets are {start}..{end - 1}" if end > start else "it is empty"
             raise MessageNotFoundError(f"no message at offset {args.offset} of {where} ({why})")
     if args.json:
-        render.emit(out, render.message_object(msg))
+        render.emit(out, jsonform.message_object(msg))
     else:
         out.write(render.message_block(msg) + "\n")
     return 0

@@ -1,15 +1,14 @@
 """How the `mqcore` command shows things: text fields, JSON values, tables, a progress bar.
 
 Bytes (keys, values, header values) are shown as UTF-8 text when they decode. Otherwise text
-output escapes the stray bytes as \\xNN and JSON output writes {"base64": "..."} (standard
-alphabet, padded) in place of the string, so JSON never loses a byte. Text output also escapes
-control characters (\\n, \\r, \\t by name, others such as ESC as \\xNN), so one record stays on
-one line and a value cannot drive the terminal.
+output escapes the stray bytes as \\xNN, and control characters too (\\n, \\r, \\t by name,
+others such as ESC as \\xNN), so one record stays on one line and a value cannot drive the
+terminal. JSON output is mqcore.query.jsonform's, which the HTTP API writes too:
+{"base64": "..."} in place of the string, so JSON never loses a byte.
 """
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import shutil
@@ -20,6 +19,7 @@ from typing import Any, TextIO
 
 from mqcore import Message
 from mqcore.query import engine
+from mqcore.query.jsonform import header_name, timestamp_type
 
 NULL = "(null)"
 # control characters in text output: \n \r \t by name, the others (ESC...) as \xNN
@@ -28,7 +28,6 @@ _ESCAPES = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F)} | {
     0x0D: "\\r",
     0x09: "\\t",
 }
-TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 
 
 # -- single values ------------------------------------------------------------------------------
@@ -39,16 +38,6 @@ def text(b: bytes | None) -> str:
     if b is None:
         return NULL
     return b.decode("utf-8", "backslashreplace").translate(_ESCAPES)
-
-
-def json_bytes(b: bytes | None) -> str | dict[str, str] | None:
-    """Bytes for JSON: the UTF-8 string, or {"base64": ...} when they are not UTF-8."""
-    if b is None:
-        return None
-    try:
-        return b.decode("utf-8")
-    except UnicodeDecodeError:
-        return {"base64": base64.b64encode(b).decode("ascii")}
 
 
 def header_text(name: str, value: bytes | None) -> str:
@@ -68,11 +57,6 @@ def plural(n: int, word: str) -> str:
     return f"{n} {word}es" if word.endswith(("ch", "s", "x")) else f"{n} {word}s"
 
 
-def header_name(name: str) -> bytes:
-    """A header name's original bytes (the decoder keeps stray bytes as surrogates)."""
-    return name.encode("utf-8", "surrogateescape")
-
-
 def iso_ms(ms: int) -> str:
     """A timestamp in ms as ISO-8601 UTC with milliseconds; '-' for none (negative)."""
     return "-" if ms < 0 else engine.iso_ms(ms)
@@ -85,10 +69,6 @@ def time_text(ms: int) -> str:
     if shown == "-":
         return f"none ({ms})"
     return f"{shown} ({ms})" if shown != str(ms) else shown
-
-
-def timestamp_type(code: int) -> str:
-    return TIMESTAMP_TYPES[code] if code in (0, 1) else f"type{code}"
 
 
 def human_bytes(n: int) -> str:
@@ -104,29 +84,6 @@ def human_bytes(n: int) -> str:
 
 
 # -- messages -------------------------------------------------------------------------------------
-
-
-def json_headers(headers: Sequence[tuple[str, bytes | None]]) -> list[list[Any]]:
-    return [[json_bytes(header_name(k)), json_bytes(v)] for k, v in headers]
-
-
-def message_object(msg: Message) -> dict[str, Any]:
-    """Everything a message carries, for get and query (--json)."""
-    return {
-        "type": "message",
-        "topic": msg.topic,
-        "partition": msg.partition,
-        "offset": msg.offset,
-        "timestamp": msg.timestamp,
-        "timestamp_type": timestamp_type(msg.timestamp_type),
-        "msg_id": msg.msg_id,
-        "unique_id": msg.unique_id,
-        "tag": msg.tag,
-        "properties": msg.properties,
-        "key": json_bytes(msg.key),
-        "value": json_bytes(msg.value),
-        "headers": json_headers(msg.headers),
-    }
 
 
 def message_block(msg: Message) -> str:

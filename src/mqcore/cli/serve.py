@@ -32,6 +32,10 @@ def add_parsers(sub: Any) -> None:
         help="Kafka listener (default 127.0.0.1:9092; port 0 picks a free one)",
     )  # fmt: skip
     p.add_argument(
+        "--http", metavar="HOST:PORT",
+        help="also serve the JSON query API (docs/server.md) there; loopback unless told",
+    )  # fmt: skip
+    p.add_argument(
         "--advertised-host", metavar="HOST",
         help="the host clients are told to connect to (default: the --listen host)",
     )  # fmt: skip
@@ -65,13 +69,15 @@ def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
     server = Server(
         args.store, args.listen, advertised_host=args.advertised_host,
         auto_create_topics=not args.no_auto_create, default_partitions=args.partitions,
-        flush=args.flush, flush_interval_ms=args.flush_interval_ms,
+        flush=args.flush, flush_interval_ms=args.flush_interval_ms, http=args.http,
     )  # fmt: skip
     stop = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
         with server:
             print(f"mqcore: serving {args.store} to Kafka clients on {server.bootstrap}", file=out)
+            if server.http_server is not None:
+                print(f"mqcore: HTTP query API on {server.http_server.url}", file=out)
             out.flush()
             try:
                 while not stop.wait(0.5):

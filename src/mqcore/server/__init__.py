@@ -7,6 +7,7 @@
 Needs the `server` extra (`pip install 'mqcore[server]'`: kio, Kafka's message schemas).
 """
 
-from mqcore.server.server import Server, parse_listen
+from mqcore.server.address import parse_listen
+from mqcore.server.server import Server
 
 __all__ = ["Server", "parse_listen"]

@@ -22,9 +22,10 @@ import socket
 import threading
 import uuid
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from mqcore.errors import InvalidConfigError, MQCoreError, ProtocolError
+from mqcore.errors import MQCoreError, ProtocolError
+from mqcore.server.address import parse_listen
 from mqcore.server.broker import Broker
 from mqcore.server.common import CloseConnection, Session
 from mqcore.server.protocol import (
@@ -38,6 +39,9 @@ from mqcore.server.protocol import (
 from mqcore.storage import durable
 from mqcore.store import Store
 
+if TYPE_CHECKING:
+    from mqcore.server.http import HttpServer
+
 log = logging.getLogger("mqcore.server")
 
 DEFAULT_PORT = 9092
@@ -45,19 +49,11 @@ MAX_REQUEST_BYTES = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes
 CLUSTER_FILE = "mqcore-cluster-id"
 
 
-def parse_listen(text: str) -> tuple[str, int]:
-    """HOST:PORT (or :PORT, loopback; or [v6]:PORT) as (host, port); port 0 picks a free one."""
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise InvalidConfigError(f"listen address {text!r} is not HOST:PORT")
-    host = host.strip("[]") or "127.0.0.1"
-    return host, int(port)
-
-
 class Server:
     """The Kafka protocol over one store. `store` is an open Store (the server uses it, and
     leaves it open at stop) or a path (the server opens it with `store_options` and closes it
-    at stop). Binds to loopback unless `listen` names another address. Use as a context
+    at stop). Binds to loopback unless `listen` names another address. `http` ("HOST:PORT")
+    also serves the JSON query API there (server/http.py; `http_server.url`). Use as a context
     manager, or start() and stop()."""
 
     def __init__(
@@ -73,6 +69,7 @@ class Server:
         max_request_bytes: int = MAX_REQUEST_BYTES,
         idle_timeout: float = 600.0,
         request_timeout: float = 30.0,
+        http: str | None = None,
         **store_options: Any,
     ):
         self.host, self.port = parse_listen(listen)
@@ -94,6 +91,11 @@ class Server:
         self._lock = threading.Lock()
         self._connections: dict[socket.socket, threading.Thread] = {}
         self._stopping = threading.Event()
+        # -- HTTP query API (server/http.py): "HOST:PORT" or None --
+        if http is not None:
+            parse_listen(http)  # a bad address is refused here, as `listen` is
+        self.http = http
+        self.http_server: HttpServer | None = None
 
     # -- life -----------------------------------------------------------------------------------
 
@@ -129,6 +131,16 @@ class Server:
         self._accepter = threading.Thread(target=self._accept, name="mqcore-accept", daemon=True)
         self._accepter.start()
         log.info("serving %s on %s:%d", self.store.path, self.host, self.port)
+        # -- HTTP query API: after the Kafka listener; a failure to bind stops that too --
+        if self.http is not None:
+            from mqcore.server.http import HttpServer, create_app  # starlette, uvicorn: only here
+
+            try:
+                self.http_server = HttpServer(create_app(self.store), self.http).start()
+            except BaseException:
+                self.stop()
+                raise
+        # -- end HTTP query API --
         return self
 
     @property
@@ -147,6 +159,11 @@ class Server:
         fetches return at once), and close the store if the server opened it."""
         if self._sock is None:
             return
+        # -- HTTP query API: stopped first, while the store is still open --
+        if self.http_server is not None:
+            self.http_server.stop()
+            self.http_server = None
+        # -- end HTTP query API --
         self._stopping.set()
         with contextlib.suppress(OSError):
             self._sock.shutdown(socket.SHUT_RDWR)
