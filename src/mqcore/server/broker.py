@@ -37,6 +37,7 @@ from mqcore.server.common import (
     error_code,
     topic_setting,
 )
+from mqcore.server.fetchwire import FetchAnswer, FetchedPartition, FetchedTopic
 from mqcore.server.protocol import APIS, Api, api_keys, build
 from mqcore.store import Store
 
@@ -288,66 +289,50 @@ class Broker:
 
     # -- fetching -------------------------------------------------------------------------------
 
-    def fetch(self, found: Api, body: Any, session: Session) -> Any:
+    def fetch(self, found: Api, body: Any, session: Session) -> FetchAnswer:
         """Whole stored batches from each partition's fetch offset, waiting up to max_wait for
-        min_bytes (woken by appends)."""
+        min_bytes (woken by appends). The records stay file regions until the connection
+        sends them (server/fetchwire.py)."""
         deadline = time.monotonic() + body.max_wait.total_seconds()
         while True:
             generation = self._generation
-            topics, size = self._fetch_once(found, body)
+            answer = self._fetch_once(body)
             wait = deadline - time.monotonic()
-            if size >= body.min_bytes or wait <= 0 or self.closed:
-                break
+            if answer.size >= body.min_bytes or wait <= 0 or self.closed:
+                return answer
+            answer.close()
             with self._appended:
                 if self._generation == generation and not self.closed:
                     self._appended.wait(wait)
-        return build(
-            found.response, throttle_time=NO_TIME, error_code=ErrorCode.none, session_id=0,
-            responses=topics,
-        )  # fmt: skip
 
-    def _fetch_once(self, found: Api, body: Any) -> tuple[tuple[Any, ...], int]:
-        m = found.module
-        budget = body.max_bytes if hasattr(body, "max_bytes") else 0x7FFFFFFF
-        total = 0
-        topics = []
+    def _fetch_once(self, body: Any) -> FetchAnswer:
+        budget = getattr(body, "max_bytes", 0x7FFFFFFF)
+        answer = FetchAnswer([])
         for t in body.topics:
-            out = []
+            topic = FetchedTopic(t.topic)
+            answer.topics.append(topic)
             for p in t.partitions:
-                code, records, hw, start = ErrorCode.none, b"", -1, -1
+                got = FetchedPartition(p.partition, 0, -1, -1, -1)
                 try:
                     handle = self.log.replica(t.topic, p.partition)
                     # KIP-74: the first batch comes whole even past the budget, so a consumer
                     # is never stuck behind one large batch
-                    limit = (
-                        min(p.partition_max_bytes, budget - total)
-                        if total
-                        else (p.partition_max_bytes)
-                    )
-                    got = handle.read_bytes(p.fetch_offset, max(limit, 0), "log_end")
-                    records = got.data
-                    total += len(records)
-                    hw, start = got.log_end_offset, got.log_start_offset
+                    limit = p.partition_max_bytes
+                    if answer.size:
+                        limit = max(min(limit, budget - answer.size), 0)
+                    read = handle.read(p.fetch_offset, limit, "log_end")
+                    got.records = read.region if read.region is not None else read.data
+                    got.high_watermark = got.last_stable_offset = read.log_end_offset
+                    got.log_start_offset = read.log_start_offset
                 except MQCoreError as e:
-                    code = error_code(e)
+                    got.error_code = int(error_code(e))
                     if isinstance(e, OffsetOutOfRangeError):
-                        part_hw = self.store.end_offset(t.topic, p.partition)
-                        hw, start = part_hw, self.store.start_offset(t.topic, p.partition)
-                out.append(
-                    build(
-                        m.PartitionData,
-                        partition_index=p.partition,
-                        error_code=code,
-                        high_watermark=hw,
-                        last_stable_offset=hw,
-                        log_start_offset=start,
-                        aborted_transactions=None,
-                        preferred_read_replica=-1,
-                        records=records,
-                    )  # fmt: skip
-                )
-            topics.append(build(m.FetchableTopicResponse, topic=t.topic, partitions=tuple(out)))
-        return tuple(topics), total
+                        end = self.store.end_offset(t.topic, p.partition)
+                        got.high_watermark = got.last_stable_offset = end
+                        got.log_start_offset = self.store.start_offset(t.topic, p.partition)
+                topic.partitions.append(got)
+                answer.size += got.size
+        return answer
 
     def list_offsets(self, found: Api, body: Any, session: Session) -> Any:
         m = found.module

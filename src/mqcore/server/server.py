@@ -28,6 +28,7 @@ from mqcore.errors import MQCoreError, ProtocolError
 from mqcore.server.address import parse_listen
 from mqcore.server.broker import Broker
 from mqcore.server.common import CloseConnection, Session
+from mqcore.server.fetchwire import FetchAnswer, FetchFrame, encode_fetch, send_frame
 from mqcore.server.protocol import (
     API_VERSIONS,
     encode_response,
@@ -227,7 +228,12 @@ class Server:
                 if frame is None:
                     return
                 response = self._answer(frame, session)
-                if response is not None:
+                if isinstance(response, FetchFrame):
+                    try:
+                        send_frame(conn, response)
+                    finally:
+                        response.close()
+                elif response is not None:
                     conn.sendall(response)
         except (OSError, ProtocolError, CloseConnection) as e:
             log.debug("closing %s: %s", peer, e)
@@ -253,7 +259,7 @@ class Server:
         conn.settimeout(self.request_timeout)
         return _recv_exactly(conn, size, allow_eof=False)
 
-    def _answer(self, frame: bytes, session: Session) -> bytes | None:
+    def _answer(self, frame: bytes, session: Session) -> bytes | FetchFrame | None:
         assert self.broker is not None
         try:
             request = parse_request(frame)
@@ -272,6 +278,8 @@ class Server:
             raise ProtocolError(f"{request.api.name} failed: {e}") from e
         if body is None:
             return None
+        if isinstance(body, FetchAnswer):  # records sent from the files (server/fetchwire.py)
+            return encode_fetch(request.api.version, request.correlation_id, body.topics)
         return encode_response(request.api, request.correlation_id, body)
 
 
