@@ -39,7 +39,8 @@ from mqcore.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
-from mqcore.server.protocol import APIS, Api, api_keys, build
+from mqcore.server.auth import CREATE, DESCRIBE, READ, WRITE, Authorizer
+from mqcore.server.protocol import APIS, CONNECTION_APIS, Api, api_keys, build
 from mqcore.store import Store
 
 NO_TIME = datetime.timedelta(0)
@@ -132,8 +133,10 @@ class Broker:
         cluster_id: str = "",
         auto_create_topics: bool = True,
         default_partitions: int = 1,
+        authorizer: Authorizer | None = None,
     ):
         self.store = store
+        self.authorizer = authorizer  # None: no ACLs, every request allowed
         self.log = store.log
         self.host, self.port = host, port
         self.node_id = node_id
@@ -154,7 +157,7 @@ class Broker:
             19: self.create_topics,
             22: self.init_producer_id,
         }
-        assert set(self.handlers) == set(APIS)
+        assert set(self.handlers) == set(APIS) - CONNECTION_APIS
 
     def close(self) -> None:
         """Stop listening for appends and wake every waiting fetch."""
@@ -172,6 +175,21 @@ class Broker:
         """The response body to one request (None: no response, as for acks=0)."""
         return self.handlers[found.key](found, body, session)
 
+    # -- authorization (server.auth; docs/server.md "Security") ---------------------------------
+
+    def allowed(self, session: Session, operation: str, topic: str) -> bool:
+        return self.authorizer is None or self.authorizer.allows(
+            session.principal, operation, topic
+        )
+
+    def authorize(self, session: Session, operation: str, topic: str) -> None:
+        """KafkaError TOPIC_AUTHORIZATION_FAILED unless the session's principal may."""
+        if not self.allowed(session, operation, topic):
+            raise KafkaError(
+                ErrorCode.topic_authorization_failed,
+                f"{session.principal} may not {operation} topic {topic!r}",
+            )
+
     # -- cluster --------------------------------------------------------------------------------
 
     def api_versions(self, found: Api, body: Any, session: Session) -> Any:
@@ -184,25 +202,28 @@ class Broker:
         m = found.module
         brokers = (build(m.MetadataResponseBroker, node_id=self.node_id, host=self.host,
                          port=self.port, rack=None),)  # fmt: skip
-        if body.topics is None:
-            names: Iterable[str] = self.store.topics()
+        if body.topics is None:  # all topics: those the principal may not describe are left out
+            names: Iterable[str] = [
+                n for n in self.store.topics() if self.allowed(session, DESCRIBE, n)
+            ]
             create = False
         else:
             names = [t.name for t in body.topics if t.name is not None]
             # v0-v3 had no flag: those versions always auto-created
             create = self.auto_create_topics and getattr(body, "allow_auto_topic_creation", True)
-        topics = tuple(self._topic_metadata(m, name, create) for name in names)
+        topics = tuple(self._topic_metadata(m, name, create, session) for name in names)
         return build(
             found.response, throttle_time=NO_TIME, brokers=brokers, cluster_id=self.cluster_id,
             controller_id=self.node_id, topics=topics, cluster_authorized_operations=-2**31,
         )  # fmt: skip
 
-    def _topic_metadata(self, m: Any, name: str, create: bool) -> Any:
+    def _topic_metadata(self, m: Any, name: str, create: bool, session: Session) -> Any:
         code, count = ErrorCode.none, 0
         try:
+            self.authorize(session, DESCRIBE, name)
             validate_name(name)
             if name not in self.store.topics():
-                if not create:
+                if not create or not self.allowed(session, CREATE, name):
                     raise UnknownTopicError(name)
                 self._create(name, self.default_partitions, {})
             count = self.store.partitions(name)
@@ -239,6 +260,7 @@ class Broker:
         for t in body.topics:
             code, message, cfg = ErrorCode.none, None, None
             try:
+                self.authorize(session, CREATE, t.name)
                 if t.assignments:
                     raise KafkaError(ErrorCode.invalid_request, "replica assignments: one node")
                 if t.replication_factor not in (-1, 1):
@@ -319,6 +341,7 @@ class Broker:
                         )
                     if body.acks not in (0, 1, -1):
                         raise KafkaError(ErrorCode.invalid_required_acks, f"acks={body.acks}")
+                    self.authorize(session, WRITE, t.name)
                     if p.records is None:
                         raise InvalidRecordError("a produce request without records")
                     info = self.log.replica(t.name, p.index).append_as_leader(p.records, 0)
@@ -360,7 +383,7 @@ class Broker:
         deadline = time.monotonic() + body.max_wait.total_seconds()
         while True:
             generation = self._generation
-            topics, size = self._fetch_once(found, body)
+            topics, size = self._fetch_once(found, body, session)
             wait = deadline - time.monotonic()
             if size >= body.min_bytes or wait <= 0 or self.closed:
                 break
@@ -372,7 +395,9 @@ class Broker:
             responses=topics,
         )  # fmt: skip
 
-    def _fetch_once(self, found: Api, body: Any) -> tuple[tuple[Any, ...], int]:
+    def _fetch_once(
+        self, found: Api, body: Any, session: Session
+    ) -> tuple[tuple[Any, ...], int]:
         m = found.module
         budget = body.max_bytes if hasattr(body, "max_bytes") else 0x7FFFFFFF
         total = 0
@@ -382,6 +407,7 @@ class Broker:
             for p in t.partitions:
                 code, records, hw, start = ErrorCode.none, b"", -1, -1
                 try:
+                    self.authorize(session, READ, t.topic)
                     handle = self.log.replica(t.topic, p.partition)
                     # KIP-74: the first batch comes whole even past the budget, so a consumer
                     # is never stuck behind one large batch
@@ -423,6 +449,7 @@ class Broker:
             for p in t.partitions:
                 code, ts, offset = ErrorCode.none, -1, -1
                 try:
+                    self.authorize(session, READ, t.name)
                     ts, offset = self._offset_for(t.name, p.partition_index, p.timestamp)
                 except MQCoreError as e:
                     code = error_code(e)

@@ -50,10 +50,18 @@ APIS: dict[int, tuple[str, int, int]] = {
     1: ("Fetch", 4, 12),
     2: ("ListOffsets", 1, 7),
     3: ("Metadata", 0, 12),
+    # SASL (server.auth, answered by the connection, not the broker): SaslHandshake v0 is
+    # followed by raw SASL tokens outside Kafka framing (clients before Kafka 1.0); v1 with
+    # SaslAuthenticate is what current clients use
+    17: ("SaslHandshake", 1, 1),
     18: ("ApiVersions", 0, 4),
     19: ("CreateTopics", 2, 7),
     22: ("InitProducerId", 0, 4),
+    36: ("SaslAuthenticate", 0, 2),
 }
+
+# the APIs the connection answers itself (authentication), before and besides the broker
+CONNECTION_APIS = frozenset({17, 36})
 
 
 @dataclass(frozen=True, slots=True)
