@@ -22,6 +22,8 @@
     mqcore trace STORE UNIQUE_ID [--json]
     mqcore compact STORE TOPIC [--now TIME] [--json] [--progress | --no-progress]
     mqcore retention STORE [TOPIC] [--now TIME] [--json] [--progress | --no-progress]
+    mqcore server-user add FILE USER [--password-stdin] [--iterations N]
+    mqcore server-user remove FILE USER
 
 The commands that read (consume, get, query, topics, groups, stats, trace, and verify without
 --repair) open the store read-only: no lock is taken and nothing is written, so they are safe
@@ -58,6 +60,7 @@ from mqcore.cli import (
     reading,
     stats,
     trace,
+    users,
     verify,
 )
 from mqcore.cli.options import UsageError, warnings_as_lines
@@ -119,6 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     groups.add_parsers(sub)
     trace.add_parsers(sub)
     maintenance.add_parsers(sub)
+    users.add_parsers(sub)
     for command in sub.choices.values():
         command.set_defaults(parser=command)  # for usage errors a command finds late
     return parser

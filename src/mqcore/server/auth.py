@@ -14,7 +14,7 @@
 
   PLAIN is checked against the same keys (the password is salted and hashed as SCRAM does
   and its StoredKey compared), so no password, plain or reversible, is ever on disk.
-  `add_user` writes a line (`mqcore server-user add` from the shell).
+  `add_user` and `remove_user` change it (`mqcore server-user add|remove` from the shell).
 - ACLs: `Authorizer` reads the ACL file, one grant a line, `USER OPERATIONS TOPICS`:
 
       alice  read,write  orders.*     # every topic whose name starts with "orders."
@@ -57,7 +57,12 @@ SCRAM_MIN_ITERATIONS = 4096  # RFC 7677's floor for SCRAM-SHA-256 (and Kafka's)
 
 READ, WRITE, DESCRIBE, CREATE = "read", "write", "describe", "create"
 OPERATIONS = frozenset({READ, WRITE, DESCRIBE, CREATE})
-_IMPLIES = {READ: {READ, DESCRIBE}, WRITE: {WRITE, DESCRIBE}, DESCRIBE: {DESCRIBE}, CREATE: {CREATE}}
+_IMPLIES = {
+    READ: {READ, DESCRIBE},
+    WRITE: {WRITE, DESCRIBE},
+    DESCRIBE: {DESCRIBE},
+    CREATE: {CREATE},
+}
 # gs2-header (no channel binding: "n" or "y"), then client-first-message-bare
 _CLIENT_FIRST = re.compile(r"([ny]),(?:a=([^,]*))?,(n=([^,]*),r=([\x21-\x2b\x2d-\x7e]+)(?:,.*)?)")
 _TOPIC_PATTERN = re.compile(r"[A-Za-z0-9._-]*\*?")
@@ -205,6 +210,20 @@ def add_user(
         raise InvalidConfigError(f"iterations={iterations}: at least {SCRAM_MIN_ITERATIONS}")
     users = load_credentials(path) if os.path.exists(path) else {}
     users[user] = ScramCredential.from_password(password, iterations=iterations)
+    _write_credentials(path, users)
+
+
+def remove_user(path: str | os.PathLike[str], user: str) -> None:
+    """Take `user` out of a credentials file; InvalidConfigError when they are not in it."""
+    path = os.fspath(path)
+    users = load_credentials(path)
+    if users.pop(user, None) is None:
+        raise InvalidConfigError(f"credentials file {path!r} has no user {user!r}")
+    _write_credentials(path, users)
+
+
+def _write_credentials(path: str, users: dict[str, ScramCredential]) -> None:
+    """The file rewritten whole: a temporary file (mode 0600) fsync'd and renamed over it."""
     text = "".join(_credential_line(name, cred) + "\n" for name, cred in users.items())
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".credentials-", dir=directory)  # mode 0600

@@ -395,9 +395,7 @@ class Broker:
             responses=topics,
         )  # fmt: skip
 
-    def _fetch_once(
-        self, found: Api, body: Any, session: Session
-    ) -> tuple[tuple[Any, ...], int]:
+    def _fetch_once(self, found: Api, body: Any, session: Session) -> tuple[tuple[Any, ...], int]:
         m = found.module
         budget = body.max_bytes if hasattr(body, "max_bytes") else 0x7FFFFFFF
         total = 0
