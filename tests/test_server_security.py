@@ -425,20 +425,61 @@ def test_an_unsupported_mechanism_is_refused(store: mqcore.Store, tmp_path: Path
         assert read_until_closed(sock) == b""
 
 
-def test_a_stalled_tls_handshake_does_not_hold_up_other_clients(
+def test_a_stalled_tls_handshake_does_not_hold_up_other_clients_or_stop(
     store: mqcore.Store, certs: dict[str, str]
 ) -> None:
-    with (
-        Server(store, "127.0.0.1:0", tls_cert=certs["cert"], tls_key=certs["key"]) as srv,
-        socket.create_connection(srv.address, timeout=WAIT) as stalled,
-    ):
-        stalled.sendall(b"\x16\x03")  # the first bytes of a ClientHello, then nothing
-        ctx = ssl.create_default_context(cafile=certs["ca"])
-        with (
-            socket.create_connection(srv.address, timeout=WAIT) as raw,
-            ctx.wrap_socket(raw, server_hostname="127.0.0.1") as tls,
-        ):
-            assert call(tls, api_versions_request(5))[:2] == b"\0\0"
+    """A client that stalls mid-handshake holds neither accept (another client is served
+    meanwhile) nor stop(), which shuts its socket down rather than waiting out the request
+    timeout (bounded: well under the 120 s timeout)."""
+    srv = Server(
+        store, "127.0.0.1:0", tls_cert=certs["cert"], tls_key=certs["key"], request_timeout=120
+    ).start()
+    try:
+        with socket.create_connection(srv.address, timeout=WAIT) as stalled:
+            stalled.sendall(b"\x16\x03")  # the first bytes of a ClientHello, then nothing
+            ctx = ssl.create_default_context(cafile=certs["ca"])
+            with (
+                socket.create_connection(srv.address, timeout=WAIT) as raw,
+                ctx.wrap_socket(raw, server_hostname="127.0.0.1") as tls,
+            ):
+                assert call(tls, api_versions_request(5))[:2] == b"\0\0"
+            deadline = time.monotonic() + WAIT  # the served client's thread ends on its own
+            while srv.connection_count() > 1 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert srv.connection_count() == 1  # the stalled one
+            started = time.monotonic()
+            srv.stop()
+            assert time.monotonic() - started < 60
+            assert srv.connection_count() == 0
+    finally:
+        srv.stop()
+
+
+def test_with_a_ca_client_certificates_are_required(
+    store: mqcore.Store, certs: dict[str, str], tmp_path: Path
+) -> None:
+    """tls_ca: a client with a certificate the CA signed is served; one without is refused."""
+    client_ca = trustme.CA()
+    client_ca.cert_pem.write_to_path(str(tmp_path / "client-ca.pem"))
+    client = client_ca.issue_cert("client.example")
+    client.private_key_and_cert_chain_pem.write_to_path(str(tmp_path / "client.pem"))
+    with Server(
+        store, "127.0.0.1:0", tls_cert=certs["cert"], tls_key=certs["key"],
+        tls_ca=tmp_path / "client-ca.pem",
+    ) as srv:  # fmt: skip
+        for with_cert in (True, False):
+            ctx = ssl.create_default_context(cafile=certs["ca"])
+            if with_cert:
+                ctx.load_cert_chain(str(tmp_path / "client.pem"))
+            with (
+                socket.create_connection(srv.address, timeout=WAIT) as raw,
+                ctx.wrap_socket(raw, server_hostname="127.0.0.1") as tls,
+            ):
+                if with_cert:
+                    assert call(tls, api_versions_request(5))[:2] == b"\0\0"
+                else:  # TLS 1.3 reports the refused certificate at the first read
+                    with pytest.raises((ssl.SSLError, ConnectionError)):
+                        call(tls, api_versions_request(5))
 
 
 def test_sasl_apis_without_sasl_answer_illegal_state(kafka_server: Any) -> None:

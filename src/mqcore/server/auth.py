@@ -277,8 +277,6 @@ class Sasl:
                 f"SASL mechanisms {list(self.mechanisms)}: choose from {list(MECHANISMS)}"
             )
         self.users = load_credentials(path)
-        # decoy salts for unknown users are stable per name, so probing the server-first
-        # message does not tell which users exist (RFC 5802 section 9)
         self._decoy_key = secrets.token_bytes(32)
 
     def handle(self, found: Api, body: Any, state: SaslState) -> Any:
@@ -336,9 +334,23 @@ class Sasl:
         if authzid and authzid != user:
             raise AuthenticationError(f"PLAIN: {user!r} may not act as {authzid!r}")
         cred = self.users.get(user)
-        if cred is None or not cred.check_password(password):
+        # an unknown user's password is hashed too (against a decoy), so the time taken
+        # does not tell which users exist
+        matches = (cred or self._decoy(user)).check_password(password)
+        if cred is None or not matches:
             raise AuthenticationError(f"PLAIN: wrong user name or password for {user!r}")
         return user
+
+    def _decoy(self, user: str) -> ScramCredential:
+        """A credential no password matches, with a salt stable per name, for users not in
+        the file: answered like the others, so probing does not tell which users exist (RFC
+        5802 section 9)."""
+        return ScramCredential(
+            _hmac(self._decoy_key, user.encode())[:16],
+            SCRAM_MIN_ITERATIONS,
+            secrets.token_bytes(32),
+            secrets.token_bytes(32),
+        )
 
     def _scram_first(self, message: str) -> _ScramExchange:
         """client-first-message: gs2-header "n,," (or "n,a=USER,": no channel binding),
@@ -358,12 +370,7 @@ class Sasl:
         cred = self.users.get(user)
         known = cred is not None
         if cred is None:
-            cred = ScramCredential(
-                _hmac(self._decoy_key, user.encode())[:16],
-                SCRAM_MIN_ITERATIONS,
-                secrets.token_bytes(32),
-                secrets.token_bytes(32),
-            )
+            cred = self._decoy(user)
         nonce = client_nonce + secrets.token_urlsafe(24)
         salt = base64.b64encode(cred.salt).decode()
         server_first = f"r={nonce},s={salt},i={cred.iterations}"
