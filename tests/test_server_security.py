@@ -198,6 +198,23 @@ def test_kafka_python_produces_and_consumes_over_sasl_ssl_with_scram(
 
 
 @pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "PLAIN"])
+def test_kafka_python_as_a_0_11_client_authenticates_with_bare_tokens(
+    secure_server: Any, certs: dict[str, str], store: mqcore.Store, mechanism: str
+) -> None:
+    """kafka-python told the broker is Kafka 0.11 uses SaslHandshake v0 and bare tokens."""
+    producer = kafka.KafkaProducer(
+        bootstrap_servers=secure_server.bootstrap, api_version=(0, 11),
+        security_protocol="SASL_SSL", ssl_cafile=certs["ca"], sasl_mechanism=mechanism,
+        sasl_plain_username="alice", sasl_plain_password=PASSWORDS["alice"],
+    )  # fmt: skip
+    try:
+        producer.send("legacy", b"old-client", partition=0).get(timeout=WAIT)
+    finally:
+        producer.close()
+    assert [m.value for m in store.read("legacy", 0, 0, 10)] == [b"old-client"]
+
+
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "PLAIN"])
 def test_a_wrong_password_is_refused_with_an_authentication_error(
     secure_server: Any, certs: dict[str, str], mechanism: str
 ) -> None:
@@ -361,6 +378,41 @@ def test_raw_scram_exchange_authenticates_and_proves_the_server(sasl_server: Any
         assert (code, message, server_final) == (0, None, expected_signature)
         body = call(sock, metadata_request(3))  # now answered
         assert len(body) > 0
+
+
+def handshake_v0(sock: socket.socket, mechanism: str) -> int:
+    m = mechanism.encode()
+    body = call(sock, header(17, 0, 9) + struct.pack(">h", len(m)) + m)
+    return int(struct.unpack_from(">h", body)[0])
+
+
+def raw_token(sock: socket.socket, data: bytes) -> bytes:
+    """A bare size-prefixed SASL token (after SaslHandshake v0) and the server's reply."""
+    sock.sendall(frame(data))
+    (size,) = struct.unpack(">i", recv_exactly(sock, 4))
+    return recv_exactly(sock, size)
+
+
+def test_handshake_v0_takes_bare_tokens_for_both_mechanisms(sasl_server: Any) -> None:
+    """Kafka before 1.0: after SaslHandshake v0 the SASL messages are bare tokens."""
+    with socket.create_connection(sasl_server.address, timeout=WAIT) as sock:
+        assert handshake_v0(sock, "PLAIN") == 0
+        assert raw_token(sock, b"\0reader\0" + PASSWORDS["reader"].encode()) == b""
+        assert len(call(sock, metadata_request(2))) > 0
+    with socket.create_connection(sasl_server.address, timeout=WAIT) as sock:
+        assert handshake_v0(sock, "SCRAM-SHA-256") == 0
+        first_bare = f"n=alice,r={secrets.token_urlsafe(18)}"
+        server_first = raw_token(sock, f"n,,{first_bare}".encode()).decode()
+        final, signature = scram_client_final(first_bare, server_first, PASSWORDS["alice"])
+        assert raw_token(sock, final.encode()) == signature
+        assert len(call(sock, metadata_request(3))) > 0
+
+
+def test_handshake_v0_with_a_wrong_password_closes_without_a_reply(sasl_server: Any) -> None:
+    with socket.create_connection(sasl_server.address, timeout=WAIT) as sock:
+        assert handshake_v0(sock, "PLAIN") == 0
+        sock.sendall(frame(b"\0reader\0not-the-password"))
+        assert read_until_closed(sock) == b""
 
 
 def test_scram_with_a_bad_proof_is_refused_and_closed(sasl_server: Any) -> None:

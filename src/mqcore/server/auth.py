@@ -246,9 +246,12 @@ def _write_credentials(path: str, users: dict[str, ScramCredential]) -> None:
 class SaslState:
     """One connection's SASL progress: the mechanism chosen by its handshake, the SCRAM
     exchange in flight, and once authenticated, the principal. `failed`: the response just
-    sent refused the client, and the connection closes after it."""
+    sent refused the client, and the connection closes after it. `raw_tokens`: the handshake
+    was v0, so the SASL messages that follow are bare size-prefixed tokens, not
+    SaslAuthenticate requests (`Sasl.raw_token`)."""
 
     mechanism: str | None = None
+    raw_tokens: bool = False
     scram: _ScramExchange | None = None
     principal: str | None = None
     failed: bool = False
@@ -309,8 +312,16 @@ class Sasl:
             code = ErrorCode.unsupported_sasl_mechanism
         else:
             state.mechanism = body.mechanism
+            state.raw_tokens = found.version == 0
         state.failed = code != ErrorCode.none
         return build(found.response, error_code=code, mechanisms=self.mechanisms)
+
+    def raw_token(self, data: bytes, state: SaslState) -> bytes:
+        """The answer to one bare SASL token after a v0 handshake (Kafka before 1.0): the
+        mechanism's reply. AuthenticationError on a refusal, which such clients learn of by
+        the connection closing."""
+        assert state.raw_tokens and state.principal is None
+        return self._step(data, state)
 
     def _step(self, data: bytes, state: SaslState) -> bytes:
         if state.mechanism == PLAIN:

@@ -32,7 +32,7 @@ import uuid
 from types import TracebackType
 from typing import Any
 
-from mqcore.errors import InvalidConfigError, MQCoreError, ProtocolError
+from mqcore.errors import AuthenticationError, InvalidConfigError, MQCoreError, ProtocolError
 from mqcore.server.auth import (
     MECHANISMS,
     PLAIN,
@@ -47,6 +47,7 @@ from mqcore.server.protocol import (
     API_VERSIONS,
     CONNECTION_APIS,
     encode_response,
+    frame_size,
     parse_request,
     peek_header,
     read_frame_size,
@@ -253,13 +254,19 @@ class Server:
                 frame = self._read_frame(conn)
                 if frame is None:
                     return
+                if sasl.raw_tokens and sasl.principal is None:  # after SaslHandshake v0
+                    assert self.sasl is not None
+                    reply = self.sasl.raw_token(frame, sasl)
+                    session.principal = sasl.principal or session.principal
+                    conn.sendall(frame_size(len(reply)) + reply)
+                    continue
                 response = self._answer(frame, session, sasl)
                 if response is not None:
                     conn.sendall(response)
                 if sasl.failed:
                     log.info("closing %s: SASL authentication failed", peer)
                     return
-        except (OSError, ProtocolError, CloseConnection) as e:
+        except (OSError, ProtocolError, AuthenticationError, CloseConnection) as e:
             log.debug("closing %s: %s", peer, e)
         finally:
             with self._lock:
