@@ -5,6 +5,7 @@ never send: requests before authentication, a bad SCRAM proof, malformed SASL by
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import hmac
@@ -195,6 +196,48 @@ def test_kafka_python_produces_and_consumes_over_sasl_ssl_with_scram(
     finally:
         consumer.close()
     assert got == values
+
+
+def test_aiokafka_produces_and_consumes_over_sasl_ssl_with_scram(
+    secure_server: Any, certs: dict[str, str], store: mqcore.Store
+) -> None:
+    aiokafka = pytest.importorskip("aiokafka")
+    from aiokafka.helpers import create_ssl_context
+
+    options = {
+        "bootstrap_servers": secure_server.bootstrap,
+        "security_protocol": "SASL_SSL",
+        "ssl_context": create_ssl_context(cafile=certs["ca"]),
+        "sasl_mechanism": "SCRAM-SHA-256",
+        "sasl_plain_username": "alice",
+        "sasl_plain_password": PASSWORDS["alice"],
+    }
+    values = [f"aio-{i}".encode() for i in range(10)]
+
+    async def run() -> list[bytes]:
+        producer = aiokafka.AIOKafkaProducer(**options)
+        await producer.start()
+        try:
+            for v in values:
+                await producer.send_and_wait("aio", v, partition=0)
+        finally:
+            await producer.stop()
+        consumer = aiokafka.AIOKafkaConsumer(**options, auto_offset_reset="earliest")
+        await consumer.start()
+        try:
+            consumer.assign([aiokafka.TopicPartition("aio", 0)])
+            await consumer.seek_to_beginning()
+            got: list[bytes] = []
+            while len(got) < len(values):
+                batch = await consumer.getmany(timeout_ms=int(WAIT * 1000))
+                assert batch, "no messages within WAIT"
+                got += [m.value for msgs in batch.values() for m in msgs]
+            return got
+        finally:
+            await consumer.stop()
+
+    assert asyncio.run(run()) == values
+    assert [m.value for m in store.read("aio", 0, 0, 100)] == values
 
 
 @pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "PLAIN"])
@@ -434,6 +477,7 @@ def test_scram_with_a_bad_proof_is_refused_and_closed(sasl_server: Any) -> None:
         ("SCRAM-SHA-256", b"n=alice,r=abc"),  # no gs2 header
         ("SCRAM-SHA-256", b"p=tls-unique,,n=alice,r=abc"),  # channel binding
         ("SCRAM-SHA-256", b"n,,n=al=ice,r=abc"),  # a bad saslname escape
+        ("SCRAM-SHA-256", b"n,,m=ext,n=alice,r=abc"),  # a mandatory extension
         ("SCRAM-SHA-256", b""),
         ("PLAIN", b"alice"),
         ("PLAIN", b"\0alice\0" + PASSWORDS["alice"].encode() + b"\0extra"),
