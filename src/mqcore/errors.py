@@ -48,6 +48,7 @@ __all__ = [
     "TransactionStateError",
     "ProducerClosedError",
     "ProtocolError",
+    "AuthenticationError",
     "QueryInterrupted",
     "ImplausibleTimeWarning",
 ]
@@ -243,6 +244,12 @@ class ProtocolError(MQCoreError):
         super().__init__(message)
         self.api_key = api_key
         self.api_version = api_version
+
+
+class AuthenticationError(MQCoreError):
+    """SASL authentication failed: unknown user, wrong password or proof, a mechanism not
+    enabled, or bytes that are not the mechanism's messages (`mqcore serve`, docs/server.md
+    "Security")."""
 
 
 class QueryInterrupted(KeyboardInterrupt):

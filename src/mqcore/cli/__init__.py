@@ -24,6 +24,8 @@
     mqcore retention STORE [TOPIC] [--now TIME] [--json] [--progress | --no-progress]
     mqcore serve STORE [--listen HOST:PORT] [--http HOST:PORT] [--advertised-host HOST]
                  [--flush POLICY] [--partitions N] [--no-auto-create]
+    mqcore server-user add FILE USER [--password-stdin] [--iterations N]
+    mqcore server-user remove FILE USER
 
 The commands that read (consume, get, query, topics, groups, stats, trace, and verify without
 --repair) open the store read-only: no lock is taken and nothing is written, so they are safe
@@ -62,6 +64,7 @@ from mqcore.cli import (
     serve,
     stats,
     trace,
+    users,
     verify,
 )
 from mqcore.cli.options import UsageError, warnings_as_lines
@@ -124,6 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     trace.add_parsers(sub)
     maintenance.add_parsers(sub)
     serve.add_parsers(sub)
+    users.add_parsers(sub)
     for command in sub.choices.values():
         command.set_defaults(parser=command)  # for usage errors a command finds late
     return parser

@@ -15,6 +15,7 @@ from kio.schema.errors import ErrorCode
 
 from mqcore.config import FIXED_AT_CREATION, TopicConfig
 from mqcore.errors import InvalidConfigError, MQCoreError, UnknownTopicError
+from mqcore.server.auth import CREATE, DESCRIBE
 from mqcore.server.common import (
     NO_TIME,
     KafkaError,
@@ -58,6 +59,7 @@ class AdminApis:
             code, message, configs = ErrorCode.none, None, ()
             try:
                 if r.resource_type == TOPIC:
+                    self.broker.authorize(session, DESCRIBE, r.resource_name)
                     configs = self._topic_configs(m, r.resource_name, r.configuration_keys)
                 elif r.resource_type != BROKER:  # a broker has no settings to show
                     raise KafkaError(ErrorCode.invalid_request, f"resource type {r.resource_type}")
@@ -114,6 +116,8 @@ class AdminApis:
                     raise KafkaError(
                         ErrorCode.invalid_request, "only topic settings can be changed"
                     )
+                # changing a topic's settings is managing it, as creating it is
+                self.broker.authorize(session, CREATE, r.resource_name)
                 changes = dict(self._change(c) for c in r.configs)
                 if body.validate_only:
                     current = self.store.topic_config(r.resource_name)
@@ -168,6 +172,7 @@ class AdminApis:
             for p in t.partitions:
                 code, low = ErrorCode.none, -1
                 try:
+                    self.broker.authorize(session, CREATE, t.name)  # managing the topic
                     handle = self.store.log.replica(t.name, p.partition_index)
                     end = handle.update_high_watermark(handle.log_end_offset)  # one node
                     low = handle.delete_records_before(end if p.offset == -1 else p.offset)

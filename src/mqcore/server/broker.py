@@ -28,6 +28,7 @@ from mqcore.errors import (
     UnknownTopicError,
 )
 from mqcore.server.admin import AdminApis
+from mqcore.server.auth import CREATE, DESCRIBE, READ, WRITE, Authorizer
 from mqcore.server.common import (
     NO_TIME,
     ZERO_UUID,
@@ -38,7 +39,7 @@ from mqcore.server.common import (
     topic_setting,
 )
 from mqcore.server.fetchwire import FetchAnswer, FetchedPartition, FetchedTopic
-from mqcore.server.protocol import APIS, Api, api_keys, build
+from mqcore.server.protocol import APIS, CONNECTION_APIS, Api, api_keys, build
 from mqcore.store import Store
 
 EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3  # ListOffsets' special timestamps
@@ -60,8 +61,10 @@ class Broker:
         cluster_id: str = "",
         auto_create_topics: bool = True,
         default_partitions: int = 1,
+        authorizer: Authorizer | None = None,
     ):
         self.store = store
+        self.authorizer = authorizer  # None: no ACLs, every request allowed
         self.log = store.log
         self.host, self.port = host, port
         self.node_id = node_id
@@ -89,7 +92,7 @@ class Broker:
             44: admin.incremental_alter_configs,
             60: admin.describe_cluster,
         })  # fmt: skip
-        assert set(self.handlers) == set(APIS)
+        assert set(self.handlers) == set(APIS) - CONNECTION_APIS
 
     def close(self) -> None:
         """Stop listening for appends and wake every waiting fetch."""
@@ -107,6 +110,21 @@ class Broker:
         """The response body to one request (None: no response, as for acks=0)."""
         return self.handlers[found.key](found, body, session)
 
+    # -- authorization (server.auth; docs/server.md "Security") ---------------------------------
+
+    def allowed(self, session: Session, operation: str, topic: str) -> bool:
+        return self.authorizer is None or self.authorizer.allows(
+            session.principal, operation, topic
+        )
+
+    def authorize(self, session: Session, operation: str, topic: str) -> None:
+        """KafkaError TOPIC_AUTHORIZATION_FAILED unless the session's principal may."""
+        if not self.allowed(session, operation, topic):
+            raise KafkaError(
+                ErrorCode.topic_authorization_failed,
+                f"{session.principal} may not {operation} topic {topic!r}",
+            )
+
     # -- cluster --------------------------------------------------------------------------------
 
     def api_versions(self, found: Api, body: Any, session: Session) -> Any:
@@ -119,25 +137,28 @@ class Broker:
         m = found.module
         brokers = (build(m.MetadataResponseBroker, node_id=self.node_id, host=self.host,
                          port=self.port, rack=None),)  # fmt: skip
-        if body.topics is None:
-            names: Iterable[str] = self.store.topics()
+        if body.topics is None:  # all topics: those the principal may not describe are left out
+            names: Iterable[str] = [
+                n for n in self.store.topics() if self.allowed(session, DESCRIBE, n)
+            ]
             create = False
         else:
             names = [t.name for t in body.topics if t.name is not None]
             # v0-v3 had no flag: those versions always auto-created
             create = self.auto_create_topics and getattr(body, "allow_auto_topic_creation", True)
-        topics = tuple(self._topic_metadata(m, name, create) for name in names)
+        topics = tuple(self._topic_metadata(m, name, create, session) for name in names)
         return build(
             found.response, throttle_time=NO_TIME, brokers=brokers, cluster_id=self.cluster_id,
             controller_id=self.node_id, topics=topics, cluster_authorized_operations=-2**31,
         )  # fmt: skip
 
-    def _topic_metadata(self, m: Any, name: str, create: bool) -> Any:
+    def _topic_metadata(self, m: Any, name: str, create: bool, session: Session) -> Any:
         code, count = ErrorCode.none, 0
         try:
+            self.authorize(session, DESCRIBE, name)
             validate_name(name)
             if name not in self.store.topics():
-                if not create:
+                if not create or not self.allowed(session, CREATE, name):
                     raise UnknownTopicError(name)
                 self._create(name, self.default_partitions, {})
             count = self.store.partitions(name)
@@ -174,6 +195,7 @@ class Broker:
         for t in body.topics:
             code, message, cfg = ErrorCode.none, None, None
             try:
+                self.authorize(session, CREATE, t.name)
                 if t.assignments:
                     raise KafkaError(ErrorCode.invalid_request, "replica assignments: one node")
                 if t.replication_factor not in (-1, 1):
@@ -254,6 +276,7 @@ class Broker:
                         )
                     if body.acks not in (0, 1, -1):
                         raise KafkaError(ErrorCode.invalid_required_acks, f"acks={body.acks}")
+                    self.authorize(session, WRITE, t.name)
                     if p.records is None:
                         raise InvalidRecordError("a produce request without records")
                     info = self.log.replica(t.name, p.index).append_as_leader(p.records, 0)
@@ -296,7 +319,7 @@ class Broker:
         deadline = time.monotonic() + body.max_wait.total_seconds()
         while True:
             generation = self._generation
-            answer = self._fetch_once(body)
+            answer = self._fetch_once(body, session)
             wait = deadline - time.monotonic()
             if answer.size >= body.min_bytes or wait <= 0 or self.closed:
                 return answer
@@ -305,7 +328,7 @@ class Broker:
                 if self._generation == generation and not self.closed:
                     self._appended.wait(wait)
 
-    def _fetch_once(self, body: Any) -> FetchAnswer:
+    def _fetch_once(self, body: Any, session: Session) -> FetchAnswer:
         budget = getattr(body, "max_bytes", 0x7FFFFFFF)
         answer = FetchAnswer([])
         for t in body.topics:
@@ -314,6 +337,7 @@ class Broker:
             for p in t.partitions:
                 got = FetchedPartition(p.partition, 0, -1, -1, -1)
                 try:
+                    self.authorize(session, READ, t.topic)
                     handle = self.log.replica(t.topic, p.partition)
                     # KIP-74: the first batch comes whole even past the budget, so a consumer
                     # is never stuck behind one large batch
@@ -342,6 +366,7 @@ class Broker:
             for p in t.partitions:
                 code, ts, offset = ErrorCode.none, -1, -1
                 try:
+                    self.authorize(session, READ, t.name)
                     ts, offset = self._offset_for(t.name, p.partition_index, p.timestamp)
                 except MQCoreError as e:
                     code = error_code(e)

@@ -50,14 +50,22 @@ APIS: dict[int, tuple[str, int, int]] = {
     1: ("Fetch", 4, 12),
     2: ("ListOffsets", 1, 7),
     3: ("Metadata", 0, 12),
+    # SASL (server.auth, answered by the connection, not the broker): after SaslHandshake v0
+    # the SASL messages are bare size-prefixed tokens (clients before Kafka 1.0); after v1
+    # they are SaslAuthenticate requests
+    17: ("SaslHandshake", 0, 1),
     18: ("ApiVersions", 0, 4),
     19: ("CreateTopics", 2, 7),
     21: ("DeleteRecords", 0, 2),
     22: ("InitProducerId", 0, 4),
     32: ("DescribeConfigs", 1, 4),
+    36: ("SaslAuthenticate", 0, 2),
     44: ("IncrementalAlterConfigs", 0, 1),
     60: ("DescribeCluster", 0, 1),
 }
+
+# the APIs the connection answers itself (authentication), before and besides the broker
+CONNECTION_APIS = frozenset({17, 36})
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,6 +201,11 @@ def has_field(cls: type, name: str) -> bool:
     if names is None:
         names = _FIELDS[cls] = frozenset(f.name for f in fields(cls))
     return name in names
+
+
+def frame_size(size: int) -> bytes:
+    """The 4-byte size that starts a frame of `size` bytes."""
+    return _SIZE.pack(size)
 
 
 def read_frame_size(head: bytes) -> int:

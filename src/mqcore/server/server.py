@@ -10,6 +10,13 @@ Limits, each a keyword of Server: `max_connections` (refused at accept: the sock
 is read: the connection closes), `idle_timeout` (a connection silent between requests is
 closed), `request_timeout` (a frame that stops arriving midway is dropped with its connection).
 A frame that does not parse closes that connection only; the server goes on serving the others.
+
+Security (server.auth, docs/server.md "Security"): `tls_cert`/`tls_key` (and `tls_ca` to
+require client certificates) make every connection TLS, its handshake done in the connection's
+thread under `request_timeout`, so a client that stalls in it never holds up accept.
+`sasl_credentials` turns SASL on: until a connection has authenticated, only ApiVersions,
+SaslHandshake and SaslAuthenticate are answered and anything else closes it. `acl` (with
+SASL) names the ACL file the broker checks each topic operation against.
 """
 
 from __future__ import annotations
@@ -19,19 +26,31 @@ import contextlib
 import logging
 import os
 import socket
+import ssl
 import threading
 import uuid
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from mqcore.errors import MQCoreError, ProtocolError
+from mqcore.errors import AuthenticationError, InvalidConfigError, MQCoreError, ProtocolError
 from mqcore.server.address import parse_listen
+from mqcore.server.auth import (
+    MECHANISMS,
+    PLAIN,
+    Authorizer,
+    Sasl,
+    SaslState,
+    sasl_not_enabled,
+    tls_context,
+)
 from mqcore.server.broker import Broker
 from mqcore.server.common import CloseConnection, Session
 from mqcore.server.fetchwire import FetchAnswer, FetchFrame, encode_fetch, send_frame
 from mqcore.server.protocol import (
     API_VERSIONS,
+    CONNECTION_APIS,
     encode_response,
+    frame_size,
     parse_request,
     peek_header,
     read_frame_size,
@@ -70,10 +89,30 @@ class Server:
         max_request_bytes: int = MAX_REQUEST_BYTES,
         idle_timeout: float = 600.0,
         request_timeout: float = 30.0,
+        tls_cert: str | os.PathLike[str] | None = None,
+        tls_key: str | os.PathLike[str] | None = None,
+        tls_ca: str | os.PathLike[str] | None = None,
+        sasl_credentials: str | os.PathLike[str] | None = None,
+        sasl_mechanisms: tuple[str, ...] = MECHANISMS,
+        acl: str | os.PathLike[str] | None = None,
         http: str | None = None,
         **store_options: Any,
     ):
         self.host, self.port = parse_listen(listen)
+        # security: read (and refused when wrong) here, before a store is opened
+        if tls_cert is None and (tls_key is not None or tls_ca is not None):
+            raise InvalidConfigError("tls_key and tls_ca need tls_cert")
+        if acl is not None and sasl_credentials is None:
+            raise InvalidConfigError("an ACL file needs SASL (sasl_credentials): it names users")
+        self.tls: ssl.SSLContext | None = (
+            tls_context(os.fspath(tls_cert), _path(tls_key), _path(tls_ca))
+            if tls_cert is not None
+            else None
+        )
+        self.sasl = Sasl(sasl_credentials, sasl_mechanisms) if sasl_credentials else None
+        self.authorizer = Authorizer.load(acl) if acl is not None else None
+        if self.sasl is not None and self.tls is None and PLAIN in self.sasl.mechanisms:
+            log.warning("SASL/PLAIN without TLS: passwords cross the network in clear text")
         self.advertised_host = advertised_host
         self.node_id = node_id
         self.auto_create_topics = auto_create_topics
@@ -126,7 +165,7 @@ class Server:
         self.broker = Broker(
             self.store, self.advertised_host or self.host, self.port, node_id=self.node_id,
             cluster_id=cluster_id(self.store.path), auto_create_topics=self.auto_create_topics,
-            default_partitions=self.default_partitions,
+            default_partitions=self.default_partitions, authorizer=self.authorizer,
         )  # fmt: skip
         self._stopping.clear()
         self._accepter = threading.Thread(target=self._accept, name="mqcore-accept", daemon=True)
@@ -222,12 +261,25 @@ class Server:
 
     def _serve(self, conn: socket.socket, peer: Any) -> None:
         session = Session(peer)
+        sasl = SaslState()
         try:
+            if self.tls is not None:
+                conn = self._tls_wrap(conn)
+                if self._stopping.is_set():
+                    return
+                conn.settimeout(self.request_timeout)  # a stalled handshake ends the thread
+                conn.do_handshake()
             while not self._stopping.is_set():
                 frame = self._read_frame(conn)
                 if frame is None:
                     return
-                response = self._answer(frame, session)
+                if sasl.raw_tokens and sasl.principal is None:  # after SaslHandshake v0
+                    assert self.sasl is not None
+                    reply = self.sasl.raw_token(frame, sasl)
+                    session.principal = sasl.principal or session.principal
+                    conn.sendall(frame_size(len(reply)) + reply)
+                    continue
+                response = self._answer(frame, session, sasl)
                 if isinstance(response, FetchFrame):
                     try:
                         send_frame(conn, response)
@@ -235,12 +287,26 @@ class Server:
                         response.close()
                 elif response is not None:
                     conn.sendall(response)
-        except (OSError, ProtocolError, CloseConnection) as e:
+                if sasl.failed:
+                    log.info("closing %s: SASL authentication failed", peer)
+                    return
+        except (OSError, ProtocolError, AuthenticationError, CloseConnection) as e:
             log.debug("closing %s: %s", peer, e)
         finally:
             with self._lock:
                 self._connections.pop(conn, None)
             conn.close()
+
+    def _tls_wrap(self, conn: socket.socket) -> ssl.SSLSocket:
+        """`conn` as TLS, not yet shaken hands. The TLS socket takes the place of `conn` (now
+        detached) among the connections stop() shuts down; stop() sets _stopping before it
+        looks, so a caller that finds it unset after this returns is sure to be shut down by
+        a stop() that comes later."""
+        assert self.tls is not None
+        tls = self.tls.wrap_socket(conn, server_side=True, do_handshake_on_connect=False)
+        with self._lock:
+            self._connections[tls] = self._connections.pop(conn)
+        return tls
 
     def _read_frame(self, conn: socket.socket) -> bytes | None:
         """The next request's payload; None when the client closed (or went idle too long)."""
@@ -259,7 +325,7 @@ class Server:
         conn.settimeout(self.request_timeout)
         return _recv_exactly(conn, size, allow_eof=False)
 
-    def _answer(self, frame: bytes, session: Session) -> bytes | FetchFrame | None:
+    def _answer(self, frame: bytes, session: Session, sasl: SaslState) -> bytes | FetchFrame | None:
         assert self.broker is not None
         try:
             request = parse_request(frame)
@@ -269,6 +335,17 @@ class Server:
                 return unsupported_versions_response(correlation)
             raise
         session.client_id = request.client_id
+        key = request.api.key
+        if key in CONNECTION_APIS:
+            if self.sasl is None:
+                body = sasl_not_enabled(request.api)
+            else:
+                body = self.sasl.handle(request.api, request.body, sasl)
+                if sasl.principal is not None:
+                    session.principal = sasl.principal
+            return encode_response(request.api, request.correlation_id, body)
+        if self.sasl is not None and sasl.principal is None and key != API_VERSIONS:
+            raise ProtocolError(f"{request.api.name} before SASL authentication", key)
         try:
             body = self.broker.handle(request.api, request.body, session)
         except CloseConnection:
@@ -281,6 +358,10 @@ class Server:
         if isinstance(body, FetchAnswer):  # records sent from the files (server/fetchwire.py)
             return encode_fetch(request.api.version, request.correlation_id, body.topics)
         return encode_response(request.api, request.correlation_id, body)
+
+
+def _path(path: str | os.PathLike[str] | None) -> str | None:
+    return None if path is None else os.fspath(path)
 
 
 def _recv_exactly(conn: socket.socket, size: int, allow_eof: bool) -> bytes | None:
