@@ -17,6 +17,7 @@ import struct
 import subprocess
 import sys
 import time
+import types
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -722,3 +723,36 @@ def test_cli_server_user_adds_and_removes_users_without_a_plain_password(
     assert missing.stderr.strip().splitlines() == [
         f"mqcore: error: credentials file {str(path)!r} has no user 'alice'"
     ]
+
+
+def test_mqcore_serve_with_tls_sasl_and_acls_from_the_command_line(
+    tmp_path: Path, certs: dict[str, str], security_files: dict[str, str]
+) -> None:
+    """`mqcore serve --tls-cert --tls-key --sasl-credentials --acl` in its own process: alice
+    produces and consumes over SASL_SSL, reader is refused the write."""
+    path = str(tmp_path / "store")
+    with mqcore.open(path) as s:
+        s.create_topic("orders.cli")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mqcore.cli", "serve", path, "--listen", "127.0.0.1:0",
+         "--tls-cert", certs["cert"], "--tls-key", certs["key"],
+         "--sasl-credentials", security_files["users"], "--acl", security_files["acl"]],
+        env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        srv = types.SimpleNamespace(bootstrap=proc.stdout.readline().split()[-1])
+        alice = confluent_config(srv, certs, "alice", PASSWORDS["alice"], "SCRAM-SHA-256")
+        assert produce_confluent(alice, "orders.cli", [b"a", b"b"]) == [None, None]
+        assert consume_confluent(alice, "orders.cli", 2) == [b"a", b"b"]
+        reader = confluent_config(srv, certs, "reader", PASSWORDS["reader"], "PLAIN")
+        refused = produce_confluent(reader, "orders.cli", [b"c"])
+        assert (
+            refused[0] is not None and refused[0].code() == ck.KafkaError.TOPIC_AUTHORIZATION_FAILED
+        )
+    finally:
+        proc.terminate()
+        proc.wait(WAIT)
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()

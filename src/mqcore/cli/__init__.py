@@ -23,7 +23,8 @@
     mqcore compact STORE TOPIC [--now TIME] [--json] [--progress | --no-progress]
     mqcore retention STORE [TOPIC] [--now TIME] [--json] [--progress | --no-progress]
     mqcore serve STORE [--listen HOST:PORT] [--http HOST:PORT] [--advertised-host HOST]
-                 [--flush POLICY] [--partitions N] [--no-auto-create]
+                 [--flush POLICY] [--partitions N] [--no-auto-create] [--tls-cert PEM
+                 --tls-key PEM [--tls-ca PEM]] [--sasl-credentials FILE [--acl FILE]]
     mqcore server-user add FILE USER [--password-stdin] [--iterations N]
     mqcore server-user remove FILE USER
 

@@ -53,6 +53,20 @@ def add_parsers(sub: Any) -> None:
         "--no-auto-create", action="store_true",
         help="answer UNKNOWN_TOPIC_OR_PARTITION for unknown topics instead of creating them",
     )  # fmt: skip
+    sec = p.add_argument_group('security (docs/server.md "Security")')
+    sec.add_argument("--tls-cert", metavar="PEM", help="serve TLS with this certificate (chain)")
+    sec.add_argument("--tls-key", metavar="PEM", help="the certificate's private key")
+    sec.add_argument("--tls-ca", metavar="PEM", help="require client certificates from this CA")
+    sec.add_argument(
+        "--sasl-credentials", metavar="FILE",
+        help="require SASL (PLAIN, SCRAM-SHA-256) with the users of this file "
+        "(mqcore server-user add)",
+    )  # fmt: skip
+    sec.add_argument(
+        "--sasl-mechanisms", metavar="M,M", default="SCRAM-SHA-256,PLAIN",
+        help="the mechanisms offered (default SCRAM-SHA-256,PLAIN)",
+    )  # fmt: skip
+    sec.add_argument("--acl", metavar="FILE", help="per-user topic permissions (needs SASL)")
     p.set_defaults(run=cmd_serve)
 
 
@@ -70,6 +84,10 @@ def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
         args.store, args.listen, advertised_host=args.advertised_host,
         auto_create_topics=not args.no_auto_create, default_partitions=args.partitions,
         flush=args.flush, flush_interval_ms=args.flush_interval_ms, http=args.http,
+        tls_cert=args.tls_cert, tls_key=args.tls_key, tls_ca=args.tls_ca,
+        sasl_credentials=args.sasl_credentials,
+        sasl_mechanisms=tuple(m.strip() for m in args.sasl_mechanisms.split(",") if m.strip()),
+        acl=args.acl,
     )  # fmt: skip
     stop = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
