@@ -91,6 +91,7 @@ def main(out_dir: str) -> None:
         with open(os.path.join(d, name), "wb") as f:
             f.write(data)
 
+    first_batch = b""
     with tempfile.TemporaryDirectory(prefix="mqcore-corpus-") as tmp:
         store_dir = os.path.join(tmp, "store")
         msg_ids, uids = build_store(store_dir)
@@ -102,6 +103,7 @@ def main(out_dir: str) -> None:
             for harness in ("batch", "scan", "keyindex"):
                 put(harness, f"{base}.log", log)
             for i, b in enumerate(split_batches(log)):
+                first_batch = first_batch or b
                 put("batch", f"{base}-{i}", b)
                 put("scan", f"{base}-{i}", b)
                 put("keyindex", f"{base}-batch-{i}", b)
@@ -133,7 +135,68 @@ def main(out_dir: str) -> None:
         put("ids", f"id-{i}", text.encode())
     for i, text in enumerate(SELECTORS):
         put("selector", f"sel-{i}", text.encode() + b"\0" + PROPS)
+    for name, frame in server_requests(first_batch):
+        put("server_request", name, frame)
     print(f"corpora written under {out_dir}")
+
+
+def server_requests(batch: bytes) -> list[tuple[str, bytes]]:
+    """Request payloads as Kafka clients send them (header and body, without the size), built
+    with kio: one per API the server answers, at its lowest and highest version where the
+    fields allow, Produce carrying `batch`. None without kio (Python 3.10)."""
+    try:
+        from kio.index import load_payload_module
+        from kio.serial import entity_writer
+        from kio.static.constants import EntityType
+    except ImportError:
+        return []
+    import datetime
+    import io
+
+    def payload(key: int, version: int, **fields: object) -> bytes:
+        mod = load_payload_module(key, version, EntityType.request)
+        cls = next(v for v in vars(mod).values()
+                   if getattr(v, "__type__", None) is EntityType.request)  # fmt: skip
+        out = io.BytesIO()
+        header = cls.__header_schema__
+        entity_writer(header)(out, header(request_api_key=key, request_api_version=version,
+                                          correlation_id=7, client_id="corpus"))  # fmt: skip
+        entity_writer(cls)(out, cls(**fields))
+        return out.getvalue()
+
+    second = datetime.timedelta(seconds=1)
+    out = [("api_versions-0", payload(18, 0)),
+           ("api_versions-3", payload(18, 3, client_software_name="c",
+                                      client_software_version="1"))]  # fmt: skip
+    for v in (0, 12):
+        mod = load_payload_module(3, v, EntityType.request)
+        topic = mod.MetadataRequestTopic(
+            **({"name": "t", "topic_id": None} if v >= 10 else {"name": "t"})
+        )
+        fields: dict[str, object] = {"topics": (topic,)}
+        if v >= 4:
+            fields["allow_auto_topic_creation"] = True
+        if v >= 8:
+            fields["include_topic_authorized_operations"] = False
+        out.append((f"metadata-{v}", payload(3, v, **fields)))
+    for v in (3, 11):
+        mod = load_payload_module(0, v, EntityType.request)
+        data = mod.TopicProduceData(name="t", partition_data=(
+            mod.PartitionProduceData(index=0, records=batch),))  # fmt: skip
+        out.append((f"produce-{v}", payload(0, v, transactional_id=None, acks=-1,
+                                            timeout=second, topic_data=(data,))))  # fmt: skip
+    mod = load_payload_module(1, 12, EntityType.request)
+    fetch = mod.FetchTopic(topic="t", partitions=(mod.FetchPartition(
+        partition=0, fetch_offset=0, partition_max_bytes=1 << 20),))  # fmt: skip
+    out.append(("fetch-12", payload(1, 12, max_wait=second, min_bytes=1, topics=(fetch,),
+                                   forgotten_topics_data=())))  # fmt: skip
+    mod = load_payload_module(2, 7, EntityType.request)
+    lo = mod.ListOffsetsTopic(name="t", partitions=(
+        mod.ListOffsetsPartition(partition_index=0, timestamp=-1),))  # fmt: skip
+    out.append(("list_offsets-7", payload(2, 7, replica_id=-1, isolation_level=0, topics=(lo,))))
+    out.append(("init_producer_id-4", payload(22, 4, transactional_id=None,
+                                             transaction_timeout=second)))  # fmt: skip
+    return out
 
 
 if __name__ == "__main__":

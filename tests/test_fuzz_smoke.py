@@ -52,6 +52,7 @@ def test_every_reader_has_a_harness() -> None:
         "selector",
         "logdir",
         "recovery",
+        "server_request",
     }
 
 

@@ -117,8 +117,19 @@ def test_an_unserved_api_versions_version_answers_v0_with_the_list(kafka_server:
         struct.pack(">hhih", 0, 99, 1, -1),  # Produce at a version not served
         struct.pack(">hhih", 3, 9, 1, -1) + b"\xff" * 3,  # Metadata whose body is garbage
         b"\x00\x03",  # shorter than a header
+        # Metadata v9 claiming 2**31 - 1 topics, v12 (compact) claiming 2**35: kio's reader
+        # sized its array from the count and aborted the process (found by the fuzzer)
+        struct.pack(">hhih", 3, 9, 1, -1) + struct.pack(">i", 0x7FFFFFFF) + b"\x00" * 40,
+        struct.pack(">hhih", 3, 12, 1, -1) + b"\x00" + b"\xff\xff\xff\xff\x7f" + b"\x00" * 40,
     ],
-    ids=["unknown-api", "unknown-version", "garbage-body", "short"],
+    ids=[
+        "unknown-api",
+        "unknown-version",
+        "garbage-body",
+        "short",
+        "huge-count",
+        "huge-compact-count",
+    ],
 )
 def test_a_bad_request_closes_only_its_connection(kafka_server: Any, payload: bytes) -> None:
     with connect(kafka_server) as bystander, connect(kafka_server) as sock:

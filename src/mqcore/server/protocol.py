@@ -34,6 +34,7 @@ from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 
 from mqcore.errors import ProtocolError
+from mqcore.server.guard import check_body, check_header
 
 _SIZE = struct.Struct(">i")
 _HEAD = struct.Struct(">hhi")  # api_key, api_version, correlation_id
@@ -143,7 +144,12 @@ def parse_request(frame: bytes) -> Request:
     if found is None:
         raise ProtocolError(f"API {key} version {version} is not served", key, version)
     try:
+        # kio sizes arrays from the client's counts: bound them first (server/guard.py)
+        start = check_header(bool(getattr(found.request, "__flexible__", False)), frame)
         header, used = found.read_header(frame, 0)
+        if used != start:
+            raise ProtocolError(f"request header of {used} bytes, {start} expected")
+        check_body(found.request, frame, used)
         body, _ = found.read(frame, used)
     except Exception as e:  # kio raises several types for short or malformed input
         raise ProtocolError(
