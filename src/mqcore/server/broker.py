@@ -39,6 +39,7 @@ from mqcore.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
+from mqcore.server.groups import GroupCoordinator
 from mqcore.server.protocol import APIS, Api, api_keys, build
 from mqcore.store import Store
 
@@ -145,6 +146,7 @@ class Broker:
         self._appended = threading.Condition()
         self._generation = 0
         self.log.add_append_listener(self._on_append)
+        self.groups = GroupCoordinator(store, node_id, host, port)  # consumer groups
         self.handlers: dict[int, Handler] = {
             0: self.produce,
             1: self.fetch,
@@ -153,12 +155,14 @@ class Broker:
             18: self.api_versions,
             19: self.create_topics,
             22: self.init_producer_id,
+            **self.groups.handlers(),
         }
         assert set(self.handlers) == set(APIS)
 
     def close(self) -> None:
-        """Stop listening for appends and wake every waiting fetch."""
+        """Stop listening for appends and wake every waiting fetch, JoinGroup and SyncGroup."""
         self.closed = True
+        self.groups.close()
         self.log.remove_append_listener(self._on_append)
         with self._appended:
             self._appended.notify_all()
