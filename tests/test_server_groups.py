@@ -169,10 +169,14 @@ def coord(store: mqcore.Store, clock: Clock) -> Iterator[GroupCoordinator]:
 
 
 @pytest.fixture
-def pool() -> Iterator[ThreadPoolExecutor]:
-    """Threads for requests that block (a JoinGroup or SyncGroup waiting for a rebalance)."""
+def pool(coord: GroupCoordinator) -> Iterator[ThreadPoolExecutor]:
+    """Threads for requests that block (a JoinGroup or SyncGroup waiting for a rebalance);
+    closing the coordinator first answers any still waiting when a test failed."""
     with ThreadPoolExecutor(4) as ex:
-        yield ex
+        try:
+            yield ex
+        finally:
+            coord.close()
 
 
 def stable_member(cli: Client, group: str, assignment: bytes = b"a1") -> tuple[str, int]:
@@ -269,6 +273,25 @@ def test_a_join_waits_until_every_member_rejoined(
     assert a.heartbeat("g", gen, ma) == ErrorCode.illegal_generation
     assert a.heartbeat("g", gen + 1, "stranger") == ErrorCode.unknown_member_id
     assert a.heartbeat("nogroup", 1, ma) == ErrorCode.unknown_member_id
+
+
+def test_members_that_join_a_new_group_together_share_its_first_generation(
+    coord: GroupCoordinator, pool: ThreadPoolExecutor
+) -> None:
+    """Both got their member IDs before either rejoined: the first rejoin waits for the
+    second (a handed-out ID is awaited), and the second is not refused for the protocol type
+    of a group that has not completed a rebalance yet."""
+    a, b = Client(coord, "a"), Client(coord, "b")
+    ida, idb = a.join("g").member_id, b.join("g").member_id
+    joining = pool.submit(a.join, "g", ida)
+    wait_until(lambda: state(a, "g") == "PreparingRebalance")
+    assert not joining.done()
+    rb = b.join("g", idb)
+    assert rb.error_code == ErrorCode.none
+    ra = joining.result(WAIT)
+    assert ra.error_code == ErrorCode.none
+    assert ra.generation_id == rb.generation_id == 1 and ra.leader == ida
+    assert [m.member_id for m in ra.members] == [ida, idb]
 
 
 def test_a_silent_member_expires_after_its_session_timeout(
@@ -507,3 +530,239 @@ def test_close_answers_a_waiting_join(
     wait_until(lambda: state(a, "g") == "PreparingRebalance")
     coord.close()
     assert joining.result(WAIT).error_code == ErrorCode.rebalance_in_progress
+
+
+# -- real clients ------------------------------------------------------------------------------
+
+kafka = pytest.importorskip("kafka")
+ck = pytest.importorskip("confluent_kafka")
+from confluent_kafka.admin import AdminClient  # noqa: E402
+
+FAST = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 300}  # librdkafka
+
+
+def fill(store: mqcore.Store, topic: str, partitions: int, per: int, tag: str) -> set[str]:
+    """`per` messages appended to each partition with mqcore's API; their values."""
+    values = set()
+    for p in range(partitions):
+        batch = [f"{tag}-{p}-{i}" for i in range(per)]
+        store.append_batch(topic, [v.encode() for v in batch], partition=p)
+        values.update(batch)
+    return values
+
+
+def all_committed(store: mqcore.Store, group: str, topic: str, partitions: int) -> bool:
+    """Every partition's commit is at its end (the group processed everything)."""
+    lags = {(x.topic, x.partition): x.lag for x in store.group_lag().get(group, [])}
+    return all(lags.get((topic, p)) == 0 for p in range(partitions))
+
+
+class Members:
+    """Consumer threads of one group; each records what it processed and its assignment."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[int, int, str]] = []
+        self.assigned: dict[int, set[int]] = {}
+        self.errors: list[BaseException] = []
+        self.stop = threading.Event()
+        self.threads: list[threading.Thread] = []
+        self.lock = threading.Lock()
+
+    def start(self, loop: Callable[[int], None], count: int) -> None:
+        def run(i: int) -> None:
+            try:
+                loop(i)
+            except BaseException as e:  # noqa: BLE001 - re-raised by finish()
+                self.errors.append(e)
+
+        for i in range(count):
+            self.assigned[i] = set()
+            t = threading.Thread(target=run, args=(i,))
+            t.start()
+            self.threads.append(t)
+
+    def balanced(self, partitions: int) -> bool:
+        """Every member holds some partitions, none twice, all of them covered."""
+        sets = list(self.assigned.values())
+        assert not self.errors, self.errors
+        union = set().union(*sets)
+        return all(sets) and sum(map(len, sets)) == len(union) == partitions
+
+    def record(self, partition: int, offset: int, value: str) -> None:
+        with self.lock:
+            self.seen.append((partition, offset, value))
+
+    def finish(self) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(WAIT)
+        assert not any(t.is_alive() for t in self.threads)
+        assert not self.errors, self.errors
+
+
+def confluent_member(bootstrap: str, group: str, topic: str, members: Members, i: int) -> None:
+    c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                     "enable.auto.commit": False, "auto.offset.reset": "earliest", **FAST})  # fmt: skip
+    c.subscribe([topic])
+    try:
+        while not members.stop.is_set():
+            m = c.poll(0.1)
+            members.assigned[i] = {tp.partition for tp in c.assignment()}
+            if m is None:
+                continue
+            assert m.error() is None, m.error()
+            members.record(m.partition(), m.offset(), m.value().decode())
+            c.commit(message=m, asynchronous=False)  # after processing
+    finally:
+        c.close()
+
+
+def kafka_python_member(bootstrap: str, group: str, topic: str, members: Members, i: int) -> None:
+    c = kafka.KafkaConsumer(
+        topic, bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False,
+        auto_offset_reset="earliest", session_timeout_ms=6000, heartbeat_interval_ms=300,
+    )  # fmt: skip
+    try:
+        while not members.stop.is_set():
+            got = c.poll(timeout_ms=100)
+            members.assigned[i] = {tp.partition for tp in c.assignment()}
+            for msgs in got.values():
+                for m in msgs:
+                    members.record(m.partition, m.offset, m.value.decode())
+            if got:
+                c.commit()  # the positions after what this poll returned and was processed
+    finally:
+        c.close()
+
+
+@pytest.mark.parametrize("client", ["confluent", "kafka-python"])
+def test_a_group_of_two_consumes_every_message_once(
+    kafka_server: Any, store: mqcore.Store, client: str
+) -> None:
+    store.create_topic("work", partitions=4)
+    member = confluent_member if client == "confluent" else kafka_python_member
+    members = Members()
+    members.start(lambda i: member(kafka_server.bootstrap, "grp", "work", members, i), 2)
+    try:
+        wait_until(lambda: members.balanced(4), why="two members share four partitions")
+        want = fill(store, "work", 4, 25, "a")
+        wait_until(lambda: len(members.seen) >= len(want) and all_committed(
+            store, "grp", "work", 4), why="every message processed and committed")  # fmt: skip
+    finally:
+        members.finish()
+    values = [v for _, _, v in members.seen]
+    assert sorted(values) == sorted(want)  # each once
+    assert {(x.partition, x.committed) for x in store.group_lag("grp")["grp"]} == {
+        (p, store.end_offset("work", p)) for p in range(4)
+    }  # fmt: skip
+
+
+def test_committed_offsets_survive_a_server_restart(tmp_path: Any) -> None:
+    path = str(tmp_path / "store")
+    with mqcore.open(path, flush="os") as st:
+        st.create_topic("r", partitions=2)
+        first = fill(st, "r", 2, 10, "one")
+    conf = {"group.id": "keep", "enable.auto.commit": False, "auto.offset.reset": "earliest",
+            **FAST}  # fmt: skip
+    with Server(path, listen="127.0.0.1:0", flush="os") as srv:
+        members = Members()
+        members.start(lambda i: confluent_member(srv.bootstrap, "keep", "r", members, i), 1)
+        try:
+            wait_until(lambda: len(members.seen) >= len(first))
+        finally:
+            members.finish()
+        assert srv.store is not None
+        wait_until(lambda: all_committed(srv.store, "keep", "r", 2))
+    with mqcore.open(path, flush="os") as st:
+        second = fill(st, "r", 2, 5, "two")
+    with Server(path, listen="127.0.0.1:0", flush="os") as srv:
+        c = ck.Consumer({"bootstrap.servers": srv.bootstrap, **conf})
+        try:
+            parts = [ck.TopicPartition("r", p) for p in range(2)]
+            assert [tp.offset for tp in c.committed(parts, timeout=WAIT)] == [10, 10]
+            c.subscribe(["r"])
+            got: list[str] = []
+            deadline = time.monotonic() + WAIT
+            while len(got) < len(second) and time.monotonic() < deadline:
+                m = c.poll(0.2)
+                if m is not None:
+                    assert m.error() is None, m.error()
+                    got.append(m.value().decode())
+            assert sorted(got) == sorted(second)  # resumed at the commits: nothing old again
+        finally:
+            c.close()
+
+
+def test_lag_agrees_between_admin_clients_and_the_store(
+    kafka_server: Any, store: mqcore.Store
+) -> None:
+    store.create_topic("lag", partitions=3)
+    fill(store, "lag", 3, 10, "x")
+    kp = kafka.KafkaConsumer(bootstrap_servers=kafka_server.bootstrap, group_id="lg",
+                             enable_auto_commit=False)  # fmt: skip
+    tps = [kafka.TopicPartition("lag", p) for p in range(3)]
+    try:
+        kp.assign(tps)
+        # a standalone consumer's commit (generation -1) through the wire
+        kp.commit({tps[0]: kafka.OffsetAndMetadata(4, "", -1),
+                   tps[1]: kafka.OffsetAndMetadata(10, "", -1)})  # fmt: skip
+        # and one by mqcore's own consumer of the same group, in process
+        with store.consumer("lg", "lag") as own:
+            assert own.committed("lag", 0) == 4  # sees the wire commit
+            own.commit({("lag", 2): 7})
+        assert kp.committed(tps[2]) == 7  # the wire sees mqcore's commit
+        ends = kp.end_offsets(tps)
+    finally:
+        kp.close()
+    mine = {x.partition: x.lag for x in store.group_lag("lg")["lg"]}
+    assert mine == {0: 6, 1: 0, 2: 3}
+    # kafka-python's admin client
+    admin = kafka.KafkaAdminClient(bootstrap_servers=kafka_server.bootstrap)
+    try:
+        offsets = admin.list_group_offsets({"lg": None})
+        offsets = offsets.get("lg", offsets)
+        assert {tp.partition: ends[tp] - om.offset for tp, om in offsets.items()} == mine
+    finally:
+        admin.close()
+    # confluent-kafka's admin client: committed offsets and the partitions' ends
+    ca = AdminClient({"bootstrap.servers": kafka_server.bootstrap})
+    req = ck.ConsumerGroupTopicPartitions("lg")
+    res = ca.list_consumer_group_offsets([req])["lg"].result(WAIT)
+    committed = {tp.partition: tp.offset for tp in res.topic_partitions}
+    latest = ca.list_offsets({ck.TopicPartition("lag", p): ck.admin.OffsetSpec.latest()
+                              for p in range(3)})  # fmt: skip
+    end = {tp.partition: f.result(WAIT).offset for tp, f in latest.items()}
+    assert {p: end[p] - committed[p] for p in committed} == mine
+
+
+def test_admin_client_describes_lists_and_deletes_groups(
+    kafka_server: Any, store: mqcore.Store
+) -> None:
+    store.create_topic("d", partitions=2)
+    fill(store, "d", 2, 3, "d")
+    ca = AdminClient({"bootstrap.servers": kafka_server.bootstrap})
+    members = Members()
+    members.start(lambda i: confluent_member(kafka_server.bootstrap, "dg", "d", members, i), 1)
+    try:
+        wait_until(lambda: members.balanced(2) and len(members.seen) >= 6)
+        wait_until(lambda: all_committed(store, "dg", "d", 2))
+        listed = ca.list_consumer_groups().result(WAIT)
+        assert {g.group_id: g.state for g in listed.valid}["dg"] == ck.ConsumerGroupState.STABLE
+        d = ca.describe_consumer_groups(["dg"])["dg"].result(WAIT)
+        assert d.state == ck.ConsumerGroupState.STABLE and not d.is_simple_consumer_group
+        assert d.partition_assignor == "range"
+        (member,) = d.members
+        assert sorted(tp.partition for tp in member.assignment.topic_partitions) == [0, 1]
+        assert d.coordinator.id == kafka_server.broker.node_id
+        with pytest.raises(ck.KafkaException) as refused:
+            ca.delete_consumer_groups(["dg"])["dg"].result(WAIT)
+        assert refused.value.args[0].code() == ck.KafkaError.NON_EMPTY_GROUP
+    finally:
+        members.finish()
+    d = ca.describe_consumer_groups(["dg"])["dg"].result(WAIT)
+    assert d.state == ck.ConsumerGroupState.EMPTY and d.members == []
+    assert store.group_lag("dg")  # the offsets stay until the group is deleted
+    ca.delete_consumer_groups(["dg"])["dg"].result(WAIT)
+    assert store.group_lag() == {}
+    listed = ca.list_consumer_groups().result(WAIT)
+    assert "dg" not in {g.group_id for g in listed.valid}

@@ -356,7 +356,7 @@ class GroupCoordinator:
         others = [m for mid, m in group.members.items() if mid != member]
         if group.state == EMPTY or not others:
             return True
-        if protocol_type != group.protocol_type:
+        if protocol_type != others[0].protocol_type:  # the group's, set by its first member
             return False
         names = {n for n, _ in protocols}
         for m in others:
