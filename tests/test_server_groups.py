@@ -29,11 +29,11 @@ import pytest
 import mqcore
 
 pytest.importorskip("mqcore.server", reason="the server extra (kio) is missing")
+from conftest import child_env  # noqa: E402
 from kio.index import load_payload_module  # noqa: E402
 from kio.schema.errors import ErrorCode  # noqa: E402
 from kio.static.constants import EntityType  # noqa: E402
 
-from conftest import child_env  # noqa: E402
 from mqcore.server import Server  # noqa: E402
 from mqcore.server.broker import Session  # noqa: E402
 from mqcore.server.groups import GroupCoordinator  # noqa: E402
@@ -87,19 +87,32 @@ class Client:
         return self.coord.handlers()[key](found, build(found.request, **values), self.session)
 
     def join(
-        self, group: str, member_id: str = "", *, instance: str | None = None,
-        topics: tuple[str, ...] = ("t",), protocols: tuple[str, ...] = ("range",),
-        session: float = 6.0, rebalance: float = 20.0, version: int = 5,
-    ) -> Any:  # fmt: skip
+        self,
+        group: str,
+        member_id: str = "",
+        *,
+        instance: str | None = None,
+        topics: tuple[str, ...] = ("t",),
+        protocols: tuple[str, ...] = ("range",),
+        session: float = 6.0,
+        rebalance: float = 20.0,
+        version: int = 5,
+    ) -> Any:
         m = load_payload_module(11, version, EntityType.request)
         protos = tuple(
             m.JoinGroupRequestProtocol(name=n, metadata=subscription(*topics)) for n in protocols
         )
         return self.call(
-            11, version, group_id=group, session_timeout=datetime.timedelta(seconds=session),
-            rebalance_timeout=datetime.timedelta(seconds=rebalance), member_id=member_id,
-            group_instance_id=instance, protocol_type="consumer", protocols=protos,
-        )  # fmt: skip
+            11,
+            version,
+            group_id=group,
+            session_timeout=datetime.timedelta(seconds=session),
+            rebalance_timeout=datetime.timedelta(seconds=rebalance),
+            member_id=member_id,
+            group_instance_id=instance,
+            protocol_type="consumer",
+            protocols=protos,
+        )
 
     def join_new(self, group: str, **kw: Any) -> Any:
         """A new dynamic member's join (KIP-394): MEMBER_ID_REQUIRED, then the rejoin."""
@@ -113,15 +126,26 @@ class Client:
             m.SyncGroupRequestAssignment(member_id=k, assignment=v) for k, v in assignments.items()
         )
         return self.call(
-            14, 5, group_id=group, generation_id=gen, member_id=member, group_instance_id=None,
-            protocol_type="consumer", protocol_name="range", assignments=given,
-        )  # fmt: skip
+            14,
+            5,
+            group_id=group,
+            generation_id=gen,
+            member_id=member,
+            group_instance_id=None,
+            protocol_type="consumer",
+            protocol_name="range",
+            assignments=given,
+        )
 
     def heartbeat(self, group: str, gen: int, member: str, instance: str | None = None) -> Any:
         return self.call(
-            12, 4, group_id=group, generation_id=gen, member_id=member,
+            12,
+            4,
+            group_id=group,
+            generation_id=gen,
+            member_id=member,
             group_instance_id=instance,
-        ).error_code  # fmt: skip
+        ).error_code
 
     def describe(self, group: str, version: int = 5) -> Any:
         return self.call(15, version, groups=(group,), include_authorized_operations=False).groups[
@@ -129,18 +153,24 @@ class Client:
         ]
 
     def commit(
-        self, group: str, gen: int, member: str, offsets: dict[tuple[str, int], int],
+        self,
+        group: str,
+        gen: int,
+        member: str,
+        offsets: dict[tuple[str, int], int],
         metadata: str = "",
-    ) -> dict[tuple[str, int], int]:  # fmt: skip
+    ) -> dict[tuple[str, int], int]:
         m = load_payload_module(8, 9, EntityType.request)
         topics = tuple(
             m.OffsetCommitRequestTopic(
                 name=t,
                 partitions=tuple(
                     m.OffsetCommitRequestPartition(
-                        partition_index=p, committed_offset=o, committed_leader_epoch=-1,
+                        partition_index=p,
+                        committed_offset=o,
+                        committed_leader_epoch=-1,
                         committed_metadata=metadata,
-                    )  # fmt: skip
+                    )
                     for (tt, p), o in offsets.items()
                     if tt == t
                 ),
@@ -148,9 +178,14 @@ class Client:
             for t in sorted({t for t, _ in offsets})
         )
         r = self.call(
-            8, 9, group_id=group, generation_id_or_member_epoch=gen, member_id=member,
-            group_instance_id=None, topics=topics,
-        )  # fmt: skip
+            8,
+            9,
+            group_id=group,
+            generation_id_or_member_epoch=gen,
+            member_id=member,
+            group_instance_id=None,
+            topics=topics,
+        )
         return {(t.name, p.partition_index): p.error_code for t in r.topics for p in t.partitions}
 
 
@@ -201,8 +236,9 @@ def test_find_coordinator_names_this_node_in_both_forms(coord: GroupCoordinator)
     assert (r.error_code, r.node_id, r.host, r.port) == (ErrorCode.none, 7, "127.0.0.1", 9092)
     r = cli.call(10, 4, key_type=0, coordinator_keys=("a", "b"))
     assert [(c.key, c.node_id, c.port, c.error_code) for c in r.coordinators] == [
-        ("a", 7, 9092, ErrorCode.none), ("b", 7, 9092, ErrorCode.none)
-    ]  # fmt: skip
+        ("a", 7, 9092, ErrorCode.none),
+        ("b", 7, 9092, ErrorCode.none),
+    ]
     assert cli.call(10, 3, key="g", key_type=5).error_code == ErrorCode.invalid_request
 
 
@@ -216,8 +252,11 @@ def test_join_v4_asks_for_a_member_id_then_one_member_is_leader(
     assert state(cli, "g") == "Empty"  # a handed-out ID is not a member yet
     r = cli.join("g", first.member_id)
     assert (r.error_code, r.generation_id, r.leader, r.member_id) == (
-        ErrorCode.none, 1, first.member_id, first.member_id
-    )  # fmt: skip
+        ErrorCode.none,
+        1,
+        first.member_id,
+        first.member_id,
+    )
     assert r.protocol_name == "range"
     assert [(m.member_id, m.metadata) for m in r.members] == [(r.member_id, subscription("t"))]
     assert state(cli, "g") == "CompletingRebalance"
@@ -260,8 +299,9 @@ def test_a_join_waits_until_every_member_rejoined(
     assert ra.generation_id == rb.generation_id == gen + 1
     assert ra.leader == rb.leader == ma
     assert {m.member_id: m.metadata for m in ra.members} == {
-        ma: subscription("t"), first.member_id: subscription("t", "u")
-    }  # fmt: skip
+        ma: subscription("t"),
+        first.member_id: subscription("t", "u"),
+    }
     assert rb.members == ()  # only the leader sees the members
     # b's sync waits for the leader's assignments
     syncing: Future[Any] = pool.submit(b.sync, "g", rb.generation_id, rb.member_id, {})
@@ -359,17 +399,21 @@ def test_leave_group_one_member_or_a_batch(coord: GroupCoordinator) -> None:
     cli.sync("s", s1.generation_id, s1.member_id, {})
     m = load_payload_module(13, 5, EntityType.request)
     r = cli.call(
-        13, 5, group_id="s",
+        13,
+        5,
+        group_id="s",
         members=(
             m.MemberIdentity(member_id="wrong", group_instance_id="i1", reason=None),
             m.MemberIdentity(member_id="", group_instance_id="i9", reason=None),
             m.MemberIdentity(member_id="", group_instance_id="i1", reason="bye"),
         ),
-    )  # fmt: skip
+    )
     assert r.error_code == ErrorCode.none
     assert [x.error_code for x in r.members] == [
-        ErrorCode.fenced_instance_id, ErrorCode.unknown_member_id, ErrorCode.none
-    ]  # fmt: skip
+        ErrorCode.fenced_instance_id,
+        ErrorCode.unknown_member_id,
+        ErrorCode.none,
+    ]
     assert state(cli, "s") == "Empty"
 
 
@@ -401,8 +445,9 @@ def test_offset_commit_checks_member_and_generation(
     cli = Client(coord)
     # a standalone consumer (generation -1, no member ID) commits to a group without members
     assert cli.commit("solo", -1, "", {("t", 0): 5, ("t", 1): 7}, "meta") == {
-        ("t", 0): ErrorCode.none, ("t", 1): ErrorCode.none
-    }  # fmt: skip
+        ("t", 0): ErrorCode.none,
+        ("t", 1): ErrorCode.none,
+    }
     assert store.offset_store().committed("solo", "t", 0).offset == 5
     member, gen = stable_member(cli, "g")
     assert cli.commit("g", -1, "", {("t", 0): 1})[("t", 0)] == ErrorCode.unknown_member_id
@@ -447,26 +492,42 @@ def test_offset_fetch_every_version_reads_the_store_offsets(
         c.commit({("t", 1): 4})
     cli.commit("g", -1, "", {("t", 2): 6}, "m")  # ... and a wire commit, one set of offsets
     m1 = load_payload_module(9, 1, EntityType.request)
-    r = cli.call(9, 1, group_id="g",
-                 topics=(m1.OffsetFetchRequestTopic(name="t", partition_indexes=(0, 1, 2)),))  # fmt: skip
+    r = cli.call(
+        9,
+        1,
+        group_id="g",
+        topics=(m1.OffsetFetchRequestTopic(name="t", partition_indexes=(0, 1, 2)),),
+    )
     got = {p.partition_index: (p.committed_offset, p.metadata) for p in r.topics[0].partitions}
     assert got == {0: (-1, ""), 1: (4, ""), 2: (6, "m")}
     r = cli.call(9, 7, group_id="g", topics=None, require_stable=True)  # every partition
     assert r.error_code == ErrorCode.none
-    assert {(t.name, p.partition_index): p.committed_offset
-            for t in r.topics for p in t.partitions} == {("t", 1): 4, ("t", 2): 6}  # fmt: skip
+    assert {
+        (t.name, p.partition_index): p.committed_offset for t in r.topics for p in t.partitions
+    } == {("t", 1): 4, ("t", 2): 6}
     m9 = load_payload_module(9, 9, EntityType.request)
-    r = cli.call(9, 9, require_stable=False, groups=(
-        m9.OffsetFetchRequestGroup(group_id="g", member_id=None, member_epoch=-1, topics=None),
-        m9.OffsetFetchRequestGroup(group_id="none", member_id=None, member_epoch=-1, topics=(
-            m9.OffsetFetchRequestTopics(name="t", partition_indexes=(0,)),)),
-    ))  # fmt: skip
+    r = cli.call(
+        9,
+        9,
+        require_stable=False,
+        groups=(
+            m9.OffsetFetchRequestGroup(group_id="g", member_id=None, member_epoch=-1, topics=None),
+            m9.OffsetFetchRequestGroup(
+                group_id="none",
+                member_id=None,
+                member_epoch=-1,
+                topics=(m9.OffsetFetchRequestTopics(name="t", partition_indexes=(0,)),),
+            ),
+        ),
+    )
     assert [(g.group_id, g.error_code) for g in r.groups] == [
-        ("g", ErrorCode.none), ("none", ErrorCode.none)
-    ]  # fmt: skip
+        ("g", ErrorCode.none),
+        ("none", ErrorCode.none),
+    ]
     assert {p.partition_index: p.committed_offset for p in r.groups[0].topics[0].partitions} == {
-        1: 4, 2: 6
-    }  # fmt: skip
+        1: 4,
+        2: 6,
+    }
     assert r.groups[1].topics[0].partitions[0].committed_offset == -1
 
 
@@ -475,9 +536,19 @@ def test_offset_delete_and_delete_groups(coord: GroupCoordinator, store: mqcore.
     m = load_payload_module(47, 0, EntityType.request)
 
     def offset_delete(group: str, topic: str, *parts: int) -> Any:
-        return cli.call(47, 0, group_id=group, topics=(m.OffsetDeleteRequestTopic(
-            name=topic, partitions=tuple(m.OffsetDeleteRequestPartition(partition_index=p)
-                                         for p in parts)),))  # fmt: skip
+        return cli.call(
+            47,
+            0,
+            group_id=group,
+            topics=(
+                m.OffsetDeleteRequestTopic(
+                    name=topic,
+                    partitions=tuple(
+                        m.OffsetDeleteRequestPartition(partition_index=p) for p in parts
+                    ),
+                ),
+            ),
+        )
 
     def delete_groups(*groups: str) -> list[Any]:
         r = cli.call(42, 2, groups_names=groups)
@@ -513,16 +584,15 @@ def test_list_groups_filters_by_state_and_type(coord: GroupCoordinator) -> None:
         return {g.group_id: (getattr(g, "group_state", ""), g.protocol_type) for g in r.groups}
 
     assert listed(states_filter=(), types_filter=()) == {
-        "live": ("Stable", "consumer"), "old": ("Empty", "")
-    }  # fmt: skip
+        "live": ("Stable", "consumer"),
+        "old": ("Empty", ""),
+    }
     assert listed(states_filter=("stable",), types_filter=()) == {"live": ("Stable", "consumer")}
     assert listed(states_filter=(), types_filter=("consumer",)) == {}  # KIP-848 groups: none
     assert set(listed(version=0)) == {"live", "old"}
 
 
-def test_close_answers_a_waiting_join(
-    coord: GroupCoordinator, pool: ThreadPoolExecutor
-) -> None:
+def test_close_answers_a_waiting_join(coord: GroupCoordinator, pool: ThreadPoolExecutor) -> None:
     a, b = Client(coord, "a"), Client(coord, "b")
     stable_member(a, "g")
     first = b.join("g")
@@ -601,8 +671,15 @@ class Members:
 
 
 def confluent_member(bootstrap: str, group: str, topic: str, members: Members, i: int) -> None:
-    c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": group,
-                     "enable.auto.commit": False, "auto.offset.reset": "earliest", **FAST})  # fmt: skip
+    c = ck.Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            **FAST,
+        }
+    )
     c.subscribe([topic])
     try:
         while not members.stop.is_set():
@@ -619,9 +696,14 @@ def confluent_member(bootstrap: str, group: str, topic: str, members: Members, i
 
 def kafka_python_member(bootstrap: str, group: str, topic: str, members: Members, i: int) -> None:
     c = kafka.KafkaConsumer(
-        topic, bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False,
-        auto_offset_reset="earliest", session_timeout_ms=6000, heartbeat_interval_ms=300,
-    )  # fmt: skip
+        topic,
+        bootstrap_servers=bootstrap,
+        group_id=group,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        session_timeout_ms=6000,
+        heartbeat_interval_ms=300,
+    )
     try:
         while not members.stop.is_set():
             got = c.poll(timeout_ms=100)
@@ -646,15 +728,17 @@ def test_a_group_of_two_consumes_every_message_once(
     try:
         wait_until(lambda: members.balanced(4), why="two members share four partitions")
         want = fill(store, "work", 4, 25, "a")
-        wait_until(lambda: len(members.seen) >= len(want) and all_committed(
-            store, "grp", "work", 4), why="every message processed and committed")  # fmt: skip
+        wait_until(
+            lambda: len(members.seen) >= len(want) and all_committed(store, "grp", "work", 4),
+            why="every message processed and committed",
+        )
     finally:
         members.finish()
     values = [v for _, _, v in members.seen]
     assert sorted(values) == sorted(want)  # each once
     assert {(x.partition, x.committed) for x in store.group_lag("grp")["grp"]} == {
         (p, store.end_offset("work", p)) for p in range(4)
-    }  # fmt: skip
+    }
 
 
 def test_committed_offsets_survive_a_server_restart(tmp_path: Any) -> None:
@@ -662,8 +746,12 @@ def test_committed_offsets_survive_a_server_restart(tmp_path: Any) -> None:
     with mqcore.open(path, flush="os") as st:
         st.create_topic("r", partitions=2)
         first = fill(st, "r", 2, 10, "one")
-    conf = {"group.id": "keep", "enable.auto.commit": False, "auto.offset.reset": "earliest",
-            **FAST}  # fmt: skip
+    conf = {
+        "group.id": "keep",
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+        **FAST,
+    }
     with Server(path, listen="127.0.0.1:0", flush="os") as srv:
         members = Members()
         members.start(lambda i: confluent_member(srv.bootstrap, "keep", "r", members, i), 1)
@@ -698,14 +786,19 @@ def test_lag_agrees_between_admin_clients_and_the_store(
 ) -> None:
     store.create_topic("lag", partitions=3)
     fill(store, "lag", 3, 10, "x")
-    kp = kafka.KafkaConsumer(bootstrap_servers=kafka_server.bootstrap, group_id="lg",
-                             enable_auto_commit=False)  # fmt: skip
+    kp = kafka.KafkaConsumer(
+        bootstrap_servers=kafka_server.bootstrap, group_id="lg", enable_auto_commit=False
+    )
     tps = [kafka.TopicPartition("lag", p) for p in range(3)]
     try:
         kp.assign(tps)
         # a standalone consumer's commit (generation -1) through the wire
-        kp.commit({tps[0]: kafka.OffsetAndMetadata(4, "", -1),
-                   tps[1]: kafka.OffsetAndMetadata(10, "", -1)})  # fmt: skip
+        kp.commit(
+            {
+                tps[0]: kafka.OffsetAndMetadata(4, "", -1),
+                tps[1]: kafka.OffsetAndMetadata(10, "", -1),
+            }
+        )
         # and one by mqcore's own consumer of the same group, in process
         with store.consumer("lg", "lag") as own:
             assert own.committed("lag", 0) == 4  # sees the wire commit
@@ -729,8 +822,9 @@ def test_lag_agrees_between_admin_clients_and_the_store(
     req = ck.ConsumerGroupTopicPartitions("lg")
     res = ca.list_consumer_group_offsets([req])["lg"].result(WAIT)
     committed = {tp.partition: tp.offset for tp in res.topic_partitions}
-    latest = ca.list_offsets({ck.TopicPartition("lag", p): ck.admin.OffsetSpec.latest()
-                              for p in range(3)})  # fmt: skip
+    latest = ca.list_offsets(
+        {ck.TopicPartition("lag", p): ck.admin.OffsetSpec.latest() for p in range(3)}
+    )
     end = {tp.partition: f.result(WAIT).offset for tp, f in latest.items()}
     assert {p: end[p] - committed[p] for p in committed} == mine
 
@@ -766,3 +860,107 @@ def test_admin_client_describes_lists_and_deletes_groups(
     assert store.group_lag() == {}
     listed = ca.list_consumer_groups().result(WAIT)
     assert "dg" not in {g.group_id for g in listed.valid}
+
+
+class Child:
+    """A group member in its own process (tests/group_member.py), its output read by a thread."""
+
+    def __init__(self, bootstrap: str, group: str, topic: str, session_ms: int):
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                os.path.join(HERE, "group_member.py"),
+                bootstrap,
+                group,
+                topic,
+                str(session_ms),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=child_env(),
+            text=True,
+        )
+        self.lines: list[str] = []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    def assigned(self) -> set[int]:
+        """Its latest assignment ("assigned" lines; an empty one at each revoke)."""
+        last = [ln for ln in list(self.lines) if ln.startswith("assigned ")]
+        text = last[-1][len("assigned ") :] if last else ""
+        return {int(p) for p in text.split(",") if p}
+
+    def processed(self) -> list[str]:
+        return [ln.split(" ", 3)[3] for ln in list(self.lines) if ln.startswith("msg ")]
+
+    def close(self) -> None:
+        """Close stdin (the member leaves the group and exits), bounded; kill if it hangs."""
+        if self.proc.poll() is None:
+            with contextlib.suppress(OSError):
+                assert self.proc.stdin is not None
+                self.proc.stdin.close()
+            try:
+                self.proc.wait(WAIT)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(WAIT)
+        self.reader.join(WAIT)
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            if pipe is not None:
+                with contextlib.suppress(OSError):
+                    pipe.close()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL")
+def test_three_processes_share_six_partitions_and_survive_a_sigkill(
+    kafka_server: Any, store: mqcore.Store
+) -> None:
+    """Three confluent-kafka consumers in three OS processes: every message processed once;
+    one killed with SIGKILL is dropped after its session timeout and the other two take over
+    its partitions at its commits: nothing lost, nothing twice."""
+    store.create_topic("six", partitions=6)
+    children = [Child(kafka_server.bootstrap, "procs", "six", 6000) for _ in range(3)]
+    try:
+
+        def balanced(kids: list[Child]) -> bool:
+            sets = [k.assigned() for k in kids]
+            return all(sets) and sum(map(len, sets)) == len(set().union(*sets)) == 6
+
+        wait_until(lambda: balanced(children), why="three members share six partitions")
+        want = fill(store, "six", 6, 20, "one")
+        wait_until(
+            lambda: (
+                set(sum((k.processed() for k in children), [])) >= want
+                and all_committed(store, "procs", "six", 6)
+            ),
+            why="all processed, committed",
+        )
+        victim, survivors = children[0], children[1:]
+        orphaned = victim.assigned()
+        os.kill(victim.proc.pid, signal.SIGKILL)
+        assert victim.proc.wait(WAIT) == -signal.SIGKILL
+        # the victim's session (6 s) runs out, the group rebalances, the others take over
+        wait_until(lambda: balanced(survivors), why="two survivors share six partitions")
+        more = fill(store, "six", 6, 20, "two")
+        wait_until(
+            lambda: (
+                set(sum((k.processed() for k in survivors), [])) >= more
+                and all_committed(store, "procs", "six", 6)
+            ),
+            why="the rest processed",
+        )
+        taken = set().union(*(k.assigned() for k in survivors))
+        assert orphaned <= taken
+    finally:
+        for k in children:
+            k.close()
+    processed = sum((k.processed() for k in children), [])
+    assert sorted(processed) == sorted(want | more)  # each message once
+    assert all(not ln.startswith(("error", "commit-failed")) for k in children for ln in k.lines)
