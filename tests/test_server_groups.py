@@ -3,14 +3,15 @@
 First the coordinator itself, driven with Kafka's own request types (kio) and a test clock:
 the states, generations and error codes of the classic protocol, session and rebalance
 timeouts, static membership, and the offset APIs against the store's `__consumer_offsets`.
-Then unmodified clients: confluent-kafka (librdkafka) and kafka-python groups consume every
-message once with commits after processing; committed offsets survive a server restart;
+Then unmodified clients: confluent-kafka (librdkafka), kafka-python and aiokafka groups consume
+every message once with commits after processing; committed offsets survive a server restart;
 lag agrees between the admin clients and `store.group_lag()`; AdminClient describes, lists and
 deletes groups; and a group of three OS processes loses a member to SIGKILL and rebalances
 after its session timeout with nothing lost (slow)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import datetime
 import os
@@ -717,12 +718,45 @@ def kafka_python_member(bootstrap: str, group: str, topic: str, members: Members
         c.close()
 
 
-@pytest.mark.parametrize("client", ["confluent", "kafka-python"])
+def aiokafka_member(bootstrap: str, group: str, topic: str, members: Members, i: int) -> None:
+    aiokafka = pytest.importorskip("aiokafka")
+
+    async def run() -> None:
+        c = aiokafka.AIOKafkaConsumer(
+            topic,
+            bootstrap_servers=bootstrap,
+            group_id=group,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            session_timeout_ms=6000,
+            heartbeat_interval_ms=300,
+        )
+        await c.start()
+        try:
+            while not members.stop.is_set():
+                got = await c.getmany(timeout_ms=100)
+                members.assigned[i] = {tp.partition for tp in c.assignment()}
+                for msgs in got.values():
+                    for m in msgs:
+                        members.record(m.partition, m.offset, m.value.decode())
+                if got:
+                    await c.commit()  # after processing what getmany returned
+        finally:
+            await c.stop()
+
+    asyncio.run(run())
+
+
+MEMBERS = {"confluent": confluent_member, "kafka-python": kafka_python_member,
+           "aiokafka": aiokafka_member}  # fmt: skip
+
+
+@pytest.mark.parametrize("client", list(MEMBERS))
 def test_a_group_of_two_consumes_every_message_once(
     kafka_server: Any, store: mqcore.Store, client: str
 ) -> None:
     store.create_topic("work", partitions=4)
-    member = confluent_member if client == "confluent" else kafka_python_member
+    member = MEMBERS[client]
     members = Members()
     members.start(lambda i: member(kafka_server.bootstrap, "grp", "work", members, i), 2)
     try:
