@@ -541,8 +541,7 @@ class GroupCoordinator:
         """The leader's assignments go to every member; a follower waits for them."""
         with self._cond:
             error, assignment = self._sync(body)
-        protocol_type = getattr(body, "protocol_type", None)
-        protocol_name = getattr(body, "protocol_name", None)
+        protocol_type = protocol_name = None  # v5's fields, null on an error as in Kafka
         group = self._groups.get(body.group_id)
         if group is not None and error == ErrorCode.none:
             protocol_type, protocol_name = group.protocol_type, group.protocol_name
@@ -706,6 +705,9 @@ class GroupCoordinator:
                     chosen[tp] = OffsetAndMetadata(p.committed_offset, metadata, now_ms)
                     codes[tp] = ErrorCode.none
         if chosen:
+            # written after the checks, outside the groups' lock, so an fdatasync does not
+            # hold up every group's heartbeats; a rebalance that starts meanwhile does not
+            # undo a commit the member was entitled to when it asked
             try:
                 self.offsets.commit(body.group_id, chosen)
             except MQCoreError as e:
