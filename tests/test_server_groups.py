@@ -14,8 +14,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
+import io
 import os
 import signal
+import socket
 import struct
 import subprocess
 import sys
@@ -33,6 +35,7 @@ pytest.importorskip("mqcore.server", reason="the server extra (kio) is missing")
 from conftest import child_env  # noqa: E402
 from kio.index import load_payload_module  # noqa: E402
 from kio.schema.errors import ErrorCode  # noqa: E402
+from kio.serial import entity_reader, entity_writer  # noqa: E402
 from kio.static.constants import EntityType  # noqa: E402
 
 from mqcore.server import Server  # noqa: E402
@@ -190,6 +193,52 @@ class Client:
         return {(t.name, p.partition_index): p.error_code for t in r.topics for p in t.partitions}
 
 
+class WireClient(Client):
+    """The same requests over a real connection to a Server: framed and encoded with kio's
+    writers (Kafka's schemas), answers decoded with its readers."""
+
+    def __init__(self, srv: Server, client_id: str = "wire"):
+        self.sock = socket.create_connection(srv.address, timeout=2 * WAIT)
+        self.client_id = client_id
+        self.correlation = 0
+
+    def call(self, key: int, version: int, /, **values: Any) -> Any:
+        found = api(key, version)
+        assert found is not None
+        head = found.request.__header_schema__
+        out = io.BytesIO()
+        self.correlation += 1
+        entity_writer(head)(
+            out,
+            build(
+                head,
+                request_api_key=key,
+                request_api_version=version,
+                correlation_id=self.correlation,
+                client_id=self.client_id,
+            ),
+        )
+        entity_writer(found.request)(out, build(found.request, **values))
+        self.sock.sendall(struct.pack(">i", out.tell()) + out.getvalue())
+        (size,) = struct.unpack(">i", self._recv(4))
+        payload = self._recv(size)
+        header, used = entity_reader(found.response_header)(payload, 0)
+        assert header.correlation_id == self.correlation
+        return entity_reader(found.response)(payload, used)[0]
+
+    def _recv(self, n: int) -> bytes:
+        buf = b""
+        while len(buf) < n:
+            chunk = self.sock.recv(n - len(buf))
+            if not chunk:
+                raise ConnectionError(f"closed after {len(buf)} of {n} bytes")
+            buf += chunk
+        return buf
+
+    def close(self) -> None:
+        self.sock.close()
+
+
 @pytest.fixture
 def clock() -> Clock:
     return Clock()
@@ -215,9 +264,11 @@ def pool(coord: GroupCoordinator) -> Iterator[ThreadPoolExecutor]:
             coord.close()
 
 
-def stable_member(cli: Client, group: str, assignment: bytes = b"a1") -> tuple[str, int]:
+def stable_member(
+    cli: Client, group: str, assignment: bytes = b"a1", **join: Any
+) -> tuple[str, int]:
     """A one-member group, through join and the leader's sync: (member ID, generation)."""
-    r = cli.join_new(group)
+    r = cli.join_new(group, **join)
     assert r.error_code == ErrorCode.none and r.leader == r.member_id
     s = cli.sync(group, r.generation_id, r.member_id, {r.member_id: assignment})
     assert (s.error_code, s.assignment) == (ErrorCode.none, assignment)
@@ -601,6 +652,31 @@ def test_close_answers_a_waiting_join(coord: GroupCoordinator, pool: ThreadPoolE
     wait_until(lambda: state(a, "g") == "PreparingRebalance")
     coord.close()
     assert joining.result(WAIT).error_code == ErrorCode.rebalance_in_progress
+
+
+def test_server_stop_answers_a_join_waiting_for_a_rebalance(store: mqcore.Store) -> None:
+    """A JoinGroup blocked in its connection's thread (waiting for a member that has 60 s to
+    rejoin, or 30 s to expire) does not hold up Server.stop()."""
+    srv = Server(store, listen="127.0.0.1:0").start()
+    a, b = WireClient(srv, "a"), WireClient(srv, "b")
+    try:
+        stable_member(a, "g", session=30.0, rebalance=60.0)
+        first = b.join("g", rebalance=60.0)
+        with ThreadPoolExecutor(1) as ex:
+            joining = ex.submit(b.join, "g", first.member_id, rebalance=60.0)
+            wait_until(lambda: state(a, "g") == "PreparingRebalance")
+            started = time.monotonic()
+            srv.stop()
+            assert time.monotonic() - started < 10.0  # not the 60 s rebalance timeout
+            try:
+                answer = joining.result(WAIT).error_code
+            except ConnectionError:  # the connection closed before the answer went out
+                answer = ErrorCode.rebalance_in_progress
+            assert answer == ErrorCode.rebalance_in_progress
+    finally:
+        srv.stop()
+        a.close()
+        b.close()
 
 
 # -- real clients ------------------------------------------------------------------------------
