@@ -1074,3 +1074,31 @@ def test_three_processes_share_six_partitions_and_survive_a_sigkill(
     processed = sum((k.processed() for k in children), [])
     assert sorted(processed) == sorted(want | more)  # each message once
     assert all(not ln.startswith(("error", "commit-failed")) for k in children for ln in k.lines)
+
+
+def test_a_restarted_static_confluent_consumer_replaces_its_old_self(
+    kafka_server: Any, store: mqcore.Store
+) -> None:
+    """librdkafka with group.instance.id does not leave on close; its successor under the same
+    instance ID takes the old member's place at once instead of waiting out its session."""
+    store.create_topic("st", partitions=2)
+    conf = {"bootstrap.servers": kafka_server.bootstrap, "group.id": "sg",
+            "group.instance.id": "inst-1", "enable.auto.commit": False, **FAST}  # fmt: skip
+    ca = AdminClient({"bootstrap.servers": kafka_server.bootstrap})
+    ids = []
+    for _ in range(2):
+        c = ck.Consumer(conf)
+        try:
+            c.subscribe(["st"])
+            wait_until(lambda c=c: c.poll(0.1) is None and len(c.assignment()) == 2)
+            d = ca.describe_consumer_groups(["sg"])["sg"].result(WAIT)
+            assert d.state == ck.ConsumerGroupState.STABLE
+            (member,) = d.members  # one member: the old one was replaced, not kept
+            assert member.group_instance_id == "inst-1"
+            ids.append(member.member_id)
+        finally:
+            c.close()
+        # a static member does not leave on close (KIP-345): it is still in until replaced
+        d = ca.describe_consumer_groups(["sg"])["sg"].result(WAIT)
+        assert [m.member_id for m in d.members] == ids[-1:]
+    assert ids[0] != ids[1]
