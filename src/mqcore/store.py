@@ -60,6 +60,7 @@ if TYPE_CHECKING:
 
     from mqcore.consume.consumer import Consumer
     from mqcore.consume.group import ConsumeState, PartitionLag
+    from mqcore.consume.offsets import OffsetStore
 
 # the parked logs of transactions and delays and their bookkeeping: trimmed by resolution
 # (produce/trim.py), never by retention or compaction
@@ -265,6 +266,13 @@ class Store(Sender[RecordMetadata, BatchMetadata, list[BatchMetadata]]):
                 state = self._consume = ConsumeState(OffsetStore(self.log), self.partitions)
                 self.log.add_append_listener(state.on_append)
             return self._consume
+
+    def offset_store(self) -> OffsetStore:
+        """The committed offsets of every group (consume/offsets.py), the one instance that
+        `consumer()` commits through: `mqcore serve` commits and fetches wire consumers'
+        offsets through it, so both kinds of consumer, `group_lag()` and `mqcore groups` see
+        the same offsets."""
+        return self._consume_state().offsets
 
     def delete_group(self, group: str) -> int:
         """Delete every committed offset of `group` (one batch of tombstones in

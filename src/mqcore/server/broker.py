@@ -39,6 +39,7 @@ from mqcore.server.common import (
     topic_setting,
 )
 from mqcore.server.fetchwire import FetchAnswer, FetchedPartition, FetchedTopic
+from mqcore.server.groups import GroupCoordinator
 from mqcore.server.protocol import APIS, CONNECTION_APIS, Api, api_keys, build
 from mqcore.store import Store
 
@@ -76,6 +77,7 @@ class Broker:
         self._appended = threading.Condition()
         self._generation = 0
         self.log.add_append_listener(self._on_append)
+        self.groups = GroupCoordinator(store, node_id, host, port)  # consumer groups
         self.handlers: dict[int, Handler] = {
             0: self.produce,
             1: self.fetch,
@@ -84,6 +86,7 @@ class Broker:
             18: self.api_versions,
             19: self.create_topics,
             22: self.init_producer_id,
+            **self.groups.handlers(),
         }
         admin = AdminApis(self)
         self.handlers.update({
@@ -95,8 +98,9 @@ class Broker:
         assert set(self.handlers) == set(APIS) - CONNECTION_APIS
 
     def close(self) -> None:
-        """Stop listening for appends and wake every waiting fetch."""
+        """Stop listening for appends and wake every waiting fetch, JoinGroup and SyncGroup."""
         self.closed = True
+        self.groups.close()
         self.log.remove_append_listener(self._on_append)
         with self._appended:
             self._appended.notify_all()

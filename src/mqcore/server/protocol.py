@@ -51,6 +51,16 @@ APIS: dict[int, tuple[str, int, int]] = {
     1: ("Fetch", 4, 12),
     2: ("ListOffsets", 1, 7),
     3: ("Metadata", 0, 12),
+    # consumer groups, classic protocol (groups.py)
+    8: ("OffsetCommit", 2, 9),
+    9: ("OffsetFetch", 1, 9),
+    10: ("FindCoordinator", 0, 4),
+    11: ("JoinGroup", 2, 9),
+    12: ("Heartbeat", 0, 4),
+    13: ("LeaveGroup", 0, 5),
+    14: ("SyncGroup", 0, 5),
+    15: ("DescribeGroups", 0, 6),
+    16: ("ListGroups", 0, 5),
     # SASL (server.auth, answered by the connection, not the broker): after SaslHandshake v0
     # the SASL messages are bare size-prefixed tokens (clients before Kafka 1.0); after v1
     # they are SaslAuthenticate requests
@@ -61,7 +71,9 @@ APIS: dict[int, tuple[str, int, int]] = {
     22: ("InitProducerId", 0, 4),
     32: ("DescribeConfigs", 1, 4),
     36: ("SaslAuthenticate", 0, 2),
+    42: ("DeleteGroups", 0, 2),
     44: ("IncrementalAlterConfigs", 0, 1),
+    47: ("OffsetDelete", 0, 0),
     60: ("DescribeCluster", 0, 1),
 }
 

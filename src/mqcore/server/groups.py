@@ -1,0 +1,1086 @@
+"""Consumer groups over the wire: Kafka's classic group protocol, coordinated by this node.
+
+Every group's coordinator is this node (FindCoordinator names it for any key). A group moves
+through Kafka's states:
+
+    Empty ──join──> PreparingRebalance ──all joined / rebalance timeout──> CompletingRebalance
+      ^                  ^   (members that did not rejoin are dropped)        │ leader's SyncGroup
+      └── last member ───┴──── join, leave, session expiry ──────── Stable <──┘
+
+A JoinGroup waits (long-polls, in its connection's thread) until the rebalance completes: every
+known member has rejoined, or the largest rebalance timeout of the members passed. Then the
+generation goes up, one protocol (assignor) all members support is chosen, and the leader's
+response carries every member's subscription metadata; the leader sends the assignments in its
+SyncGroup, which followers' SyncGroups wait for. A member is kept alive by heartbeats (and by
+commits and being blocked in a join or sync); one silent for its session timeout is dropped
+and the group rebalances, which is how a consumer killed with SIGKILL leaves. Static members
+(group.instance.id) keep their place across restarts: a rejoin under the same instance ID
+takes over the old member ID (the old one is fenced: FENCED_INSTANCE_ID) and, in a Stable
+group, gets its assignment back without a rebalance.
+
+Group membership lives in memory: a server restart starts every group Empty, and clients
+rejoin. Committed offsets are durable, in `__consumer_offsets` in Kafka's key/value layout,
+written and read through the store's one OffsetStore (`Store.offset_store()`), so wire
+consumers, `store.consumer(...)`, `store.group_lag()` and `mqcore groups` see the same offsets.
+Membership of wire groups and of in-process `store.consumer()` groups is separate.
+
+Time is checked lazily: whenever a request touches a group, and by every waiting JoinGroup or
+SyncGroup at its group's next deadline, so no thread of its own is needed.
+docs/server.md "Consumer groups" lists the APIs, versions and what is not served.
+"""
+
+from __future__ import annotations
+
+import datetime
+import struct
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from mqcore.consume.group import validate_group
+from mqcore.consume.offsets import OffsetAndMetadata, OffsetStore
+from mqcore.errors import (
+    InvalidGroupError,
+    MQCoreError,
+    UnknownPartitionError,
+    UnknownTopicError,
+)
+from mqcore.server.protocol import Api, build
+
+if TYPE_CHECKING:
+    from mqcore.store import Store
+
+EMPTY, PREPARING, COMPLETING, STABLE, DEAD = (
+    "Empty",
+    "PreparingRebalance",
+    "CompletingRebalance",
+    "Stable",
+    "Dead",
+)
+GROUP_TYPE = "classic"  # ListGroups v5's name for the protocol served here (not KIP-848's)
+CONSUMER = "consumer"  # the protocol type of Kafka's consumers (OffsetDelete's subscriptions)
+
+# Kafka's broker defaults: group.min.session.timeout.ms, group.max.session.timeout.ms,
+# offset.metadata.max.bytes
+MIN_SESSION_TIMEOUT = 6.0
+MAX_SESSION_TIMEOUT = 1800.0
+MAX_METADATA = 4096
+MAX_WAIT_SLICE = 1.0  # a waiter re-checks the clock at least this often (the clock may be a test's)
+KEY_GROUP, KEY_TRANSACTION = 0, 1
+NO_DURATION = datetime.timedelta(0)  # throttle_time
+
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+
+
+class Waiter:
+    """A JoinGroup or SyncGroup waiting for the rebalance: `result` is set when it is answered."""
+
+    __slots__ = ("result",)
+
+    def __init__(self) -> None:
+        self.result: Any = None
+
+
+@dataclass(slots=True)
+class JoinResult:
+    error: ErrorCode
+    member_id: str
+    generation: int = -1
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader: str = ""
+    members: tuple[tuple[str, str | None, bytes], ...] = ()
+
+
+@dataclass(slots=True)
+class Member:
+    member_id: str
+    instance_id: str | None
+    client_id: str
+    client_host: str
+    session_timeout: float
+    rebalance_timeout: float
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]
+    deadline: float  # the session expires at this time of the clock unless it heartbeats
+    assignment: bytes = b""
+    join: Waiter | None = None  # set while its JoinGroup waits
+    sync: Waiter | None = None  # set while its SyncGroup waits
+
+    def metadata(self, protocol: str | None) -> bytes:
+        for name, data in self.protocols:
+            if name == protocol:
+                return data
+        return b""
+
+
+@dataclass(slots=True)
+class Group:
+    group_id: str
+    state: str = EMPTY
+    generation: int = 0
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader: str | None = None
+    members: dict[str, Member] = field(default_factory=dict)  # in join order
+    static: dict[str, str] = field(default_factory=dict)  # group.instance.id -> member ID
+    pending: dict[str, float] = field(default_factory=dict)  # IDs given by MEMBER_ID_REQUIRED
+    rebalance_deadline: float = 0.0
+
+    def fenced(self, member_id: str, instance_id: str | None) -> bool:
+        """A static member's request under a member ID its instance no longer has."""
+        if instance_id is None:
+            return False
+        owner = self.static.get(instance_id)
+        return owner is not None and owner != member_id
+
+
+class GroupCoordinator:
+    """The classic consumer-group protocol for every group of one store: the request handlers
+    of FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch,
+    DescribeGroups, ListGroups, DeleteGroups and OffsetDelete. `node_id`, `host` and `port`
+    are what FindCoordinator answers; `clock` (seconds, monotonic) is for tests."""
+
+    def __init__(
+        self,
+        store: Store,
+        node_id: int,
+        host: str,
+        port: int,
+        *,
+        min_session_timeout: float = MIN_SESSION_TIMEOUT,
+        max_session_timeout: float = MAX_SESSION_TIMEOUT,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.store = store
+        self.node_id, self.host, self.port = node_id, host, port
+        self.min_session_timeout = min_session_timeout
+        self.max_session_timeout = max_session_timeout
+        self.clock = clock
+        self.closed = False
+        # one lock for every group: group operations are short, and waits release it
+        self._cond = threading.Condition()
+        self._groups: dict[str, Group] = {}
+        self._offsets: OffsetStore | None = None
+
+    def close(self) -> None:
+        """Answer every waiting JoinGroup and SyncGroup at once (the server is stopping)."""
+        with self._cond:
+            self.closed = True
+            self._cond.notify_all()
+
+    @property
+    def offsets(self) -> OffsetStore:
+        """The store's committed offsets (made on first use: a read-only store refuses)."""
+        if self._offsets is None:
+            self._offsets = self.store.offset_store()
+        return self._offsets
+
+    def handlers(self) -> dict[int, Callable[[Api, Any, Any], Any]]:
+        """API key -> handler, for the Broker's table."""
+        return {
+            8: self.offset_commit,
+            9: self.offset_fetch,
+            10: self.find_coordinator,
+            11: self.join_group,
+            12: self.heartbeat,
+            13: self.leave_group,
+            14: self.sync_group,
+            15: self.describe_groups,
+            16: self.list_groups,
+            42: self.delete_groups,
+            47: self.offset_delete,
+        }
+
+    # -- FindCoordinator ------------------------------------------------------------------------
+
+    def find_coordinator(self, found: Api, body: Any, session: Any) -> Any:
+        """This node, for every group (and transactional ID: one node coordinates all)."""
+        key_type = getattr(body, "key_type", KEY_GROUP)
+        code, message = ErrorCode.none, None
+        if key_type not in (KEY_GROUP, KEY_TRANSACTION):
+            code, message = ErrorCode.invalid_request, f"coordinator key type {key_type}"
+        ok = code == ErrorCode.none
+        node, host, port = (self.node_id, self.host, self.port) if ok else (-1, "", -1)
+        if found.version >= 4:  # KIP-699: a batch of keys
+            coordinators = tuple(
+                build(
+                    found.module.Coordinator,
+                    key=key,
+                    node_id=node,
+                    host=host,
+                    port=port,
+                    error_code=code,
+                    error_message=message,
+                )
+                for key in body.coordinator_keys
+            )
+            return build(found.response, throttle_time=NO_DURATION, coordinators=coordinators)
+        return build(
+            found.response,
+            throttle_time=NO_DURATION,
+            error_code=code,
+            error_message=message,
+            node_id=node,
+            host=host,
+            port=port,
+        )
+
+    # -- JoinGroup ------------------------------------------------------------------------------
+
+    def join_group(self, found: Api, body: Any, session: Any) -> Any:
+        """Join (or rejoin) and wait until the rebalance completes."""
+        with self._cond:
+            result = self._join(found.version, body, session)
+            if isinstance(result, Waiter):
+                result = self._await(
+                    result, body.group_id, JoinResult(ErrorCode.rebalance_in_progress, "")
+                )
+        m = found.module
+        members = tuple(
+            build(m.JoinGroupResponseMember, member_id=mid, group_instance_id=iid, metadata=data)
+            for mid, iid, data in result.members
+        )
+        # protocol_name is nullable from v7 on; earlier versions answer "" on an error
+        name = result.protocol_name
+        if name is None and found.version < 7:
+            name = ""
+        return build(
+            found.response,
+            throttle_time=NO_DURATION,
+            error_code=result.error,
+            generation_id=result.generation,
+            protocol_type=result.protocol_type,
+            protocol_name=name,
+            leader=result.leader,
+            skip_assignment=False,
+            member_id=result.member_id,
+            members=members,
+        )
+
+    def _join(self, version: int, body: Any, session: Any) -> JoinResult | Waiter:
+        member_id: str = body.member_id
+        instance_id: str | None = getattr(body, "group_instance_id", None)
+        session_timeout = body.session_timeout.total_seconds()
+        rebalance_timeout = getattr(body, "rebalance_timeout", body.session_timeout)
+        rebalance_timeout = rebalance_timeout.total_seconds()
+        if rebalance_timeout < 0:  # v0 has none: the session timeout serves
+            rebalance_timeout = session_timeout
+        protocols = [(p.name, bytes(p.metadata)) for p in body.protocols]
+        if self.closed:
+            return JoinResult(ErrorCode.rebalance_in_progress, member_id)
+        try:
+            validate_group(body.group_id)
+        except InvalidGroupError:
+            return JoinResult(ErrorCode.invalid_group_id, member_id)
+        if not self.min_session_timeout <= session_timeout <= self.max_session_timeout:
+            return JoinResult(ErrorCode.invalid_session_timeout, member_id)
+        if not body.protocol_type or not protocols:
+            return JoinResult(ErrorCode.inconsistent_group_protocol, member_id)
+        now = self.clock()
+        group = self._groups.get(body.group_id)
+        if group is None:
+            if member_id:
+                return JoinResult(ErrorCode.unknown_member_id, member_id)
+            group = self._groups[body.group_id] = Group(body.group_id)
+        self._tick(group, now)
+        if not self._supports(group, body.protocol_type, protocols, member_id):
+            return JoinResult(ErrorCode.inconsistent_group_protocol, member_id)
+
+        def new_member(mid: str) -> Member:
+            return Member(
+                mid,
+                instance_id,
+                session.client_id or "",
+                client_host(session),
+                session_timeout,
+                rebalance_timeout,
+                body.protocol_type,
+                protocols,
+                now + session_timeout,
+            )
+
+        if not member_id and instance_id is not None:
+            new_id = make_member_id(instance_id)
+            old = group.members.get(group.static.get(instance_id, ""))
+            if old is None:
+                member = group.members[new_id] = new_member(new_id)
+                group.static[instance_id] = new_id
+            else:
+                member = self._replace_static(group, old, new_id)
+                unchanged = member.protocols == protocols
+                self._update(member, session_timeout, rebalance_timeout, protocols, now)
+                if group.state == STABLE and unchanged and group.leader != new_id:
+                    return self._current(group, new_id)
+        elif not member_id:
+            new_id = make_member_id(session.client_id or "member")
+            if version >= 4:  # KIP-394: the client rejoins with the ID it is given
+                group.pending[new_id] = now + session_timeout
+                return JoinResult(ErrorCode.member_id_required, new_id)
+            member = group.members[new_id] = new_member(new_id)
+        elif member_id in group.pending:
+            del group.pending[member_id]
+            member = group.members[member_id] = new_member(member_id)
+            if instance_id is not None:
+                group.static[instance_id] = member_id
+        elif group.fenced(member_id, instance_id):
+            return JoinResult(ErrorCode.fenced_instance_id, member_id)
+        elif member_id not in group.members:
+            return JoinResult(ErrorCode.unknown_member_id, member_id)
+        else:
+            member = group.members[member_id]
+            unchanged = member.protocols == protocols
+            self._update(member, session_timeout, rebalance_timeout, protocols, now)
+            # a follower whose subscription did not change rejoins a Stable group as it is
+            if group.state == STABLE and unchanged and group.leader != member_id:
+                return self._current(group, member_id)
+        if member.join is not None:  # a rejoin while its earlier JoinGroup still waits
+            member.join.result = JoinResult(ErrorCode.rebalance_in_progress, member.member_id)
+        waiter = member.join = Waiter()
+        if group.state != PREPARING:
+            self._prepare(group, now)
+        self._maybe_complete_join(group, now)  # answers `waiter` when it was the last to join
+        return waiter
+
+    def _supports(
+        self, group: Group, protocol_type: str, protocols: list[tuple[str, bytes]], member: str
+    ) -> bool:
+        """Kafka's rule: an Empty group takes any protocol type; otherwise the type must be the
+        group's, and some protocol (assignor) must be supported by every other member too."""
+        others = [m for mid, m in group.members.items() if mid != member]
+        if group.state == EMPTY or not others:
+            return True
+        if protocol_type != others[0].protocol_type:  # the group's, set by its first member
+            return False
+        names = {n for n, _ in protocols}
+        for m in others:
+            names &= {n for n, _ in m.protocols}
+        return bool(names)
+
+    def _update(
+        self, member: Member, session_timeout: float, rebalance_timeout: float,
+        protocols: list[tuple[str, bytes]], now: float,
+    ) -> None:  # fmt: skip
+        member.session_timeout, member.rebalance_timeout = session_timeout, rebalance_timeout
+        member.protocols = protocols
+        member.deadline = now + session_timeout
+
+    def _replace_static(self, group: Group, old: Member, new_id: str) -> Member:
+        """A static member restarted: its old member ID is fenced, the new one takes its place
+        (and its assignment, and leadership)."""
+        for waiter in (old.join, old.sync):
+            if waiter is not None:
+                waiter.result = (
+                    JoinResult(ErrorCode.fenced_instance_id, old.member_id)
+                    if waiter is old.join
+                    else (ErrorCode.fenced_instance_id, b"")
+                )
+        old.join = old.sync = None
+        del group.members[old.member_id]
+        if group.leader == old.member_id:
+            group.leader = new_id
+        assert old.instance_id is not None
+        group.static[old.instance_id] = new_id
+        old.member_id = new_id
+        group.members[new_id] = old
+        self._cond.notify_all()
+        return old
+
+    def _current(self, group: Group, member_id: str) -> JoinResult:
+        """The group's current generation, for a member that rejoins without changing it."""
+        return JoinResult(
+            ErrorCode.none,
+            member_id,
+            group.generation,
+            group.protocol_type,
+            group.protocol_name,
+            group.leader or "",
+        )
+
+    def _prepare(self, group: Group, now: float) -> None:
+        """Start a rebalance: SyncGroups waiting on the old generation are told to rejoin."""
+        for m in group.members.values():
+            if m.sync is not None:
+                m.sync.result = (ErrorCode.rebalance_in_progress, b"")
+                m.sync = None
+            m.assignment = b""
+        group.state = PREPARING
+        group.rebalance_deadline = now + max(
+            (m.rebalance_timeout for m in group.members.values()), default=0.0
+        )
+        self._cond.notify_all()
+
+    def _maybe_complete_join(self, group: Group, now: float) -> None:
+        """Complete the rebalance once every member rejoined and no handed-out member ID is
+        still to come, or at the rebalance deadline (dropping who did not rejoin)."""
+        if group.state != PREPARING:
+            return
+        waiting = all(m.join is not None for m in group.members.values()) and not group.pending
+        if not waiting and now < group.rebalance_deadline:
+            return
+        for m in [m for m in group.members.values() if m.join is None]:
+            self._remove(group, m)
+        group.pending.clear()
+        group.generation += 1
+        if not group.members:
+            group.state, group.protocol_name, group.leader = EMPTY, None, None
+            self._cond.notify_all()
+            return
+        first = next(iter(group.members.values()))
+        group.protocol_type = first.protocol_type
+        group.protocol_name = self._select_protocol(group)
+        if group.leader not in group.members:
+            group.leader = first.member_id
+        group.state = COMPLETING
+        everyone = tuple(
+            (m.member_id, m.instance_id, m.metadata(group.protocol_name))
+            for m in group.members.values()
+        )
+        for m in group.members.values():
+            assert m.join is not None
+            m.join.result = JoinResult(
+                ErrorCode.none,
+                m.member_id,
+                group.generation,
+                group.protocol_type,
+                group.protocol_name,
+                group.leader,
+                everyone if m.member_id == group.leader else (),
+            )
+            m.join = None
+            m.deadline = now + m.session_timeout
+        self._cond.notify_all()
+
+    def _select_protocol(self, group: Group) -> str:
+        """Kafka's vote: of the protocols every member supports, each member votes for the
+        first in its own order; most votes wins (ties: the earlier in the leader's order)."""
+        members = list(group.members.values())
+        common = {n for n, _ in members[0].protocols}
+        for m in members[1:]:
+            common &= {n for n, _ in m.protocols}
+        votes: dict[str, int] = {}
+        for m in members:
+            choice = next(n for n, _ in m.protocols if n in common)
+            votes[choice] = votes.get(choice, 0) + 1
+        leader = group.members.get(group.leader or "", members[0])
+        order = [n for n, _ in leader.protocols if n in common]
+        return max(order, key=lambda n: (votes.get(n, 0), -order.index(n)))
+
+    def _remove(self, group: Group, member: Member) -> None:
+        """Drop a member (left, expired, or missed the rebalance); its waits end with
+        UNKNOWN_MEMBER_ID."""
+        del group.members[member.member_id]
+        iid = member.instance_id
+        if iid is not None and group.static.get(iid) == member.member_id:
+            del group.static[iid]
+        if member.join is not None:
+            member.join.result = JoinResult(ErrorCode.unknown_member_id, member.member_id)
+        if member.sync is not None:
+            member.sync.result = (ErrorCode.unknown_member_id, b"")
+        member.join = member.sync = None
+        if group.leader == member.member_id:
+            group.leader = None
+        self._cond.notify_all()
+
+    def _members_left(self, group: Group, now: float) -> None:
+        if group.state in (STABLE, COMPLETING):
+            self._prepare(group, now)
+        self._maybe_complete_join(group, now)
+
+    def _tick(self, group: Group, now: float) -> None:
+        """Expire the sessions and handed-out member IDs whose time is up, and complete a
+        rebalance whose deadline passed. A member blocked in a join or sync is alive."""
+        for mid, deadline in list(group.pending.items()):
+            if now >= deadline:
+                del group.pending[mid]
+        expired = [
+            m for m in group.members.values()
+            if m.join is None and m.sync is None and now >= m.deadline
+        ]  # fmt: skip
+        for m in expired:
+            self._remove(group, m)
+        if expired:
+            self._members_left(group, now)
+        else:
+            self._maybe_complete_join(group, now)
+
+    def _next_deadline(self, group: Group) -> float:
+        times = [m.deadline for m in group.members.values() if m.join is None and m.sync is None]
+        times.extend(group.pending.values())
+        if group.state == PREPARING:
+            times.append(group.rebalance_deadline)
+        return min(times, default=float("inf"))
+
+    def _await(self, waiter: Waiter, group_id: str, closing: Any) -> Any:
+        """Wait (holding the condition between waits) until `waiter` is answered, checking
+        the group's deadlines as they come; a closing server answers `closing` at once."""
+        while waiter.result is None:
+            group = self._groups.get(group_id)
+            now = self.clock()
+            if group is not None:
+                self._tick(group, now)
+            if waiter.result is not None:
+                break
+            if self.closed:
+                return closing
+            wait = MAX_WAIT_SLICE
+            if group is not None:
+                wait = min(wait, max(self._next_deadline(group) - now, 0.001))
+            self._cond.wait(wait)
+        return waiter.result
+
+    # -- SyncGroup, Heartbeat, LeaveGroup -------------------------------------------------------
+
+    def sync_group(self, found: Api, body: Any, session: Any) -> Any:
+        """The leader's assignments go to every member; a follower waits for them."""
+        with self._cond:
+            error, assignment = self._sync(body)
+        protocol_type = protocol_name = None  # v5's fields, null on an error as in Kafka
+        group = self._groups.get(body.group_id)
+        if group is not None and error == ErrorCode.none:
+            protocol_type, protocol_name = group.protocol_type, group.protocol_name
+        return build(
+            found.response,
+            throttle_time=NO_DURATION,
+            error_code=error,
+            protocol_type=protocol_type,
+            protocol_name=protocol_name,
+            assignment=assignment,
+        )
+
+    def _sync(self, body: Any) -> tuple[ErrorCode, bytes]:
+        group = self._groups.get(body.group_id)
+        if group is None:
+            return ErrorCode.unknown_member_id, b""
+        now = self.clock()
+        self._tick(group, now)
+        instance_id = getattr(body, "group_instance_id", None)
+        if group.fenced(body.member_id, instance_id):
+            return ErrorCode.fenced_instance_id, b""
+        member = group.members.get(body.member_id)
+        if member is None:
+            return ErrorCode.unknown_member_id, b""
+        if body.generation_id != group.generation:
+            return ErrorCode.illegal_generation, b""
+        protocol_type = getattr(body, "protocol_type", None)
+        protocol_name = getattr(body, "protocol_name", None)
+        if (protocol_type is not None and protocol_type != group.protocol_type) or (
+            protocol_name is not None and protocol_name != group.protocol_name
+        ):
+            return ErrorCode.inconsistent_group_protocol, b""
+        if group.state == PREPARING:
+            return ErrorCode.rebalance_in_progress, b""
+        member.deadline = now + member.session_timeout
+        if group.state == STABLE:
+            return ErrorCode.none, member.assignment
+        # CompletingRebalance
+        if body.member_id == group.leader:
+            given = {a.member_id: bytes(a.assignment) for a in body.assignments}
+            for m in group.members.values():
+                m.assignment = given.get(m.member_id, b"")
+                m.deadline = now + m.session_timeout
+                if m.sync is not None:
+                    m.sync.result = (ErrorCode.none, m.assignment)
+                    m.sync = None
+            group.state = STABLE
+            self._cond.notify_all()
+            return ErrorCode.none, member.assignment
+        if member.sync is not None:
+            member.sync.result = (ErrorCode.rebalance_in_progress, b"")
+        member.sync = Waiter()
+        result: tuple[ErrorCode, bytes] = self._await(
+            member.sync, group.group_id, (ErrorCode.rebalance_in_progress, b"")
+        )
+        return result
+
+    def heartbeat(self, found: Api, body: Any, session: Any) -> Any:
+        with self._cond:
+            code = self._heartbeat(body)
+        return build(found.response, throttle_time=NO_DURATION, error_code=code)
+
+    def _heartbeat(self, body: Any) -> ErrorCode:
+        group = self._groups.get(body.group_id)
+        if group is None:
+            return ErrorCode.unknown_member_id
+        now = self.clock()
+        self._tick(group, now)
+        if group.fenced(body.member_id, getattr(body, "group_instance_id", None)):
+            return ErrorCode.fenced_instance_id
+        member = group.members.get(body.member_id)
+        if member is None:
+            return ErrorCode.unknown_member_id
+        if body.generation_id != group.generation:
+            return ErrorCode.illegal_generation
+        member.deadline = now + member.session_timeout
+        if group.state == PREPARING:
+            return ErrorCode.rebalance_in_progress
+        return ErrorCode.none
+
+    def leave_group(self, found: Api, body: Any, session: Any) -> Any:
+        """Members leave (v3+: several at once, by member or instance ID); the group
+        rebalances without them."""
+        if found.version >= 3:
+            leaving = [(m.member_id, m.group_instance_id) for m in body.members]
+        else:
+            leaving = [(body.member_id, None)]
+        with self._cond:
+            codes = self._leave(body.group_id, leaving)
+        if found.version < 3:
+            return build(found.response, throttle_time=NO_DURATION, error_code=codes[0])
+        members = tuple(
+            build(
+                found.module.MemberResponse,
+                member_id=mid,
+                group_instance_id=iid,
+                error_code=code,
+            )
+            for (mid, iid), code in zip(leaving, codes, strict=True)
+        )
+        return build(
+            found.response,
+            throttle_time=NO_DURATION,
+            error_code=ErrorCode.none,
+            members=members,
+        )
+
+    def _leave(self, group_id: str, leaving: list[tuple[str, str | None]]) -> list[ErrorCode]:
+        group = self._groups.get(group_id)
+        if group is None:
+            return [ErrorCode.unknown_member_id] * len(leaving)
+        now = self.clock()
+        self._tick(group, now)
+        codes, left = [], False
+        for member_id, instance_id in leaving:
+            if instance_id is not None:
+                owner = group.static.get(instance_id)
+                if owner is None or owner not in group.members:
+                    codes.append(ErrorCode.unknown_member_id)
+                elif member_id and member_id != owner:
+                    codes.append(ErrorCode.fenced_instance_id)
+                else:
+                    self._remove(group, group.members[owner])
+                    codes.append(ErrorCode.none)
+                    left = True
+            elif member_id in group.members:
+                self._remove(group, group.members[member_id])
+                codes.append(ErrorCode.none)
+                left = True
+            elif group.pending.pop(member_id, None) is not None:
+                codes.append(ErrorCode.none)
+                left = True
+            else:
+                codes.append(ErrorCode.unknown_member_id)
+        if left:
+            self._members_left(group, now)
+        return codes
+
+    # -- offsets --------------------------------------------------------------------------------
+
+    def offset_commit(self, found: Api, body: Any, session: Any) -> Any:
+        """Commit a member's offsets (or a standalone consumer's, generation -1, to a group
+        without members) to `__consumer_offsets`, durably, through the store's OffsetStore."""
+        m = found.module
+        code = self._commit_allowed(body)
+        chosen: dict[tuple[str, int], OffsetAndMetadata] = {}
+        codes: dict[tuple[str, int], ErrorCode] = {}
+        now_ms = int(time.time() * 1000)
+        for t in body.topics:
+            for p in t.partitions:
+                tp = (t.name, p.partition_index)
+                if code != ErrorCode.none:
+                    codes[tp] = code
+                    continue
+                metadata = p.committed_metadata or ""
+                if len(metadata.encode()) > MAX_METADATA:
+                    codes[tp] = ErrorCode.offset_metadata_too_large
+                elif not self._partition_exists(*tp):
+                    codes[tp] = ErrorCode.unknown_topic_or_partition
+                else:
+                    chosen[tp] = OffsetAndMetadata(p.committed_offset, metadata, now_ms)
+                    codes[tp] = ErrorCode.none
+        if chosen:
+            # written after the checks, outside the groups' lock, so an fdatasync does not
+            # hold up every group's heartbeats; a rebalance that starts meanwhile does not
+            # undo a commit the member was entitled to when it asked
+            try:
+                self.offsets.commit(body.group_id, chosen)
+            except MQCoreError as e:
+                failed = storage_error(e)
+                codes.update(dict.fromkeys(chosen, failed))
+        topics = tuple(
+            build(
+                m.OffsetCommitResponseTopic,
+                name=t.name,
+                partitions=tuple(
+                    build(
+                        m.OffsetCommitResponsePartition,
+                        partition_index=p.partition_index,
+                        error_code=codes[(t.name, p.partition_index)],
+                    )
+                    for p in t.partitions
+                ),
+            )
+            for t in body.topics
+        )
+        return build(found.response, throttle_time=NO_DURATION, topics=topics)
+
+    def _commit_allowed(self, body: Any) -> ErrorCode:
+        """Kafka's checks, in its order: a standalone commit needs a group without members; a
+        member's needs its member ID and the current generation, and no rebalance between
+        JoinGroup and SyncGroup. The commit counts as a heartbeat."""
+        try:
+            validate_group(body.group_id)
+        except InvalidGroupError:
+            return ErrorCode.invalid_group_id
+        generation = body.generation_id_or_member_epoch
+        with self._cond:
+            group = self._groups.get(body.group_id)
+            if group is None:
+                return ErrorCode.none if generation < 0 else ErrorCode.unknown_member_id
+            now = self.clock()
+            self._tick(group, now)
+            if group.fenced(body.member_id, getattr(body, "group_instance_id", None)):
+                return ErrorCode.fenced_instance_id
+            if generation < 0 and group.state == EMPTY:
+                return ErrorCode.none
+            member = group.members.get(body.member_id)
+            if member is None:
+                return ErrorCode.unknown_member_id
+            if generation != group.generation:
+                return ErrorCode.illegal_generation
+            if group.state == COMPLETING:
+                return ErrorCode.rebalance_in_progress
+            member.deadline = now + member.session_timeout
+            return ErrorCode.none
+
+    def _partition_exists(self, topic: str, partition: int) -> bool:
+        try:
+            return 0 <= partition < self.store.partitions(topic)
+        except (UnknownTopicError, UnknownPartitionError):
+            return False
+        except MQCoreError:  # not a topic name at all
+            return False
+
+    def offset_fetch(self, found: Api, body: Any, session: Any) -> Any:
+        """Committed offsets (-1 where none) of the partitions asked for, or of every partition
+        the group committed (topics null); v8+ asks for several groups at once."""
+        m = found.module
+        if found.version >= 8:
+            groups = tuple(
+                build(
+                    m.OffsetFetchResponseGroup,
+                    group_id=g.group_id,
+                    error_code=code,
+                    topics=self._fetched(
+                        m.OffsetFetchResponseTopics, m.OffsetFetchResponsePartitions, topics
+                    ),
+                )
+                for g in body.groups
+                for code, topics in [self._committed(g.group_id, g.topics)]
+            )
+            return build(found.response, throttle_time=NO_DURATION, groups=groups)
+        code, topics = self._committed(body.group_id, body.topics)
+        if found.version < 2 and code != ErrorCode.none:
+            # v1 has no top-level error: each partition carries it
+            topics = {t: {p: (-1, "", code) for p in parts} for t, parts in topics.items()}
+        return build(
+            found.response,
+            throttle_time=NO_DURATION,
+            error_code=code,
+            topics=self._fetched(
+                m.OffsetFetchResponseTopic, m.OffsetFetchResponsePartition, topics
+            ),
+        )
+
+    def _committed(
+        self, group_id: str, asked: Iterable[Any] | None
+    ) -> tuple[ErrorCode, dict[str, dict[int, tuple[int, str, ErrorCode]]]]:
+        try:
+            committed = self.offsets.group_offsets(group_id)
+        except MQCoreError as e:
+            code = storage_error(e)
+            return code, {t.name: {p: (-1, "", code) for p in t.partition_indexes}
+                          for t in asked or ()}  # fmt: skip
+        out: dict[str, dict[int, tuple[int, str, ErrorCode]]] = {}
+        if asked is None:
+            for (topic, p), have in sorted(committed.items()):
+                out.setdefault(topic, {})[p] = (have.offset, have.metadata, ErrorCode.none)
+            return ErrorCode.none, out
+        for t in asked:
+            parts = out.setdefault(t.name, {})
+            for p in t.partition_indexes:
+                om = committed.get((t.name, p))
+                parts[p] = (
+                    (om.offset, om.metadata, ErrorCode.none) if om else (-1, "", ErrorCode.none)
+                )
+        return ErrorCode.none, out
+
+    @staticmethod
+    def _fetched(
+        topic_cls: type, part_cls: type, topics: dict[str, dict[int, tuple[int, str, ErrorCode]]]
+    ) -> tuple[Any, ...]:
+        return tuple(
+            build(
+                topic_cls,
+                name=name,
+                partitions=tuple(
+                    build(
+                        part_cls,
+                        partition_index=p,
+                        committed_offset=offset,
+                        committed_leader_epoch=-1,
+                        metadata=metadata,
+                        error_code=code,
+                    )
+                    for p, (offset, metadata, code) in parts.items()
+                ),
+            )
+            for name, parts in topics.items()
+        )
+
+    def offset_delete(self, found: Api, body: Any, session: Any) -> Any:
+        """Delete committed offsets of topics the group does not consume now (Kafka's rule:
+        GROUP_SUBSCRIBED_TO_TOPIC for a topic an active member subscribes to)."""
+        m = found.module
+        code = ErrorCode.none
+        subscribed: set[str] | None = set()
+        committed: dict[tuple[str, int], OffsetAndMetadata] = {}
+        try:
+            committed = self.offsets.group_offsets(body.group_id)
+        except MQCoreError as e:
+            code = storage_error(e)
+        with self._cond:
+            group = self._groups.get(body.group_id)
+            if group is not None:
+                self._tick(group, self.clock())
+            if code != ErrorCode.none:
+                pass
+            elif (group is None or not group.members) and not committed:
+                code = ErrorCode.group_id_not_found
+            elif group is not None and group.state != EMPTY:
+                if group.protocol_type != CONSUMER:
+                    code = ErrorCode.non_empty_group
+                else:
+                    subscribed = set()
+                    for member in group.members.values():
+                        names = subscription_topics(member.metadata(group.protocol_name))
+                        if names is None:
+                            subscribed = None  # unreadable: every topic counts as subscribed
+                            break
+                        subscribed.update(names)
+        codes: dict[tuple[str, int], ErrorCode] = {}
+        doomed: dict[tuple[str, int], OffsetAndMetadata | None] = {}
+        if code == ErrorCode.none:
+            for t in body.topics:
+                for p in t.partitions:
+                    tp = (t.name, p.partition_index)
+                    if subscribed is None or t.name in subscribed:
+                        codes[tp] = ErrorCode.group_subscribed_to_topic
+                    elif not self._partition_exists(*tp):
+                        codes[tp] = ErrorCode.unknown_topic_or_partition
+                    else:
+                        codes[tp] = ErrorCode.none
+                        if tp in committed:
+                            doomed[tp] = None
+        if doomed:
+            try:
+                self.offsets.commit(body.group_id, doomed)
+            except MQCoreError as e:
+                code = storage_error(e)
+        topics = ()
+        if code == ErrorCode.none:
+            topics = tuple(
+                build(
+                    m.OffsetDeleteResponseTopic,
+                    name=t.name,
+                    partitions=tuple(
+                        build(
+                            m.OffsetDeleteResponsePartition,
+                            partition_index=p.partition_index,
+                            error_code=codes[(t.name, p.partition_index)],
+                        )
+                        for p in t.partitions
+                    ),
+                )
+                for t in body.topics
+            )
+        return build(found.response, throttle_time=NO_DURATION, error_code=code, topics=topics)
+
+    # -- describing, listing, deleting groups ---------------------------------------------------
+
+    def _known(self) -> dict[str, Group | None]:
+        """Every group: those with members or a state here, and those that only have committed
+        offsets (None: Empty, no protocol type, as Kafka shows a group of standalone commits)."""
+        out: dict[str, Group | None] = dict.fromkeys(sorted(self._committed_groups()))
+        with self._cond:
+            now = self.clock()
+            for gid, group in self._groups.items():
+                self._tick(group, now)
+                if group.members or group.pending or group.generation or gid in out:
+                    out[gid] = group
+        return out
+
+    def _committed_groups(self) -> set[str]:
+        """The groups with committed offsets (none when the store cannot keep offsets: a
+        read-only store)."""
+        try:
+            return {g for g, _, _ in self.offsets.all_offsets()}
+        except MQCoreError:
+            return set()
+
+    def describe_groups(self, found: Api, body: Any, session: Any) -> Any:
+        m = found.module
+        with_offsets = self._committed_groups()
+        described = []
+        with self._cond:
+            for gid in body.groups:
+                group = self._groups.get(gid)
+                if group is not None:
+                    self._tick(group, self.clock())
+                code, message, state, ptype, pdata, members = ErrorCode.none, None, DEAD, "", "", ()
+                if group is not None or gid in with_offsets:
+                    state = group.state if group is not None else EMPTY
+                    ptype = (group.protocol_type if group is not None else None) or ""
+                if group is not None and group.members:
+                    stable = group.state == STABLE
+                    pdata = (group.protocol_name or "") if stable else ""
+                    members = tuple(
+                        build(
+                            m.DescribedGroupMember,
+                            member_id=mem.member_id,
+                            group_instance_id=mem.instance_id,
+                            client_id=mem.client_id,
+                            client_host=mem.client_host,
+                            member_metadata=mem.metadata(group.protocol_name) if stable else b"",
+                            member_assignment=mem.assignment if stable else b"",
+                        )
+                        for mem in group.members.values()
+                    )
+                elif state == DEAD and found.version >= 6:  # KIP-1043
+                    code, message = ErrorCode.group_id_not_found, f"group {gid!r} does not exist"
+                described.append(
+                    build(
+                        m.DescribedGroup,
+                        error_code=code,
+                        error_message=message,
+                        group_id=gid,
+                        group_state=state,
+                        protocol_type=ptype,
+                        protocol_data=pdata,
+                        members=members,
+                        authorized_operations=-(2**31),
+                    )
+                )
+        return build(found.response, throttle_time=NO_DURATION, groups=tuple(described))
+
+    def list_groups(self, found: Api, body: Any, session: Any) -> Any:
+        """Every group, filtered by state (v4+) and type (v5+, "classic"), case-insensitively."""
+        states = {s.lower() for s in getattr(body, "states_filter", ())}
+        types = {s.lower() for s in getattr(body, "types_filter", ())}
+        listed = []
+        for gid, group in self._known().items():
+            state = group.state if group is not None else EMPTY
+            if states and state.lower() not in states:
+                continue
+            if types and GROUP_TYPE not in types:
+                continue
+            listed.append(
+                build(
+                    found.module.ListedGroup,
+                    group_id=gid,
+                    protocol_type=(group.protocol_type if group is not None else None) or "",
+                    group_state=state,
+                    group_type=GROUP_TYPE,
+                )
+            )
+        return build(
+            found.response,
+            throttle_time=NO_DURATION,
+            error_code=ErrorCode.none,
+            groups=tuple(listed),
+        )
+
+    def delete_groups(self, found: Api, body: Any, session: Any) -> Any:
+        """Delete groups without members: their committed offsets are tombstoned
+        (Store.delete_group); NON_EMPTY_GROUP while members are in."""
+        results = []
+        known = self._known()
+        for gid in body.groups_names:
+            code = ErrorCode.none
+            with self._cond:
+                group = self._groups.get(gid)
+                if gid not in known:
+                    code = ErrorCode.group_id_not_found
+                elif group is not None and (group.members or group.pending):
+                    code = ErrorCode.non_empty_group
+                else:
+                    self._groups.pop(gid, None)
+            if code == ErrorCode.none:
+                code = self._delete_offsets(gid)
+            results.append(build(found.module.DeletableGroupResult, group_id=gid, error_code=code))
+        return build(found.response, throttle_time=NO_DURATION, results=tuple(results))
+
+    def _delete_offsets(self, group_id: str) -> ErrorCode:
+        try:
+            validate_group(group_id)
+        except InvalidGroupError:  # committed before the name rule: tombstone directly
+            try:
+                self.offsets.delete_group(group_id)
+            except MQCoreError as e:
+                return storage_error(e)
+            return ErrorCode.none
+        try:
+            self.store.delete_group(group_id)
+        except InvalidGroupError:  # an in-process store.consumer() group has members
+            return ErrorCode.non_empty_group
+        except MQCoreError as e:
+            return storage_error(e)
+        return ErrorCode.none
+
+
+def storage_error(e: MQCoreError) -> ErrorCode:
+    """The code of a failed read or write of `__consumer_offsets`."""
+    if isinstance(e, InvalidGroupError):
+        return ErrorCode.invalid_group_id
+    return ErrorCode.kafka_storage_error
+
+
+def make_member_id(prefix: str) -> str:
+    """Kafka's form: the client ID (or group.instance.id), "-", a random UUID."""
+    return f"{prefix}-{uuid.uuid4()}"
+
+
+def client_host(session: Any) -> str:
+    """Kafka's client_host: "/" and the peer's address."""
+    peer = getattr(session, "peer", None)
+    if isinstance(peer, tuple) and peer:
+        return f"/{peer[0]}"
+    return ""
+
+
+def subscription_topics(metadata: bytes) -> list[str] | None:
+    """The topics of a consumer's subscription (ConsumerProtocolSubscription, any version:
+    int16 version, then an int32 count of int16-length strings); None if it does not parse."""
+    try:
+        pos = _I16.size
+        (count,) = _I32.unpack_from(metadata, pos)
+        pos += _I32.size
+        if count < 0 or count > len(metadata):
+            return None
+        topics = []
+        for _ in range(count):
+            (n,) = _I16.unpack_from(metadata, pos)
+            pos += _I16.size
+            if n < 0 or pos + n > len(metadata):
+                return None
+            topics.append(metadata[pos : pos + n].decode())
+            pos += n
+        return topics
+    except (struct.error, UnicodeDecodeError):
+        return None
