@@ -11,6 +11,7 @@ bench/README.md "mqcore serve".
 
 from __future__ import annotations
 
+import datetime
 import os
 import statistics
 import subprocess
@@ -31,7 +32,9 @@ ck = pytest.importorskip("confluent_kafka")
 pytest.importorskip("mqcore.server", reason="the server extra (kio) is missing")
 
 SIZES = {"1KiB": 1024, "100B": 100}
-PER_ROUND = {"1KiB": 20_000, "100B": 100_000}  # messages one produce round sends (~20, ~10 MB)
+FETCH_SIZES = {**SIZES, "64KiB": 64 << 10}  # large values: the client's per-message cost fades
+# messages one produce round sends (~20, ~10 MB); the 64 KiB topic is only fetched (~300 MB)
+PER_ROUND = {"1KiB": 20_000, "100B": 100_000, "64KiB": 500}
 ROUNDS = 8
 BATCH = 1000  # the in-process side's batches: what librdkafka's 1 MiB batches hold of 1 KiB
 LATENCY_ROUNDS = 200
@@ -53,7 +56,7 @@ class Served:
 
 def serve(path: str, flush: str) -> Served:
     with mqcore.open(path) as s:
-        for name in SIZES:
+        for name in FETCH_SIZES:
             if f"w{name}" not in s.topics():
                 s.create_topic(f"w{name}", segment_bytes=SEGMENT, max_message_bytes=2 << 20)
     proc = subprocess.Popen(
@@ -115,6 +118,35 @@ def test_wire_produce(benchmark: BenchmarkFixture, server: Served, size: str) ->
 
 
 @pytest.mark.parametrize("size", list(SIZES))
+def test_wire_produce_not_appended(
+    benchmark: BenchmarkFixture, tmp_path_factory: pytest.TempPathFactory, size: str
+) -> None:
+    """The same producer to a server that acknowledges without appending
+    (bench/null_produce_server.py): what the client, the socket and the request parsing cost
+    without the store, the ceiling of the wire side on this machine."""
+    path = str(tmp_path_factory.mktemp("null") / "store")
+    proc = subprocess.Popen(
+        [sys.executable, os.path.join(os.path.dirname(__file__), "null_produce_server.py"), path],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        producer = ck.Producer({"bootstrap.servers": proc.stdout.readline().strip(), **PRODUCER})
+        values = values_of(PER_ROUND[size], SIZES[size], SEED)
+        produce_all(producer, f"w{size}", values[:10])  # metadata and the topic, made
+        benchmark.group = f"server-produce-{size}"
+        record(benchmark, f"server/produce/{size}/wire-not-appended",
+               nbytes=PER_ROUND[size] * SIZES[size], messages=PER_ROUND[size])  # fmt: skip
+        benchmark.pedantic(lambda: produce_all(producer, f"w{size}", values), rounds=ROUNDS,
+                           warmup_rounds=1, iterations=1)  # fmt: skip
+    finally:
+        proc.kill()
+        proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+@pytest.mark.parametrize("size", list(SIZES))
 def test_inprocess_append_batch(benchmark: BenchmarkFixture, scratch: str, size: str) -> None:
     """The same messages through Store.append_batch in this process, batches of 1000."""
     values = values_of(PER_ROUND[size], SIZES[size], SEED)
@@ -158,6 +190,19 @@ def test_raw_write(benchmark: BenchmarkFixture, scratch: str, size: str) -> None
         os.close(fd)
 
 
+def fill(server: Served, size: str) -> int:
+    """The messages of the fetch benchmarks' topic: what the produce benchmark left, produced
+    here when it did not run. Returns how many there are."""
+    topic = f"w{size}"
+    with mqcore.open(server.path, read_only=True) as s:
+        count = s.end_offset(topic, 0)
+    want = (ROUNDS + 1) * PER_ROUND[size]
+    if count < want:
+        producer = ck.Producer({"bootstrap.servers": server.bootstrap, **PRODUCER})
+        produce_all(producer, topic, values_of(want - count, FETCH_SIZES[size], SEED))
+    return max(count, want)
+
+
 def log_bytes(path: str, topic: str) -> int:
     part = os.path.join(path, f"{topic}-0")
     return sum(
@@ -165,19 +210,11 @@ def log_bytes(path: str, topic: str) -> int:
     )
 
 
-@pytest.mark.parametrize("size", list(SIZES))
+@pytest.mark.parametrize("size", list(FETCH_SIZES))
 def test_wire_fetch(benchmark: BenchmarkFixture, server: Served, size: str) -> None:
     """One confluent-kafka consumer reads the topic from offset 0 (page cache): log bytes/s."""
     topic = f"w{size}"
-    with mqcore.open(server.path, read_only=True) as s:
-        count = s.end_offset(topic, 0)
-    want = (ROUNDS + 1) * PER_ROUND[
-        size
-    ]  # what the produce benchmark leaves; made if it did not run
-    if count < want:
-        producer = ck.Producer({"bootstrap.servers": server.bootstrap, **PRODUCER})
-        produce_all(producer, topic, values_of(want - count, SIZES[size], SEED))
-        count = want
+    count = fill(server, size)
     nbytes = log_bytes(server.path, topic)
     config = {"bootstrap.servers": server.bootstrap, "group.id": "bench",
               "enable.auto.commit": False, "fetch.max.bytes": 50 << 20,
@@ -198,10 +235,11 @@ def test_wire_fetch(benchmark: BenchmarkFixture, server: Served, size: str) -> N
     benchmark.pedantic(fetch_all, rounds=5, warmup_rounds=1, iterations=1)
 
 
-@pytest.mark.parametrize("size", list(SIZES))
+@pytest.mark.parametrize("size", list(FETCH_SIZES))
 def test_raw_read(benchmark: BenchmarkFixture, server: Served, size: str) -> None:
     """pread() of the same segment bytes in 1 MiB reads: the page cache's own speed."""
     topic = f"w{size}"
+    fill(server, size)
     part = os.path.join(server.path, f"{topic}-0")
     logs = sorted(os.path.join(part, n) for n in os.listdir(part) if n.endswith(".log"))
     nbytes = sum(os.path.getsize(p) for p in logs)
@@ -219,6 +257,89 @@ def test_raw_read(benchmark: BenchmarkFixture, server: Served, size: str) -> Non
     benchmark.group = f"server-fetch-{size}"
     record(benchmark, f"server/fetch/{size}/raw-read", nbytes=nbytes)
     benchmark.pedantic(read_all, rounds=5, warmup_rounds=1, iterations=1)
+
+
+def _uvarint(buf: memoryview, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = buf[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, pos
+        shift += 7
+
+
+def raw_fetch_all(address: tuple[str, int], topic: str, count: int) -> int:
+    """Fetch `topic` partition 0 from offset 0 to `count` with Fetch v12 requests over one
+    socket, each response read whole into one buffer where only the batch headers are looked
+    at (no record decoded, nothing copied): what the server delivers when the client costs
+    nothing. Returns the record bytes received."""
+    import io
+    import socket
+    import struct
+
+    from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
+    from kio.schema.request_header.v2.header import RequestHeader
+    from kio.serial import entity_writer
+
+    sock = socket.create_connection(address)
+    offset, received, correlation = 0, 0, 0
+    view = memoryview(bytearray(128 << 20))
+    try:
+        while offset < count:
+            correlation += 1
+            out = io.BytesIO()
+            entity_writer(RequestHeader)(out, RequestHeader(
+                request_api_key=1, request_api_version=12, correlation_id=correlation,
+                client_id="raw"))  # fmt: skip
+            entity_writer(FetchRequest)(out, FetchRequest(
+                max_wait=datetime.timedelta(milliseconds=100), min_bytes=1, max_bytes=64 << 20,
+                topics=(FetchTopic(topic=topic, partitions=(FetchPartition(
+                    partition=0, fetch_offset=offset, partition_max_bytes=32 << 20),)),),
+                forgotten_topics_data=()))  # fmt: skip
+            payload = out.getvalue()
+            sock.sendall(struct.pack(">i", len(payload)) + payload)
+            got = 0
+            while got < 4:
+                got += sock.recv_into(view[got:4], 4 - got)
+            size = struct.unpack_from(">i", view)[0]
+            got = 0
+            while got < size:
+                got += sock.recv_into(view[got:size], size - got)
+            # FetchResponse v12 (server/fetchwire.py's schema), one topic of one partition:
+            # header 5, throttle 4, error 2, session 4, topics count, name, partitions count
+            pos = 15
+            _, pos = _uvarint(view, pos)
+            name_len, pos = _uvarint(view, pos)
+            pos += name_len - 1
+            _, pos = _uvarint(view, pos)
+            pos += 4 + 2 + 8 + 8 + 8  # index, error, high watermark, last stable, log start
+            _, pos = _uvarint(view, pos)  # aborted transactions (null)
+            pos += 4  # preferred read replica
+            length, pos = _uvarint(view, pos)
+            end = pos + max(length - 1, 0)
+            received += end - pos
+            while pos + 61 <= end:  # the batches' headers: the next offset
+                base, batch_length = struct.unpack_from(">qi", view, pos)
+                offset = base + struct.unpack_from(">i", view, pos + 23)[0] + 1
+                pos += 12 + batch_length
+    finally:
+        sock.close()
+    return received
+
+
+@pytest.mark.parametrize("size", list(FETCH_SIZES))
+def test_raw_protocol_fetch(benchmark: BenchmarkFixture, server: Served, size: str) -> None:
+    """Fetch requests from a client that reads the bytes and decodes nothing: the server's
+    delivery rate (sendfile from page cache over loopback)."""
+    count = fill(server, size)
+    nbytes = log_bytes(server.path, f"w{size}")
+    host, port = server.bootstrap.rsplit(":", 1)
+    benchmark.group = f"server-fetch-{size}"
+    record(benchmark, f"server/fetch/{size}/raw-protocol", nbytes=nbytes, messages=count)
+    benchmark.pedantic(lambda: raw_fetch_all((host, int(port)), f"w{size}", count), rounds=5,
+                       warmup_rounds=1, iterations=1)  # fmt: skip
 
 
 def p99(samples: list[float]) -> float:
