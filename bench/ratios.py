@@ -206,6 +206,28 @@ TARGETS = [
         "spark/count/parquet",
     ),
     Target("Spark key = X: mqcore (key index) vs Parquet", "spark/key/mqcore", "spark/key/parquet"),
+    Target(
+        "mqcore serve: wire produce 1 KiB vs in-process append_batch",
+        "server/produce/1KiB/wire",
+        "server/produce/1KiB/append_batch",
+        0.5,
+    ),
+    Target(
+        "mqcore serve: wire produce 1 KiB vs the same without the store",
+        "server/produce/1KiB/wire",
+        "server/produce/1KiB/wire-not-appended",
+    ),
+    Target(
+        "mqcore serve: produce beside 1,000 idle connections and a slow consumer vs alone",
+        "server/produce/1KiB/wire-beside-idle-and-slow",
+        "server/produce/1KiB/wire",
+        0.8,
+    ),
+    Target(
+        "mqcore serve: raw-protocol fetch 64 KiB vs pread of the segments",
+        "server/fetch/64KiB/raw-protocol",
+        "server/fetch/64KiB/raw-read",
+    ),
 ]
 
 

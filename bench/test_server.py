@@ -117,6 +117,71 @@ def test_wire_produce(benchmark: BenchmarkFixture, server: Served, size: str) ->
         assert s.end_offset(topic, 0) - before == (ROUNDS + 1) * PER_ROUND[size]
 
 
+IDLE_CONNECTIONS = 1000
+
+
+def test_wire_produce_beside_idle_connections_and_a_slow_consumer(
+    benchmark: BenchmarkFixture, server: Served
+) -> None:
+    """test_wire_produce[1KiB] while 1,000 other connections sit idle (each holds a server
+    thread parked in recv()) and one consumer fetches a large range but reads its socket a
+    kilobyte at a time (its thread parked in a full send): neither may slow the producer by
+    more than 20 % (bench/ratios.py)."""
+    import socket
+    import threading
+
+    size = "1KiB"
+    fill(server, size)  # something for the slow consumer to fetch
+    host, port = server.bootstrap.rsplit(":", 1)
+    idle = [socket.create_connection((host, int(port))) for _ in range(IDLE_CONNECTIONS)]
+    stop = threading.Event()
+
+    def slow_consumer() -> None:
+        import io
+        import struct
+
+        from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
+        from kio.schema.request_header.v2.header import RequestHeader
+        from kio.serial import entity_writer
+
+        with socket.create_connection((host, int(port))) as sock:
+            while not stop.is_set():
+                out = io.BytesIO()
+                entity_writer(RequestHeader)(out, RequestHeader(
+                    request_api_key=1, request_api_version=12, correlation_id=1,
+                    client_id="slow"))  # fmt: skip
+                entity_writer(FetchRequest)(out, FetchRequest(
+                    max_wait=datetime.timedelta(milliseconds=100), min_bytes=1,
+                    max_bytes=64 << 20, topics=(FetchTopic(topic=f"w{size}", partitions=(
+                        FetchPartition(partition=0, fetch_offset=0,
+                                       partition_max_bytes=64 << 20),)),),
+                    forgotten_topics_data=()))  # fmt: skip
+                payload = out.getvalue()
+                sock.sendall(struct.pack(">i", len(payload)) + payload)
+                left = 8 + 1  # at least the size and the header: then read a trickle
+                while not stop.wait(0.01) and left > 0:
+                    left = len(sock.recv(1024))
+                return
+
+    reader = threading.Thread(target=slow_consumer)
+    reader.start()
+    try:
+        values = values_of(PER_ROUND[size], SIZES[size], SEED)
+        producer = ck.Producer({"bootstrap.servers": server.bootstrap, **PRODUCER})
+        prime_page_cache(os.path.dirname(server.path), (ROUNDS + 1) * PER_ROUND[size] * 1104)
+        benchmark.group = f"server-produce-{size}"
+        record(benchmark, f"server/produce/{size}/wire-beside-idle-and-slow",
+               nbytes=PER_ROUND[size] * SIZES[size], messages=PER_ROUND[size],
+               idle_connections=len(idle))  # fmt: skip
+        benchmark.pedantic(lambda: produce_all(producer, f"w{size}", values), rounds=ROUNDS,
+                           warmup_rounds=1, iterations=1)  # fmt: skip
+    finally:
+        stop.set()
+        reader.join()
+        for sock in idle:
+            sock.close()
+
+
 @pytest.mark.parametrize("size", list(SIZES))
 def test_wire_produce_not_appended(
     benchmark: BenchmarkFixture, tmp_path_factory: pytest.TempPathFactory, size: str
