@@ -756,3 +756,28 @@ def test_mqcore_serve_with_tls_sasl_and_acls_from_the_command_line(
         for pipe in (proc.stdout, proc.stderr):
             if pipe is not None:
                 pipe.close()
+
+
+def test_offset_commits_and_fetches_follow_the_topic_acls(
+    sasl_server: Any, store: mqcore.Store
+) -> None:
+    """A consumer's offsets are its topic's: committing needs `read`, fetching `describe`
+    (reader may read orders*, not elsewhere), over SASL_PLAINTEXT with kafka-python."""
+    kafka = pytest.importorskip("kafka")
+    store.create_topic("orders.x")
+    store.create_topic("elsewhere")
+    config = dict(bootstrap_servers=sasl_server.bootstrap, security_protocol="SASL_PLAINTEXT",
+                  sasl_mechanism="SCRAM-SHA-256", sasl_plain_username="reader",
+                  sasl_plain_password=PASSWORDS["reader"])  # fmt: skip
+    consumer = kafka.KafkaConsumer(group_id="g1", enable_auto_commit=False, **config)
+    try:
+        allowed = kafka.TopicPartition("orders.x", 0)
+        denied = kafka.TopicPartition("elsewhere", 0)
+        consumer.commit({allowed: kafka.OffsetAndMetadata(7, "", -1)})
+        with pytest.raises(kafka.errors.TopicAuthorizationFailedError):
+            consumer.commit({denied: kafka.OffsetAndMetadata(3, "", -1)})
+        assert consumer.committed(allowed) == 7
+    finally:
+        consumer.close()
+    committed = store.offset_store().group_offsets("g1")
+    assert {tp: om.offset for tp, om in committed.items()} == {("orders.x", 0): 7}

@@ -77,7 +77,8 @@ class Broker:
         self._appended = threading.Condition()
         self._generation = 0
         self.log.add_append_listener(self._on_append)
-        self.groups = GroupCoordinator(store, node_id, host, port)  # consumer groups
+        # consumer groups; commits and offset fetches checked against the ACLs
+        self.groups = GroupCoordinator(store, node_id, host, port, allowed=self.allowed)
         self.handlers: dict[int, Handler] = {
             0: self.produce,
             1: self.fetch,

@@ -50,6 +50,7 @@ from mqcore.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
+from mqcore.server.auth import DESCRIBE, READ
 from mqcore.server.protocol import Api, build
 
 if TYPE_CHECKING:
@@ -141,6 +142,10 @@ class Group:
         return owner is not None and owner != member_id
 
 
+# committed offsets by topic and partition: (offset, metadata, error code)
+Committed = dict[str, dict[int, tuple[int, str, ErrorCode]]]
+
+
 class GroupCoordinator:
     """The classic consumer-group protocol for every group of one store: the request handlers
     of FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch,
@@ -157,8 +162,12 @@ class GroupCoordinator:
         min_session_timeout: float = MIN_SESSION_TIMEOUT,
         max_session_timeout: float = MAX_SESSION_TIMEOUT,
         clock: Callable[[], float] = time.monotonic,
+        allowed: Callable[[Any, str, str], bool] | None = None,
     ):
         self.store = store
+        # allowed(session, operation, topic): the broker's ACL check (server.auth); offsets
+        # of a topic are committed with its `read` grant and fetched with `describe`
+        self.allowed = allowed
         self.node_id, self.host, self.port = node_id, host, port
         self.min_session_timeout = min_session_timeout
         self.max_session_timeout = max_session_timeout
@@ -697,7 +706,9 @@ class GroupCoordinator:
                     codes[tp] = code
                     continue
                 metadata = p.committed_metadata or ""
-                if len(metadata.encode()) > MAX_METADATA:
+                if self.allowed is not None and not self.allowed(session, READ, t.name):
+                    codes[tp] = ErrorCode.topic_authorization_failed
+                elif len(metadata.encode()) > MAX_METADATA:
                     codes[tp] = ErrorCode.offset_metadata_too_large
                 elif not self._partition_exists(*tp):
                     codes[tp] = ErrorCode.unknown_topic_or_partition
@@ -782,10 +793,10 @@ class GroupCoordinator:
                     ),
                 )
                 for g in body.groups
-                for code, topics in [self._committed(g.group_id, g.topics)]
+                for code, topics in [self._visible(session, *self._committed(g.group_id, g.topics))]
             )
             return build(found.response, throttle_time=NO_DURATION, groups=groups)
-        code, topics = self._committed(body.group_id, body.topics)
+        code, topics = self._visible(session, *self._committed(body.group_id, body.topics))
         if found.version < 2 and code != ErrorCode.none:
             # v1 has no top-level error: each partition carries it
             topics = {t: {p: (-1, "", code) for p in parts} for t, parts in topics.items()}
@@ -820,6 +831,25 @@ class GroupCoordinator:
                     (om.offset, om.metadata, ErrorCode.none) if om else (-1, "", ErrorCode.none)
                 )
         return ErrorCode.none, out
+
+    def _visible(
+        self,
+        session: Any,
+        code: ErrorCode,
+        topics: dict[str, dict[int, tuple[int, str, ErrorCode]]],
+    ) -> tuple[ErrorCode, dict[str, dict[int, tuple[int, str, ErrorCode]]]]:
+        """The committed offsets of topics the session may describe; each partition of the
+        others answers TOPIC_AUTHORIZATION_FAILED."""
+        if self.allowed is None:
+            return code, topics
+        out = {}
+        for name, parts in topics.items():
+            if self.allowed(session, DESCRIBE, name):
+                out[name] = parts
+            else:
+                denied = ErrorCode.topic_authorization_failed
+                out[name] = {p: (-1, "", denied) for p in parts}
+        return code, out
 
     @staticmethod
     def _fetched(
