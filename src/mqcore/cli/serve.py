@@ -8,6 +8,7 @@ beside it. One line on stdout says where it listens; a clean stop exits 0.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import signal
 import threading
 from typing import Any, TextIO
@@ -70,6 +71,19 @@ def add_parsers(sub: Any) -> None:
     p.set_defaults(run=cmd_serve)
 
 
+def raise_open_files_limit() -> None:
+    """Lift the soft limit of open files to the hard one: each connection is a descriptor,
+    and so are the segments, as a broker's `ulimit -n` is raised."""
+    try:
+        import resource
+    except ImportError:  # not POSIX
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
 def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
     try:
         from mqcore.server import Server
@@ -89,6 +103,7 @@ def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
         sasl_mechanisms=tuple(m.strip() for m in args.sasl_mechanisms.split(",") if m.strip()),
         acl=args.acl,
     )  # fmt: skip
+    raise_open_files_limit()
     stop = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
