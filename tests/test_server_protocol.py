@@ -240,3 +240,18 @@ def test_a_server_opened_on_a_path_closes_its_store(tmp_path: Any) -> None:
         s.create_topic("t")
     with Server(path, listen="127.0.0.1:0") as srv:
         assert srv.broker.cluster_id == cluster  # the same cluster across restarts
+
+
+def test_a_handler_bug_closes_only_its_connection(kafka_server: Any) -> None:
+    """A handler that raises what no request should (a bug) ends that connection with one
+    logged line; the server goes on serving."""
+
+    def broken(*_: Any) -> Any:
+        raise RuntimeError("a bug")
+
+    kafka_server.broker.handlers[3] = broken  # Metadata
+    with connect(kafka_server) as sock:
+        payload = struct.pack(">hhih", 3, 1, 9, -1) + struct.pack(">i", -1)  # all topics
+        sock.sendall(struct.pack(">i", len(payload)) + payload)
+        assert closed_by_peer(sock)
+    still_serves(kafka_server)

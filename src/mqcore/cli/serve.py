@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
 import signal
 import threading
 from typing import Any, TextIO
@@ -104,6 +105,11 @@ def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
         acl=args.acl,
     )  # fmt: skip
     raise_open_files_limit()
+    # the server's log (refused connections, errors) on stderr, one line each
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("mqcore: %(levelname)s: %(message)s"))
+    logging.getLogger("mqcore").addHandler(handler)
+    logging.getLogger("mqcore").setLevel(logging.WARNING)
     stop = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:

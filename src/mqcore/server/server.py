@@ -292,6 +292,9 @@ class Server:
                     return
         except (OSError, ProtocolError, AuthenticationError, CloseConnection) as e:
             log.debug("closing %s: %s", peer, e)
+        except Exception as e:  # a bug: this connection ends, the server serves the others
+            log.error("closing %s after an unexpected %s: %s", peer, type(e).__name__, e)
+            log.debug("the unexpected error's traceback", exc_info=True)
         finally:
             with self._lock:
                 self._connections.pop(conn, None)
