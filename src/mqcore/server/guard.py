@@ -34,9 +34,10 @@ _FIXED = {
 _STRING, _BYTES = "string", "bytes"
 _LENGTH_KINDS = {"string": _STRING, "bytes": _BYTES, "records": _BYTES}
 
-# A step: (kind, argument). kinds: "fixed" (size), "string"/"bytes" (None), "array"
-# (element step), "struct" (its plan), and a plan is (steps, tagged: {tag: step} | None).
-Step = tuple[str, Any]
+# A step: (kind, argument, flexible). kinds: "fixed" (argument: the size), "string" and
+# "bytes", "array" (argument: the element's step), "struct" (argument: its plan); a plan is
+# (steps, tagged: {tag: step} | None for a non-flexible struct).
+Step = tuple[str, Any, bool]
 Plan = tuple[tuple[Step, ...], "dict[int, Step] | None"]
 
 
@@ -51,7 +52,7 @@ def check_header(flexible: bool, buf: bytes | bytearray | memoryview) -> int:
     client_id, a nullable string with an int16 length even in v2, then v2's tagged fields.
     Returns where the body starts."""
     view = memoryview(buf)
-    pos = _walk((_STRING, False), view, 8, len(view)) if len(view) >= 8 else 8
+    pos = _walk((_STRING, None, False), view, 8, len(view)) if len(view) >= 8 else 8
     if flexible:
         pos = _walk_struct(((), {}), view, pos, len(view))
     return pos
@@ -79,12 +80,12 @@ def _step(tp: Any, metadata: Any, flexible: bool) -> Step:
     if get_origin(tp) is tuple:
         return ("array", _step(get_args(tp)[0], metadata, flexible), flexible)
     if is_dataclass(tp):
-        return ("struct", _plan(tp))  # type: ignore[arg-type]
+        return ("struct", _plan(tp), flexible)  # type: ignore[arg-type]
     kafka_type = metadata["kafka_type"]
     if kafka_type in _FIXED:
-        return ("fixed", _FIXED[kafka_type])
+        return ("fixed", _FIXED[kafka_type], flexible)
     if kafka_type in _LENGTH_KINDS:
-        return (_LENGTH_KINDS[kafka_type], flexible)
+        return (_LENGTH_KINDS[kafka_type], None, flexible)
     raise LookupError(f"no wire form known for kafka_type {kafka_type!r}")
 
 
@@ -128,7 +129,7 @@ def _walk(step: Step, buf: memoryview, pos: int, end: int) -> int:
             raise ProtocolError("a request ends inside a field")
         return int(pos + step[1])
     if kind in (_STRING, _BYTES):
-        n, pos = _length(buf, pos, end, step[1], 2 if kind == _STRING else 4)
+        n, pos = _length(buf, pos, end, step[2], 2 if kind == _STRING else 4)
         if n > end - pos:
             raise ProtocolError(f"a {kind} of {n} bytes where {end - pos} are left")
         return pos + max(n, 0)
