@@ -371,6 +371,8 @@ class Log:
             self._partitions = {t: ps for t, ps in self._partitions.items() if t != name}
             self._configs = configs
             self._replicas = {k: v for k, v in self._replicas.items() if k.topic != name}
+            # a consumer that drained the topic looks again, and finds it gone
+            self._topic_appends[name] = self._topic_appends.get(name, 0) + 1
             for part in parts.values():
                 with part.maintenance:  # a retention or compaction pass of it finishes first
                     part.close(deleted=True)
