@@ -218,15 +218,16 @@ class Store(Sender[RecordMetadata, BatchMetadata, list[BatchMetadata]]):
         refuse_internal(name, "delete")
         self.log.delete_topic(name)
 
-    def add_partitions(self, topic: str, count: int) -> TopicConfig:
+    def add_partitions(self, topic: str, count: int, *, validate_only: bool = False) -> TopicConfig:
         """Grow `topic` to `count` partitions in all (Kafka's CreatePartitions); returns its new
         settings. The count only grows (InvalidConfigError naming the current count otherwise).
         Keys are routed by the partition count, so from now on a key may go to a different
         partition than its earlier messages: per-key order holds only within each era, as in
-        Kafka. Internal topics are refused (InternalTopicError)."""
+        Kafka. Internal topics are refused (InternalTopicError). `validate_only`: every check,
+        no change (CreatePartitions' validate_only)."""
         self.log.check_writable()
         refuse_internal(topic, "add partitions to")
-        return self.log.add_partitions(topic, count)
+        return self.log.add_partitions(topic, count, validate_only)
 
     def skipped_records(self) -> list[SkippedRecord]:
         """Records of internal topics that a reader could not parse and skipped (each also

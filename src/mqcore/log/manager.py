@@ -382,12 +382,12 @@ class Log:
             self._dir.remove_deleted()
             self.checkpoint()
 
-    def add_partitions(self, topic: str, count: int) -> TopicConfig:
+    def add_partitions(self, topic: str, count: int, validate_only: bool = False) -> TopicConfig:
         """Grow `topic` to `count` partitions (Kafka's CreatePartitions); returns its new
         settings. The count only grows; the new partitions' directories exist before
         mqcore-topics.json declares them (a crash in between leaves empty stray directories
         that the next add_partitions reuses). Keys route by the count: after this, a key may
-        go to another partition than before."""
+        go to another partition than before. `validate_only`: check, change nothing."""
         self.check_writable()
         self.partitions_of(topic)
         with self._lock:
@@ -398,6 +398,8 @@ class Log:
                     f"so {count!r} is not a new count (give more than {old.partitions})"
                 )
             new = old.with_changes(partitions=count)  # validates the upper bound
+            if validate_only:
+                return new
             added = {p: self._new_partition(topic, p, new) for p in range(old.partitions, count)}
             for part in added.values():
                 part.open(0, clean=True)
