@@ -208,9 +208,7 @@ def admin_as(srv: Any, user: str, password: str) -> Any:
     })  # fmt: skip
 
 
-def test_deleting_and_growing_need_the_create_grant(
-    sasl_server: Any, store: mqcore.Store
-) -> None:
+def test_deleting_and_growing_need_the_create_grant(sasl_server: Any, store: mqcore.Store) -> None:
     store.create_topic("t", partitions=1)
     reader = admin_as(sasl_server, "reader", "reader-secret-9x")
     assert code_of(reader.delete_topics(["t"])["t"]) == TOPIC_AUTHORIZATION_FAILED

@@ -329,3 +329,31 @@ def test_a_kill_during_add_partitions_leaves_the_old_or_new_count(
     with mqcore.open(store_path) as store:
         assert store.partitions("t") == 5
         assert store.stray_directories == []
+
+
+def test_delays_and_transactions_for_a_deleted_topic_do_not_hold_up_the_rest(
+    store_path: str,
+) -> None:
+    """A delayed message and a transaction's message waiting for a topic that is then deleted
+    are dropped (with a warning) when their time comes; the others are delivered, and nothing
+    stays pending across a reopen."""
+    day = 86_400_000
+    opts = {"delay_tick_ms": 0, "transaction_check_interval_ms": 0}
+    with mqcore.open(store_path, **opts) as store:
+        store.create_topic("gone")
+        store.create_topic("kept")
+        base = store.log.clock()
+        store.append("gone", b"late-gone", deliver_at=base + day)
+        store.append("kept", b"late-kept", deliver_at=base + day + 1)
+        txn = store.begin()
+        txn.append("gone", b"txn-gone")
+        txn.append("kept", b"txn-kept")
+        store.delete_topic("gone")
+        txn.commit()
+        store.deliver_due(now=base + 2 * day)
+        assert store.pending_delays() == 0
+        assert sorted(values(store, "kept")) == [b"late-kept", b"txn-kept"]
+    with mqcore.open(store_path, **opts) as store:
+        assert store.pending_delays() == 0 and store.open_transactions() == []
+        assert store.deliver_due(now=2**50) == 0
+        assert "gone" not in store.topics()
