@@ -219,3 +219,34 @@ def test_deleting_and_growing_need_the_create_grant(sasl_server: Any, store: mqc
     assert code_of(alice.create_partitions([NewPartitions("t", 2)])["t"]) == 0
     assert code_of(alice.delete_topics(["t"])["t"]) == 0
     assert store.topics() == []
+
+
+def test_a_consumer_fetching_while_its_topic_is_deleted_gets_errors_not_a_dead_server(
+    store: mqcore.Store,
+) -> None:
+    """A kafka-python consumer polls the topic while an admin client deletes it: the server
+    answers both, and goes on serving the name created again. (Auto-creation off: the
+    consumer's Metadata requests would otherwise make the topic again at once.)"""
+    store.create_topic("busy", partitions=2)
+    store.append_batch("busy", [b"x%d" % i for i in range(200)], partition=0)
+    with Server(store, listen="127.0.0.1:0", auto_create_topics=False) as srv:
+        c = kafka.KafkaConsumer(bootstrap_servers=srv.bootstrap, fetch_max_wait_ms=100,
+                                enable_auto_commit=False)  # fmt: skip
+        try:
+            c.assign([kafka.TopicPartition("busy", p) for p in range(2)])
+            c.seek_to_beginning()
+            assert sum(len(v) for v in c.poll(timeout_ms=int(WAIT * 1000)).values()) > 0
+            admin = AdminClient({"bootstrap.servers": srv.bootstrap})
+            done = admin.delete_topics(["busy"])["busy"]
+            for _ in range(5):  # fetches of the deleted topic: errors the client handles
+                c.poll(timeout_ms=200)
+            assert code_of(done) == 0
+            assert store.topics() == []
+            store.create_topic("busy", partitions=2)
+            store.append("busy", b"again", partition=1)
+            p = kafka.KafkaProducer(bootstrap_servers=srv.bootstrap)
+            p.send("busy", b"wire", partition=1).get(timeout=WAIT)
+            p.close()
+        finally:
+            c.close()
+    assert [m.value for m in store.read("busy", 1, 0, 10)] == [b"again", b"wire"]
