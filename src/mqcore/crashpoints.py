@@ -51,6 +51,12 @@ CRASH_POINTS = (
     # retention (storage/retention.py)
     "retention.after_deleted",
     "retention.before_unlink",
+    # topic deletion (mqcore.log Log.delete_topic): the topic list saved without it (naming
+    # it `deleting`), then its partition directories renamed to `-delete`
+    "delete_topic.after_save",
+    "delete_topic.after_rename",
+    # new partitions' directories made, before the topic list declares them (Log.add_partitions)
+    "add_partitions.after_dirs",
     # the two-phase relay of a transaction commit and of a delayed delivery (produce/relay.py):
     # the PREPARE record durable; the N-th target partition's re-append done (visit N)
     "txn.after_prepare",
@@ -61,11 +67,14 @@ CRASH_POINTS = (
     "txn.after_repark",
     "delay.after_repark",
 )
-# points walked by their own tests (tests/test_transactions.py, test_delay.py, test_trim.py; the
-# embedding API's truncation by tests/test_embedding.py, which kills a ReplicaLog at each), not
+# points walked by their own tests (tests/test_transactions.py, test_delay.py, test_trim.py,
+# test_topics.py; the embedding API's truncation by tests/test_embedding.py, which kills a
+# ReplicaLog at each), not
 # by tests/test_crash_walk.py's Store workload
 WALKED_ELSEWHERE = frozenset(
-    p for p in CRASH_POINTS if p.startswith(("txn.", "delay.", "truncate."))
+    p
+    for p in CRASH_POINTS
+    if p.startswith(("txn.", "delay.", "truncate.", "delete_topic.", "add_partitions."))
 )
 
 

@@ -203,6 +203,32 @@ class Store(Sender[RecordMetadata, BatchMetadata, list[BatchMetadata]]):
         refuse_internal(topic, "alter")
         return self.log.alter_topic_config(topic, **changes)
 
+    def delete_topic(self, name: str) -> None:
+        """Delete a topic and all its messages (Kafka's DeleteTopics); the name may be created
+        again afterwards, as a new topic whose offsets start at 0.
+
+        Crash-safe: once mqcore-topics.json no longer lists it the deletion is done, and an
+        open after a crash finishes removing its directories (docs/operations.md "Deleting a
+        topic"). A reader or consumer of it gets UnknownTopicError from then on (a read in
+        progress may end with StoreClosedError instead); retention, compaction and the flusher
+        skip it. Consumer-group offsets of the topic stay until the group is deleted, as in
+        Kafka. Internal topics are refused (InternalTopicError), unknown ones raise
+        UnknownTopicError."""
+        self.log.check_writable()
+        refuse_internal(name, "delete")
+        self.log.delete_topic(name)
+
+    def add_partitions(self, topic: str, count: int, *, validate_only: bool = False) -> TopicConfig:
+        """Grow `topic` to `count` partitions in all (Kafka's CreatePartitions); returns its new
+        settings. The count only grows (InvalidConfigError naming the current count otherwise).
+        Keys are routed by the partition count, so from now on a key may go to a different
+        partition than its earlier messages: per-key order holds only within each era, as in
+        Kafka. Internal topics are refused (InternalTopicError). `validate_only`: every check,
+        no change (CreatePartitions' validate_only)."""
+        self.log.check_writable()
+        refuse_internal(topic, "add partitions to")
+        return self.log.add_partitions(topic, count, validate_only)
+
     def skipped_records(self) -> list[SkippedRecord]:
         """Records of internal topics that a reader could not parse and skipped (each also
         logged once as a warning): junk written by something other than mqcore."""

@@ -31,6 +31,7 @@ from mqcore import compression as codecs
 from mqcore._ext.batch import EncodedBatch
 from mqcore.clock import Clock, now_ms
 from mqcore.config import FlushPolicy, TopicConfig, validate_name
+from mqcore.crashpoints import crash_point
 from mqcore.errors import (
     CorruptIndexError,
     InvalidConfigError,
@@ -164,6 +165,8 @@ class Log:
         if not self.read_only:
             self._dir.clear_clean_marker()
         self._configs = self._dir.load_topics()
+        if not self.read_only:
+            self._dir.finish_deletions()  # the topic list saved after this drops their entries
         # what is not opened: directories no topic declares, and declared partitions whose
         # directory is gone (an open never creates one: an empty partition would hide a loss)
         self.stray_directories = list(self._dir.stray)
@@ -345,6 +348,75 @@ class Log:
                 part.reconfigure(new)
         return new
 
+    def delete_topic(self, name: str) -> None:
+        """Delete a topic and its messages (Store.delete_topic says what a caller sees).
+
+        The steps, each durable before the next (docs/operations.md "Deleting a topic"): the
+        topic leaves mqcore-topics.json, which names it as `deleting` (the commit point: an
+        open after a crash finishes what follows); its partitions close (a reader in the
+        middle of a read keeps the mappings it holds and then gets an error, never a crash);
+        their directories are renamed to Kafka's `<topic>-<n>.<hex>-delete`; the topic list
+        is saved without the `deleting` entry; the directories are removed."""
+        self.check_writable()
+        self.partitions_of(name)  # UnknownTopicError
+        # the lock throughout: the name cannot be created again before its old directories
+        # are renamed (a maintenance pass never takes the log's lock, so waiting for one is safe)
+        with self._lock:
+            cfg = self._configs[name]
+            configs = {t: c for t, c in self._configs.items() if t != name}
+            self._dir.save_topics(configs, {name: cfg.partitions})
+            crash_point("delete_topic.after_save")
+            parts = self._partitions[name]
+            # partitions first: a lookup that finds them finds their config (_config_of)
+            self._partitions = {t: ps for t, ps in self._partitions.items() if t != name}
+            self._configs = configs
+            self._replicas = {k: v for k, v in self._replicas.items() if k.topic != name}
+            # a consumer that drained the topic looks again, and finds it gone
+            self._topic_appends[name] = self._topic_appends.get(name, 0) + 1
+            for part in parts.values():
+                with part.maintenance:  # a retention or compaction pass of it finishes first
+                    part.close(deleted=True)
+            self._dir.retire_partitions(name, cfg.partitions)
+            crash_point("delete_topic.after_rename")
+            self._dir.save_topics(configs)
+            self._dir.remove_deleted()
+            self.checkpoint()
+
+    def add_partitions(self, topic: str, count: int, validate_only: bool = False) -> TopicConfig:
+        """Grow `topic` to `count` partitions (Kafka's CreatePartitions); returns its new
+        settings. The count only grows; the new partitions' directories exist before
+        mqcore-topics.json declares them (a crash in between leaves empty stray directories
+        that the next add_partitions reuses). Keys route by the count: after this, a key may
+        go to another partition than before. `validate_only`: check, change nothing."""
+        self.check_writable()
+        self.partitions_of(topic)
+        with self._lock:
+            old = self._configs[topic]
+            if isinstance(count, bool) or not isinstance(count, int) or count <= old.partitions:
+                raise InvalidConfigError(
+                    f"topic {topic!r} has {old.partitions} partitions: the count can only grow, "
+                    f"so {count!r} is not a new count (give more than {old.partitions})"
+                )
+            new = old.with_changes(partitions=count)  # validates the upper bound
+            if validate_only:
+                return new
+            added = {p: self._new_partition(topic, p, new) for p in range(old.partitions, count)}
+            for part in added.values():
+                part.open(0, clean=True)
+            crash_point("add_partitions.after_dirs")
+            configs = {**self._configs, topic: new}
+            try:
+                self._dir.save_topics(configs)
+            except BaseException:
+                for part in added.values():
+                    part.close()
+                raise
+            self._configs = configs
+            self._partitions = {**self._partitions, topic: {**self._partitions[topic], **added}}
+            for part in self._partitions[topic].values():
+                part.reconfigure(new)
+        return new
+
     def topics(self) -> list[str]:
         """Every topic, internal ones included, sorted."""
         self.check_open()
@@ -356,7 +428,7 @@ class Log:
     def config(self, topic: str) -> TopicConfig:
         """The topic's settings (UnknownTopicError for a topic the log does not hold)."""
         self.partitions_of(topic)  # the open check, and the errors for an unknown topic
-        return self._configs[topic]
+        return self._config_of(topic)
 
     def partitions_and_config(
         self, topic: str, create: bool = False
@@ -368,7 +440,14 @@ class Log:
         # check_open's conditions, inline (keep them the same as check_open's)
         if parts is None or self._closed or (flusher is not None and flusher.error is not None):
             parts = self.partitions_of(topic, create)  # the errors, or the creation
-        return parts, self._configs[topic]
+        return parts, self._config_of(topic)
+
+    def _config_of(self, topic: str) -> TopicConfig:
+        """The config of a topic just found in _partitions (deleted since: UnknownTopicError)."""
+        cfg = self._configs.get(topic)
+        if cfg is None:
+            raise UnknownTopicError(f"topic {topic!r} was deleted from {self.path}")
+        return cfg
 
     def partitions_of(self, topic: str, create: bool = False) -> dict[int, Partition]:
         """The topic's open partitions by number (do not change the dict). With `create` an
@@ -388,7 +467,7 @@ class Log:
     def partition(self, topic: str, partition: int, create: bool = False) -> Partition:
         """One partition; UnknownTopicError / UnknownPartitionError naming what is missing."""
         parts = self.partitions_of(topic, create)
-        count = self._configs[topic].partitions
+        count = self._config_of(topic).partitions
         if (
             isinstance(partition, bool)
             or not isinstance(partition, int)

@@ -10,11 +10,14 @@ their real partitions exactly once, across a crash or a power loss at any step.
        re-append of the rest                          crash point <name>.after_append (visit N)
     4. the re-appends durable, then DONE
 So a crash before 2 leaves nothing in doubt; after it, a rerun skips what is already there.
+A target partition that no longer exists (its topic was deleted, Store.delete_topic) gets
+nothing: its messages are dropped with a warning, so one deleted topic never holds up the rest.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import logging
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, TypeVar
 
 from mqcore.crashpoints import crash_point
@@ -25,13 +28,14 @@ if TYPE_CHECKING:
     from mqcore.log.manager import Log
 
 Item = TypeVar("Item")
+_log = logging.getLogger("mqcore")
 
 
 def relay(
     log: Log,
     name: str,
     parked: str,
-    groups: Mapping[tuple[str, int], Sequence[Item]],
+    groups: dict[tuple[str, int], list[Item]],
     prepare: Callable[[], str | None],
     doubt: Callable[[str, int, Item], int | None],
     unique_id: Callable[[Item], str | None],
@@ -39,11 +43,13 @@ def relay(
     done: Callable[[], object],
 ) -> None:
     """Relay `groups` ((topic, partition) -> parked items, in send order) from the one-partition
-    log `parked`. `prepare()` writes the PREPARE record and returns its topic (None: an
-    earlier attempt's stands); `doubt(t, p, item)` is the end offset of (t, p) before an
-    interrupted attempt that may have re-appended `item` (None: it did not); `send(t, p,
-    items)` re-appends; `done()` writes DONE. `name` ("txn", "delay") names the crash points."""
+    log `parked`; a partition the log no longer holds is taken out of the dict first.
+    `prepare()` writes the PREPARE record and returns its topic (None: an earlier attempt's
+    stands); `doubt(t, p, item)` is the end offset of (t, p) before an interrupted attempt
+    that may have re-appended `item` (None: it did not); `send(t, p, items)` re-appends;
+    `done()` writes DONE. `name` ("txn", "delay") names the crash points."""
     log.sync_partitions([(parked, 0)])
+    _drop_gone(log, name, groups)  # before prepare(), which reads `groups` too
     written = prepare()
     if written is not None:
         log.sync_partitions([(written, 0)])
@@ -60,6 +66,13 @@ def relay(
         crash_point(f"{name}.after_append")
     log.sync_partitions(groups)
     done()
+
+
+def _drop_gone(log: Log, name: str, groups: dict[tuple[str, int], list[Item]]) -> None:
+    """Take out of `groups` the target partitions the log no longer holds (deleted topics)."""
+    for t, p in [tp for tp in groups if log.find_partition(*tp) is None]:
+        _log.warning("%s: %d message(s) for %s-%d dropped: the partition no longer exists "
+                     "(its topic was deleted)", name, len(groups.pop((t, p))), t, p)  # fmt: skip
 
 
 class PresenceCheck:

@@ -1,6 +1,7 @@
 """The admin APIs of `mqcore serve` that read and change topics as a whole: DescribeConfigs,
-IncrementalAlterConfigs, DescribeCluster and DeleteRecords (what an AdminClient's
-describe_configs, incremental_alter_configs, describe_cluster and delete_records send).
+IncrementalAlterConfigs, DescribeCluster, DeleteRecords, DeleteTopics and CreatePartitions
+(what an AdminClient's describe_configs, incremental_alter_configs, describe_cluster,
+delete_records, delete_topics and create_partitions send).
 
 Topic settings are TopicConfig's fields under Kafka's config names (broker.KAFKA_CONFIG_NAMES);
 a setting mqcore fixes at creation is described read-only and refused by alter.
@@ -9,6 +10,7 @@ a setting mqcore fixes at creation is described read-only and refused by alter.
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -18,6 +20,7 @@ from mqcore.errors import InvalidConfigError, MQCoreError, UnknownTopicError
 from mqcore.server.auth import CREATE, DESCRIBE
 from mqcore.server.common import (
     NO_TIME,
+    ZERO_UUID,
     KafkaError,
     Session,
     config_field,
@@ -188,3 +191,69 @@ class AdminApis:
                 )
             topics.append(build(m.DeleteRecordsTopicResult, name=t.name, partitions=tuple(out)))
         return build(found.response, throttle_time=NO_TIME, topics=tuple(topics))
+
+    def delete_topics(self, found: Api, body: Any, session: Session) -> Any:
+        """Kafka's DeleteTopics: each topic deleted, durably, when the response is sent (there
+        is no replica to wait for, so `timeout` is not needed). v6 may name a topic by ID;
+        mqcore keeps no topic IDs (Metadata gives the zero UUID), so an ID is UNKNOWN_TOPIC_ID."""
+        m = found.module
+        if hasattr(body, "topic_names"):  # v1-v5: names only
+            wanted = [(name, None) for name in body.topic_names]
+        else:
+            wanted = [(t.name, t.topic_id) for t in body.topics]
+        seen = Counter(name for name, _ in wanted if name is not None)
+        out = []
+        for name, topic_id in wanted:
+            code, message = ErrorCode.none, None
+            try:
+                if name is None:
+                    raise KafkaError(
+                        ErrorCode.unknown_topic_id,
+                        f"topic ID {topic_id}: mqcore keeps no topic IDs; name the topic",
+                    )
+                if seen[name] > 1:
+                    raise KafkaError(ErrorCode.invalid_request, f"topic {name!r} named twice")
+                self.broker.authorize(session, CREATE, name)  # managing the topic
+                self.store.delete_topic(name)
+            except MQCoreError as e:
+                code, message = error_code(e), str(e)
+            out.append(
+                build(
+                    m.DeletableTopicResult,
+                    name=name,
+                    topic_id=topic_id if name is None else ZERO_UUID,
+                    error_code=code,
+                    error_message=message,
+                )  # fmt: skip
+            )
+        return build(found.response, throttle_time=NO_TIME, responses=tuple(out))
+
+    def create_partitions(self, found: Api, body: Any, session: Session) -> Any:
+        """Kafka's CreatePartitions: grow each topic to `count` partitions (validate_only:
+        check only). Replica assignments are refused: one node holds every partition."""
+        m = found.module
+        seen = Counter(t.name for t in body.topics)
+        out = []
+        for t in body.topics:
+            code, message = ErrorCode.none, None
+            try:
+                if seen[t.name] > 1:
+                    raise KafkaError(ErrorCode.invalid_request, f"topic {t.name!r} named twice")
+                self.broker.authorize(session, CREATE, t.name)  # managing the topic
+                if t.assignments:
+                    raise KafkaError(ErrorCode.invalid_request, "replica assignments: one node")
+                try:
+                    self.store.add_partitions(t.name, t.count, validate_only=body.validate_only)
+                except InvalidConfigError as e:  # the count: Kafka's code for it
+                    raise KafkaError(ErrorCode.invalid_partitions, str(e)) from None
+            except MQCoreError as e:
+                code, message = error_code(e), str(e)
+            out.append(
+                build(
+                    m.CreatePartitionsTopicResult,
+                    name=t.name,
+                    error_code=code,
+                    error_message=message,
+                )  # fmt: skip
+            )
+        return build(found.response, throttle_time=NO_TIME, results=tuple(out))

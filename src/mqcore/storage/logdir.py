@@ -10,6 +10,8 @@ that Kafka ignores it (Kafka treats every sub-directory as a partition, so we ad
     mqcore-recovery-point-checkpoint    Kafka's checkpoint text format: offsets known flushed
     mqcore-clean-shutdown               present only while no writer has the store open
     mqcore-producer-ids                 the next producer id store.producer() hands out
+    <topic>-<n>.<hex>-delete/           a deleted topic's partition, removed at once (or at the
+                                        next writable open after a crash), as Kafka names them
 
 docs/format.md "Store directory" describes each file.
 """
@@ -21,7 +23,9 @@ import fcntl
 import json
 import os
 import re
+import shutil
 import time
+import uuid
 
 from mqcore.config import MAX_PARTITIONS, TopicConfig, validate_name
 from mqcore.errors import CorruptIndexError, NotAStoreError, StoreError, StoreLockedError
@@ -45,6 +49,8 @@ KAFKA_FILES = (
 )
 
 _PARTITION_DIR = re.compile(r"(.+)-(\d+)")
+DELETE_SUFFIX = "-delete"  # Kafka's name for a partition directory of a deleted topic
+_DELETED_DIR = re.compile(r"(.+)-(\d+)\.([0-9a-f]{32})" + DELETE_SUFFIX)
 LOCK_PATIENCE = 0.25  # seconds a writable open waits out readers' lock probes
 
 
@@ -173,22 +179,31 @@ class LogDirectory:
         `self.stray` and never opened or acted on (one named `t-999999` must not make an open
         create a million partitions). A directory without that file is a Kafka log directory:
         its topics are the `<topic>-<n>` directories holding `.log` files (numbers up to
-        MAX_PARTITIONS; others are stray too).
+        MAX_PARTITIONS; others are stray too). `self.deleting`: topic -> partition count of
+        the deletions a crash interrupted (finish_deletions completes them).
         """
         self.stray: list[str] = []
         meta = os.path.join(self.path, TOPICS_FILE)
+        self.deleting: dict[str, int] = {}
         if not os.path.exists(meta):
             return {t: TopicConfig(partitions=max(ps) + 1) for t, ps in self._discover().items()}
         topics: dict[str, TopicConfig] = {}
+        deleting = self.deleting
         try:
             with open(meta, encoding="utf-8") as f:
                 data = json.load(f)
             for name, cfg in data.get("topics", {}).items():
                 topics[validate_name(name)] = TopicConfig.from_json(cfg)
+            for name, count in data.get("deleting", {}).items():
+                if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+                    raise ValueError(f"deleting {name!r}: {count!r} is not a partition count")
+                if name not in data.get("topics", {}):  # created again: the new one stays
+                    deleting[validate_name(name)] = count
         except (ValueError, TypeError, AttributeError) as e:
             raise StoreError(f"{meta} is not valid mqcore topic metadata: {e}") from e
         for name, parts in self._discover().items():
-            declared = topics[name].partitions if name in topics else 0
+            # a topic being deleted is no stray: finish_deletions removes its directories
+            declared = topics[name].partitions if name in topics else deleting.get(name, 0)
             self.stray += [self.partition_dir(name, p) for p in sorted(parts) if p >= declared]
         self.stray.sort()
         return topics
@@ -214,9 +229,50 @@ class LogDirectory:
             found.setdefault(topic, set()).add(int(number))
         return found
 
-    def save_topics(self, topics: dict[str, TopicConfig]) -> None:
-        doc = {"version": 1, "topics": {n: c.to_json() for n, c in sorted(topics.items())}}
+    def save_topics(
+        self, topics: dict[str, TopicConfig], deleting: dict[str, int] | None = None
+    ) -> None:
+        """Write the topic list durably; `deleting` (topic -> partition count) names topics
+        whose partition directories are still to be retired: an open after a crash finishes
+        those deletions (load_topics), so a deleted topic never comes back half."""
+        doc: dict[str, object] = {
+            "version": 1,
+            "topics": {n: c.to_json() for n, c in sorted(topics.items())},
+        }
+        if deleting:
+            doc["deleting"] = dict(sorted(deleting.items()))
         self._write_atomic(TOPICS_FILE, json.dumps(doc, indent=1).encode())
+
+    def finish_deletions(self) -> None:
+        """At a writable open: finish the deletions a crash interrupted (the topics that
+        load_topics found still `deleting`), then remove every `-delete` directory. The caller
+        saves the topic list afterwards, which drops the `deleting` entries."""
+        for name, count in self.deleting.items():
+            self.retire_partitions(name, count)
+        self.remove_deleted()
+
+    def retire_partitions(self, topic: str, count: int) -> None:
+        """Rename the directories `<topic>-<n>` (n < count) that exist to Kafka's
+        `<topic>-<n>.<hex>-delete`, durably: from then on no open sees them as partitions."""
+        renamed = False
+        for p in range(count):
+            src = self.partition_dir(topic, p)
+            if os.path.isdir(src) and not os.path.islink(src):
+                os.rename(src, f"{src}.{uuid.uuid4().hex}{DELETE_SUFFIX}")
+                renamed = True
+        if renamed:
+            self.fsync_dir()
+
+    def remove_deleted(self) -> None:
+        """Remove every `<topic>-<n>.<hex>-delete` directory (a deleted topic's partitions;
+        Kafka's too: it removes them the same way after a restart)."""
+        removed = False
+        for entry in os.scandir(self.path):
+            if _DELETED_DIR.fullmatch(entry.name) and entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path)
+                removed = True
+        if removed:
+            self.fsync_dir()
 
     def partition_numbers(self) -> dict[str, set[int]]:
         """topic -> the numbers of its `<topic>-<n>` directories at the top of the store (a

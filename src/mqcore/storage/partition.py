@@ -30,6 +30,7 @@ from mqcore.errors import (
     StoreChangedError,
     StoreClosedError,
     StoreError,
+    UnknownTopicError,
 )
 from mqcore.storage import durable, producer_state
 from mqcore.storage.cache import SegmentCache
@@ -107,6 +108,7 @@ class Partition:
         self._unsynced_dirs: list[str] = []
         self._opened_paths: dict[int, dict[str, str]] = {}  # the layout the open read
         self.closed = False
+        self.deleted = False  # closed because its topic was deleted (close(deleted=True))
         self.producer_state: ProducerStateManager | None = None  # writable partitions only
         # readers pin the segments they picked; retention and compaction take a segment out of
         # the list at once but close its files only when the last reader unpins it
@@ -378,7 +380,7 @@ class Partition:
             self._check_timestamps(batch)
         with self._lock:
             if self.closed:
-                raise StoreClosedError(f"partition {self.topic}-{self.partition} is closed")
+                self._refuse_closed()
             seg = self.active
             if self._should_roll(seg, batch):
                 seg = self._roll()
@@ -498,6 +500,8 @@ class Partition:
         position) onwards to `decode`, as one zero-copy view per segment, until it says stop or
         the log, as it was when the scan began, ends."""
         with self._lock:
+            if self.closed:
+                self._refuse_closed()
             if start is None and offset < self.start_offset:
                 # retention moved the log start past it since the caller checked
                 raise OffsetOutOfRangeError(
@@ -643,6 +647,8 @@ class Partition:
         lock), pinned until the block ends: retention and compaction may take them out of the
         log meanwhile, but their files stay open for this reader."""
         with self._lock:
+            if self.closed:
+                self._refuse_closed()
             segs = list(self._segs)
             ends = [(s, s.size, s.next_offset) for s in segs]
             self._pin(segs)
@@ -860,11 +866,21 @@ class Partition:
 
     # -- closing --------------------------------------------------------------------------------
 
-    def close(self) -> None:
-        """Seal the active segment (closing time entry, trimmed indexes), flush, close files."""
+    def _refuse_closed(self) -> None:
+        if self.deleted:
+            raise UnknownTopicError(
+                f"partition {self.topic}-{self.partition} was deleted with its topic"
+            )
+        raise StoreClosedError(f"partition {self.topic}-{self.partition} is closed")
+
+    def close(self, deleted: bool = False) -> None:
+        """Seal the active segment (closing time entry, trimmed indexes), flush, close files.
+        `deleted`: its topic is being deleted (Log.delete_topic): appends and reads of it
+        raise UnknownTopicError from now on."""
         with self._lock:
             if self.closed:
                 return
+            self.deleted = deleted
             self.closed = True
             if self.writable:
                 self.snapshot_producers()
