@@ -56,7 +56,9 @@ def kafka_server(store: mqcore.Store) -> Iterator[Any]:
     client's bootstrap.servers takes. Skips where the server's extra is missing (kio needs
     Python 3.11+)."""
     server = pytest.importorskip("mqcore.server", reason="the server extra (kio) is missing")
-    with server.Server(store, listen="127.0.0.1:0") as srv:
+    # a short initial rebalance delay: groups of members started together still form in one
+    # generation (Kafka's 3 s default would only slow the tests)
+    with server.Server(store, listen="127.0.0.1:0", group_initial_rebalance_delay=0.3) as srv:
         yield srv
 
 

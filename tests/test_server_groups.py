@@ -1102,3 +1102,32 @@ def test_a_restarted_static_confluent_consumer_replaces_its_old_self(
         d = ca.describe_consumer_groups(["sg"])["sg"].result(WAIT)
         assert [m.member_id for m in d.members] == ids[-1:]
     assert ids[0] != ids[1]
+
+
+def test_a_new_groups_first_rebalance_waits_the_initial_delay(
+    store: mqcore.Store, clock: Clock, pool: ThreadPoolExecutor
+) -> None:
+    """Kafka's group.initial.rebalance.delay.ms: the first member of an Empty group waits the
+    delay, a member joining meanwhile extends it, and both land in generation 1 (with no
+    delay the first would have completed alone, and the second forced generation 2; a
+    kafka-python leader caught in that second rebalance stopped, seen under load)."""
+    coord = GroupCoordinator(store, 0, "127.0.0.1", 9092, clock=clock,
+                             initial_rebalance_delay=3.0)  # fmt: skip
+    try:
+        a, b = Client(coord, "a"), Client(coord, "b")
+        ida = a.join("g").member_id
+        first = pool.submit(a.join, "g", ida)
+        wait_until(lambda: state(a, "g") == "PreparingRebalance")
+        clock.now += 2.0  # within the delay: describing the group checks its deadlines
+        assert state(a, "g") == "PreparingRebalance"
+        idb = b.join("g").member_id
+        second = pool.submit(b.join, "g", idb)  # extends the delay to 3 s from now
+        wait_until(lambda: len(a.describe("g").members) == 2)
+        clock.now += 2.5  # past the first delay, within the extended one
+        assert state(a, "g") == "PreparingRebalance"
+        clock.now += 1.0  # past the extended delay: the join completes
+        ra, rb = first.result(WAIT), second.result(WAIT)
+        assert ra.generation_id == rb.generation_id == 1
+        assert sorted(m.member_id for m in ra.members) == sorted([ida, idb])
+    finally:
+        coord.close()

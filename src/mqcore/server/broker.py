@@ -39,7 +39,7 @@ from mqcore.server.common import (
     topic_setting,
 )
 from mqcore.server.fetchwire import FetchAnswer, FetchedPartition, FetchedTopic
-from mqcore.server.groups import GroupCoordinator
+from mqcore.server.groups import INITIAL_REBALANCE_DELAY, GroupCoordinator
 from mqcore.server.protocol import APIS, CONNECTION_APIS, Api, api_keys, build
 from mqcore.store import Store
 
@@ -63,6 +63,7 @@ class Broker:
         auto_create_topics: bool = True,
         default_partitions: int = 1,
         authorizer: Authorizer | None = None,
+        group_initial_rebalance_delay: float = INITIAL_REBALANCE_DELAY,
     ):
         self.store = store
         self.authorizer = authorizer  # None: no ACLs, every request allowed
@@ -78,7 +79,10 @@ class Broker:
         self._generation = 0
         self.log.add_append_listener(self._on_append)
         # consumer groups; commits and offset fetches checked against the ACLs
-        self.groups = GroupCoordinator(store, node_id, host, port, allowed=self.allowed)
+        self.groups = GroupCoordinator(
+            store, node_id, host, port, allowed=self.allowed,
+            initial_rebalance_delay=group_initial_rebalance_delay,
+        )  # fmt: skip
         self.handlers: dict[int, Handler] = {
             0: self.produce,
             1: self.fetch,

@@ -71,6 +71,10 @@ CONSUMER = "consumer"  # the protocol type of Kafka's consumers (OffsetDelete's 
 MIN_SESSION_TIMEOUT = 6.0
 MAX_SESSION_TIMEOUT = 1800.0
 MAX_METADATA = 4096
+# Kafka's group.initial.rebalance.delay.ms: the first rebalance of an Empty group waits this
+# long (and as long again after each member that joins meanwhile, up to the rebalance timeout)
+# so that members started together land in one generation, with their metadata
+INITIAL_REBALANCE_DELAY = 3.0
 MAX_WAIT_SLICE = 1.0  # a waiter re-checks the clock at least this often (the clock may be a test's)
 KEY_GROUP, KEY_TRANSACTION = 0, 1
 NO_DURATION = datetime.timedelta(0)  # throttle_time
@@ -133,6 +137,7 @@ class Group:
     static: dict[str, str] = field(default_factory=dict)  # group.instance.id -> member ID
     pending: dict[str, float] = field(default_factory=dict)  # IDs given by MEMBER_ID_REQUIRED
     rebalance_deadline: float = 0.0
+    join_not_before: float = 0.0  # the initial rebalance's delay (0: none)
 
     def fenced(self, member_id: str, instance_id: str | None) -> bool:
         """A static member's request under a member ID its instance no longer has."""
@@ -150,7 +155,9 @@ class GroupCoordinator:
     """The classic consumer-group protocol for every group of one store: the request handlers
     of FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch,
     DescribeGroups, ListGroups, DeleteGroups and OffsetDelete. `node_id`, `host` and `port`
-    are what FindCoordinator answers; `clock` (seconds, monotonic) is for tests."""
+    are what FindCoordinator answers; `initial_rebalance_delay` (seconds) is Kafka's
+    group.initial.rebalance.delay.ms (the Server passes INITIAL_REBALANCE_DELAY unless told);
+    `clock` (seconds, monotonic) is for tests."""
 
     def __init__(
         self,
@@ -161,6 +168,7 @@ class GroupCoordinator:
         *,
         min_session_timeout: float = MIN_SESSION_TIMEOUT,
         max_session_timeout: float = MAX_SESSION_TIMEOUT,
+        initial_rebalance_delay: float = 0.0,
         clock: Callable[[], float] = time.monotonic,
         allowed: Callable[[Any, str, str], bool] | None = None,
     ):
@@ -171,6 +179,7 @@ class GroupCoordinator:
         self.node_id, self.host, self.port = node_id, host, port
         self.min_session_timeout = min_session_timeout
         self.max_session_timeout = max_session_timeout
+        self.initial_rebalance_delay = initial_rebalance_delay
         self.clock = clock
         self.closed = False
         # one lock for every group: group operations are short, and waits release it
@@ -315,6 +324,7 @@ class GroupCoordinator:
                 now + session_timeout,
             )
 
+        known = set(group.members)
         if not member_id and instance_id is not None:
             new_id = make_member_id(instance_id)
             old = group.members.get(group.static.get(instance_id, ""))
@@ -352,8 +362,15 @@ class GroupCoordinator:
         if member.join is not None:  # a rejoin while its earlier JoinGroup still waits
             member.join.result = JoinResult(ErrorCode.rebalance_in_progress, member.member_id)
         waiter = member.join = Waiter()
-        if group.state != PREPARING:
+        if group.state == EMPTY:  # its first rebalance: wait for the others started with it
             self._prepare(group, now)
+            group.join_not_before = min(now + self.initial_rebalance_delay,
+                                        group.rebalance_deadline)  # fmt: skip
+        elif group.state != PREPARING:
+            self._prepare(group, now)
+        elif group.join_not_before and member.member_id not in known:  # joined during the delay
+            group.join_not_before = min(now + self.initial_rebalance_delay,
+                                        group.rebalance_deadline)  # fmt: skip
         self._maybe_complete_join(group, now)  # answers `waiter` when it was the last to join
         return waiter
 
@@ -431,8 +448,9 @@ class GroupCoordinator:
         if group.state != PREPARING:
             return
         waiting = all(m.join is not None for m in group.members.values()) and not group.pending
-        if not waiting and now < group.rebalance_deadline:
+        if now < group.rebalance_deadline and (not waiting or now < group.join_not_before):
             return
+        group.join_not_before = 0.0
         for m in [m for m in group.members.values() if m.join is None]:
             self._remove(group, m)
         group.pending.clear()
@@ -524,6 +542,8 @@ class GroupCoordinator:
         times.extend(group.pending.values())
         if group.state == PREPARING:
             times.append(group.rebalance_deadline)
+            if group.join_not_before:
+                times.append(group.join_not_before)
         return min(times, default=float("inf"))
 
     def _await(self, waiter: Waiter, group_id: str, closing: Any) -> Any:

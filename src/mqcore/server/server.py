@@ -46,6 +46,7 @@ from mqcore.server.auth import (
 from mqcore.server.broker import Broker
 from mqcore.server.common import CloseConnection, Session
 from mqcore.server.fetchwire import FetchAnswer, FetchFrame, encode_fetch, send_frame
+from mqcore.server.groups import INITIAL_REBALANCE_DELAY
 from mqcore.server.protocol import (
     API_VERSIONS,
     CONNECTION_APIS,
@@ -89,6 +90,7 @@ class Server:
         max_request_bytes: int = MAX_REQUEST_BYTES,
         idle_timeout: float = 600.0,
         request_timeout: float = 30.0,
+        group_initial_rebalance_delay: float = INITIAL_REBALANCE_DELAY,
         tls_cert: str | os.PathLike[str] | None = None,
         tls_key: str | os.PathLike[str] | None = None,
         tls_ca: str | os.PathLike[str] | None = None,
@@ -121,6 +123,7 @@ class Server:
         self.max_request_bytes = max_request_bytes
         self.idle_timeout = idle_timeout
         self.request_timeout = request_timeout
+        self.group_initial_rebalance_delay = group_initial_rebalance_delay
         self._store_arg = store
         self._store_options = store_options
         self.store: Store | None = None
@@ -166,6 +169,7 @@ class Server:
             self.store, self.advertised_host or self.host, self.port, node_id=self.node_id,
             cluster_id=cluster_id(self.store.path), auto_create_topics=self.auto_create_topics,
             default_partitions=self.default_partitions, authorizer=self.authorizer,
+            group_initial_rebalance_delay=self.group_initial_rebalance_delay,
         )  # fmt: skip
         self._stopping.clear()
         self._accepter = threading.Thread(target=self._accept, name="mqcore-accept", daemon=True)
