@@ -223,11 +223,7 @@ TARGETS = [
         "server/produce/1KiB/wire",
         0.8,
     ),
-    Target(
-        "mqcore serve: raw-protocol fetch 64 KiB vs pread of the segments",
-        "server/fetch/64KiB/raw-protocol",
-        "server/fetch/64KiB/raw-read",
-    ),
+
 ]
 
 
