@@ -5,9 +5,9 @@ byte for byte, with every codec and with headers."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
+import kafkaclients
 import pytest
 
 import mqcore
@@ -23,23 +23,7 @@ WAIT = 30.0
 
 def consume_confluent(bootstrap: str, topic: str, partitions: int, n: int) -> list[Any]:
     """The first `n` messages of every partition of `topic`, read with assign() (no group)."""
-    c = ck.Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": "t", "enable.auto.commit": False,
-         "auto.offset.reset": "earliest"}
-    )  # fmt: skip
-    try:
-        c.assign([ck.TopicPartition(topic, p, 0) for p in range(partitions)])
-        got: list[Any] = []
-        deadline = time.monotonic() + WAIT
-        while len(got) < n and time.monotonic() < deadline:
-            m = c.poll(0.5)
-            if m is None:
-                continue
-            assert m.error() is None, m.error()
-            got.append(m)
-        return got
-    finally:
-        c.close()
+    return kafkaclients.consume_confluent({"bootstrap.servers": bootstrap}, topic, partitions, n)
 
 
 def consume_kafka_python(bootstrap: str, topic: str, partitions: int, n: int) -> list[Any]:

@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 import pytest
+from kafkaclients import recv_exactly
 
 import mqcore
 
@@ -25,16 +26,6 @@ WAIT = 20.0  # seconds a test waits for something that should happen at once
 def connect(srv: Any) -> socket.socket:
     sock = socket.create_connection(srv.address, timeout=WAIT)
     return sock
-
-
-def recv_exactly(sock: socket.socket, n: int) -> bytes:
-    out = b""
-    while len(out) < n:
-        chunk = sock.recv(n - len(out))
-        if not chunk:
-            raise ConnectionError(f"closed after {len(out)} of {n} bytes")
-        out += chunk
-    return out
 
 
 def request(sock: socket.socket, payload: bytes) -> bytes:

@@ -22,8 +22,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import kafkaclients
 import pytest
 from conftest import child_env
+from kafkaclients import recv_exactly
 
 import mqcore
 from mqcore.errors import InvalidConfigError
@@ -120,20 +122,8 @@ def produce_confluent(config: dict[str, Any], topic: str, values: list[bytes]) -
 
 
 def consume_confluent(config: dict[str, Any], topic: str, n: int) -> list[bytes]:
-    c = ck.Consumer({**config, "group.id": "t", "enable.auto.commit": False})
-    try:
-        c.assign([ck.TopicPartition(topic, 0, 0)])
-        got: list[bytes] = []
-        deadline = time.monotonic() + WAIT
-        while len(got) < n and time.monotonic() < deadline:
-            m = c.poll(0.5)
-            if m is None:
-                continue
-            assert m.error() is None, m.error()
-            got.append(m.value())
-        return got
-    finally:
-        c.close()
+    """The values of the first `n` messages of partition 0."""
+    return [m.value() for m in kafkaclients.consume_confluent(config, topic, 1, n)]
 
 
 def first_error(config: dict[str, Any]) -> Any:
@@ -329,16 +319,6 @@ def header(key: int, version: int, correlation: int) -> bytes:
 
 def api_versions_request(correlation: int) -> bytes:
     return header(18, 0, correlation)
-
-
-def recv_exactly(sock: socket.socket, n: int) -> bytes:
-    out = b""
-    while len(out) < n:
-        chunk = sock.recv(n - len(out))
-        if not chunk:
-            raise ConnectionError(f"closed after {len(out)} of {n} bytes")
-        out += chunk
-    return out
 
 
 def call(sock: socket.socket, payload: bytes) -> bytes:
