@@ -223,7 +223,6 @@ TARGETS = [
         "server/produce/1KiB/wire",
         0.8,
     ),
-
 ]
 
 

@@ -5,11 +5,11 @@ read; refusals carry Kafka's error codes."""
 
 from __future__ import annotations
 
-import time
 import uuid
 from pathlib import Path
 from typing import Any
 
+import kafkaclients
 import pytest
 
 import mqcore
@@ -40,20 +40,7 @@ def code_of(future: Any) -> int:
 
 def consume_all(bootstrap: str, topic: str, partitions: int, n: int) -> list[Any]:
     """The first `n` messages of the topic's partitions, read with assign() (no group)."""
-    c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "t",
-                     "enable.auto.commit": False})  # fmt: skip
-    try:
-        c.assign([ck.TopicPartition(topic, p, 0) for p in range(partitions)])
-        got: list[Any] = []
-        deadline = time.monotonic() + WAIT
-        while len(got) < n and time.monotonic() < deadline:
-            m = c.poll(0.5)
-            if m is not None:
-                assert m.error() is None, m.error()
-                got.append(m)
-        return got
-    finally:
-        c.close()
+    return kafkaclients.consume_confluent({"bootstrap.servers": bootstrap}, topic, partitions, n)
 
 
 # -- DeleteTopics ---------------------------------------------------------------------------------
