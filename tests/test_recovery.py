@@ -725,13 +725,30 @@ def test_replay_comparison_allows_an_empty_segment_at_the_snapshot_offset() -> N
         _assert_replay_matches(dict(b, **{f"{100:020d}.log": b""}), b)
 
 
-def test_crashed_writer_files_match_a_clean_replay(tmp_path: Path) -> None:
-    """After a SIGKILL, recovery plus a clean close leaves every file (logs and the rebuilt,
-    trimmed indexes of sealed and active segments) byte-identical to what the append path
-    writes when the same appends run in-process and close cleanly. Without generated unique
-    IDs: random ones would make the two runs' bytes differ."""
+# where the writer dies: SIGKILL from the parent after 700 acks (anywhere), or at a crash point
+# inside a roll; producer_snapshot.after_write:9 left four snapshot files (the pruning never ran
+# and the reopen had nothing new to write), failing a CI run that hit it by chance
+REPLAY_KILLS = [
+    "acks",
+    "roll.after_seal:6",
+    "roll.after_new_segment:6",
+    "roll.before_dir_fsync:6",
+    "producer_snapshot.after_write:9",
+    "index.after_trim:40",
+]
+
+
+@pytest.mark.parametrize("kill", REPLAY_KILLS)
+def test_crashed_writer_files_match_a_clean_replay(tmp_path: Path, kill: str) -> None:
+    """After a SIGKILL, recovery plus a clean close leaves every file (logs, the rebuilt,
+    trimmed indexes of sealed and active segments, the newest producer snapshots) byte-identical
+    to what the append path writes when the same appends run in-process and close cleanly.
+    Without generated unique IDs: random ones would make the two runs' bytes differ."""
     killed = str(tmp_path / "killed")
-    kill_after_acks(killed, "os", 11, 700, unique_ids=False)
+    if kill == "acks":
+        kill_after_acks(killed, "os", 11, 700, unique_ids=False)
+    else:
+        run_child(WRITER, killed, "os", "11", "no-uids", crash_at=kill)
     with mqcore.open(killed, flush="os") as store:
         total = sum(store.end_offset(TOPIC, p) for p in range(PARTITIONS))
     replay = str(tmp_path / "replay")

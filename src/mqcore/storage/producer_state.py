@@ -288,8 +288,13 @@ class ProducerStateManager:
             durable.write_atomic(path, data, sync=self._fsync, tmp=tmp)
             crash_point("producer_snapshot.after_write")
             self.snapshot_offset = max(self.snapshot_offset, offset)
-            for old in snapshot_offsets(self.directory)[:-KEEP_SNAPSHOTS]:
-                _unlink(snapshot_path(self.directory, old))
+            self.prune_snapshots()
+
+    def prune_snapshots(self) -> None:
+        """Delete all but the newest KEEP_SNAPSHOTS snapshot files: after each write, and at
+        load, which finishes the pruning of a write a crash cut short."""
+        for old in snapshot_offsets(self.directory)[:-KEEP_SNAPSHOTS]:
+            _unlink(snapshot_path(self.directory, old))
 
 
 def _record_of(info: BatchInfo) -> BatchRecord:
@@ -385,6 +390,7 @@ def load(part: PartitionLog) -> ProducerStateManager:
         mgr.apply_batch(info)
     _backfill(mgr, part, from_offset)
     mgr.dirty = from_offset != end
+    mgr.prune_snapshots()
     return mgr
 
 
