@@ -3,6 +3,7 @@ figure that does not move with the host's load (the wall-clock benchmarks on thi
 move by tens of percent between runs; bench/README.md "Issue 18").
 
     python bench/instructions.py SRC [SRC ...]       # e.g. a checkout of the older commit's src
+    python bench/instructions.py --only serve_produce SRC [SRC ...]
 
 For each tree (its `src/` put first on PYTHONPATH) and each path, the process runs twice under
 callgrind, with LOW and HIGH operations after the same set-up; (Ir(HIGH) - Ir(LOW)) / (HIGH -
@@ -49,13 +50,39 @@ elif mode == "find_by_key_all":  # every one of the key's 20 messages
     for o in offsets: s.find_by_key("t", b"k%d" % (o % 5000))
 elif mode == "read":
     for o in offsets: s.read("t", 0, o, 10)
+elif mode == "serve_produce":  # n // 100 Produce requests of 1000 x 1 KiB over a socket
+    import datetime, io, socket, struct
+    from kio.schema.produce.v9 import request as pr
+    from kio.schema.request_header.v2.header import RequestHeader
+    from kio.serial import entity_writer
+    from mqcore._ext.encode import encode_batch
+    from mqcore.server import Server
+    s.create_topic("w", segment_bytes=1 << 30, max_message_bytes=2 << 20, unique_ids=False)
+    out = io.BytesIO()
+    entity_writer(RequestHeader)(out, RequestHeader(request_api_key=0, request_api_version=9,
+                                                    correlation_id=1, client_id="i"))
+    records = encode_batch([bytes([i % 256]) * 1024 for i in range(1000)], now_ms=1).tobytes()
+    entity_writer(pr.ProduceRequest)(out, pr.ProduceRequest(
+        transactional_id=None, acks=1, timeout=datetime.timedelta(seconds=30),
+        topic_data=(pr.TopicProduceData(name="w", partition_data=(
+            pr.PartitionProduceData(index=0, records=records),)),)))
+    frame = struct.pack(">i", out.tell()) + out.getvalue()
+    srv = Server(s, listen="127.0.0.1:0")
+    srv.start()
+    with socket.create_connection(srv.address) as sock:
+        for _ in range(n // 100):
+            sock.sendall(frame)
+            size = struct.unpack(">i", sock.recv(4, socket.MSG_WAITALL))[0]
+            sock.recv(size, socket.MSG_WAITALL)
+    srv.stop()
 s.close()
 """
 
 MODES = (
     "append", "append_keyed", "append_batch100", "get", "get_by_id", "find_by_key",
-    "find_by_key_all", "read",
+    "find_by_key_all", "read", "serve_produce",
 )  # fmt: skip
+PER_MESSAGE = {"append_batch100": 10, "serve_produce": 10}  # messages per counted operation
 
 
 def instructions(src: str, mode: str, n: int) -> int:
@@ -71,14 +98,17 @@ def instructions(src: str, mode: str, n: int) -> int:
 
 
 def main() -> None:
-    trees = sys.argv[1:] or ["src"]
+    args = sys.argv[1:]
+    modes = MODES
+    if args[:1] == ["--only"]:
+        modes, args = tuple(args[1].split(",")), args[2:]
+    trees = args or ["src"]
     print("path".ljust(18) + "".join(t[-28:].rjust(30) for t in trees))
-    for mode in MODES:
+    for mode in modes:
         per = [(instructions(t, mode, HIGH) - instructions(t, mode, LOW)) / (HIGH - LOW)
                for t in trees]  # fmt: skip
-        unit = " /msg" if mode == "append_batch100" else ""
-        if mode == "append_batch100":
-            per = [p / 10 for p in per]  # n // 10 batches of 100: per message
+        unit = " /msg" if mode in PER_MESSAGE else ""
+        per = [p / PER_MESSAGE.get(mode, 1) for p in per]  # batches, requests: per message
         print(mode.ljust(18) + "".join(f"{p:,.0f}{unit}".rjust(30) for p in per), flush=True)
 
 

@@ -213,6 +213,23 @@ TARGETS = [
         0.5,
     ),
     Target(
+        "mqcore serve: raw-protocol produce 1 KiB (a client costing next to nothing) vs "
+        "in-process append_batch",
+        "server/produce/1KiB/raw-protocol",
+        "server/produce/1KiB/append_batch",
+        0.5,
+    ),
+    Target(
+        "mqcore serve: raw-protocol produce 1 KiB vs in-process append_batch without IDs",
+        "server/produce/1KiB/raw-protocol",
+        "server/produce/1KiB/append_batch-no-ids",
+    ),
+    Target(
+        "mqcore serve: the confluent producer's produce() calls alone vs in-process append_batch",
+        "server/produce/1KiB/confluent-calls-alone",
+        "server/produce/1KiB/append_batch",
+    ),
+    Target(
         "mqcore serve: wire produce 1 KiB vs the same without the store",
         "server/produce/1KiB/wire",
         "server/produce/1KiB/wire-not-appended",

@@ -211,21 +211,121 @@ def test_wire_produce_not_appended(
             proc.stdout.close()
 
 
+def produce_frames(topic: str, values: list[bytes]) -> list[bytes]:
+    """Produce v9 requests (acks=1) of BATCH messages each, framed and encoded once: batches
+    as a client builds them (no unique IDs), to partition 0."""
+    import io
+    import struct
+
+    from kio.schema.produce.v9.request import (
+        PartitionProduceData,
+        ProduceRequest,
+        TopicProduceData,
+    )
+    from kio.schema.request_header.v2.header import RequestHeader
+    from kio.serial import entity_writer
+
+    frames = []
+    for n, i in enumerate(range(0, len(values), BATCH)):
+        records = encode_batch(values[i : i + BATCH], now_ms=T0_MS).tobytes()
+        out = io.BytesIO()
+        head = RequestHeader(
+            request_api_key=0, request_api_version=9, correlation_id=n, client_id="raw"
+        )
+        entity_writer(RequestHeader)(out, head)
+        entity_writer(ProduceRequest)(out, ProduceRequest(
+            transactional_id=None, acks=1, timeout=datetime.timedelta(seconds=30),
+            topic_data=(TopicProduceData(name=topic, partition_data=(
+                PartitionProduceData(index=0, records=records),)),)))  # fmt: skip
+        payload = out.getvalue()
+        frames.append(struct.pack(">i", len(payload)) + payload)
+    return frames
+
+
+def raw_produce_all(sock: Any, frames: list[bytes], in_flight: int = 5) -> None:
+    """Send `frames` with up to `in_flight` requests unanswered (librdkafka's default
+    max.in.flight), reading each response whole and checking only its size."""
+    import socket
+    import struct
+
+    sent = answered = 0
+    while answered < len(frames):
+        while sent < len(frames) and sent - answered < in_flight:
+            sock.sendall(frames[sent])
+            sent += 1
+        (size,) = struct.unpack(">i", sock.recv(4, socket.MSG_WAITALL))
+        assert len(sock.recv(size, socket.MSG_WAITALL)) == size
+        answered += 1
+
+
 @pytest.mark.parametrize("size", list(SIZES))
-def test_inprocess_append_batch(benchmark: BenchmarkFixture, scratch: str, size: str) -> None:
-    """The same messages through Store.append_batch in this process, batches of 1000."""
+def test_raw_protocol_produce(benchmark: BenchmarkFixture, server: Served, size: str) -> None:
+    """The same messages as Produce requests encoded beforehand and written to the socket by
+    a client that costs next to nothing: what the server itself sustains (the confluent
+    producer's own produce() calls cost more than the whole in-process append, see
+    test_confluent_produce_calls_alone)."""
+    import socket
+
+    topic = f"w{size}"
+    frames = produce_frames(topic, values_of(PER_ROUND[size], SIZES[size], SEED))
+    prime_page_cache(
+        os.path.dirname(server.path), (ROUNDS + 1) * PER_ROUND[size] * (SIZES[size] + 80)
+    )
+    host, port = server.bootstrap.rsplit(":", 1)
+    with mqcore.open(server.path, read_only=True) as s:
+        before = s.end_offset(topic, 0)
+    with socket.create_connection((host, int(port))) as sock:
+        benchmark.group = f"server-produce-{size}"
+        record(benchmark, f"server/produce/{size}/raw-protocol",
+               nbytes=PER_ROUND[size] * SIZES[size], messages=PER_ROUND[size])  # fmt: skip
+        benchmark.pedantic(lambda: raw_produce_all(sock, frames), rounds=ROUNDS,
+                           warmup_rounds=1, iterations=1)  # fmt: skip
+    with mqcore.open(server.path, read_only=True) as s:
+        assert s.end_offset(topic, 0) - before == (ROUNDS + 1) * PER_ROUND[size]
+
+
+@pytest.mark.parametrize("size", list(SIZES))
+def test_confluent_produce_calls_alone(benchmark: BenchmarkFixture, size: str) -> None:
+    """The confluent producer's produce() calls for one round with no broker to send to (the
+    messages wait in librdkafka's queue and are purged after each round): the client's own
+    floor, under any server."""
+    values = values_of(PER_ROUND[size], SIZES[size], SEED)
+    producer = ck.Producer({"bootstrap.servers": "127.0.0.1:9", **PRODUCER})
+
+    def calls() -> None:
+        send = producer.produce
+        for v in values:
+            send("t", v, partition=0)
+        assert len(producer) >= len(values)  # queued (a few reports of the last purge may wait)
+        producer.purge()
+        producer.poll(0)  # the purged messages' reports, as a delivering client serves them
+
+    benchmark.group = f"server-produce-{size}"
+    record(benchmark, f"server/produce/{size}/confluent-calls-alone",
+           nbytes=PER_ROUND[size] * SIZES[size], messages=PER_ROUND[size])  # fmt: skip
+    benchmark.pedantic(calls, rounds=ROUNDS, warmup_rounds=1, iterations=1)
+
+
+@pytest.mark.parametrize("ids", [True, False], ids=["ids", "no-ids"])
+@pytest.mark.parametrize("size", list(SIZES))
+def test_inprocess_append_batch(
+    benchmark: BenchmarkFixture, scratch: str, size: str, ids: bool
+) -> None:
+    """The same messages through Store.append_batch in this process, batches of 1000: on a
+    default topic (a unique ID generated per message, as mqcore's users append) and without
+    IDs (like for like with the wire, whose client batches carry none)."""
     values = values_of(PER_ROUND[size], SIZES[size], SEED)
     batches = [values[i : i + BATCH] for i in range(0, len(values), BATCH)]
     prime_page_cache(scratch, (ROUNDS + 1) * PER_ROUND[size] * (SIZES[size] + 80))
-    with mqcore.open(os.path.join(scratch, "store"), flush="os") as s:
-        s.create_topic("t", segment_bytes=SEGMENT, max_message_bytes=2 << 20)
+    with mqcore.open(os.path.join(scratch, f"store-{ids}"), flush="os") as s:
+        s.create_topic("t", segment_bytes=SEGMENT, max_message_bytes=2 << 20, unique_ids=ids)
 
         def append_all() -> None:
             for b in batches:
                 s.append_batch("t", b, partition=0)
 
         benchmark.group = f"server-produce-{size}"
-        record(benchmark, f"server/produce/{size}/append_batch",
+        record(benchmark, f"server/produce/{size}/append_batch" + ("" if ids else "-no-ids"),
                nbytes=PER_ROUND[size] * SIZES[size], messages=PER_ROUND[size])  # fmt: skip
         benchmark.pedantic(append_all, rounds=ROUNDS, warmup_rounds=1, iterations=1)
         assert s.end_offset("t", 0) == (ROUNDS + 1) * PER_ROUND[size]

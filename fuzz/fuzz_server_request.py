@@ -1,6 +1,6 @@
 """Fuzz what `mqcore serve` reads from a socket before any handler runs: the frame's size, the
 request header, and the body of every API and version served (kio's readers, which the server
-trusts to refuse what does not parse).
+trusts to refuse what does not parse, and server/producewire.py's for Produce).
 
 The input is a request payload (seeds: real requests of each API, fuzz/make_corpus.py). It must
 parse or raise ProtocolError, never anything else; a parsed request must name a served API and
@@ -38,7 +38,7 @@ def test_one_input(data: bytes) -> None:
     except EXPECTED:
         return
     try:
-        request = parse_request(data)
+        request = parse_request(bytearray(data))  # writable, as the server's receive buffer
     except EXPECTED:
         if key == API_VERSIONS:
             assert unsupported_versions_response(correlation)[8:10] == b"\x00\x23"

@@ -1,5 +1,6 @@
-"""Helpers the `mqcore serve` tests share: reading a raw socket, and consuming with
-confluent-kafka (librdkafka) by assign(), without a group."""
+"""Helpers the `mqcore serve` tests share: reading a raw socket, a client speaking any served
+request encoded by kio, and consuming with confluent-kafka (librdkafka) by assign(), without a
+group."""
 
 from __future__ import annotations
 
@@ -19,6 +20,45 @@ def recv_exactly(sock: socket.socket, n: int) -> bytes:
             raise ConnectionError(f"closed after {len(out)} of {n} bytes")
         out += chunk
     return out
+
+
+class KioWire:
+    """Requests framed and encoded with kio's writers (Kafka's schemas) over one connection,
+    answers decoded with its readers: a client for any request no PyPI client sends as the
+    test needs it."""
+
+    def __init__(self, address: tuple[str, int], client_id: str = "wire"):
+        self.sock = socket.create_connection(address, timeout=WAIT)
+        self.client_id = client_id
+        self.correlation = 0
+
+    def call(self, key: int, version: int, /, **values: Any) -> Any:
+        """Send request (key, version) with `values`; the response body."""
+        import io
+        import struct
+
+        from kio.serial import entity_reader, entity_writer
+
+        from mqcore.server.protocol import api, build
+
+        found = api(key, version)
+        assert found is not None, f"API {key} v{version} is not served"
+        head = found.request.__header_schema__
+        self.correlation += 1
+        out = io.BytesIO()
+        entity_writer(head)(out, build(head, request_api_key=key, request_api_version=version,
+                                       correlation_id=self.correlation,
+                                       client_id=self.client_id))  # fmt: skip
+        entity_writer(found.request)(out, build(found.request, **values))
+        self.sock.sendall(struct.pack(">i", out.tell()) + out.getvalue())
+        (size,) = struct.unpack(">i", recv_exactly(self.sock, 4))
+        payload = recv_exactly(self.sock, size)
+        header, used = entity_reader(found.response_header)(payload, 0)
+        assert header.correlation_id == self.correlation
+        return entity_reader(found.response)(payload, used)[0]
+
+    def close(self) -> None:
+        self.sock.close()
 
 
 def consume_confluent(config: dict[str, Any], topic: str, partitions: int, n: int) -> list[Any]:

@@ -14,10 +14,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
-import io
 import os
 import signal
-import socket
 import struct
 import subprocess
 import sys
@@ -33,9 +31,9 @@ import mqcore
 
 pytest.importorskip("mqcore.server", reason="the server extra (kio) is missing")
 from conftest import child_env  # noqa: E402
+from kafkaclients import KioWire  # noqa: E402
 from kio.index import load_payload_module  # noqa: E402
 from kio.schema.errors import ErrorCode  # noqa: E402
-from kio.serial import entity_reader, entity_writer  # noqa: E402
 from kio.static.constants import EntityType  # noqa: E402
 
 from mqcore.server import Server  # noqa: E402
@@ -194,49 +192,16 @@ class Client:
 
 
 class WireClient(Client):
-    """The same requests over a real connection to a Server: framed and encoded with kio's
-    writers (Kafka's schemas), answers decoded with its readers."""
+    """The same requests over a real connection to a Server (kafkaclients.KioWire)."""
 
     def __init__(self, srv: Server, client_id: str = "wire"):
-        self.sock = socket.create_connection(srv.address, timeout=2 * WAIT)
-        self.client_id = client_id
-        self.correlation = 0
+        self.wire = KioWire(srv.address, client_id)
 
     def call(self, key: int, version: int, /, **values: Any) -> Any:
-        found = api(key, version)
-        assert found is not None
-        head = found.request.__header_schema__
-        out = io.BytesIO()
-        self.correlation += 1
-        entity_writer(head)(
-            out,
-            build(
-                head,
-                request_api_key=key,
-                request_api_version=version,
-                correlation_id=self.correlation,
-                client_id=self.client_id,
-            ),
-        )
-        entity_writer(found.request)(out, build(found.request, **values))
-        self.sock.sendall(struct.pack(">i", out.tell()) + out.getvalue())
-        (size,) = struct.unpack(">i", self._recv(4))
-        payload = self._recv(size)
-        header, used = entity_reader(found.response_header)(payload, 0)
-        assert header.correlation_id == self.correlation
-        return entity_reader(found.response)(payload, used)[0]
-
-    def _recv(self, n: int) -> bytes:
-        buf = b""
-        while len(buf) < n:
-            chunk = self.sock.recv(n - len(buf))
-            if not chunk:
-                raise ConnectionError(f"closed after {len(buf)} of {n} bytes")
-            buf += chunk
-        return buf
+        return self.wire.call(key, version, **values)
 
     def close(self) -> None:
-        self.sock.close()
+        self.wire.close()
 
 
 @pytest.fixture

@@ -6,11 +6,9 @@ killed by SIGKILL mid-stream: every acknowledged message is there once after the
 from __future__ import annotations
 
 import datetime
-import io
 import os
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import time
@@ -23,55 +21,11 @@ import mqcore
 server_mod = pytest.importorskip("mqcore.server", reason="the server extra (kio) is missing")
 ck = pytest.importorskip("confluent_kafka")
 from kafka.record.default_records import DefaultRecordBatchBuilder  # noqa: E402
-from kio.index import load_payload_module  # noqa: E402
+from kafkaclients import KioWire  # noqa: E402
 from kio.schema.errors import ErrorCode  # noqa: E402
-from kio.serial import entity_reader, entity_writer  # noqa: E402
-from kio.static.constants import EntityType  # noqa: E402
 
 Server = server_mod.Server
 WAIT = 60.0
-
-
-class Wire:
-    """A client that speaks requests built with kio over one socket."""
-
-    def __init__(self, address: tuple[str, int]):
-        self.sock = socket.create_connection(address, timeout=WAIT)
-        self.correlation = 0
-
-    def call(self, key: int, version: int, **fields: Any) -> Any:
-        req_mod = load_payload_module(key, version, EntityType.request)
-        resp_mod = load_payload_module(key, version, EntityType.response)
-        request = next(v for v in vars(req_mod).values()
-                       if getattr(v, "__type__", None) is EntityType.request)  # fmt: skip
-        response = next(v for v in vars(resp_mod).values()
-                        if getattr(v, "__type__", None) is EntityType.response)  # fmt: skip
-        self.correlation += 1
-        out = io.BytesIO()
-        header = request.__header_schema__(
-            request_api_key=key, request_api_version=version,
-            correlation_id=self.correlation, client_id="wire-test",
-        )  # fmt: skip
-        entity_writer(request.__header_schema__)(out, header)
-        entity_writer(request)(out, request(**fields))
-        payload = out.getvalue()
-        self.sock.sendall(struct.pack(">i", len(payload)) + payload)
-        (size,) = struct.unpack(">i", self._recv(4))
-        frame = self._recv(size)
-        head, used = entity_reader(response.__header_schema__)(frame, 0)
-        assert head.correlation_id == self.correlation
-        return entity_reader(response)(frame, used)[0], resp_mod
-
-    def _recv(self, n: int) -> bytes:
-        out = b""
-        while len(out) < n:
-            chunk = self.sock.recv(n - len(out))
-            assert chunk, "the server closed the connection"
-            out += chunk
-        return out
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 def batch(pid: int, epoch: int, sequence: int, values: list[bytes]) -> bytes:
@@ -83,10 +37,10 @@ def batch(pid: int, epoch: int, sequence: int, values: list[bytes]) -> bytes:
     return bytes(b.build())
 
 
-def produce(wire: Wire, topic: str, records: bytes) -> Any:
+def produce(wire: KioWire, topic: str, records: bytes) -> Any:
     from kio.schema.produce.v9.request import PartitionProduceData, TopicProduceData
 
-    resp, _ = wire.call(
+    resp = wire.call(
         0, 9, transactional_id=None, acks=-1, timeout=datetime.timedelta(seconds=30),
         topic_data=(TopicProduceData(name=topic, partition_data=(
             PartitionProduceData(index=0, records=records),)),),
@@ -96,9 +50,9 @@ def produce(wire: Wire, topic: str, records: bytes) -> Any:
 
 def test_sequence_checks_over_the_wire(kafka_server: Any, store: mqcore.Store) -> None:
     store.create_topic("idem")
-    wire = Wire(kafka_server.address)
+    wire = KioWire(kafka_server.address)
     try:
-        init, _ = wire.call(22, 4, transactional_id=None,
+        init = wire.call(22, 4, transactional_id=None,
                             transaction_timeout=datetime.timedelta(seconds=60),
                             producer_id=-1, producer_epoch=-1)  # fmt: skip
         assert init.error_code == ErrorCode.none and init.producer_id >= 0
@@ -114,7 +68,7 @@ def test_sequence_checks_over_the_wire(kafka_server: Any, store: mqcore.Store) -
         nxt = produce(wire, "idem", batch(pid, epoch, 2, [b"c"]))
         assert (nxt.error_code, nxt.base_offset) == (ErrorCode.none, 2)
         # KIP-360: the producer bumps its epoch; the old epoch is fenced from then on
-        bump, _ = wire.call(22, 4, transactional_id=None,
+        bump = wire.call(22, 4, transactional_id=None,
                             transaction_timeout=datetime.timedelta(seconds=60),
                             producer_id=pid, producer_epoch=epoch)  # fmt: skip
         assert (bump.error_code, bump.producer_id, bump.producer_epoch) == (

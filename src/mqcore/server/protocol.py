@@ -35,11 +35,14 @@ from kio.static.constants import EntityType
 
 from mqcore.errors import ProtocolError
 from mqcore.server.guard import check_body, check_header
+from mqcore.server.producewire import read_produce
 
+Frame = bytes | bytearray | memoryview  # a request payload: the server's is a reused buffer
 _SIZE = struct.Struct(">i")
 _HEAD = struct.Struct(">hhi")  # api_key, api_version, correlation_id
 _CORRELATION = struct.Struct(">i")
 
+PRODUCE = 0
 API_VERSIONS = 18
 
 # The APIs and versions served: (key, name, lowest, highest). Lowest versions follow Kafka 4's
@@ -94,9 +97,9 @@ class Api:
     request: type
     response: type
     module: Any  # the response module: its nested types build the response
-    read: Callable[[bytes, int], tuple[Any, int]]
+    read: Callable[[Frame, int], tuple[Any, int]]
     write: Callable[[io.BytesIO, Any], None]
-    read_header: Callable[[bytes, int], tuple[Any, int]]
+    read_header: Callable[[Frame, int], tuple[Any, int]]
     write_header: Callable[[io.BytesIO, Any], None]
     response_header: type
 
@@ -143,28 +146,33 @@ class Request:
     body: Any
 
 
-def peek_header(frame: bytes) -> tuple[int, int, int]:
+def peek_header(frame: Frame) -> tuple[int, int, int]:
     """(api_key, api_version, correlation_id) of a request frame's payload."""
     if len(frame) < _HEAD.size:
         raise ProtocolError(f"a request of {len(frame)} bytes has no header (8 bytes at least)")
     return _HEAD.unpack_from(frame)
 
 
-def parse_request(frame: bytes) -> Request:
+def parse_request(frame: Frame) -> Request:
     """The request in a frame's payload. ProtocolError when the API or version is not served
     or the bytes do not parse as it (the caller answers or closes the connection)."""
     key, version, correlation = peek_header(frame)
     found = api(key, version)
     if found is None:
         raise ProtocolError(f"API {key} version {version} is not served", key, version)
+    view = memoryview(frame)
+    data = view.toreadonly()  # kio's reader refuses a writable buffer; this one copies nothing
     try:
         # kio sizes arrays from the client's counts: bound them first (server/guard.py)
-        start = check_header(bool(getattr(found.request, "__flexible__", False)), frame)
-        header, used = found.read_header(frame, 0)
+        start = check_header(bool(getattr(found.request, "__flexible__", False)), data)
+        header, used = found.read_header(data, 0)
         if used != start:
             raise ProtocolError(f"request header of {used} bytes, {start} expected")
-        check_body(found.request, frame, used)
-        body, _ = found.read(frame, used)
+        if key == PRODUCE:  # the records stay writable views into the frame (producewire.py)
+            body = read_produce(view, used, version)
+        else:
+            check_body(found.request, data, used)
+            body, _ = found.read(data, used)
     except Exception as e:  # kio raises several types for short or malformed input
         raise ProtocolError(
             f"{found.name} v{version} request of {len(frame)} bytes does not parse: {e}",
@@ -228,9 +236,9 @@ def frame_size(size: int) -> bytes:
     return _SIZE.pack(size)
 
 
-def read_frame_size(head: bytes) -> int:
+def read_frame_size(head: Frame) -> int:
     return int(_SIZE.unpack(head)[0])
 
 
-def correlation_of(frame: bytes) -> int:
+def correlation_of(frame: Frame) -> int:
     return int(_CORRELATION.unpack_from(frame, 4)[0]) if len(frame) >= 8 else -1

@@ -266,6 +266,7 @@ class Server:
     def _serve(self, conn: socket.socket, peer: Any) -> None:
         session = Session(peer)
         sasl = SaslState()
+        inbox = Inbox()
         try:
             if self.tls is not None:
                 conn = self._tls_wrap(conn)
@@ -274,12 +275,12 @@ class Server:
                 conn.settimeout(self.request_timeout)  # a stalled handshake ends the thread
                 conn.do_handshake()
             while not self._stopping.is_set():
-                frame = self._read_frame(conn)
+                frame = self._read_frame(conn, inbox)
                 if frame is None:
                     return
                 if sasl.raw_tokens and sasl.principal is None:  # after SaslHandshake v0
                     assert self.sasl is not None
-                    reply = self.sasl.raw_token(frame, sasl)
+                    reply = self.sasl.raw_token(bytes(frame), sasl)
                     session.principal = sasl.principal or session.principal
                     conn.sendall(frame_size(len(reply)) + reply)
                     continue
@@ -294,6 +295,7 @@ class Server:
                 if sasl.failed:
                     log.info("closing %s: SASL authentication failed", peer)
                     return
+                inbox.trim()
         except (OSError, ProtocolError, AuthenticationError, CloseConnection) as e:
             log.debug("closing %s: %s", peer, e)
         except Exception as e:  # a bug: this connection ends, the server serves the others
@@ -315,11 +317,12 @@ class Server:
             self._connections[tls] = self._connections.pop(conn)
         return tls
 
-    def _read_frame(self, conn: socket.socket) -> bytes | None:
-        """The next request's payload; None when the client closed (or went idle too long)."""
+    def _read_frame(self, conn: socket.socket, inbox: Inbox) -> memoryview | None:
+        """The next request's payload, in `inbox`; None when the client closed (or went idle
+        too long)."""
         conn.settimeout(self.idle_timeout)
         try:
-            head = _recv_exactly(conn, 4, allow_eof=True)
+            head = _recv_exactly(conn, inbox.frame(4), allow_eof=True)
         except TimeoutError:
             return None
         if head is None:
@@ -330,9 +333,11 @@ class Server:
                 f"a request of {size} bytes is over max_request_bytes={self.max_request_bytes}"
             )
         conn.settimeout(self.request_timeout)
-        return _recv_exactly(conn, size, allow_eof=False)
+        return _recv_exactly(conn, inbox.frame(size), allow_eof=False)
 
-    def _answer(self, frame: bytes, session: Session, sasl: SaslState) -> bytes | FetchFrame | None:
+    def _answer(
+        self, frame: memoryview, session: Session, sasl: SaslState
+    ) -> bytes | FetchFrame | None:
         assert self.broker is not None
         try:
             request = parse_request(frame)
@@ -371,9 +376,35 @@ def _path(path: str | os.PathLike[str] | None) -> str | None:
     return None if path is None else os.fspath(path)
 
 
-def _recv_exactly(conn: socket.socket, size: int, allow_eof: bool) -> bytes | None:
-    buf = bytearray(size)
-    view = memoryview(buf)
+class Inbox:
+    """A connection's receive buffer, reused for each request (a fresh buffer per request
+    costs its page faults, and a copy out of it another pass over the bytes). A request's
+    bytes stay valid until its response is sent: the handlers run to the end before the next
+    read and keep no view of them, so a produce's records are stamped and appended where
+    they arrived (server/producewire.py)."""
+
+    KEEP = 8 << 20  # a buffer grown past this (one large request) is let go after its use
+
+    __slots__ = ("buf",)
+
+    def __init__(self) -> None:
+        self.buf = bytearray(4096)
+
+    def frame(self, size: int) -> memoryview:
+        """`size` bytes of the buffer to receive into, grown (never resized in place: a view
+        may still be out) to the next power of two when short."""
+        if size > len(self.buf):
+            self.buf = bytearray(1 << (size - 1).bit_length())
+        return memoryview(self.buf)[:size]
+
+    def trim(self) -> None:
+        if len(self.buf) > self.KEEP:
+            self.buf = bytearray(4096)
+
+
+def _recv_exactly(conn: socket.socket, view: memoryview, allow_eof: bool) -> memoryview | None:
+    """Fill `view` from `conn`; None on a clean close before the first byte."""
+    size = len(view)
     got = 0
     while got < size:
         n = conn.recv_into(view[got:], size - got)
@@ -382,7 +413,7 @@ def _recv_exactly(conn: socket.socket, size: int, allow_eof: bool) -> bytes | No
                 return None
             raise ProtocolError(f"the connection closed {got} bytes into a {size}-byte read")
         got += n
-    return bytes(buf)
+    return view
 
 
 def cluster_id(store_path: str) -> str:

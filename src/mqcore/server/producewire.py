@@ -1,0 +1,150 @@
+"""Produce request bodies read by hand, so each partition's records stay a view into the
+connection's receive buffer: the leader append stamps offsets into them there and writes them
+to the segment, with no copy on the way (kio's reader returns every record set as new bytes,
+and the append then copied those again to stamp them: with the frame's own copy, three copies
+of each batch took a fifth of the server's produce time, bench/README.md "mqcore serve").
+Every other request is kio's. tests/test_server_producewire.py checks this reader against
+kio's on every version served, and fuzz/fuzz_server_request.py feeds it arbitrary bytes.
+
+Wire schema of the ProduceRequest v3-v11 body (Kafka's ProduceRequest.json), big-endian, after
+the request header (server/protocol.py):
+
+    body           transactional_id nullable string | acks int16 | timeout_ms int32
+                   | topic_data [topic] | tagged fields (v9+)
+    topic          name string | partition_data [partition] | tagged fields (v9+)
+    partition      index int32 | records nullable bytes | tagged fields (v9+)
+
+Up to v8 a string is int16 length + bytes (-1: null), an array int32 count, bytes int32
+length (-1: null). v9+ is "flexible": compact forms (unsigned varint of length + 1, 0 for
+null) and, after each struct, an unsigned varint count of tagged fields, each a varint tag,
+a varint size and that many bytes (none is defined for Produce: they are skipped).
+
+Every length and count is checked against the bytes left before it is used, so any input
+is read in time linear in its size, and a bad one raises ProtocolError.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from mqcore.errors import ProtocolError
+
+FLEXIBLE_FROM = 9
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_ACKS_TIMEOUT = struct.Struct(">hi")
+
+
+@dataclass(slots=True)
+class PartitionProduceData:
+    index: int
+    records: memoryview | None
+
+
+@dataclass(slots=True)
+class TopicProduceData:
+    name: str
+    partition_data: tuple[PartitionProduceData, ...]
+
+
+@dataclass(slots=True)
+class ProduceRequest:
+    """The fields the broker reads, under kio's names (server/broker.py takes either)."""
+
+    transactional_id: str | None
+    acks: int
+    timeout_ms: int
+    topic_data: tuple[TopicProduceData, ...]
+
+
+class _Reader:
+    """A cursor over a request frame; every read checks the bytes it needs are there."""
+
+    __slots__ = ("buf", "pos", "flexible")
+
+    def __init__(self, buf: memoryview, pos: int, flexible: bool):
+        self.buf = buf
+        self.pos = pos
+        self.flexible = flexible
+
+    def take(self, n: int, what: str) -> memoryview:
+        if n < 0 or n > len(self.buf) - self.pos:
+            raise ProtocolError(
+                f"Produce request: {what} of {n} bytes at byte {self.pos}, "
+                f"{len(self.buf) - self.pos} left"
+            )
+        start = self.pos
+        self.pos += n
+        return self.buf[start : self.pos]
+
+    def fixed(self, st: struct.Struct, what: str) -> tuple[int, ...]:
+        return st.unpack(self.take(st.size, what))
+
+    def uvarint(self, what: str) -> int:
+        value = shift = 0
+        buf, pos = self.buf, self.pos
+        while True:
+            if pos >= len(buf) or shift > 28:
+                raise ProtocolError(f"Produce request: a bad varint for {what} at byte {self.pos}")
+            byte = buf[pos]
+            pos += 1
+            value |= (byte & 0x7F) << shift
+            if byte < 0x80:
+                self.pos = pos
+                return value
+            shift += 7
+
+    def length(self, st: struct.Struct, what: str) -> int:
+        """A length or count: -1 for null."""
+        if self.flexible:
+            return self.uvarint(what) - 1
+        return self.fixed(st, what)[0]
+
+    def count(self, what: str) -> int:
+        """An array's element count, each element taking a byte at least."""
+        n = self.length(_I32, what)
+        if n < 0 or n > len(self.buf) - self.pos:
+            raise ProtocolError(f"Produce request: {what} count {n} at byte {self.pos}")
+        return n
+
+    def string(self, what: str, nullable: bool) -> str | None:
+        n = self.length(_I16, what)
+        if n == -1 and nullable:
+            return None
+        try:
+            return str(self.take(n, what), "utf-8")
+        except UnicodeDecodeError:
+            raise ProtocolError(f"Produce request: {what} is not UTF-8") from None
+
+    def tagged_fields(self) -> None:
+        if self.flexible:
+            for _ in range(self.uvarint("tagged fields")):
+                self.uvarint("a tag")
+                self.take(self.uvarint("a tagged field's size"), "a tagged field")
+
+
+def read_produce(frame: memoryview, pos: int, version: int) -> ProduceRequest:
+    """The ProduceRequest body of `version` at `pos` of `frame` (after the header), its
+    records views into `frame`; bytes after the body are ignored, as for every request."""
+    r = _Reader(frame, pos, version >= FLEXIBLE_FROM)
+    transactional_id = r.string("transactional_id", nullable=True)
+    acks, timeout_ms = r.fixed(_ACKS_TIMEOUT, "acks and timeout")
+    topics = []
+    for _ in range(r.count("topic_data")):
+        name = r.string("a topic name", nullable=False)
+        assert name is not None
+        parts = []
+        for _ in range(r.count("partition_data")):
+            (index,) = r.fixed(_I32, "a partition index")
+            size = r.length(_I32, "records")
+            records = None if size == -1 else r.take(size, "records")
+            r.tagged_fields()
+            parts.append(PartitionProduceData(index, records))
+        r.tagged_fields()
+        topics.append(TopicProduceData(name, tuple(parts)))
+    r.tagged_fields()
+    return ProduceRequest(transactional_id, acks, timeout_ms, tuple(topics))
+
+
+__all__ = ["PartitionProduceData", "ProduceRequest", "TopicProduceData", "read_produce"]
