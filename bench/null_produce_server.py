@@ -12,11 +12,9 @@ import sys
 import threading
 from typing import Any
 
-from kio.schema.errors import ErrorCode
-
 from mqcore.server import Server
-from mqcore.server.common import NO_TIME
-from mqcore.server.protocol import Api, build
+from mqcore.server.producewire import ProduceAnswer, ProducedPartition, ProducedTopic
+from mqcore.server.protocol import Api
 
 
 def main(path: str) -> None:
@@ -24,22 +22,16 @@ def main(path: str) -> None:
     assert server.broker is not None
     next_offset = [0]
 
-    def acknowledge(found: Api, body: Any, session: Any) -> Any:
-        m = found.module
-        topics = []
+    def acknowledge(found: Api, body: Any, session: Any) -> ProduceAnswer:
+        """What Broker.produce answers, with the append left out."""
+        answer = ProduceAnswer([])
         for t in body.topic_data:
             parts = []
             for p in t.partition_data:
-                parts.append(build(
-                    m.PartitionProduceResponse, index=p.index, error_code=ErrorCode.none,
-                    base_offset=next_offset[0], log_append_time=None, log_start_offset=0,
-                    record_errors=(), error_message=None,
-                ))  # fmt: skip
+                parts.append(ProducedPartition(p.index, base_offset=next_offset[0]))
                 next_offset[0] += 1
-            topics.append(
-                build(m.TopicProduceResponse, name=t.name, partition_responses=tuple(parts))
-            )
-        return build(found.response, responses=tuple(topics), throttle_time=NO_TIME)
+            answer.topics.append(ProducedTopic(t.name, parts))
+        return answer
 
     server.broker.handlers[0] = acknowledge
     print(server.bootstrap, flush=True)

@@ -11,7 +11,6 @@ docs/server.md lists the APIs and versions, and what is not served.
 
 from __future__ import annotations
 
-import datetime
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -40,6 +39,7 @@ from mqcore.server.common import (
 )
 from mqcore.server.fetchwire import FetchAnswer, FetchedPartition, FetchedTopic
 from mqcore.server.groups import INITIAL_REBALANCE_DELAY, GroupCoordinator
+from mqcore.server.producewire import ProduceAnswer, ProducedPartition, ProducedTopic
 from mqcore.server.protocol import APIS, CONNECTION_APIS, Api, api_keys, build
 from mqcore.store import Store
 
@@ -269,16 +269,17 @@ class Broker:
             producer_epoch=epoch,
         )  # fmt: skip
 
-    def produce(self, found: Api, body: Any, session: Session) -> Any:
+    def produce(self, found: Api, body: Any, session: Session) -> ProduceAnswer | None:
         """Append each partition's batch; None for acks=0 (no response; the connection closes
         on an error, so the client learns of it, as Kafka's broker does)."""
-        m = found.module
         failed = False
-        topics = []
+        answer = ProduceAnswer([])
         for t in body.topic_data:
-            out = []
+            topic = ProducedTopic(t.name, [])
+            answer.topics.append(topic)
             for p in t.partition_data:
-                code, message, base, append_time, start = ErrorCode.none, None, -1, None, -1
+                got = ProducedPartition(p.index)
+                topic.partitions.append(got)
                 try:
                     if body.transactional_id is not None:
                         raise KafkaError(
@@ -291,35 +292,16 @@ class Broker:
                     if p.records is None:
                         raise InvalidRecordError("a produce request without records")
                     info = self.log.replica(t.name, p.index).append_as_leader(p.records, 0)
-                    base, start = info.first_offset, info.log_start_offset
-                    if info.log_append_time >= 0:
-                        append_time = datetime.datetime.fromtimestamp(
-                            info.log_append_time / 1000, datetime.timezone.utc
-                        )
+                    got.base_offset, got.log_start_offset = info.first_offset, info.log_start_offset
+                    got.log_append_time_ms = info.log_append_time
                 except MQCoreError as e:
-                    code, message = error_code(e), str(e)
-                if code != ErrorCode.none:
+                    got.error_code, got.error_message = int(error_code(e)), str(e)
                     failed = True
-                out.append(
-                    build(
-                        m.PartitionProduceResponse,
-                        index=p.index,
-                        error_code=code,
-                        base_offset=base,
-                        log_append_time=append_time,
-                        log_start_offset=start,
-                        record_errors=(),
-                        error_message=message,
-                    )  # fmt: skip
-                )
-            topics.append(
-                build(m.TopicProduceResponse, name=t.name, partition_responses=tuple(out))
-            )
         if body.acks == 0:
             if failed:
                 raise CloseConnection("a produce with acks=0 failed")
             return None
-        return build(found.response, responses=tuple(topics), throttle_time=NO_TIME)
+        return answer
 
     # -- fetching -------------------------------------------------------------------------------
 

@@ -33,11 +33,9 @@ import struct
 from dataclasses import dataclass, field
 
 from mqcore.log import FileRegion
+from mqcore.server.wireformat import I16, I32, I64, bytes_length, count, string
 
-_I16 = struct.Struct(">h")
-_I32 = struct.Struct(">i")
 _PART = struct.Struct(">ihqq")  # partition_index, error_code, high_watermark, last_stable
-_I64 = struct.Struct(">q")
 FLEXIBLE_FROM = 12
 
 
@@ -96,51 +94,37 @@ class FetchFrame:
                 p.close()
 
 
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 def encode_fetch(
     version: int, correlation_id: int, topics: list[FetchedTopic], error_code: int = 0
 ) -> FetchFrame:
     """The frame of a FetchResponse of `version` (4-12) answering `topics`."""
     flexible = version >= FLEXIBLE_FROM
     head = bytearray(b"\0\0\0\0")  # the size, filled in at the end
-    head += _I32.pack(correlation_id)
+    head += I32.pack(correlation_id)
     if flexible:
         head += b"\0"  # the header's tagged fields
-    head += _I32.pack(0)  # throttle_time_ms
+    head += I32.pack(0)  # throttle_time_ms
     if version >= 7:
-        head += _I16.pack(error_code) + _I32.pack(0)  # error_code, session_id (no session)
+        head += I16.pack(error_code) + I32.pack(0)  # error_code, session_id (no session)
     pieces: list[bytes | FileRegion] = []
     buf = head
-    buf += _uvarint(len(topics) + 1) if flexible else _I32.pack(len(topics))
+    buf += count(len(topics), flexible)
     for t in topics:
-        name = t.name.encode()
-        buf += _uvarint(len(name) + 1) if flexible else _I16.pack(len(name))
-        buf += name
-        buf += _uvarint(len(t.partitions) + 1) if flexible else _I32.pack(len(t.partitions))
+        buf += string(t.name, flexible)
+        buf += count(len(t.partitions), flexible)
         for p in t.partitions:
             buf += _PART.pack(p.index, p.error_code, p.high_watermark, p.last_stable_offset)
             if version >= 5:
-                buf += _I64.pack(p.log_start_offset)
-            buf += b"\0" if flexible else _I32.pack(-1)  # aborted_transactions: null
+                buf += I64.pack(p.log_start_offset)
+            buf += b"\0" if flexible else I32.pack(-1)  # aborted_transactions: null
             if version >= 11:
-                buf += _I32.pack(-1)  # preferred_read_replica
+                buf += I32.pack(-1)  # preferred_read_replica
             size = p.size
-            if p.records is None:
-                buf += b"\0" if flexible else _I32.pack(-1)
-            else:
-                buf += _uvarint(size + 1) if flexible else _I32.pack(size)
-                if size:
-                    pieces.append(bytes(buf))
-                    buf = bytearray()
-                    pieces.append(p.records)
+            buf += bytes_length(None if p.records is None else size, flexible)
+            if p.records is not None and size:
+                pieces.append(bytes(buf))
+                buf = bytearray()
+                pieces.append(p.records)
             if flexible:
                 buf += b"\0"  # the partition's tagged fields
         if flexible:
@@ -151,7 +135,7 @@ def encode_fetch(
         pieces.append(bytes(buf))
     frame = FetchFrame(pieces)
     first = bytearray(pieces[0])  # type: ignore[arg-type]
-    _I32.pack_into(first, 0, frame.size - 4)
+    I32.pack_into(first, 0, frame.size - 4)
     pieces[0] = bytes(first)
     return frame
 

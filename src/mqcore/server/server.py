@@ -47,6 +47,7 @@ from mqcore.server.broker import Broker
 from mqcore.server.common import CloseConnection, Session
 from mqcore.server.fetchwire import FetchAnswer, FetchFrame, encode_fetch, send_frame
 from mqcore.server.groups import INITIAL_REBALANCE_DELAY
+from mqcore.server.producewire import ProduceAnswer, encode_produce
 from mqcore.server.protocol import (
     API_VERSIONS,
     CONNECTION_APIS,
@@ -369,6 +370,8 @@ class Server:
             return None
         if isinstance(body, FetchAnswer):  # records sent from the files (server/fetchwire.py)
             return encode_fetch(request.api.version, request.correlation_id, body.topics)
+        if isinstance(body, ProduceAnswer):  # written by hand (server/producewire.py)
+            return encode_produce(request.api.version, request.correlation_id, body)
         return encode_response(request.api, request.correlation_id, body)
 
 
