@@ -386,7 +386,7 @@ class Inbox:
     read and keep no view of them, so a produce's records are stamped and appended where
     they arrived (server/producewire.py)."""
 
-    KEEP = 8 << 20  # a buffer grown past this (one large request) is let go after its use
+    KEEP = 2 << 20  # kept between requests: a 1 MiB batch's request fits; larger ones are let go
 
     __slots__ = ("buf",)
 
