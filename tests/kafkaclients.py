@@ -61,6 +61,22 @@ class KioWire:
         self.sock.close()
 
 
+def kio_response_frame(response: type, correlation: int, values: dict[str, Any]) -> bytes:
+    """A whole response frame written by kio: `response` (a kio response entity) built from
+    those of `values` it has (versions differ in their fields), with its header."""
+    import io
+
+    from kio.serial import entity_writer
+
+    fields = set(response.__dataclass_fields__)  # type: ignore[attr-defined]
+    header = response.__header_schema__  # type: ignore[attr-defined]
+    out = io.BytesIO()
+    entity_writer(header)(out, header(correlation_id=correlation))
+    entity_writer(response)(out, response(**{k: v for k, v in values.items() if k in fields}))
+    payload = out.getvalue()
+    return len(payload).to_bytes(4, "big") + payload
+
+
 def consume_confluent(config: dict[str, Any], topic: str, partitions: int, n: int) -> list[Any]:
     """The first `n` messages of partitions 0..partitions-1 of `topic` from offset 0, read by a
     confluent-kafka consumer with `config` (bootstrap and security settings) and assign()."""

@@ -4,7 +4,6 @@ response, at every version served, with record sets as bytes and as file regions
 from __future__ import annotations
 
 import datetime
-import io
 import os
 from typing import Any
 
@@ -13,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 pytest.importorskip("mqcore.server", reason="the server extra (kio) is missing")
+from kafkaclients import kio_response_frame  # noqa: E402
 from kio.index import load_payload_module  # noqa: E402
 from kio.schema.errors import ErrorCode  # noqa: E402
-from kio.serial import entity_writer  # noqa: E402
 from kio.static.constants import EntityType  # noqa: E402
 
 from mqcore.log import FileRegion  # noqa: E402
@@ -32,7 +31,6 @@ VERSIONS = range(APIS[1][1], APIS[1][2] + 1)
 def kio_frame(version: int, correlation: int, topics: list[FetchedTopic]) -> bytes:
     """The same response built and written by kio."""
     m = load_payload_module(1, version, EntityType.response)
-    fields = {f for f in m.FetchResponse.__dataclass_fields__}
     part_fields = {f for f in m.PartitionData.__dataclass_fields__}
     responses = []
     for t in topics:
@@ -48,14 +46,7 @@ def kio_frame(version: int, correlation: int, topics: list[FetchedTopic]) -> byt
         responses.append(m.FetchableTopicResponse(topic=t.name, partitions=tuple(parts)))
     body = dict(throttle_time=datetime.timedelta(0), error_code=ErrorCode.none, session_id=0,
                 responses=tuple(responses))  # fmt: skip
-    out = io.BytesIO()
-    header = m.FetchResponse.__header_schema__
-    entity_writer(header)(out, header(correlation_id=correlation))
-    entity_writer(m.FetchResponse)(
-        out, m.FetchResponse(**{k: v for k, v in body.items() if k in fields})
-    )
-    payload = out.getvalue()
-    return len(payload).to_bytes(4, "big") + payload
+    return kio_response_frame(m.FetchResponse, correlation, body)
 
 
 def ours(version: int, correlation: int, topics: list[FetchedTopic]) -> bytes:

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 pytest.importorskip("mqcore.server", reason="the server extra (kio) is missing")
 from kafka.record.default_records import DefaultRecordBatchBuilder  # noqa: E402
-from kafkaclients import KioWire  # noqa: E402
+from kafkaclients import KioWire, kio_response_frame  # noqa: E402
 from kio.index import load_payload_module  # noqa: E402
 from kio.schema.errors import ErrorCode  # noqa: E402
 from kio.serial import entity_reader, entity_writer  # noqa: E402
@@ -189,17 +189,9 @@ def kio_response(version: int, correlation: int, topics: list[Any]) -> bytes:
             built.append(m.PartitionProduceResponse(
                 **{k: v for k, v in values.items() if k in part_fields}))  # fmt: skip
         responses.append(m.TopicProduceResponse(name=name, partition_responses=tuple(built)))
-    fields = set(m.ProduceResponse.__dataclass_fields__)
     body = dict(responses=tuple(responses), throttle_time=datetime.timedelta(0),
                 node_endpoints=())  # fmt: skip
-    out = io.BytesIO()
-    header = m.ProduceResponse.__header_schema__
-    entity_writer(header)(out, header(correlation_id=correlation))
-    entity_writer(m.ProduceResponse)(
-        out, m.ProduceResponse(**{k: v for k, v in body.items() if k in fields})
-    )
-    payload = out.getvalue()
-    return len(payload).to_bytes(4, "big") + payload
+    return kio_response_frame(m.ProduceResponse, correlation, body)
 
 
 @pytest.mark.parametrize("version", VERSIONS)
