@@ -766,7 +766,10 @@ cdef int64_t first_at_or_after(const unsigned char* buf, Py_ssize_t n, Py_ssize_
                 break
             if rc != OK:
                 raise CorruptRecordError(error_text(rc), path=source, position=pos)
-            if h.attributes & ATTR_CODEC_MASK or h.attributes & ATTR_CONTROL or verified is None:
+            # a memo that is not one (b"", or another caller's value) counts as "checked":
+            # the records are then decoded and checked up to the answer, as without memos
+            if (h.attributes & ATTR_CODEC_MASK or h.attributes & ATTR_CONTROL or verified is None
+                    or memo is not None):
                 if verify_crc and memo is None:
                     walk_batch(buf + pos, n - pos, &h, True, source, pos)
                 if h.max_timestamp >= timestamp and not h.attributes & ATTR_CONTROL:
@@ -776,11 +779,10 @@ cdef int64_t first_at_or_after(const unsigned char* buf, Py_ssize_t n, Py_ssize_
                         return found
                 pos += LOG_OVERHEAD + h.batch_length
                 continue
-            if memo is None:
-                memo = check_first_read(buf, n, pos, &h, verify_crc, verified, source)
-                head = memo_header(memo, pos, n)
-            if head == NULL:
-                raise ValueError(f"the memo at position {pos} is not a batch memo")
+            memo = check_first_read(buf, n, pos, &h, verify_crc, verified, source)
+            head = memo_header(memo, pos, n)
+            if head == NULL:  # cannot be: the batch is whole inside buf
+                raise ValueError(f"no memo for the batch at position {pos}")
         if head.max_timestamp >= timestamp:
             found = in_memo_batch(buf + pos + BATCH_HEADER_SIZE, <bytes>memo, timestamp, source,
                                   pos)
