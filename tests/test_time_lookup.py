@@ -313,3 +313,14 @@ def test_corrupt_length_in_a_memo_checked_batch_is_bounded(tmp_path: object) -> 
             except CorruptRecordError:
                 continue
             assert got is not None and 100 <= got < 200
+
+
+def test_a_negative_base_offset_is_corruption_not_an_answer() -> None:
+    """A batch whose baseOffset is negative (CRC-valid: the field is outside the CRC) raises
+    CorruptRecordError, as get does, with or without memos; it used to give a negative offset
+    (taken for "none") or an internal error once memos were kept."""
+    data = bytearray(segment(3))
+    struct.pack_into(">q", data, 0, -5)
+    for memo in (None, {}):
+        with pytest.raises(CorruptRecordError, match="negative base offset"):
+            first_offset_at_or_after(bytes(data), 0, T0 - 1, True, "s", MAX_DECOMPRESSED, memo)

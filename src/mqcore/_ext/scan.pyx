@@ -766,6 +766,9 @@ cdef int64_t first_at_or_after(const unsigned char* buf, Py_ssize_t n, Py_ssize_
                 break
             if rc != OK:
                 raise CorruptRecordError(error_text(rc), path=source, position=pos)
+            if h.base_offset < 0:  # as read_at: no offset of a log is negative
+                raise CorruptRecordError(f"negative base offset {h.base_offset}", path=source,
+                                         position=pos)
             # a memo that is not one (b"", or another caller's value) counts as "checked":
             # the records are then decoded and checked up to the answer, as without memos
             if (h.attributes & ATTR_CODEC_MASK or h.attributes & ATTR_CONTROL or verified is None
