@@ -614,8 +614,9 @@ cdef object read_at(const unsigned char* buf, Py_ssize_t n, Py_ssize_t position,
                             source, pos, max_decompressed)
     if memo is None:
         memo = check_first_read(buf, n, pos, &h, verify_crc, verified, source)
-    return read_in_batch(buf + pos + BATCH_HEADER_SIZE, LOG_OVERHEAD + h.batch_length - BATCH_HEADER_SIZE,
-                         &h, memo, offset, topic, partition, source, pos, True)
+    return read_in_batch(buf + pos + BATCH_HEADER_SIZE,
+                         LOG_OVERHEAD + h.batch_length - BATCH_HEADER_SIZE, &h, memo, offset,
+                         topic, partition, source, pos, True)
 
 
 cdef bytes check_first_read(const unsigned char* buf, Py_ssize_t n, Py_ssize_t pos,
@@ -824,7 +825,8 @@ cdef Py_ssize_t first_group_reaching(bytes memo, int64_t timestamp,
     timestamp is >= timestamp (*start: its first record's position in the records area), or
     -1 when none is; -2 when the memo keeps no (usable) maxima: walk from the first record."""
     cdef const MemoHeader* head = <const MemoHeader*>PyBytes_AS_STRING(memo)
-    cdef const unsigned char* samples = <const unsigned char*>PyBytes_AS_STRING(memo) + sizeof(MemoHeader)
+    cdef const unsigned char* samples = (<const unsigned char*>PyBytes_AS_STRING(memo)
+                                         + sizeof(MemoHeader))
     cdef Py_ssize_t count = head.count, width, k
     cdef int32_t at
     cdef int64_t group_max
