@@ -31,6 +31,13 @@ if mode in ("get", "get_by_id", "find_by_key", "find_by_key_all", "read"):
         s.append_batch("t", [b"v%07d" % j for j in range(i, i + 1000)],
                        keys=[b"k%d" % (j % 5000) for j in range(i, i + 1000)], partition=0)
     last = s.append("t", b"x", partition=0).msg_id
+if mode.startswith("time_batch"):  # the lookup benchmark's layout: 10 records per ms
+    size = int(mode[len("time_batch"):])
+    for i in range(0, 100_000, size):
+        s.append_batch("t", [v] * size, partition=0,
+                       timestamps=[1_700_000_000_000 + j // 10 for j in range(i, i + size)])
+    for i in range(0, 100_000, size):  # every batch read once: what is counted is the steady state
+        s.offset_for_time("t", 0, 1_700_000_000_000 + i // 10)
 rng = random.Random(1)
 offsets = [rng.randrange(100_000) for _ in range(n)]
 if mode == "append":
@@ -50,6 +57,8 @@ elif mode == "find_by_key_all":  # every one of the key's 20 messages
     for o in offsets: s.find_by_key("t", b"k%d" % (o % 5000))
 elif mode == "read":
     for o in offsets: s.read("t", 0, o, 10)
+elif mode.startswith("time_batch"):
+    for o in offsets: s.offset_for_time("t", 0, 1_700_000_000_000 + o // 10)
 elif mode == "serve_produce":  # n // 100 Produce requests of 1000 x 1 KiB over a socket
     import datetime, io, socket, struct
     from kio.schema.produce.v9 import request as pr
@@ -78,9 +87,9 @@ elif mode == "serve_produce":  # n // 100 Produce requests of 1000 x 1 KiB over 
 s.close()
 """
 
-MODES = (
+MODES: tuple[str, ...] = (
     "append", "append_keyed", "append_batch100", "get", "get_by_id", "find_by_key",
-    "find_by_key_all", "read", "serve_produce",
+    "find_by_key_all", "read", "serve_produce", "time_batch100", "time_batch1000",
 )  # fmt: skip
 PER_MESSAGE = {"append_batch100": 10, "serve_produce": 10}  # messages per counted operation
 

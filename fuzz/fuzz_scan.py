@@ -30,11 +30,18 @@ def test_one_input(data: bytes) -> None:
                     break
                 if m is not None:
                     touch_message(m)
-        for ts in (-1, 0, target << 8):
-            try:
-                scan.first_offset_at_or_after(data, 0, ts, verify, "fuzz.log", MAX_DECOMPRESSED)
-            except EXPECTED:
-                pass
+        # without memos, then twice with one dict: the first visit makes them, the second
+        # walks through them (group maxima, timestamp deltas only)
+        time_memos: dict[int, bytes] = {}
+        for memo in (None, time_memos, time_memos):
+            for ts in (-1, 0, target << 8):
+                try:
+                    found = scan.first_offset_at_or_after(
+                        data, 0, ts, verify, "fuzz.log", MAX_DECOMPRESSED, memo
+                    )
+                    assert found >= -1
+                except EXPECTED:
+                    pass
         scanner = scan.SegmentScanner(0, 64, verify)
         # fed in two chunks, as recovery reads a file piecewise
         cut = n // 2

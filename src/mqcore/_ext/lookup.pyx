@@ -5,9 +5,9 @@
 # The kernel is the storage layer's fast path, not a second copy of its rules. It is handed a
 # partition's SegmentTable (segtable.pyx: the segment list, the base offsets, the lock) and
 # reads each listed segment only through the public names segtable.pyi lists (`TableSegment`):
-#   base_offset, next_offset, size, is_open, ensure_open(), offset_index (entries,
-#   raw_buffer()), mapped and mapping(limit) (MappedFile), verified_batches, log_path,
-#   key_index (table), key_table()
+#   base_offset, next_offset, max_timestamp, size, is_open, ensure_open(), offset_index and
+#   time_index (entries, raw_buffer()), mapped and mapping(limit) (MappedFile),
+#   verified_batches, log_path, key_index (table), key_table()
 # It returns Messages and plain tuples; the query layer builds its results from them.
 # Under the partition lock a lookup picks its segments, their sizes, the offset-index floor or
 # the key-index entries, and takes a buffer of each mapping it will read (export_mapping).
@@ -23,7 +23,7 @@ from cpython.dict cimport PyDict_GetItem
 from cpython.mem cimport PyMem_Calloc, PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from cpython.object cimport PyObject
 from cpython.pyport cimport PY_SSIZE_T_MAX
-from libc.stdint cimport int32_t, int64_t, uint64_t
+from libc.stdint cimport INT64_MIN, int32_t, int64_t, uint64_t
 from libc.stdlib cimport qsort
 from libc.string cimport memcmp, memcpy, memset
 
@@ -31,10 +31,10 @@ from mqcore._ext.batch cimport E_TRAILING, OK, HeaderView, Message, error_text, 
 from mqcore._ext.bytes_be cimport load_be32
 from mqcore._ext.hashing cimport KIND_KEY, KIND_UID, SEED_KEY, SEED_UID, xxh64
 from mqcore._ext.ids cimport decode_id
-from mqcore._ext.index cimport OFFSET_ENTRY_SIZE, floor_entry
+from mqcore._ext.index cimport OFFSET_ENTRY_SIZE, TIME_ENTRY_SIZE, floor_entry
 from mqcore._ext.keyindex cimport EntryHit, HitArray, hits_free, probe_tables
 from mqcore._ext.mapping cimport MappedFile
-from mqcore._ext.scan cimport locate, read_at, read_memo
+from mqcore._ext.scan cimport first_at_or_after, locate, read_at, read_memo
 from mqcore._ext.segtable cimport SegmentTable
 
 from mqcore.errors import CorruptRecordError
@@ -164,6 +164,109 @@ def get_record(SegmentTable table not None, offset, bint verify_crc=True,
     `verified_batches` memo records), and the buffer is released.
     """
     return get_in(table, offset, verify_crc, max_decompressed)
+
+
+# ---------------------------------------------------------------------------------------------
+# offset_for_time: the first segment that reaches the timestamp, its time-index floor, the walk
+# ---------------------------------------------------------------------------------------------
+
+cdef int time_floor(object seg, int64_t base, int64_t timestamp, Py_ssize_t* position) except -1:
+    """LogSegment.position_for_time: the position of the batch the offset index gives for the
+    time index's floor entry (0 if none), at or before the first batch that may reach
+    `timestamp` (an entry says no record before its offset has a larger timestamp)."""
+    cdef Py_buffer b
+    cdef Py_ssize_t entries, i
+    cdef int64_t relative = -1
+    idx = seg.time_index
+    entries = idx.entries
+    position[0] = 0
+    if entries <= 0:
+        return 0
+    PyObject_GetBuffer(idx.raw_buffer(), &b, PyBUF_SIMPLE)
+    try:
+        if b.len == 0:
+            return 0
+        if entries > b.len // TIME_ENTRY_SIZE:
+            raise ValueError(f"{entries} entries of {TIME_ENTRY_SIZE} bytes do not fit a buffer "
+                             f"of {b.len} bytes")
+        i = floor_entry(<const unsigned char*>b.buf, entries, TIME_ENTRY_SIZE, True, timestamp)
+        if i >= 0:
+            relative = <int32_t>load_be32(<const unsigned char*>b.buf + i * TIME_ENTRY_SIZE + 8)
+    finally:
+        PyBuffer_Release(&b)
+    if relative >= 0:
+        index_floor(seg, base, base + relative, position)
+    return 0
+
+
+cdef Py_ssize_t first_reaching_segment(SegmentTable table, int64_t from_offset,
+                                       int64_t timestamp) except -2:
+    """Index of the first listed segment holding offsets >= from_offset whose largest
+    timestamp reaches `timestamp`, or -1 (call with the lock held)."""
+    cdef list segments = table.segments
+    cdef Py_ssize_t i
+    for i in range(table.floor(from_offset), table.count):
+        seg = segments[i]
+        if <int64_t>seg.next_offset > from_offset and <int64_t>seg.max_timestamp >= timestamp:
+            return i
+    return -1
+
+
+cdef object time_in(SegmentTable table, object timestamp_obj, bint verify_crc,
+                    Py_ssize_t max_decompressed):
+    cdef int64_t timestamp, from_offset = INT64_MIN, found
+    cdef Py_ssize_t position, limit, i
+    cdef Py_buffer b
+    try:
+        timestamp = timestamp_obj
+    except OverflowError:
+        if timestamp_obj > 0:
+            return None  # past any timestamp a record can hold
+        timestamp = INT64_MIN
+    lock = table.lock
+    while True:
+        memset(&b, 0, sizeof(b))  # b.buf stays NULL until export_mapping fills b
+        try:
+            lock.acquire()
+            try:
+                i = first_reaching_segment(table, from_offset, timestamp)
+                if i < 0:
+                    return None
+                seg = table.segments[i]
+                if not seg.is_open:
+                    seg.ensure_open()  # first use, or closed by the store's segment cache
+                time_floor(seg, table.base_offsets[i], timestamp, &position)
+                limit = seg.size
+                from_offset = seg.next_offset  # where a further pass would go on
+                if limit > 0:
+                    export_mapping(seg, limit, &b)
+                verified = seg.verified_batches
+            finally:
+                lock.release()
+            if limit <= 0:
+                continue
+            found = first_at_or_after(<const unsigned char*>b.buf, limit, position, timestamp,
+                                      verify_crc, <dict?>verified, seg.log_path, max_decompressed)
+        finally:
+            if b.buf != NULL:
+                PyBuffer_Release(&b)
+        if found >= 0:
+            return found
+
+
+def offset_for_time(SegmentTable table not None, timestamp, bint verify_crc=True,
+                    Py_ssize_t max_decompressed=DEFAULT_MAX_DECOMPRESSED):
+    """Partition.offset_for_time: Kafka's rule, the earliest offset of the partition whose
+    record timestamp is >= `timestamp`, or None.
+
+    Under the partition lock: the first segment whose largest timestamp reaches it, its time
+    index floor (and the offset index's position for it), its size and a buffer of its mapping
+    (the read's pin). Then, without the lock, scan.first_at_or_after: batch memos or headers up
+    to the first batch that reaches it, then that batch's record timestamps. Almost always the
+    answer is in that segment; when it is not (only control records reach the timestamp there),
+    the next pass takes the next segment that reaches it, under the lock again.
+    """
+    return time_in(table, timestamp, verify_crc, max_decompressed)
 
 
 def get_by_id(dict partitions not None, msg_id, decode not None,

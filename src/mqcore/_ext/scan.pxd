@@ -32,3 +32,11 @@ cdef object locate(const unsigned char* buf, Py_ssize_t n, Py_ssize_t pos, int64
 # `prefetch`: load the records the walk reads (locate did already).
 cdef object read_memo(const unsigned char* buf, Py_ssize_t n, Py_ssize_t pos, object memo,
                       int64_t offset, str topic, int partition, object source, bint prefetch)
+
+# The time-lookup kernel over a segment's mapped bytes buf[0:n] (scan.first_offset_at_or_after
+# is its Python face): the first offset at or after the batch at `pos` whose record timestamp
+# is >= `timestamp`, or -1; `verified` as read_at's (None: no memo, every batch walked is
+# checked at each visit).
+cdef int64_t first_at_or_after(const unsigned char* buf, Py_ssize_t n, Py_ssize_t pos,
+                               int64_t timestamp, bint verify_crc, dict verified, object source,
+                               Py_ssize_t max_decompressed) except -2

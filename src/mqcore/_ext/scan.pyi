@@ -74,4 +74,5 @@ def first_offset_at_or_after(
     verify_crc: bool = True,
     source: str | None = None,
     max_decompressed: int = ...,
+    verified: dict[int, bytes] | None = None,
 ) -> int: ...

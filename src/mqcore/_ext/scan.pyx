@@ -9,14 +9,15 @@
 #   max_timestamp_so_far grew past the last .timeindex entry, .timeindex (max_timestamp_so_far
 #   -> its offset); then add the batch's size to the running count.
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_Resize, PyByteArray_GET_SIZE
-from libc.stdint cimport int16_t, int32_t, int64_t, uint32_t, uint64_t
-from libc.string cimport memset
+from libc.stdint cimport INT64_MIN, int16_t, int32_t, int64_t, uint32_t, uint64_t
+from libc.string cimport memcpy, memset
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 
 from mqcore._ext.batch cimport (
     ATTR_CODEC_MASK, ATTR_CONTROL, ATTR_LOG_APPEND_TIME, BATCH_HEADER_SIZE, BatchHeader,
-    E_OFFSET_ORDER, E_SHORT, LOG_OVERHEAD, OK, RecordCursor, RecordView, check_batch,
+    E_OFFSET_DELTA, E_OFFSET_ORDER, E_RECORD_LENGTH, E_SHORT, E_VARINT, LOG_OVERHEAD, OK,
+    RecordCursor, RecordView, check_batch,
     cursor_finish, cursor_init, error_text, make_message, next_record, open_records, walk_batch,
     wrap_add,
 )
@@ -244,14 +245,17 @@ cdef enum:
     VERIFIED_MAX = 65536          # memo entries per segment before it starts over
     MEMO_WHOLE = 1                # every record decoded and checked, the area used up exactly
     MEMO_DENSE = 2                # record i has offset delta i: samples hold positions only
+    MEMO_TIMES = 4                # the samples are followed by each group's largest timestamp
     PREFETCH_MAX = 4096           # bytes of records a get prefetches ahead of its walk
 
 
 # A batch's memo (the value of `verified[position]`), made by the first get in it; it lives in
 # memory only, in native byte order: this header, then one sample per SAMPLE_EVERY-th record,
 # its int32 position in the records area (MEMO_DENSE: its offset delta is its index) or
-# (int32 offset delta, int32 position). A batch of fewer than SAMPLED_MIN_RECORDS records gets
-# the header alone (no samples); a compressed or control batch gets b"".
+# (int32 offset delta, int32 position); then (MEMO_TIMES) one int64 per sample, the largest
+# record timestamp of its group (the SAMPLE_EVERY records from it), for offset_for_time's walk.
+# A batch of fewer than SAMPLED_MIN_RECORDS records gets the header alone (no samples); a
+# compressed or control batch gets b"".
 # The header repeats the batch header fields a read needs, so a read that starts at a batch
 # with a memo plans its walk (and makes its Message) without touching the batch header again.
 cdef struct MemoHeader:
@@ -284,12 +288,14 @@ cdef bytes sample_positions(const unsigned char* records, Py_ssize_t size, const
     cdef const unsigned char* at
     cdef Py_ssize_t i = 0
     cdef int32_t entry[2]
+    cdef int64_t ts, group_max = INT64_MIN
     cdef MemoHeader head
     cdef int rc
     cdef bint dense = True
     memset(&head, 0, sizeof(head))
     pairs = bytearray(sizeof(MemoHeader))
     positions = bytearray(sizeof(MemoHeader))
+    maxima = bytearray()
     cursor_init(&c, records, size, h)
     while True:
         at = c.p
@@ -298,20 +304,39 @@ cdef bytes sample_positions(const unsigned char* records, Py_ssize_t size, const
             break
         if r.offset_delta != i:
             dense = False
+        ts = record_timestamp(h, r.timestamp_delta)
         if i % SAMPLE_EVERY == 0:
             entry[0] = <int32_t>r.offset_delta
             entry[1] = <int32_t>(at - records)
             pairs += (<char*>entry)[:8]
             positions += (<char*>entry)[4:8]
+            if i:
+                maxima += (<char*>&group_max)[:8]
+            group_max = ts
+        elif ts > group_max:
+            group_max = ts
         i += 1
+    if i:
+        maxima += (<char*>&group_max)[:8]
     head.flags = MEMO_WHOLE if rc == 0 and cursor_finish(&c) == OK else 0
     if head.flags and dense:
         head.flags |= MEMO_DENSE
         pairs = positions
+    if head.flags:
+        head.flags |= MEMO_TIMES
+        pairs += maxima
     head.count = <int32_t>((i + SAMPLE_EVERY - 1) // SAMPLE_EVERY)
     copy_header_fields(&head, size, h)
     pairs[:sizeof(MemoHeader)] = (<char*>&head)[:sizeof(MemoHeader)]
     return bytes(pairs)
+
+
+cdef inline int64_t record_timestamp(const BatchHeader* h, int64_t timestamp_delta) noexcept nogil:
+    """A record's timestamp: baseTimestamp + timestampDelta, or the batch's maxTimestamp under
+    LogAppendTime (the broker's time, for every record)."""
+    if h.attributes & ATTR_LOG_APPEND_TIME:
+        return h.max_timestamp
+    return wrap_add(h.base_timestamp, timestamp_delta)
 
 
 cdef bytes header_memo(Py_ssize_t size, const BatchHeader* h):
@@ -552,10 +577,8 @@ cdef object read_at(const unsigned char* buf, Py_ssize_t n, Py_ssize_t position,
                     str topic, int partition, bint verify_crc, dict verified, object source,
                     Py_ssize_t max_decompressed):
     cdef BatchHeader h
-    cdef Py_ssize_t pos = position, records_size
+    cdef Py_ssize_t pos = position
     cdef int rc, status
-    cdef bint whole
-    cdef const unsigned char* records
     if position < 0 or position > n:
         raise ValueError(f"position {position} outside a buffer of {n} bytes")
     memo = follow_memos(verified, &pos, n, offset, &status)
@@ -584,29 +607,43 @@ cdef object read_at(const unsigned char* buf, Py_ssize_t n, Py_ssize_t position,
     if h.base_offset > offset:
         return None
     memo = None if verified is None else verified.get(pos)
-    if verify_crc and memo is None:
-        walk_batch(buf + pos, n - pos, &h, True, source, pos)  # whole: the walk found it
     if h.attributes & ATTR_CODEC_MASK or h.attributes & ATTR_CONTROL:
+        if verify_crc and memo is None:
+            walk_batch(buf + pos, n - pos, &h, True, source, pos)  # whole: the walk found it
         return read_decoded(buf + pos, &h, offset, topic, partition, verified, memo is None,
                             source, pos, max_decompressed)
-    records = buf + pos + BATCH_HEADER_SIZE
-    records_size = LOG_OVERHEAD + h.batch_length - BATCH_HEADER_SIZE
     if memo is None:
-        # the first read of a batch decodes every record, as Store.read does: a batch whose
-        # recordsCount disagrees with the records it holds raises, CRC or not
-        whole = False
-        if h.records_count >= SAMPLED_MIN_RECORDS:  # the samples walk every record already
-            memo = sample_positions(records, records_size, &h)
-            whole = (<const MemoHeader*>PyBytes_AS_STRING(memo)).flags & MEMO_WHOLE
-        else:
-            memo = header_memo(records_size, &h)
-        rc = OK if whole else check_records(records, records_size, &h)
-        if rc != OK:
-            raise CorruptRecordError(error_text(rc), path=source, position=pos)
-        if verified is not None:
-            remember(verified, pos, memo)
-    return read_in_batch(records, records_size, &h, memo, offset, topic, partition, source, pos,
-                         True)
+        memo = check_first_read(buf, n, pos, &h, verify_crc, verified, source)
+    return read_in_batch(buf + pos + BATCH_HEADER_SIZE,
+                         LOG_OVERHEAD + h.batch_length - BATCH_HEADER_SIZE, &h, memo, offset,
+                         topic, partition, source, pos, True)
+
+
+cdef bytes check_first_read(const unsigned char* buf, Py_ssize_t n, Py_ssize_t pos,
+                            const BatchHeader* h, bint verify_crc, dict verified, object source):
+    """The first read of the uncompressed, non-control batch at buf[pos] (header h, whole
+    inside buf): its CRC (when verify_crc), then every record decoded, as Store.read does (a
+    batch whose recordsCount disagrees with the records it holds raises, CRC or not); then
+    its memo, remembered in `verified`. Every memo a read finds was made here (or by
+    read_decoded): a memo means "checked", whichever read (get or offset_for_time) made it."""
+    cdef BatchHeader whole_h
+    cdef const unsigned char* records = buf + pos + BATCH_HEADER_SIZE
+    cdef Py_ssize_t records_size = LOG_OVERHEAD + h.batch_length - BATCH_HEADER_SIZE
+    cdef bint whole = False
+    cdef int rc
+    if verify_crc:
+        walk_batch(buf + pos, n - pos, &whole_h, True, source, pos)
+    if h.records_count >= SAMPLED_MIN_RECORDS:  # the samples walk every record already
+        memo = sample_positions(records, records_size, h)
+        whole = (<const MemoHeader*>PyBytes_AS_STRING(memo)).flags & MEMO_WHOLE
+    else:
+        memo = header_memo(records_size, h)
+    rc = OK if whole else check_records(records, records_size, h)
+    if rc != OK:
+        raise CorruptRecordError(error_text(rc), path=source, position=pos)
+    if verified is not None:
+        remember(verified, pos, memo)
+    return memo
 
 
 cdef int check_records(const unsigned char* records, Py_ssize_t size,
@@ -682,36 +719,201 @@ cdef int remember(dict verified, Py_ssize_t pos, bytes memo) except -1:
     return 0
 
 
+# ---------------------------------------------------------------------------------------------
+# offset_for_time: the earliest offset whose timestamp is >= T (Kafka's ListOffsets rule)
+# ---------------------------------------------------------------------------------------------
+
 def first_offset_at_or_after(const unsigned char[::1] buf not None, Py_ssize_t pos,
                              int64_t timestamp, bint verify_crc=True, source=None,
-                             Py_ssize_t max_decompressed=256 << 20):
+                             Py_ssize_t max_decompressed=256 << 20, dict verified=None):
+    """Offset of the first record at or after buf[pos] whose timestamp is >= `timestamp`, or -1
+    (first_at_or_after's Python face; `verified` as read_record's)."""
+    return first_at_or_after(&buf[0] if buf.shape[0] else NULL, buf.shape[0], pos, timestamp,
+                             verify_crc, verified, source, max_decompressed)
+
+
+cdef int64_t first_at_or_after(const unsigned char* buf, Py_ssize_t n, Py_ssize_t pos,
+                               int64_t timestamp, bint verify_crc, dict verified, object source,
+                               Py_ssize_t max_decompressed) except -2:
     """Offset of the first record at or after buf[pos] whose timestamp is >= `timestamp`, or -1.
 
-    Skips whole batches whose maxTimestamp is below it (headers only), then walks the record
-    timestamps of the first batch that reaches it; no record is materialised. Control batches
-    hold no user records and are skipped; under LogAppendTime every record has the batch's
-    maxTimestamp.
+    Batches whose maxTimestamp is below it are skipped by their memo or header (no record is
+    read); in the first batch that reaches it, the memo's group maxima lead to the first group
+    of SAMPLE_EVERY records that reaches it, and only those records' timestamp deltas are read
+    (first_reaching) up to the first one at or past `timestamp`. Record timestamps need not
+    rise, so that is the earliest such offset, and the walk never stops at a smaller one. No
+    record is materialised. Control batches hold no user records and are skipped; under
+    LogAppendTime every record has the batch's maxTimestamp.
+
+    Checks, as get's (read_at): a batch with a memo in `verified` was checked by an earlier
+    read (CRC and every record) and is trusted; an uncompressed batch without one is checked
+    whole the first time (check_first_read) and gets one, whether the lookup skips it or
+    looks inside; a compressed or control batch without one has its CRC checked at each visit
+    and its records decoded and checked up to the answer (`verified` None: every batch walked
+    is checked so at each visit).
     """
     cdef BatchHeader h
-    cdef RecordCursor c
-    cdef RecordView r
+    cdef const MemoHeader* head
+    cdef int64_t found
     cdef int rc
-    cdef Py_ssize_t n = buf.shape[0]
     if pos < 0 or pos > n:
         raise ValueError(f"position {pos} outside a buffer of {n} bytes")
     while pos < n:
-        if not walk_batch(&buf[pos], n - pos, &h, verify_crc, source, pos):
-            break
-        if h.max_timestamp >= timestamp and not h.attributes & ATTR_CONTROL:
-            area = open_records(&buf[pos], &h, max_decompressed, &c)
-            while True:
-                rc = next_record(&c, &r)
-                if rc == 0:
-                    break
-                if rc < 0:
-                    raise CorruptRecordError(error_text(rc), path=source, position=pos)
-                if (h.attributes & ATTR_LOG_APPEND_TIME
-                        or wrap_add(h.base_timestamp, r.timestamp_delta) >= timestamp):
-                    return h.base_offset + r.offset_delta
-        pos += LOG_OVERHEAD + h.batch_length
+        memo = verified.get(pos) if verified is not None else None
+        head = memo_header(memo, pos, n)
+        if head == NULL:
+            rc = check_batch(buf + pos, n - pos, &h, False)
+            if rc == E_SHORT:
+                break
+            if rc != OK:
+                raise CorruptRecordError(error_text(rc), path=source, position=pos)
+            if h.base_offset < 0:  # as read_at: no offset of a log is negative
+                raise CorruptRecordError(f"negative base offset {h.base_offset}", path=source,
+                                         position=pos)
+            # a memo that is not one (b"", or another caller's value) counts as "checked":
+            # the records are then decoded and checked up to the answer, as without memos
+            if (h.attributes & ATTR_CODEC_MASK or h.attributes & ATTR_CONTROL or verified is None
+                    or memo is not None):
+                if verify_crc and memo is None:
+                    walk_batch(buf + pos, n - pos, &h, True, source, pos)
+                if h.max_timestamp >= timestamp and not h.attributes & ATTR_CONTROL:
+                    found = in_decoded_batch(buf + pos, &h, timestamp, source, pos,
+                                             max_decompressed)
+                    if found >= 0:
+                        return found
+                pos += LOG_OVERHEAD + h.batch_length
+                continue
+            memo = check_first_read(buf, n, pos, &h, verify_crc, verified, source)
+            head = memo_header(memo, pos, n)
+            if head == NULL:  # cannot be: the batch is whole inside buf
+                raise ValueError(f"no memo for the batch at position {pos}")
+        if head.max_timestamp >= timestamp:
+            found = in_memo_batch(buf + pos + BATCH_HEADER_SIZE, <bytes>memo, timestamp, source,
+                                  pos)
+            if found >= 0:
+                return found
+        pos += BATCH_HEADER_SIZE + <Py_ssize_t>head.records_size
     return -1
+
+
+cdef int64_t in_memo_batch(const unsigned char* records, bytes memo, int64_t timestamp,
+                           object source, Py_ssize_t pos) except -2:
+    """The first offset reaching `timestamp` in a checked, uncompressed batch (its records area
+    at `records`, its memo from memo_header), or -1: from the first group whose largest
+    timestamp reaches it (all groups when the memo keeps no maxima)."""
+    cdef const MemoHeader* head = <const MemoHeader*>PyBytes_AS_STRING(memo)
+    cdef BatchHeader h
+    cdef Py_ssize_t start = 0, group
+    cdef int64_t delta = -1
+    cdef int rc
+    header_of_memo(head, &h)
+    group = first_group_reaching(memo, timestamp, &start)
+    if group == -1:
+        return -1
+    if group < 0:
+        group = 0
+    rc = first_reaching(records + start, head.records_size - start,
+                        head.records_count - group * SAMPLE_EVERY, &h, timestamp, &delta)
+    if rc < 0:
+        raise CorruptRecordError(error_text(rc), path=source, position=pos)
+    return h.base_offset + delta if rc == 1 else -1
+
+
+cdef Py_ssize_t first_group_reaching(bytes memo, int64_t timestamp,
+                                     Py_ssize_t* start) noexcept:
+    """With the memo's group maxima (MEMO_TIMES): the index of the first group whose largest
+    timestamp is >= timestamp (*start: its first record's position in the records area), or
+    -1 when none is; -2 when the memo keeps no (usable) maxima: walk from the first record."""
+    cdef const MemoHeader* head = <const MemoHeader*>PyBytes_AS_STRING(memo)
+    cdef const unsigned char* samples = (<const unsigned char*>PyBytes_AS_STRING(memo)
+                                         + sizeof(MemoHeader))
+    cdef Py_ssize_t count = head.count, width, k
+    cdef int32_t at
+    cdef int64_t group_max
+    if not head.flags & MEMO_TIMES or count <= 0:
+        return -2
+    width = 4 if head.flags & MEMO_DENSE else 8
+    if PyBytes_GET_SIZE(memo) - <Py_ssize_t>sizeof(MemoHeader) < count * (width + 8):
+        return -2
+    for k in range(count):
+        memcpy(&group_max, samples + count * width + k * 8, 8)
+        if group_max >= timestamp:
+            memcpy(&at, samples + k * width + width - 4, 4)
+            if not 0 <= at <= head.records_size:
+                return -2
+            start[0] = at
+            return k
+    return -1
+
+
+cdef inline void header_of_memo(const MemoHeader* head, BatchHeader* h) noexcept nogil:
+    """The header fields a read takes from a memo (read_memo's, for the time walk)."""
+    memset(h, 0, sizeof(BatchHeader))
+    h.magic = 2
+    h.base_offset = head.base_offset
+    h.base_timestamp = head.base_timestamp
+    h.max_timestamp = head.max_timestamp
+    h.records_count = head.records_count
+    h.last_offset_delta = head.last_offset_delta
+    h.attributes = <int16_t>head.attributes
+    h.batch_length = head.records_size + BATCH_HEADER_SIZE - LOG_OVERHEAD
+
+
+cdef int first_reaching(const unsigned char* records, Py_ssize_t size, Py_ssize_t count,
+                        const BatchHeader* h, int64_t timestamp, int64_t* delta) noexcept nogil:
+    """Over `count` records from `records` (size bytes): 1 with *delta the offset delta of the
+    first record whose timestamp (record_timestamp) is >= timestamp, 0 when none is, or an E_
+    code.
+
+    Reads each record's length and timestampDelta only (the offsetDelta of the one found), so
+    it is for a records area checked whole before; every read is still bounds-checked, and the
+    delta found must lie in [0, lastOffsetDelta], so bytes that changed since the check give an
+    error or an offset of this batch, never a read outside the area.
+    """
+    cdef const unsigned char* p = records
+    cdef const unsigned char* end = records + size
+    cdef const unsigned char* q
+    cdef const unsigned char* rec_end
+    cdef int64_t length, ts_delta
+    cdef int n
+    while count > 0:
+        n = read_varint(p, end - p, &length)
+        if n < 0:
+            return E_VARINT
+        if length < 1 or length > end - p - n:
+            return E_RECORD_LENGTH
+        q = p + n + 1                        # past the length and the attributes byte
+        rec_end = p + n + length
+        n = read_varint(q, rec_end - q, &ts_delta)
+        if n < 0:
+            return E_VARINT
+        if record_timestamp(h, ts_delta) >= timestamp:
+            q += n
+            n = read_varint(q, rec_end - q, delta)
+            if n < 0:
+                return E_VARINT
+            if delta[0] < 0 or delta[0] > h.last_offset_delta:
+                return E_OFFSET_DELTA
+            return 1
+        p = rec_end
+        count -= 1
+    return 0
+
+
+cdef int64_t in_decoded_batch(const unsigned char* batch, const BatchHeader* h, int64_t timestamp,
+                              object source, Py_ssize_t pos,
+                              Py_ssize_t max_decompressed) except -2:
+    """The first offset reaching `timestamp` in a batch read through next_record (a compressed
+    one decompressed; each record decoded and checked up to the one found), or -1."""
+    cdef RecordCursor c
+    cdef RecordView r
+    cdef int rc
+    area = open_records(batch, h, max_decompressed, &c)  # owns the cursor's bytes
+    while True:
+        rc = next_record(&c, &r)
+        if rc == 0:
+            return -1
+        if rc < 0:
+            raise CorruptRecordError(error_text(rc), path=source, position=pos)
+        if record_timestamp(h, r.timestamp_delta) >= timestamp:
+            return h.base_offset + r.offset_delta

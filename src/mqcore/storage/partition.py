@@ -17,8 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mqcore._ext.batch import Message, decode_messages, peek_batch_header
-from mqcore._ext.lookup import get_record
-from mqcore._ext.scan import first_offset_at_or_after
+from mqcore._ext.lookup import get_record, offset_for_time
 from mqcore._ext.segtable import SegmentTable
 from mqcore.clock import Clock, now_ms
 from mqcore.config import FlushPolicy, TopicConfig
@@ -587,36 +586,14 @@ class Partition:
     def offset_for_time(self, timestamp: int, verify_crc: bool = True) -> int | None:
         """Kafka's rule: the earliest offset whose timestamp is >= `timestamp`, or None.
 
-        The first segment whose largest timestamp reaches `timestamp`, its time-index floor, then
-        batch headers to the first batch whose maxTimestamp reaches it, then that batch's record
-        timestamps (they need not be monotonic, so the walk never stops early).
+        One kernel call (_ext/lookup.pyx offset_for_time): under the lock, the first segment
+        whose largest timestamp reaches `timestamp`, its time-index floor and a buffer of its
+        mapping; then, without the lock, batch memos or headers to the first batch whose
+        maxTimestamp reaches it, and that batch's record timestamps only (they need not be
+        monotonic: the first record in offset order that reaches it is the answer). A batch is
+        checked (CRC, records) the first time a get or a lookup reads it, as get does.
         """
-        with self._lock:
-            first = next(
-                (i for i, s in enumerate(self._segs) if s.max_timestamp >= timestamp), None
-            )
-            if first is None:
-                return None
-            segs = self._segs[first:]
-            sizes = [s.size for s in segs]
-            position = segs[0].position_for_time(timestamp)
-            self._pin(segs)
-        try:
-            for seg, size in zip(segs, sizes, strict=True):
-                found = first_offset_at_or_after(
-                    seg.view(0, size),
-                    position,
-                    timestamp,
-                    verify_crc,
-                    seg.log_path,
-                    MAX_DECOMPRESSED,
-                )
-                if found >= 0:
-                    return int(found)
-                position = 0
-            return None
-        finally:
-            self._unpin(segs)
+        return offset_for_time(self.table, timestamp, verify_crc, MAX_DECOMPRESSED)
 
     # -- pins: what a read has open -------------------------------------------------------------
 
