@@ -68,9 +68,13 @@ class LogDirectory:
             if why is not None:
                 raise NotAStoreError(f"{self.path} is not an mqcore store or Kafka log directory: "
                                      f"{why}")  # fmt: skip
+        # a writable open of a directory that holds nothing (made now, or empty): a new store,
+        # whose first files need no fsync (Log._load)
+        self.fresh = False
         if writable:
             os.makedirs(self.path, exist_ok=True)
             self.acquire_lock()
+            self.fresh = all(n.startswith(LOCK_FILE) for n in os.listdir(self.path))
 
     # -- what a store is ----------------------------------------------------------------------
 
@@ -158,15 +162,21 @@ class LogDirectory:
         )
 
     def clear_clean_marker(self) -> None:
-        """Deleted when a writer opens, so a crash while loading counts as unclean."""
+        """Deleted when a writer opens, so a crash while loading counts as unclean; the
+        deletion made durable (unless the store is new: it never had a marker). When no marker
+        is found the directory is synced all the same: a writer killed between its unlink and
+        its fsync may have left the deletion in the page cache only."""
         for name in (CLEAN_SHUTDOWN, KAFKA_CLEAN_SHUTDOWN):
             try:
                 os.unlink(os.path.join(self.path, name))
             except FileNotFoundError:
                 pass
-        self.fsync_dir()
+        if not self.fresh:
+            self.fsync_dir()
 
     def write_clean_marker(self) -> None:
+        """Written last at close; its directory fsync also makes durable the names of the
+        files written before it without one (the checkpoint's, close's)."""
         self._write_atomic(CLEAN_SHUTDOWN, b"")
 
     # -- topics metadata ------------------------------------------------------------------------
@@ -230,7 +240,10 @@ class LogDirectory:
         return found
 
     def save_topics(
-        self, topics: dict[str, TopicConfig], deleting: dict[str, int] | None = None
+        self,
+        topics: dict[str, TopicConfig],
+        deleting: dict[str, int] | None = None,
+        sync: bool = True,
     ) -> None:
         """Write the topic list durably; `deleting` (topic -> partition count) names topics
         whose partition directories are still to be retired: an open after a crash finishes
@@ -241,7 +254,7 @@ class LogDirectory:
         }
         if deleting:
             doc["deleting"] = dict(sorted(deleting.items()))
-        self._write_atomic(TOPICS_FILE, json.dumps(doc, indent=1).encode())
+        self._write_atomic(TOPICS_FILE, json.dumps(doc, indent=1).encode(), sync=sync)
 
     def finish_deletions(self) -> None:
         """At a writable open: finish the deletions a crash interrupted (the topics that
@@ -297,10 +310,13 @@ class LogDirectory:
                 return _read_checkpoint(path)
         return {}
 
-    def save_recovery_points(self, points: dict[tuple[str, int], int]) -> None:
+    def save_recovery_points(
+        self, points: dict[tuple[str, int], int], sync: bool = True, sync_dir_now: bool = True
+    ) -> None:
         lines = ["0", str(len(points))]
         lines += [f"{t} {p} {o}" for (t, p), o in sorted(points.items())]
-        self._write_atomic(RECOVERY_CHECKPOINT, ("\n".join(lines) + "\n").encode())
+        data = ("\n".join(lines) + "\n").encode()
+        self._write_atomic(RECOVERY_CHECKPOINT, data, sync=sync, sync_dir_now=sync_dir_now)
 
     # -- producer ids -------------------------------------------------------------------------
 
@@ -322,9 +338,12 @@ class LogDirectory:
 
     # -- helpers --------------------------------------------------------------------------------
 
-    def _write_atomic(self, name: str, data: bytes) -> None:
+    def _write_atomic(
+        self, name: str, data: bytes, sync: bool = True, sync_dir_now: bool = True
+    ) -> None:
         """Replace a top-level file durably (storage/durable.py write_atomic)."""
-        durable.write_atomic(os.path.join(self.path, name), data)
+        path = os.path.join(self.path, name)
+        durable.write_atomic(path, data, sync=sync, sync_dir_now=sync_dir_now)
 
     def fsync_dir(self) -> None:
         durable.sync_dir(self.path)
