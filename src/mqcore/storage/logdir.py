@@ -72,20 +72,23 @@ class LogDirectory:
         # whose first files need no fsync (Log._load)
         self.fresh = False
         if writable:
+            made = not os.path.lexists(self.path)
             os.makedirs(self.path, exist_ok=True)
-            self.acquire_lock()
+            # a directory made just now has no .mqcore.lock: readers take that as "opening"
+            # already (writer_state), so the first state written is "open" (mark_open)
+            self.acquire_lock(announce=not made)
             self.fresh = all(n.startswith(LOCK_FILE) for n in os.listdir(self.path))
 
     # -- what a store is ----------------------------------------------------------------------
 
     # -- the writer lock ----------------------------------------------------------------------
 
-    def acquire_lock(self) -> None:
+    def acquire_lock(self, announce: bool = True) -> None:
         """Take the writer lock: at open, and again after release() (`mqcore verify --repair`
         lets a store open recover the directory in between). flock() the store directory
         itself, exclusively: unlike a lock file, it cannot be deleted or replaced while held,
         so no second writer ever gets in. `.mqcore.lock` only tells who holds it (never
-        followed if it is a symbolic link)."""
+        followed if it is a symbolic link); `announce=False` leaves it alone (there is none)."""
         fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)
         try:
             deadline = time.monotonic() + LOCK_PATIENCE
@@ -107,7 +110,8 @@ class LogDirectory:
                             holder,
                         ) from None
                     time.sleep(0.005)
-            self._write_state("opening")
+            if announce:
+                self._write_state("opening")
         except BaseException:
             os.close(fd)
             raise
