@@ -180,8 +180,15 @@ class LogDirectory:
 
     def write_clean_marker(self) -> None:
         """Written last at close; its directory fsync also makes durable the names of the
-        files written before it without one (the checkpoint's, close's)."""
-        self._write_atomic(CLEAN_SHUTDOWN, b"")
+        files written before it without one (the checkpoint's, close's). The marker is read by
+        its name alone and holds no byte, so it is created in place (no half-written file to
+        rename over) and only its name is synced: an fsync of the empty file would add its
+        inode's times and nothing a reader looks at."""
+        fd = durable.open_store_file(
+            os.path.join(self.path, CLEAN_SHUTDOWN), os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+        )
+        os.close(fd)
+        self.fsync_dir()
 
     # -- topics metadata ------------------------------------------------------------------------
 
