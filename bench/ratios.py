@@ -86,6 +86,18 @@ TARGETS = [
         "append/100B/mqcore-os",
         "append/100B/sqlite-tx",
     ),
+    Target(
+        "open new store + create_topic + close vs SQLite create + table + close",
+        "lifecycle/create/mqcore",
+        "lifecycle/create/sqlite",
+        0.5,
+    ),
+    Target(
+        "open new store + create_topic + one append + close vs SQLite, one INSERT",
+        "lifecycle/append/mqcore",
+        "lifecycle/append/sqlite",
+        0.5,
+    ),
     Target("encode 1000 x 100 B vs kafka-python", "encode/mqcore", "encode/kafka-python", 50),
     Target("decode 1000 x 100 B vs kafka-python", "decode/mqcore", "decode/kafka-python", 50),
     Target("decode to Arrow vs kafka-python decode", "decode/mqcore-arrow", "decode/kafka-python"),

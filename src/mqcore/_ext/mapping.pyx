@@ -16,8 +16,8 @@
 # one is released, so a reader in another thread never reads unmapped memory.
 from cpython.buffer cimport PyBUF_WRITABLE, PyBuffer_FillInfo
 from libc.errno cimport errno
-from posix.mman cimport (MAP_FAILED, MAP_SHARED, MS_SYNC, PROT_READ, PROT_WRITE, mmap, msync,
-                         munmap)
+from posix.mman cimport (MAP_FAILED, MAP_SHARED, MS_SYNC, POSIX_MADV_RANDOM, PROT_READ,
+                         PROT_WRITE, mmap, msync, munmap, posix_madvise)
 from posix.unistd cimport sysconf, _SC_PAGESIZE
 
 from mqcore.errors import StoreClosedError
@@ -66,6 +66,13 @@ cdef class MappedFile:
             return
         if msync(<void*>(self.base + start), <size_t>(end - start), MS_SYNC) != 0:
             raise os_error()
+
+    def advise_random(self):
+        """posix_madvise(POSIX_MADV_RANDOM): the pages are touched at random (a hash table), so
+        a page fault reads that page alone, not the device's read-ahead around it (8 MiB of
+        zeros on this VM's disk, read into the page cache for nothing). Best effort."""
+        if self.base != NULL:
+            posix_madvise(<void*>self.base, <size_t>self.length, POSIX_MADV_RANDOM)
 
     def __len__(self):
         return self.length

@@ -21,6 +21,7 @@ Durability after `append_records`/`append` returns, by flush policy (docs/operat
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -52,6 +53,7 @@ from mqcore.storage.flusher import Flusher
 from mqcore.storage.logdir import LogDirectory
 from mqcore.storage.partition import Partition, RecoveryReport, has_segments
 from mqcore.storage.producer_state import BatchRecord, check_producer_fields
+from mqcore.storage.segment import ReserveBudget
 from mqcore.tasks import BackgroundTasks
 
 _log = logging.getLogger("mqcore")
@@ -100,6 +102,8 @@ class Log:
         self.flush_policy = flush_policy if flush_policy is not None else FlushPolicy()
         # sealed segments open at once (their maps; they keep no descriptor): docs/operations.md
         self._segment_cache = SegmentCache(max_open_segments)
+        # disk reserved past the active segments, all partitions together (storage/segment.py)
+        self._reserve_budget = ReserveBudget()
         self.read_only = read_only
         self.auto_create_topics = auto_create_topics
         self.verify_crc = verify_crc
@@ -119,6 +123,11 @@ class Log:
         self._replicas: dict[Partition, ReplicaLog] = {}  # Log.replica's handles
         self._closed = False
         self._flusher: Flusher | None = None
+        # a new store starts its flusher and task thread at its first write, not at open
+        # (start_background): until then they would have nothing to do, and a thread's start
+        # and join cost 0.1-2 ms each on a 2-core VM
+        self._background_deferred = False
+        self._tasks_wanted = False
         self.tasks = BackgroundTasks()
         self.skipped = SkipLog()  # internal records a reader could not parse (log/internal.py)
         self.recovery: dict[tuple[str, int], RecoveryReport] = {}
@@ -149,10 +158,17 @@ class Log:
                          topic)  # fmt: skip
         if self.read_only:
             return
-        self._dir.save_topics(self._configs)
-        self.checkpoint()
+        # A new store holds nothing yet: its topic list needs no fsync (a power loss leaves it
+        # or an empty directory, which opens as the same empty store; the first create_topic
+        # writes it durably), and it needs no checkpoint before close() or the flusher writes
+        # one (none reads as every point 0, as an empty one does) (operations.md "Store
+        # lifecycle").
+        self._dir.save_topics(self._configs, sync=not self._dir.fresh)
+        if not self._dir.fresh:
+            self.checkpoint()
         self._dir.mark_open()
-        if self.flush_policy.mode == "interval":
+        self._background_deferred = self._dir.fresh
+        if self.flush_policy.mode == "interval" and not self._background_deferred:
             self._flusher = Flusher(self.flush_policy.interval_ms, self._flush_all, self.checkpoint)
             self._flusher.start()
 
@@ -231,6 +247,27 @@ class Log:
         self._partitions = {}
         self.recovery = {}
 
+    def _create_partitions(
+        self, topic: str, numbers: range, cfg: TopicConfig
+    ) -> dict[int, Partition]:
+        """New partitions `numbers` of `topic`, each with its first segment. Their directories
+        are made durable by one fsync of the store directory, before mqcore-topics.json
+        declares them (an open never recreates a declared partition's directory); the names of
+        each first segment, by the partition's first sync (docs/operations.md "Store
+        lifecycle")."""
+        made = False
+        for p in numbers:
+            directory = self._dir.partition_dir(topic, p)
+            if not os.path.lexists(directory):
+                os.mkdir(directory)
+                made = True
+        if made:
+            self._dir.fsync_dir()
+        parts = {p: self._new_partition(topic, p, cfg) for p in numbers}
+        for part in parts.values():
+            part.open(0, clean=True)
+        return parts
+
     def _new_partition(self, topic: str, p: int, cfg: TopicConfig) -> Partition:
         return Partition(
             topic,
@@ -241,13 +278,33 @@ class Log:
             writable=not self.read_only,
             cache=self._segment_cache,
             clock=self.clock,
+            reserve_budget=self._reserve_budget,
         )
 
     def start_tasks(self) -> None:
         """Start the background thread of the tasks registered so far (maintenance, delayed
         delivery, transaction check-back); a read-only log runs none."""
-        if not self.read_only:
+        if self.read_only:
+            return
+        if self._background_deferred:
+            self._tasks_wanted = True  # at the first write (start_background)
+        else:
             self.tasks.start()
+
+    def start_background(self) -> None:
+        """Start what a new store deferred to its first write: the flusher (flush="interval")
+        and the task thread if start_tasks asked for it. Every write path calls it while
+        `_background_deferred` is set (Log._write, the replica handles' appends)."""
+        with self._lock:
+            if self._closed or not self._background_deferred:
+                return
+            self._background_deferred = False
+            if self.flush_policy.mode == "interval":
+                flusher = Flusher(self.flush_policy.interval_ms, self._flush_all, self.checkpoint)
+                flusher.start()
+                self._flusher = flusher
+            if self._tasks_wanted:
+                self.tasks.start()
 
     def close(self) -> None:
         """Stop the tasks, flush everything, seal active segments, write checkpoints and the
@@ -265,7 +322,10 @@ class Log:
             for part in self.all_partitions():
                 part.close()
             if not self.read_only:
-                self.checkpoint()
+                # one directory fsync makes both names durable (the marker's): the marker may
+                # reach the disk with the older checkpoint, whose lower recovery points only
+                # cost a longer scan at the next unclean open (operations.md "Store lifecycle")
+                self.checkpoint(sync_dir_now=False)
                 self._dir.write_clean_marker()
             self._dir.release()
 
@@ -315,9 +375,7 @@ class Log:
                         f"not {cfg.partitions}"
                     )
                 return
-            parts = {p: self._new_partition(name, p, cfg) for p in range(cfg.partitions)}
-            for part in parts.values():
-                part.open(0, clean=True)
+            parts = self._create_partitions(name, range(cfg.partitions), cfg)
             self._configs[name] = cfg
             self._partitions[name] = parts
             self._dir.save_topics(self._configs)
@@ -400,9 +458,7 @@ class Log:
             new = old.with_changes(partitions=count)  # validates the upper bound
             if validate_only:
                 return new
-            added = {p: self._new_partition(topic, p, new) for p in range(old.partitions, count)}
-            for part in added.values():
-                part.open(0, clean=True)
+            added = self._create_partitions(topic, range(old.partitions, count), new)
             crash_point("add_partitions.after_dirs")
             configs = {**self._configs, topic: new}
             try:
@@ -572,6 +628,8 @@ class Log:
             if handle is None:
 
                 def appended(base: int, count: int, now: int) -> None:
+                    if self._background_deferred:
+                        self.start_background()
                     self._topic_appends[topic] = self._topic_appends.get(topic, 0) + 1
                     if self._flusher is not None and (
                         part.unflushed_messages >= self.flush_policy.messages
@@ -584,6 +642,8 @@ class Log:
         return handle
 
     def _write(self, part: Partition, batch: EncodedBatch) -> int:
+        if self._background_deferred:
+            self.start_background()
         base = part.append(batch)
         appends = self._topic_appends
         appends[part.topic] = appends.get(part.topic, 0) + 1
@@ -664,10 +724,11 @@ class Log:
             if not part.closed:
                 part.flush()
 
-    def checkpoint(self) -> None:
-        """Write every partition's recovery point (what recovery may skip) durably."""
+    def checkpoint(self, sync: bool = True, sync_dir_now: bool = True) -> None:
+        """Write every partition's recovery point (what recovery may skip) durably; `sync` and
+        `sync_dir_now` as for durable.write_atomic."""
         points = {(p.topic, p.partition): p.recovery_point for p in self.all_partitions()}
-        self._dir.save_recovery_points(points)
+        self._dir.save_recovery_points(points, sync=sync, sync_dir_now=sync_dir_now)
 
     def iter_partitions(self, topic: str | None = None) -> Iterator[Partition]:
         """Partitions of `topic` (or of every topic) in order, a snapshot taken under the lock."""

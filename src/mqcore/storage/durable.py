@@ -119,19 +119,27 @@ def write_file(path: str, data: bytes | bytearray | memoryview, *, sync: bool = 
 
 
 def write_atomic(
-    path: str, data: bytes | bytearray | memoryview, *, sync: bool = True, tmp: str | None = None
+    path: str,
+    data: bytes | bytearray | memoryview,
+    *,
+    sync: bool = True,
+    tmp: str | None = None,
+    sync_dir_now: bool = True,
 ) -> None:
     """Replace `path` by a file holding `data`, all or nothing across a crash.
 
     Written to `tmp` (default `path + ".tmp"`), fsync'd, renamed over `path`, and the directory
     fsync'd so the new name survives a power loss; with `sync=False` only the rename is atomic
     (a process kill never leaves a half-written file, a power loss may lose the new one).
+    `sync_dir_now=False` leaves the directory's fsync to the caller, who makes several names
+    of one directory durable with one fsync (docs/operations.md "Store lifecycle"): until then
+    a power loss keeps the old file or the new one, whole either way.
     """
     tmp = tmp if tmp is not None else path + ".tmp"
     write_file(tmp, data, sync=sync)
     os.replace(tmp, path)
     crash_point("checkpoint.after_rename")
-    if sync:
+    if sync and sync_dir_now:
         sync_dir(os.path.dirname(path) or ".")
 
 

@@ -8,6 +8,12 @@ copies each entry a third of a time more on average (fourfold steps: 1/4 + 1/16 
 doubling it was once, and appends of unique keys measured 10-30% slower). One rebuilt for a
 sealed segment is sized to its entries.
 
+An empty active segment's file is made at its first entry (or when a query or seal needs a
+table), not when the segment is created: a partition that is never written with keys costs no
+file, no mapping and no page cache. Writable tables are mapped with POSIX_MADV_RANDOM: inserts
+touch slots at random, and without the advice each first touch of a page reads ahead around it
+(up to the device's read-ahead, 8 MiB on the VM measured), zeros into the page cache.
+
 A file is used as it is only when its header says it was sealed or closed, covers exactly the
 log's bytes and its content CRC matches (KeyTable.content_valid): a page lost in a power loss
 or overwritten on disk fails the CRC. Anything else is rebuilt from the log: the active
@@ -67,6 +73,9 @@ class KeyIndexFile:
         self._dirty = False  # entries or header changed since the last seal, close or rebuild
         # how far the key and tag entry regions have disk blocks (durable.back_pages)
         self._backed = [0, 0]
+        # an empty active segment's table not made yet: made at the first entry (make_room),
+        # a query (ensure) or a seal that covers batches (flush)
+        self._deferred = False
 
     # -- opening ------------------------------------------------------------------------------
 
@@ -83,8 +92,19 @@ class KeyIndexFile:
         for `capacity` entries; a sealed one's is built to its size.
         """
         with self._lock:
-            if self.table is None and not self._open_existing(covered):
+            if self.table is not None:
+                return
+            if active and covered == 0 and self.writable and not os.path.lexists(self.path):
+                self._deferred = True  # nothing to index yet: no file until there is
+                return
+            if not self._open_existing(covered):
                 self.rebuild(scan(), covered, sealed=not active)
+
+    def _make_deferred(self, covered: int) -> None:
+        """Make the deferred table (caller holds _lock or the partition's): an active one
+        while the segment is empty, else one sized to nothing (no batch had an entry)."""
+        self._deferred = False
+        self.rebuild([], covered, sealed=covered > 0)
 
     def _open_existing(self, covered: int) -> bool:
         try:
@@ -98,6 +118,8 @@ class KeyIndexFile:
             m = MappedFile(fd, size, self.writable)
         finally:
             os.close(fd)
+        if self.writable:
+            m.advise_random()
         try:
             table = KeyTable(m, self.writable)
         except CorruptIndexError:
@@ -115,7 +137,9 @@ class KeyIndexFile:
         table = self.table
         if table is None:
             with self._lock:
-                if self.table is None and not self._open_existing(covered):
+                if self.table is None and self._deferred:
+                    self._make_deferred(covered)
+                elif self.table is None and not self._open_existing(covered):
                     self.rebuild(scan(), covered, sealed=True)
                 table = self.table
         assert table is not None
@@ -182,6 +206,7 @@ class KeyIndexFile:
             m = MappedFile(fd, size, True)
         finally:
             os.close(fd)
+        m.advise_random()
         try:
             KeyTable(m, False).release()  # a header of this geometry, or we start afresh
         except CorruptIndexError:
@@ -200,6 +225,7 @@ class KeyIndexFile:
             os.ftruncate(fd, size)  # sparse: untouched entries take no disk
             durable.write_all(fd, bytes(min(size, HEADER_BYTES + 4 * slots)))
             self._map = MappedFile(fd, size, True)
+            self._map.advise_random()
         finally:
             os.close(fd)
         os.replace(tmp, self.path)
@@ -224,8 +250,14 @@ class KeyIndexFile:
         GROWTH times as large (or more) holding the same entries; an empty one too small for a
         single batch (more entries than `capacity`) grows to the batch; a full non-empty one
         rolled already."""
+        if not hits:
+            return
+        if self.table is None and self._deferred:
+            with self._lock:
+                if self.table is None and self._deferred:
+                    self._make_deferred(0)
         table = self.table
-        if table is None or not hits:
+        if table is None:
             return
         keys, tags = KeyTable.count_hits(hits)
         if table.room_for(keys, tags):
@@ -279,6 +311,10 @@ class KeyIndexFile:
     def flush(self, covered: int, sync: bool) -> None:
         """Record that the entries describe `covered` log bytes, with a fresh content CRC, and
         msync the file when `sync` (an unchanged table is left alone)."""
+        if self.table is None and self._deferred and covered > 0 and self.writable:
+            with self._lock:
+                if self.table is None and self._deferred:
+                    self._make_deferred(covered)  # batches without entries: an empty table
         table = self.table
         if table is None or not self.writable or self._map is None:
             return
@@ -311,6 +347,7 @@ class KeyIndexFile:
         self.close_map()
 
     def delete(self) -> None:
+        self._deferred = False
         self.close_map()
         for path in (self.path, self.path + ".tmp"):
             try:

@@ -68,20 +68,27 @@ class LogDirectory:
             if why is not None:
                 raise NotAStoreError(f"{self.path} is not an mqcore store or Kafka log directory: "
                                      f"{why}")  # fmt: skip
+        # a writable open of a directory that holds nothing (made now, or empty): a new store,
+        # whose first files need no fsync (Log._load)
+        self.fresh = False
         if writable:
+            made = not os.path.lexists(self.path)
             os.makedirs(self.path, exist_ok=True)
-            self.acquire_lock()
+            # a directory made just now has no .mqcore.lock: readers take that as "opening"
+            # already (writer_state), so the first state written is "open" (mark_open)
+            self.acquire_lock(announce=not made)
+            self.fresh = all(n.startswith(LOCK_FILE) for n in os.listdir(self.path))
 
     # -- what a store is ----------------------------------------------------------------------
 
     # -- the writer lock ----------------------------------------------------------------------
 
-    def acquire_lock(self) -> None:
+    def acquire_lock(self, announce: bool = True) -> None:
         """Take the writer lock: at open, and again after release() (`mqcore verify --repair`
         lets a store open recover the directory in between). flock() the store directory
         itself, exclusively: unlike a lock file, it cannot be deleted or replaced while held,
         so no second writer ever gets in. `.mqcore.lock` only tells who holds it (never
-        followed if it is a symbolic link)."""
+        followed if it is a symbolic link); `announce=False` leaves it alone (there is none)."""
         fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)
         try:
             deadline = time.monotonic() + LOCK_PATIENCE
@@ -103,7 +110,8 @@ class LogDirectory:
                             holder,
                         ) from None
                     time.sleep(0.005)
-            self._write_state("opening")
+            if announce:
+                self._write_state("opening")
         except BaseException:
             os.close(fd)
             raise
@@ -158,16 +166,29 @@ class LogDirectory:
         )
 
     def clear_clean_marker(self) -> None:
-        """Deleted when a writer opens, so a crash while loading counts as unclean."""
+        """Deleted when a writer opens, so a crash while loading counts as unclean; the
+        deletion made durable (unless the store is new: it never had a marker). When no marker
+        is found the directory is synced all the same: a writer killed between its unlink and
+        its fsync may have left the deletion in the page cache only."""
         for name in (CLEAN_SHUTDOWN, KAFKA_CLEAN_SHUTDOWN):
             try:
                 os.unlink(os.path.join(self.path, name))
             except FileNotFoundError:
                 pass
-        self.fsync_dir()
+        if not self.fresh:
+            self.fsync_dir()
 
     def write_clean_marker(self) -> None:
-        self._write_atomic(CLEAN_SHUTDOWN, b"")
+        """Written last at close; its directory fsync also makes durable the names of the
+        files written before it without one (the checkpoint's, close's). The marker is read by
+        its name alone and holds no byte, so it is created in place (no half-written file to
+        rename over) and only its name is synced: an fsync of the empty file would add its
+        inode's times and nothing a reader looks at."""
+        fd = durable.open_store_file(
+            os.path.join(self.path, CLEAN_SHUTDOWN), os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+        )
+        os.close(fd)
+        self.fsync_dir()
 
     # -- topics metadata ------------------------------------------------------------------------
 
@@ -230,7 +251,10 @@ class LogDirectory:
         return found
 
     def save_topics(
-        self, topics: dict[str, TopicConfig], deleting: dict[str, int] | None = None
+        self,
+        topics: dict[str, TopicConfig],
+        deleting: dict[str, int] | None = None,
+        sync: bool = True,
     ) -> None:
         """Write the topic list durably; `deleting` (topic -> partition count) names topics
         whose partition directories are still to be retired: an open after a crash finishes
@@ -241,7 +265,7 @@ class LogDirectory:
         }
         if deleting:
             doc["deleting"] = dict(sorted(deleting.items()))
-        self._write_atomic(TOPICS_FILE, json.dumps(doc, indent=1).encode())
+        self._write_atomic(TOPICS_FILE, json.dumps(doc, indent=1).encode(), sync=sync)
 
     def finish_deletions(self) -> None:
         """At a writable open: finish the deletions a crash interrupted (the topics that
@@ -297,10 +321,13 @@ class LogDirectory:
                 return _read_checkpoint(path)
         return {}
 
-    def save_recovery_points(self, points: dict[tuple[str, int], int]) -> None:
+    def save_recovery_points(
+        self, points: dict[tuple[str, int], int], sync: bool = True, sync_dir_now: bool = True
+    ) -> None:
         lines = ["0", str(len(points))]
         lines += [f"{t} {p} {o}" for (t, p), o in sorted(points.items())]
-        self._write_atomic(RECOVERY_CHECKPOINT, ("\n".join(lines) + "\n").encode())
+        data = ("\n".join(lines) + "\n").encode()
+        self._write_atomic(RECOVERY_CHECKPOINT, data, sync=sync, sync_dir_now=sync_dir_now)
 
     # -- producer ids -------------------------------------------------------------------------
 
@@ -322,9 +349,12 @@ class LogDirectory:
 
     # -- helpers --------------------------------------------------------------------------------
 
-    def _write_atomic(self, name: str, data: bytes) -> None:
+    def _write_atomic(
+        self, name: str, data: bytes, sync: bool = True, sync_dir_now: bool = True
+    ) -> None:
         """Replace a top-level file durably (storage/durable.py write_atomic)."""
-        durable.write_atomic(os.path.join(self.path, name), data)
+        path = os.path.join(self.path, name)
+        durable.write_atomic(path, data, sync=sync, sync_dir_now=sync_dir_now)
 
     def fsync_dir(self) -> None:
         durable.sync_dir(self.path)

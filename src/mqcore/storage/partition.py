@@ -50,6 +50,7 @@ from mqcore.storage.segment import (
     MAX_DECOMPRESSED,
     AppendableBatch,
     LogSegment,
+    ReserveBudget,
     segment_name,
 )
 
@@ -83,6 +84,7 @@ class Partition:
         writable: bool,
         cache: SegmentCache | None = None,
         clock: Clock = now_ms,
+        reserve_budget: ReserveBudget | None = None,
     ):
         self.clock = clock  # the log's ms clock: the CreateTime bounds of appends
         self.topic = topic
@@ -92,6 +94,8 @@ class Partition:
         self.flush_policy = flush
         self.writable = writable
         self.cache = cache  # the store's open sealed segments (storage/cache.py)
+        # the store's space reserved past active segments (one of its own when alone)
+        self.reserve_budget = reserve_budget if reserve_budget is not None else ReserveBudget()
         self._lock = threading.RLock()
         # the segment list, its base offsets and the lock, as the lookup kernels read them
         # (_ext/segtable.pyx); the list changes only through _set_segments
@@ -317,9 +321,12 @@ class Partition:
             self._sync_dirs()
 
     def _sync_dirs(self) -> None:
-        while self._unsynced_dirs:
-            durable.sync_dir(self._unsynced_dirs[0])
-            del self._unsynced_dirs[0]
+        """fsync the directories whose names changed (a copy of the list: a roll may add one
+        while another thread syncs)."""
+        for directory in list(self._unsynced_dirs):
+            durable.sync_dir(directory)
+            if directory in self._unsynced_dirs:
+                self._unsynced_dirs.remove(directory)
 
     def _segment(
         self, base: int, paths: dict[str, str] | None = None, lazy: bool = False
@@ -336,6 +343,7 @@ class Partition:
             max_index_bytes=self.config.segment_index_bytes,
             map_reserve=self.config.segment_bytes,
             preallocate_bytes=self.config.preallocate_bytes,
+            reserve_budget=self.reserve_budget,
             key_index_capacity=key_index_capacity(self.config),
         )
 
@@ -434,7 +442,7 @@ class Partition:
         new.attach_key_index(active=True)
         new.first_batch_timestamp = -1
         self._set_segments(len(self._segs), len(self._segs), [new])
-        self.snapshot_producers()
+        self.snapshot_producers(sync_dir_now=False)  # one directory fsync: the one below
         crash_point("roll.before_dir_fsync")
         self._dir_changed(self.directory)
         if self.flush_policy.mode != "os":
@@ -468,8 +476,10 @@ class Partition:
         self.snapshot_producers(only_if_changed=True)
         return end
 
-    def snapshot_producers(self, only_if_changed: bool = False) -> None:
-        """Write the producer state as `<end offset>.snapshot` (at roll, flush and close)."""
+    def snapshot_producers(self, only_if_changed: bool = False, sync_dir_now: bool = True) -> None:
+        """Write the producer state as `<end offset>.snapshot` (at roll, flush and close).
+        None for an empty log with no producer: loading one finds the same empty state.
+        `sync_dir_now=False`: the directory's fsync is left to the caller's _sync_dirs."""
         state = self.producer_state
         if state is None:
             return
@@ -477,9 +487,14 @@ class Partition:
             end = self.end_offset
             if end == state.snapshot_offset or (only_if_changed and not state.dirty):
                 return
+            if end == self.start_offset and not state.producers:
+                return
             data = state.encode_snapshot()
             state.dirty = False
-        state.write_snapshot(end, data)
+        if state.write_snapshot(end, data, sync_dir_now):
+            with self._lock:
+                if self.directory not in self._unsynced_dirs:
+                    self._unsynced_dirs.append(self.directory)
 
     # -- reading --------------------------------------------------------------------------------
 
@@ -860,7 +875,10 @@ class Partition:
             self.deleted = deleted
             self.closed = True
             if self.writable:
-                self.snapshot_producers()
+                # the snapshot's name is made durable by the directory fsync below, with the
+                # names of segments not synced yet (one fsync of the directory); a snapshot
+                # lost is rebuilt from the log (producer_state.load)
+                self.snapshot_producers(sync_dir_now=False)
                 self.active.seal()
                 with self._sync_lock:
                     for seg in self._segs:

@@ -279,16 +279,18 @@ class ProducerStateManager:
         tail = struct.pack(">i", len(self.producers)) + bytes(body)
         return struct.pack(">hI", SNAPSHOT_VERSION, crc32c(tail)) + tail
 
-    def write_snapshot(self, offset: int, data: bytes) -> None:
+    def write_snapshot(self, offset: int, data: bytes, sync_dir_now: bool = True) -> bool:
         """Write `data` as `<offset>.snapshot` (temp file, fsync, rename); keep the newest
-        KEEP_SNAPSHOTS files."""
+        KEEP_SNAPSHOTS files. With `sync_dir_now=False` the directory is not fsync'd here:
+        returns whether the caller owes it that fsync (the policy syncs snapshots)."""
         with self._files_lock:
             path = snapshot_path(self.directory, offset)
             tmp = f"{path}.{threading.get_ident()}.tmp"
-            durable.write_atomic(path, data, sync=self._fsync, tmp=tmp)
+            durable.write_atomic(path, data, sync=self._fsync, tmp=tmp, sync_dir_now=sync_dir_now)
             crash_point("producer_snapshot.after_write")
             self.snapshot_offset = max(self.snapshot_offset, offset)
             self.prune_snapshots()
+        return self._fsync and not sync_dir_now
 
     def prune_snapshots(self) -> None:
         """Delete all but the newest KEEP_SNAPSHOTS snapshot files: after each write, and at

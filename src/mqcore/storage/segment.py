@@ -10,6 +10,7 @@ import errno
 import os
 import stat
 import threading
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -34,6 +35,35 @@ SCAN_CHUNK = 8 << 20
 HEADER_BYTES = 61
 PAGE = 4096
 MAX_DECOMPRESSED = 256 << 20  # a compressed batch may inflate to at most this many bytes
+# Reserved space past the active .log (docs/format.md "Reserved space"): each reservation
+# covers RESERVE_SECONDS of the segment's writes at the rate since the previous one, between
+# RESERVE_MIN and the topic's preallocate_bytes; all of a store's reservations together stay
+# within STORE_RESERVE_BYTES (ReserveBudget).
+RESERVE_MIN = 64 << 10
+RESERVE_SECONDS = 1.0
+STORE_RESERVE_BYTES = 256 << 20
+
+
+class ReserveBudget:
+    """The disk space a store's active segments may hold reserved ahead of their writes, all
+    together: a partition written at 100 B/s holds RESERVE_MIN, not 16 MiB, and a thousand
+    busy ones share `limit` rather than each taking preallocate_bytes."""
+
+    def __init__(self, limit: int | None = None):
+        self.limit = STORE_RESERVE_BYTES if limit is None else limit
+        self.held = 0
+        self._lock = threading.Lock()
+
+    def take(self, want: int) -> int:
+        """Up to `want` bytes of the budget (0 when it is spent)."""
+        with self._lock:
+            got = max(0, min(want, self.limit - self.held))
+            self.held += got
+            return got
+
+    def give(self, amount: int) -> None:
+        with self._lock:
+            self.held = max(0, self.held - amount)
 
 
 class AppendableBatch(Protocol):
@@ -111,6 +141,7 @@ class LogSegment:
         map_reserve: int = 0,
         key_index_capacity: int = 0,
         preallocate_bytes: int = 0,
+        reserve_budget: ReserveBudget | None = None,
         paths: dict[str, str] | None = None,
         cache: SegmentCache | None = None,
         owner_lock: Any = None,
@@ -137,6 +168,9 @@ class LogSegment:
         self.identity: tuple[int, int] | None = None  # (st_dev, st_ino) of the .log
         self._state = threading.RLock()
         self.preallocate_bytes = preallocate_bytes if writable else 0
+        self.reserve_budget = reserve_budget
+        self._reserve_held = 0  # bytes of reserve_budget the current reservation holds
+        self._reserve_mark: tuple[float, int] | None = None  # (when, position) of the last one
         self.offset_index = OffsetIndex(
             paths.get(INDEX_SUFFIX, stem + INDEX_SUFFIX), max_index_bytes, writable, mapped=False
         )
@@ -514,6 +548,7 @@ class LogSegment:
     def truncate_to(self, size: int) -> None:
         """Cut the log at `size` (a torn tail, or the bytes of a failed append)."""
         os.ftruncate(self.fd, size)  # also hands back any reserved space
+        self._give_back_reserve()
         self.reserved_end = size
         self.verified_batches = {p: m for p, m in self.verified_batches.items() if p < size}
         self.size = size
@@ -563,22 +598,48 @@ class LogSegment:
         return position
 
     def _reserve(self, position: int, need: int) -> None:
-        """Reserve the next preallocate_bytes (at least `need`, at most up to the roll size).
+        """Reserve the space the next RESERVE_SECONDS of writes take at the rate since the last
+        reservation (the first: RESERVE_MIN), at most preallocate_bytes, at least `need`, at
+        most up to the roll size, within the store's ReserveBudget (none when it is spent).
 
         Best effort: without support for it the segment stops asking; when the disk is full the
         write that follows reports it (ENOSPC, EFBIG) with the log untouched.
         """
-        length = max(self.preallocate_bytes, need)
+        now = time.monotonic()
+        length = RESERVE_MIN
+        if self._reserve_mark is not None:
+            since, at = self._reserve_mark
+            length = int((position - at) / max(now - since, 1e-6) * RESERVE_SECONDS)
+        length = max(min(max(length, RESERVE_MIN), self.preallocate_bytes), need)
         if self.map_reserve:
             length = max(min(length, self.map_reserve - position), need)
+        self._give_back_reserve()  # the previous reservation is used up
+        if self.reserve_budget is not None:
+            granted = self.reserve_budget.take(length)
+            if granted < need:
+                self.reserve_budget.give(granted)
+                return  # the store's budget is spent: this write allocates its own blocks
+            length = granted
         err = reserve(self.fd, position, length)
         if err == 0:
             self.reserved_end = position + length
-        elif err not in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EINTR):
+            self._reserve_held = length
+            self._reserve_mark = (now, position)
+            return
+        if self.reserve_budget is not None:
+            self.reserve_budget.give(length)
+        if err not in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EINTR):
             self.preallocate_bytes = 0
+
+    def _give_back_reserve(self) -> None:
+        """Return the current reservation's share of the store's budget."""
+        if self._reserve_held and self.reserve_budget is not None:
+            self.reserve_budget.give(self._reserve_held)
+        self._reserve_held = 0
 
     def _release_reserve(self) -> None:
         """Hand back the blocks reserved past the end (truncating to the size frees them)."""
+        self._give_back_reserve()
         if self.reserved_end > self.size:
             os.ftruncate(self.fd, self.size)
             self.reserved_end = self.size
@@ -779,6 +840,7 @@ class LogSegment:
 
     def delete(self) -> None:
         """Remove the segment's files (recovery dropping an empty trailing segment)."""
+        self._give_back_reserve()
         self._unmap()
         self.offset_index.delete()
         self.time_index.delete()
