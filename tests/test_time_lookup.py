@@ -178,6 +178,64 @@ def test_offset_for_time_matches_brute_force_over_segments(
             assert store.offset_for_time("t", 0, ts) == reference(times, ts), ts
 
 
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(plans=batch_plans, seed=st.integers(0, 2**16), cut=st.floats(0, 1))
+def test_offset_for_time_answers_only_from_the_log_start(
+    tmp_path_factory: pytest.TempPathFactory,
+    plans: list[tuple[int, str, str, int]],
+    seed: int,
+    cut: float,
+) -> None:
+    """After DeleteRecords (ReplicaLog.delete_records_before) moves the log start, inside a
+    batch too, no answer lies below it (Kafka's fetchOffsetByTimestamp searches from the log
+    start): the brute-force answer over the records from the start on, before and after a
+    reopen. The records below stay in the file until retention removes their segment."""
+    rng = random.Random(seed)
+    path = str(tmp_path_factory.mktemp("time"))
+    times: list[tuple[int, int]] = []
+    start_ts = T0
+    with mqcore.open(path) as store:
+        store.create_topic("t", segment_bytes=8192, index_interval_bytes=256)
+        for n, codec, shape, shift in plans:
+            start_ts += shift
+            stamps = batch_timestamps(rng, n, shape, start_ts)
+            md = store.append_batch(
+                "t", [b"v"] * n, partition=0, timestamps=stamps, compression=codec
+            )
+            times += zip(range(md.base_offset, md.base_offset + n), stamps, strict=True)
+        log_start = int(cut * store.end_offset("t", 0))
+        store.log.replica("t", 0).delete_records_before(log_start)
+        kept = [(o, ts) for o, ts in times if o >= log_start]
+        queries = probes([t for _, t in times])
+        for ts in queries:
+            assert store.offset_for_time("t", 0, ts) == reference(kept, ts), (ts, log_start)
+    with mqcore.open(path, read_only=True) as store:
+        assert store.start_offset("t", 0) == log_start
+        for ts in queries:
+            assert store.offset_for_time("t", 0, ts) == reference(kept, ts), (ts, log_start)
+
+
+def test_time_kernel_skips_offsets_below_min_offset() -> None:
+    """The kernel's min_offset, at every offset of a random segment: the first reaching record
+    from there on, with and without memos."""
+    data = segment(11)
+    times = record_times(data)
+    verified: dict[int, bytes] = {}
+    stamps = probes([t for _, t in times])[::5]
+    for low in sorted({o for o, _ in times})[::3]:
+        later = [(o, t) for o, t in times if o >= low]
+        for ts in stamps:
+            for memo in (None, verified):
+                got = first_offset_at_or_after(
+                    data, 0, ts, True, "s", MAX_DECOMPRESSED, memo, min_offset=low
+                )
+                assert (None if got < 0 else got) == reference(later, ts), (low, ts)
+
+
 @pytest.mark.parametrize("codec", ["none", "lz4"])
 def test_offset_for_time_under_log_append_time(tmp_path: object, codec: str) -> None:
     """LogAppendTime: each record's timestamp is its batch's maxTimestamp (what read() says)."""

@@ -213,8 +213,8 @@ cdef Py_ssize_t first_reaching_segment(SegmentTable table, int64_t from_offset,
 
 
 cdef object time_in(SegmentTable table, object timestamp_obj, bint verify_crc,
-                    Py_ssize_t max_decompressed):
-    cdef int64_t timestamp, from_offset = INT64_MIN, found
+                    Py_ssize_t max_decompressed, int64_t start):
+    cdef int64_t timestamp, from_offset = start, found
     cdef Py_ssize_t position, limit, i
     cdef Py_buffer b
     try:
@@ -246,7 +246,8 @@ cdef object time_in(SegmentTable table, object timestamp_obj, bint verify_crc,
             if limit <= 0:
                 continue
             found = first_at_or_after(<const unsigned char*>b.buf, limit, position, timestamp,
-                                      verify_crc, <dict?>verified, seg.log_path, max_decompressed)
+                                      start, verify_crc, <dict?>verified, seg.log_path,
+                                      max_decompressed)
         finally:
             if b.buf != NULL:
                 PyBuffer_Release(&b)
@@ -255,9 +256,11 @@ cdef object time_in(SegmentTable table, object timestamp_obj, bint verify_crc,
 
 
 def offset_for_time(SegmentTable table not None, timestamp, bint verify_crc=True,
-                    Py_ssize_t max_decompressed=DEFAULT_MAX_DECOMPRESSED):
+                    Py_ssize_t max_decompressed=DEFAULT_MAX_DECOMPRESSED,
+                    int64_t start=INT64_MIN):
     """Partition.offset_for_time: Kafka's rule, the earliest offset of the partition whose
-    record timestamp is >= `timestamp`, or None.
+    record timestamp is >= `timestamp`, or None. Offsets below `start` (the log start, which
+    DeleteRecords moves inside a segment, even inside a batch) are not in the partition.
 
     Under the partition lock: the first segment whose largest timestamp reaches it, its time
     index floor (and the offset index's position for it), its size and a buffer of its mapping
@@ -266,7 +269,7 @@ def offset_for_time(SegmentTable table not None, timestamp, bint verify_crc=True
     answer is in that segment; when it is not (only control records reach the timestamp there),
     the next pass takes the next segment that reaches it, under the lock again.
     """
-    return time_in(table, timestamp, verify_crc, max_decompressed)
+    return time_in(table, timestamp, verify_crc, max_decompressed, start)
 
 
 def get_by_id(dict partitions not None, msg_id, decode not None,

@@ -35,8 +35,9 @@ cdef object read_memo(const unsigned char* buf, Py_ssize_t n, Py_ssize_t pos, ob
 
 # The time-lookup kernel over a segment's mapped bytes buf[0:n] (scan.first_offset_at_or_after
 # is its Python face): the first offset at or after the batch at `pos` whose record timestamp
-# is >= `timestamp`, or -1; `verified` as read_at's (None: no memo, every batch walked is
-# checked at each visit).
+# is >= `timestamp` and whose offset is >= `min_offset`, or -1; `verified` as read_at's (None:
+# no memo, every batch walked is checked at each visit).
 cdef int64_t first_at_or_after(const unsigned char* buf, Py_ssize_t n, Py_ssize_t pos,
-                               int64_t timestamp, bint verify_crc, dict verified, object source,
+                               int64_t timestamp, int64_t min_offset, bint verify_crc,
+                               dict verified, object source,
                                Py_ssize_t max_decompressed) except -2

@@ -75,4 +75,5 @@ def first_offset_at_or_after(
     source: str | None = None,
     max_decompressed: int = ...,
     verified: dict[int, bytes] | None = None,
+    min_offset: int = ...,
 ) -> int: ...

@@ -725,17 +725,23 @@ cdef int remember(dict verified, Py_ssize_t pos, bytes memo) except -1:
 
 def first_offset_at_or_after(const unsigned char[::1] buf not None, Py_ssize_t pos,
                              int64_t timestamp, bint verify_crc=True, source=None,
-                             Py_ssize_t max_decompressed=256 << 20, dict verified=None):
-    """Offset of the first record at or after buf[pos] whose timestamp is >= `timestamp`, or -1
-    (first_at_or_after's Python face; `verified` as read_record's)."""
+                             Py_ssize_t max_decompressed=256 << 20, dict verified=None,
+                             int64_t min_offset=INT64_MIN):
+    """Offset of the first record at or after buf[pos] whose timestamp is >= `timestamp` and
+    whose offset is >= `min_offset`, or -1 (first_at_or_after's Python face; `verified` as
+    read_record's)."""
     return first_at_or_after(&buf[0] if buf.shape[0] else NULL, buf.shape[0], pos, timestamp,
-                             verify_crc, verified, source, max_decompressed)
+                             min_offset, verify_crc, verified, source, max_decompressed)
 
 
 cdef int64_t first_at_or_after(const unsigned char* buf, Py_ssize_t n, Py_ssize_t pos,
-                               int64_t timestamp, bint verify_crc, dict verified, object source,
+                               int64_t timestamp, int64_t min_offset, bint verify_crc,
+                               dict verified, object source,
                                Py_ssize_t max_decompressed) except -2:
     """Offset of the first record at or after buf[pos] whose timestamp is >= `timestamp`, or -1.
+    Records below `min_offset` (the partition's log start, which DeleteRecords may move inside
+    a batch) do not count: a batch that ends below it is skipped like one whose timestamps are
+    all below `timestamp`, and inside a batch the walk passes over them.
 
     Batches whose maxTimestamp is below it are skipped by their memo or header (no record is
     read); in the first batch that reaches it, the memo's group maxima lead to the first group
@@ -776,8 +782,9 @@ cdef int64_t first_at_or_after(const unsigned char* buf, Py_ssize_t n, Py_ssize_
                     or memo is not None):
                 if verify_crc and memo is None:
                     walk_batch(buf + pos, n - pos, &h, True, source, pos)
-                if h.max_timestamp >= timestamp and not h.attributes & ATTR_CONTROL:
-                    found = in_decoded_batch(buf + pos, &h, timestamp, source, pos,
+                if (h.max_timestamp >= timestamp and not h.attributes & ATTR_CONTROL
+                        and h.base_offset + h.last_offset_delta >= min_offset):
+                    found = in_decoded_batch(buf + pos, &h, timestamp, min_offset, source, pos,
                                              max_decompressed)
                     if found >= 0:
                         return found
@@ -787,9 +794,10 @@ cdef int64_t first_at_or_after(const unsigned char* buf, Py_ssize_t n, Py_ssize_
             head = memo_header(memo, pos, n)
             if head == NULL:  # cannot be: the batch is whole inside buf
                 raise ValueError(f"no memo for the batch at position {pos}")
-        if head.max_timestamp >= timestamp:
-            found = in_memo_batch(buf + pos + BATCH_HEADER_SIZE, <bytes>memo, timestamp, source,
-                                  pos)
+        if (head.max_timestamp >= timestamp
+                and head.base_offset + head.last_offset_delta >= min_offset):
+            found = in_memo_batch(buf + pos + BATCH_HEADER_SIZE, <bytes>memo, timestamp,
+                                  min_offset, source, pos)
             if found >= 0:
                 return found
         pos += BATCH_HEADER_SIZE + <Py_ssize_t>head.records_size
@@ -797,10 +805,10 @@ cdef int64_t first_at_or_after(const unsigned char* buf, Py_ssize_t n, Py_ssize_
 
 
 cdef int64_t in_memo_batch(const unsigned char* records, bytes memo, int64_t timestamp,
-                           object source, Py_ssize_t pos) except -2:
-    """The first offset reaching `timestamp` in a checked, uncompressed batch (its records area
-    at `records`, its memo from memo_header), or -1: from the first group whose largest
-    timestamp reaches it (all groups when the memo keeps no maxima)."""
+                           int64_t min_offset, object source, Py_ssize_t pos) except -2:
+    """The first offset >= min_offset reaching `timestamp` in a checked, uncompressed batch (its
+    records area at `records`, its memo from memo_header), or -1: from the first group whose
+    largest timestamp reaches it (all groups when the memo keeps no maxima)."""
     cdef const MemoHeader* head = <const MemoHeader*>PyBytes_AS_STRING(memo)
     cdef BatchHeader h
     cdef Py_ssize_t start = 0, group
@@ -813,7 +821,8 @@ cdef int64_t in_memo_batch(const unsigned char* records, bytes memo, int64_t tim
     if group < 0:
         group = 0
     rc = first_reaching(records + start, head.records_size - start,
-                        head.records_count - group * SAMPLE_EVERY, &h, timestamp, &delta)
+                        head.records_count - group * SAMPLE_EVERY, &h, timestamp,
+                        min_offset - h.base_offset if min_offset > h.base_offset else 0, &delta)
     if rc < 0:
         raise CorruptRecordError(error_text(rc), path=source, position=pos)
     return h.base_offset + delta if rc == 1 else -1
@@ -860,10 +869,11 @@ cdef inline void header_of_memo(const MemoHeader* head, BatchHeader* h) noexcept
 
 
 cdef int first_reaching(const unsigned char* records, Py_ssize_t size, Py_ssize_t count,
-                        const BatchHeader* h, int64_t timestamp, int64_t* delta) noexcept nogil:
+                        const BatchHeader* h, int64_t timestamp, int64_t min_delta,
+                        int64_t* delta) noexcept nogil:
     """Over `count` records from `records` (size bytes): 1 with *delta the offset delta of the
-    first record whose timestamp (record_timestamp) is >= timestamp, 0 when none is, or an E_
-    code.
+    first record whose timestamp (record_timestamp) is >= timestamp and whose offset delta is
+    >= min_delta, 0 when none is, or an E_ code.
 
     Reads each record's length and timestampDelta only (the offsetDelta of the one found), so
     it is for a records area checked whole before; every read is still bounds-checked, and the
@@ -894,14 +904,15 @@ cdef int first_reaching(const unsigned char* records, Py_ssize_t size, Py_ssize_
                 return E_VARINT
             if delta[0] < 0 or delta[0] > h.last_offset_delta:
                 return E_OFFSET_DELTA
-            return 1
+            if delta[0] >= min_delta:
+                return 1
         p = rec_end
         count -= 1
     return 0
 
 
 cdef int64_t in_decoded_batch(const unsigned char* batch, const BatchHeader* h, int64_t timestamp,
-                              object source, Py_ssize_t pos,
+                              int64_t min_offset, object source, Py_ssize_t pos,
                               Py_ssize_t max_decompressed) except -2:
     """The first offset reaching `timestamp` in a batch read through next_record (a compressed
     one decompressed; each record decoded and checked up to the one found), or -1."""
@@ -915,5 +926,6 @@ cdef int64_t in_decoded_batch(const unsigned char* batch, const BatchHeader* h, 
             return -1
         if rc < 0:
             raise CorruptRecordError(error_text(rc), path=source, position=pos)
-        if record_timestamp(h, r.timestamp_delta) >= timestamp:
+        if (record_timestamp(h, r.timestamp_delta) >= timestamp
+                and h.base_offset + r.offset_delta >= min_offset):
             return h.base_offset + r.offset_delta

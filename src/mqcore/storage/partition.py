@@ -607,8 +607,12 @@ class Partition:
         maxTimestamp reaches it, and that batch's record timestamps only (they need not be
         monotonic: the first record in offset order that reaches it is the answer). A batch is
         checked (CRC, records) the first time a get or a lookup reads it, as get does.
+        Offsets below the log start (advance_log_start, Kafka's DeleteRecords) are not
+        answers, as in Kafka's fetchOffsetByTimestamp, though their bytes are still there.
         """
-        return offset_for_time(self.table, timestamp, verify_crc, MAX_DECOMPRESSED)
+        return offset_for_time(
+            self.table, timestamp, verify_crc, MAX_DECOMPRESSED, self.start_offset
+        )
 
     # -- pins: what a read has open -------------------------------------------------------------
 
