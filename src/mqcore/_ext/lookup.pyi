@@ -15,7 +15,6 @@ def offset_for_time(
     timestamp: int,
     verify_crc: bool = True,
     max_decompressed: int = ...,
-    start: int = ...,
 ) -> int | None: ...
 def get_by_id(
     partitions: dict[str, dict[int, Any]],

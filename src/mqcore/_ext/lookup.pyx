@@ -129,7 +129,7 @@ cdef object get_in(SegmentTable table, object offset_obj, bint verify_crc,
         lock.acquire()
         try:
             segments = table.segments
-            if (table.count == 0 or offset < table.base_offsets[0]
+            if (table.count == 0 or offset < table.base_offsets[0] or offset < table.log_start
                     or offset >= <int64_t>segments[table.count - 1].next_offset):
                 return None
             i = table.floor(offset)
@@ -213,8 +213,8 @@ cdef Py_ssize_t first_reaching_segment(SegmentTable table, int64_t from_offset,
 
 
 cdef object time_in(SegmentTable table, object timestamp_obj, bint verify_crc,
-                    Py_ssize_t max_decompressed, int64_t start):
-    cdef int64_t timestamp, from_offset = start, found
+                    Py_ssize_t max_decompressed):
+    cdef int64_t timestamp, start = table.log_start, from_offset = start, found
     cdef Py_ssize_t position, limit, i
     cdef Py_buffer b
     try:
@@ -256,10 +256,9 @@ cdef object time_in(SegmentTable table, object timestamp_obj, bint verify_crc,
 
 
 def offset_for_time(SegmentTable table not None, timestamp, bint verify_crc=True,
-                    Py_ssize_t max_decompressed=DEFAULT_MAX_DECOMPRESSED,
-                    int64_t start=INT64_MIN):
+                    Py_ssize_t max_decompressed=DEFAULT_MAX_DECOMPRESSED):
     """Partition.offset_for_time: Kafka's rule, the earliest offset of the partition whose
-    record timestamp is >= `timestamp`, or None. Offsets below `start` (the log start, which
+    record timestamp is >= `timestamp`, or None. Offsets below the table's log start (which
     DeleteRecords moves inside a segment, even inside a batch) are not in the partition.
 
     Under the partition lock: the first segment whose largest timestamp reaches it, its time
@@ -269,7 +268,7 @@ def offset_for_time(SegmentTable table not None, timestamp, bint verify_crc=True
     answer is in that segment; when it is not (only control records reach the timestamp there),
     the next pass takes the next segment that reaches it, under the lock again.
     """
-    return time_in(table, timestamp, verify_crc, max_decompressed, start)
+    return time_in(table, timestamp, verify_crc, max_decompressed)
 
 
 def get_by_id(dict partitions not None, msg_id, decode not None,
@@ -435,6 +434,8 @@ cdef list find_part(SegmentTable table, uint64_t hashed, bytes raw, int kind, in
         lock.acquire()
         try:
             segments = table.segments
+            if from_offset < table.log_start:
+                from_offset = table.log_start  # nothing below the log start is an answer
             probe_tables([key_table_of(seg) for seg in segments], hashed, max_probe, &hits)
             if hits.count:
                 n = len(segments)

@@ -28,6 +28,7 @@ cdef class SegmentTable:
         self.base_offsets = NULL
         self.count = 0
         self.capacity = 0
+        self.log_start = 0
 
     def __dealloc__(self):
         PyMem_Free(self.base_offsets)

@@ -120,7 +120,7 @@ class Partition:
         self.maintenance = threading.Lock()  # one retention or compaction pass at a time
         # the log start offset when DeleteRecords moved it inside the first segment
         # (storage/logstart.py); start_offset is the larger of it and the first base offset
-        self._log_start = -1
+        self.table.log_start = -1
 
     # -- opening and recovery -----------------------------------------------------------------
 
@@ -266,7 +266,7 @@ class Partition:
         # all of the log is durable now: a clean stop synced it, _sync_recovered the rest
         self.recovery_point = self.end_offset
         # a crash between a truncation's steps may leave the file past the log end: clamp
-        self._log_start = min(read_log_start(self.directory), self.end_offset)
+        self.table.log_start = min(read_log_start(self.directory), self.end_offset)
         return report
 
     def _hold_for_reading(self) -> None:
@@ -367,7 +367,7 @@ class Partition:
     def start_offset(self) -> int:
         """The first offset readable: the first segment's base offset, or later when
         advance_log_start() (Kafka's DeleteRecords) moved it inside that segment."""
-        return max(self._segs[0].base_offset, self._log_start)
+        return max(self._segs[0].base_offset, self.table.log_start)
 
     @property
     def end_offset(self) -> int:
@@ -588,8 +588,6 @@ class Partition:
         before, else their headers) and only that record. A batch's CRC is checked the first
         time a get lands in it.
         """
-        if offset < self._log_start:
-            return None  # below the log start DeleteRecords moved
         return get_record(self.table, offset, verify_crc, MAX_DECOMPRESSED)
 
     def max_timestamp(self) -> int:
@@ -610,9 +608,7 @@ class Partition:
         Offsets below the log start (advance_log_start, Kafka's DeleteRecords) are not
         answers, as in Kafka's fetchOffsetByTimestamp, though their bytes are still there.
         """
-        return offset_for_time(
-            self.table, timestamp, verify_crc, MAX_DECOMPRESSED, self.start_offset
-        )
+        return offset_for_time(self.table, timestamp, verify_crc, MAX_DECOMPRESSED)
 
     # -- pins: what a read has open -------------------------------------------------------------
 
@@ -761,7 +757,7 @@ class Partition:
                 )
             if offset > self.start_offset:
                 write_log_start(self.directory, offset, sync=self.flush_policy.mode != "os")
-                self._log_start = offset
+                self.table.log_start = offset
             return self.start_offset
 
     def truncate(self, offset: int, start_at: bool = False) -> int:
@@ -812,7 +808,7 @@ class Partition:
         new.attach_key_index(active=True)
         new.flushed_size = new.size  # _copy_prefix fsync'd it
         self.recovery_point = min(self.recovery_point, self.end_offset)
-        if self._log_start > self.end_offset:
+        if self.table.log_start > self.end_offset:
             self._set_log_start(self.end_offset)
         for run in dispose:
             if run is not None:
@@ -835,7 +831,7 @@ class Partition:
 
     def _set_log_start(self, offset: int) -> None:
         write_log_start(self.directory, offset, sync=True)
-        self._log_start = offset
+        self.table.log_start = offset
 
     def _retire_files(self, seg: LogSegment, keep_log: bool = False) -> Callable[[], None] | None:
         """Take `seg` out of the log's files: its files renamed to `.deleted` (the `.log`
