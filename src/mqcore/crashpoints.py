@@ -32,6 +32,8 @@ CRASH_POINTS = (
     # consumer offset commits (consume/offsets.py)
     "offsets.after_append",
     "offsets.after_fdatasync",
+    "share_state.after_append",
+    "share_state.after_fdatasync",
     # producer state snapshot (storage/producer_state.py)
     "producer_snapshot.after_write",
     # truncation (storage/partition.py Partition.truncate, mqcore.log's truncate_to)

@@ -42,6 +42,7 @@ __all__ = [
     "UnknownGroupError",
     "ConsumerClosedError",
     "CommitFailedError",
+    "InvalidRecordStateError",
     "NoOffsetForPartitionError",
     "ProducerFencedError",
     "OutOfOrderSequenceError",
@@ -212,6 +213,13 @@ class ConsumerClosedError(MQCoreError):
 
 class CommitFailedError(MQCoreError):
     """A commit for partitions this consumer no longer owns (a rebalance moved them)."""
+
+
+class InvalidRecordStateError(MQCoreError):
+    """A share-group acknowledgement for a record this member does not hold (its lock expired,
+    it was acknowledged already, or it was never delivered to this member), or a poll in
+    explicit mode while records of the last poll are still unacknowledged (Kafka's
+    INVALID_RECORD_STATE)."""
 
 
 class NoOffsetForPartitionError(MQCoreError, LookupError):

@@ -61,6 +61,7 @@ if TYPE_CHECKING:
     from mqcore.consume.consumer import Consumer
     from mqcore.consume.group import ConsumeState, PartitionLag
     from mqcore.consume.offsets import OffsetStore
+    from mqcore.consume.share import ShareConsumer, ShareGroups, ShareLag
 
 # the parked logs of transactions and delays and their bookkeeping: trimmed by resolution
 # (produce/trim.py), never by retention or compaction
@@ -333,6 +334,44 @@ class Store(Sender[RecordMetadata, BatchMetadata, list[BatchMetadata]]):
         if group is not None:
             offsets = {k: v for k, v in offsets.items() if k[0] == group}
         return group_lags(offsets, self._end_or_none)
+
+    _share: ShareGroups | None = None  # created by the first share_consumer()
+
+    def share_consumer(
+        self,
+        group: str,
+        topics: str | Sequence[str],
+        tag: str | None = None,
+        where: str | None = None,
+        **options: Any,
+    ) -> ShareConsumer:
+        """A member of share group `group` reading `topics`: any number of members, each
+        record acknowledged on its own (docs/consume.md "Share groups"; `options`: record_lock_ms,
+        explicit_ack, delivery_count_limit, max_in_flight_records, dead_letter,
+        auto_offset_reset)."""
+        from mqcore.consume.share import ShareConsumer, ShareGroups
+
+        state = self._consume_state()
+        with self.log.lock:
+            if self._share is None:
+                self._share = ShareGroups(self.log, state, self._tracer)
+            groups = self._share
+        return ShareConsumer(self.log, groups, group, topics, tag, where, **options)
+
+    def share_group_lag(self, group: str | None = None) -> dict[str, list[ShareLag]]:
+        """Records available (never delivered, or released) and in flight (acquired) per
+        share-partition of every share group (or `group`): live for groups open in this
+        process, else from `__share_group_state` (read-only stores too)."""
+        from mqcore.consume.group import validate_group
+        from mqcore.consume.share import share_lags
+        from mqcore.consume.sharestate import ShareStateStore
+
+        self.log.check_open()
+        if group is not None:
+            validate_group(group)
+        if self._share is not None:
+            return self._share.lag(group)
+        return share_lags(self.log, ShareStateStore(self.log), {}, group)
 
     def _end_or_none(self, topic: str, partition: int) -> int | None:
         part = self.log.find_partition(topic, partition)

@@ -93,6 +93,9 @@ cdef class Message:
     cdef tuple _headers           # None until first read, then decoded from _raw_headers
     cdef bytes _raw_headers
     cdef Py_ssize_t _header_count
+    # share groups (consume/share.py): how many times this record has been handed out, this
+    # delivery included; 0 for a message that is not a share-group delivery
+    cdef public int delivery_count
 
 cdef Message make_message(str topic, int partition, const BatchHeader* h, const RecordView* r)
 cdef object records_area(const unsigned char* batch, const BatchHeader* h, Py_ssize_t max_size)

@@ -17,6 +17,7 @@ class Message:
     key: bytes | None
     value: bytes | None
     headers: tuple[tuple[str, bytes | None], ...]
+    delivery_count: int  # share groups: deliveries of this record so far, this one included
     def __init__(
         self,
         topic: str,

@@ -68,7 +68,7 @@ def partition_for_group(group: str, partitions: int) -> int:
     return h % partitions
 
 
-def _string(s: str) -> bytes:
+def encode_string(s: str) -> bytes:
     raw = s.encode()
     return struct.pack(">h", len(raw)) + raw
 
@@ -76,8 +76,8 @@ def _string(s: str) -> bytes:
 def encode_key(group: str, topic: str, partition: int) -> bytes:
     return (
         struct.pack(">h", KEY_VERSION)
-        + _string(group)
-        + _string(topic)
+        + encode_string(group)
+        + encode_string(topic)
         + struct.pack(">i", partition)
     )
 
@@ -85,12 +85,12 @@ def encode_key(group: str, topic: str, partition: int) -> bytes:
 def encode_value(om: OffsetAndMetadata) -> bytes:
     return (
         struct.pack(">hqi", VALUE_VERSION, om.offset, -1)
-        + _string(om.metadata)
+        + encode_string(om.metadata)
         + struct.pack(">q", om.commit_time)
     )
 
 
-class _Reader:
+class BigEndianReader:
     """Bounds-checked big-endian reads; any overrun raises ValueError."""
 
     def __init__(self, raw: bytes):
@@ -118,7 +118,7 @@ def decode_key(raw: bytes | None) -> GroupKey | None:
     stores group metadata, key version 2, in this topic); ValueError for one that is no key."""
     if raw is None:
         raise ValueError("no key")
-    r = _Reader(raw)
+    r = BigEndianReader(raw)
     version = r.take(">h")
     if version not in (0, 1):
         return None
@@ -126,7 +126,7 @@ def decode_key(raw: bytes | None) -> GroupKey | None:
 
 
 def decode_value(raw: bytes) -> OffsetAndMetadata:
-    r = _Reader(raw)
+    r = BigEndianReader(raw)
     version = r.take(">h")
     offset = r.take(">q")
     if version == 3:

@@ -39,6 +39,7 @@ EVENTS = (
     "half_appended",
     "txn_committed",
     "txn_rolled_back",
+    "acknowledged",  # share groups: a record accepted, released, rejected or archived
 )
 
 

@@ -1,0 +1,693 @@
+"""Share groups: consumers beyond the partition count, each record acknowledged on its own.
+
+KIP-932's model ("queues for Kafka") on mqcore's log. Every member of a share group may receive
+records of every partition of its topics; a record is handed out under an acquisition lock
+(`record_lock_ms`) to one member at a time, and that member acknowledges it:
+  accept   done for good
+  release  give it back now (its delivery count stays), another member gets it
+  reject   done for good, not processed (archived; dead-lettered when the group asks for it)
+  renew    keep the lock for another `record_lock_ms`
+A lock that expires releases the record. A record is archived instead of released once it has
+been delivered `delivery_count_limit` times (and then dead-lettered to `__dlq.<group>` when
+`dead_letter=True`, with the origin headers of consume/retry.py).
+
+The share-partition (one per group, topic, partition) keeps the window [start, end): every
+offset below `start` is done, every offset from `end` on is still in the log only, and inside
+it each record not done yet is available or acquired, with its delivery count. At most
+`max_in_flight_records` records are in the window at once: at the bound a poll hands out only
+released records until acknowledgements move `start` on (Kafka's share-partition record locks
+limit). Records the group's filter (tag, SQL92) passes over, control records and compacted gaps
+never enter the window: they are done.
+
+State changes are kept in memory under the group's lock and written to `__share_group_state`
+(sharestate.py): by each poll that acquired records (no sync) and by commit() (fdatasync'd).
+Groups coordinate inside one process, as consumer groups do (consume/group.py).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from mqcore._ext.batch import Message
+from mqcore.consume.group import DLQ_PREFIX, TopicPartition, validate_group
+from mqcore.consume.retry import copy_headers
+from mqcore.consume.sharestate import ShareSnapshot, ShareStateStore, runs_of
+from mqcore.errors import ConsumerClosedError, InvalidConfigError, InvalidRecordStateError
+from mqcore.log.trace import TraceEvent
+
+if TYPE_CHECKING:
+    from mqcore.consume.group import ConsumeState
+    from mqcore.log.manager import Log
+    from mqcore.log.trace import Tracer
+    from mqcore.storage.partition import Partition
+
+AVAILABLE, ACQUIRED = 0, 1  # the states of a record in the window (done records leave it)
+ACK_KINDS = ("accept", "release", "reject", "renew")
+RESETS = ("earliest", "latest")
+DEFAULT_LOCK_MS = 30_000  # Kafka's group.share.record.lock.duration.ms
+DEFAULT_DELIVERY_LIMIT = 5  # Kafka's group.share.delivery.count.limit
+DEFAULT_MAX_IN_FLIGHT = 2000  # Kafka's group.share.partition.max.record.locks
+MAX_POLL_RECORDS = 100_000
+NO_DEADLINE = (1 << 63) - 1
+
+
+def _int_arg(name: str, value: object, low: int, high: int = NO_DEADLINE) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InvalidConfigError(f"{name} must be an int in [{low}, {high}], not {value!r}")
+    return value
+
+
+class InFlight:
+    """A record in the window that is not done: available or acquired by `member` until
+    `expiry` (ms), delivered `count` times so far."""
+
+    __slots__ = ("count", "expiry", "member", "state")
+
+    def __init__(self, state: int, count: int, member: str | None = None, expiry: int = 0):
+        self.state, self.count, self.member, self.expiry = state, count, member, expiry
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What an acknowledgement, a release or an expiry did to one record: `ended` is
+    "accepted", "rejected", "archived" (the delivery limit), "released" or "renewed"."""
+
+    offset: int
+    ended: str
+    count: int
+
+
+class SharePartition:
+    """The in-flight window of one share-partition: a plain state machine over offsets, with no
+    I/O (the group reads the log and writes the state); not thread-safe (the group's lock).
+
+    `records` holds the records not done, in ascending offset order (a dict keeps insertion
+    order, and records enter only at `end`), so `start` is its first key, or `end`."""
+
+    def __init__(self, end: int, pending: dict[int, int] | None = None):
+        self.end = end
+        self.records: dict[int, InFlight] = {
+            off: InFlight(AVAILABLE, count) for off, count in sorted((pending or {}).items())
+        }
+
+    @property
+    def start(self) -> int:
+        return next(iter(self.records), self.end)
+
+    def snapshot(self) -> ShareSnapshot:
+        """The durable form: acquired records are written as available (no lock survives a
+        restart), with their delivery counts."""
+        return ShareSnapshot(
+            self.start, self.end, runs_of((off, r.count) for off, r in self.records.items())
+        )
+
+    def counts(self) -> tuple[int, int]:
+        """(available, acquired) records in the window."""
+        acquired = sum(1 for r in self.records.values() if r.state == ACQUIRED)
+        return len(self.records) - acquired, acquired
+
+    def next_expiry(self) -> int:
+        """The earliest lock expiry in ms (NO_DEADLINE when nothing is acquired)."""
+        return min(
+            (r.expiry for r in self.records.values() if r.state == ACQUIRED), default=NO_DEADLINE
+        )
+
+    def _give_back(self, off: int, rec: InFlight, limit: int, ended: str) -> Outcome:
+        """Release rule: available again, or archived once delivered `limit` times."""
+        if rec.count >= limit:
+            del self.records[off]
+            return Outcome(off, "archived", rec.count)
+        rec.state, rec.member, rec.expiry = AVAILABLE, None, 0
+        return Outcome(off, ended, rec.count)
+
+    def expire(self, now: int, limit: int) -> list[Outcome]:
+        """Release every record whose lock has expired ("released", or "archived")."""
+        due = [
+            (off, rec)
+            for off, rec in self.records.items()
+            if rec.state == ACQUIRED and rec.expiry <= now
+        ]
+        return [self._give_back(off, rec, limit, "released") for off, rec in due]
+
+    def acquire_available(self, member: str, now: int, lock_ms: int, room: int) -> list[int]:
+        """Hand up to `room` available records to `member`, lowest offsets first."""
+        out: list[int] = []
+        if room <= 0:
+            return out
+        for off, rec in self.records.items():
+            if rec.state == AVAILABLE:
+                rec.state, rec.member, rec.expiry = ACQUIRED, member, now + lock_ms
+                rec.count += 1
+                out.append(off)
+                if len(out) >= room:
+                    break
+        return out
+
+    def room_for_new(self, max_in_flight: int) -> int:
+        return max(0, max_in_flight - len(self.records))
+
+    def acquire_new(
+        self, offsets: Sequence[int], next_end: int, member: str, now: int, lock_ms: int
+    ) -> None:
+        """Records read from the log at `end` on (`offsets`, ascending) go to `member`; the
+        offsets in [end, next_end) not among them (filtered, control, compacted) are done."""
+        if offsets and (offsets[0] < self.end or offsets[-1] >= next_end):
+            raise ValueError(
+                f"offsets {offsets[0]}..{offsets[-1]} outside [{self.end}, {next_end})"
+            )
+        for off in offsets:
+            self.records[off] = InFlight(ACQUIRED, 1, member, now + lock_ms)
+        self.end = max(self.end, next_end)
+
+    def acknowledge(
+        self, member: str, offset: int, kind: str, now: int, lock_ms: int, limit: int
+    ) -> Outcome:
+        """Apply `kind` (ACK_KINDS) to a record `member` holds; InvalidRecordStateError when it
+        does not hold it (not acquired by it, or its lock has expired)."""
+        rec = self.records.get(offset)
+        if rec is None or rec.state != ACQUIRED or rec.member != member or rec.expiry <= now:
+            why = (
+                "is done already or was never delivered"
+                if rec is None
+                else "is not held by this member"
+                if rec.state != ACQUIRED or rec.member != member
+                else "has an expired lock"
+            )
+            raise InvalidRecordStateError(f"record at offset {offset} {why}")
+        if kind == "accept" or kind == "reject":
+            del self.records[offset]
+            return Outcome(offset, "accepted" if kind == "accept" else "rejected", rec.count)
+        if kind == "renew":
+            rec.expiry = now + lock_ms
+            return Outcome(offset, "renewed", rec.count)
+        return self._give_back(offset, rec, limit, "released")
+
+    def release_member(self, member: str, limit: int) -> list[Outcome]:
+        """Every record `member` holds goes back (it leaves the group)."""
+        held = [
+            (off, rec)
+            for off, rec in self.records.items()
+            if rec.state == ACQUIRED and rec.member == member
+        ]
+        return [self._give_back(off, rec, limit, "released") for off, rec in held]
+
+    def forget_below(self, log_start: int) -> list[int]:
+        """Retention or DeleteRecords moved the log start past records of the window: they are
+        gone (done); returns their offsets."""
+        gone = list(itertools.takewhile(lambda off: off < log_start, self.records))
+        for off in gone:
+            del self.records[off]
+        self.end = max(self.end, log_start)
+        return gone
+
+    def drop(self, offset: int) -> None:
+        """A record the log no longer holds (compacted away): done."""
+        self.records.pop(offset, None)
+
+
+@dataclass(frozen=True, slots=True)
+class ShareLag:
+    """A share-partition's backlog: `available` records (never delivered, or released) and
+    `in_flight` ones (acquired now), with the window and the log's end."""
+
+    group: str
+    topic: str
+    partition: int
+    start: int
+    end: int
+    log_end: int
+    available: int
+    in_flight: int
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSettings:
+    """What every member of a share group must agree on (the first member sets them)."""
+
+    delivery_count_limit: int
+    max_in_flight_records: int
+    dead_letter: bool
+    auto_offset_reset: str
+
+
+class ShareGroup:
+    """One share group of a store: its members, share-partitions and durable state. Every
+    change happens under `lock`; `wake` wakes polls waiting for records."""
+
+    def __init__(
+        self,
+        name: str,
+        log: Log,
+        store: ShareStateStore,
+        wake: Callable[[], None],
+        tracer: Tracer | None,
+    ):
+        self.name, self.log, self.store, self.wake, self.tracer = name, log, store, wake, tracer
+        self.lock = threading.Lock()
+        self.settings: GroupSettings | None = None
+        self.members: set[str] = set()
+        self.partitions: dict[TopicPartition, SharePartition] = {}
+        self.dirty: set[TopicPartition] = set()
+        self._ids = itertools.count(1)
+
+    def join(self, settings: GroupSettings) -> str:
+        with self.lock:
+            if self.members and self.settings != settings:
+                raise InvalidConfigError(
+                    f"share group {self.name!r} runs with {self.settings}; a member cannot join "
+                    f"with {settings}"
+                )
+            self.settings = settings
+            member = f"{self.name}-share-{next(self._ids)}"
+            self.members.add(member)
+            return member
+
+    def share_partition(self, tp: TopicPartition, part: Partition) -> SharePartition:
+        """The window of `tp` (call under the lock): from the durable state, else empty at the
+        log's start or end (auto_offset_reset), then moved past what retention removed."""
+        sp = self.partitions.get(tp)
+        if sp is None:
+            snap = self.store.snapshot(self.name, *tp)
+            if snap is not None:
+                sp = SharePartition(snap.end, snap.pending())
+            else:
+                assert self.settings is not None
+                reset = self.settings.auto_offset_reset
+                sp = SharePartition(part.start_offset if reset == "earliest" else part.end_offset)
+                self.dirty.add(tp)
+            self.partitions[tp] = sp
+        if sp.start < part.start_offset:
+            sp.forget_below(part.start_offset)
+            self.dirty.add(tp)
+        if sp.end > part.end_offset:  # the log was cut back (recovery of a torn tail)
+            for off in [o for o in sp.records if o >= part.end_offset]:
+                del sp.records[off]
+            sp.end = part.end_offset
+            self.dirty.add(tp)
+        return sp
+
+    def write(self) -> None:
+        """Append the changed share-partitions' values, unsynced (call under the lock)."""
+        if self.dirty:
+            snaps = {tp: self.partitions[tp].snapshot() for tp in sorted(self.dirty)}
+            self.dirty.clear()
+            self.store.write(self.name, snaps, sync=False)
+
+    def sync(self) -> None:
+        """fdatasync what write() appended so far (outside the lock: one sync covers every
+        member's writes before it)."""
+        self.store.sync()
+
+    def settle(self, tp: TopicPartition, outcomes: Sequence[Outcome], member: str | None) -> None:
+        """After records ended or went back (call under the lock): mark the partition changed,
+        dead-letter what was archived or rejected when the group asks for it, trace each, wake
+        waiting polls when records became available."""
+        if not outcomes:
+            return
+        self.dirty.add(tp)
+        settings = self.settings
+        assert settings is not None
+        ended = [o for o in outcomes if o.ended in ("archived", "rejected")]
+        if settings.dead_letter and ended:
+            self.dead_letter(tp, ended)
+        if any(o.ended == "released" for o in outcomes):
+            self.wake()
+        if self.tracer is not None:
+            self.trace_outcomes(tp, outcomes, member)
+
+    def dead_letter(self, tp: TopicPartition, ended: Sequence[Outcome]) -> None:
+        part = self.log.partition(*tp)
+        msgs = [m for m in (part.get(o.offset, self.log.verify_crc) for o in ended) if m]
+        if not msgs:
+            return
+        counts = {o.offset: o.count for o in ended}
+        topic = self.log.internal_topic(
+            DLQ_PREFIX + self.name, partitions=1, unique_ids=False, cleanup_policy="delete"
+        )
+        self.log.append_records(
+            topic,
+            0,
+            [m.value for m in msgs],
+            [m.key for m in msgs],
+            [copy_headers(m, counts[m.offset], None) for m in msgs],
+        )
+
+    def trace_outcomes(
+        self, tp: TopicPartition, outcomes: Sequence[Outcome], member: str | None
+    ) -> None:
+        assert self.tracer is not None
+        part = self.log.partition(*tp)
+        now = self.log.clock()
+        events = []
+        for o in outcomes:
+            if o.ended == "renewed":
+                continue
+            m = part.get(o.offset, self.log.verify_crc)
+            uid = None if m is None else m.unique_id
+            if uid is not None:
+                detail = {"share": o.ended, "delivery_count": o.count, "member": member}
+                events.append(
+                    TraceEvent(uid, "acknowledged", now, tp[0], tp[1], o.offset, self.name, detail)
+                )
+        self.tracer.record(events)
+
+    def leave(self, member: str) -> None:
+        with self.lock:
+            self.members.discard(member)
+            assert self.settings is not None
+            for tp, sp in self.partitions.items():
+                self.settle(
+                    tp, sp.release_member(member, self.settings.delivery_count_limit), member
+                )
+
+
+class ShareGroups:
+    """Every share group of one store, made by the first share_consumer()."""
+
+    def __init__(self, log: Log, state: ConsumeState, tracer: Tracer | None):
+        self.log, self.state, self.tracer = log, state, tracer
+        self.store = ShareStateStore(log)
+        self._lock = threading.Lock()
+        self.groups: dict[str, ShareGroup] = {}
+
+    def group(self, name: str) -> ShareGroup:
+        with self._lock:
+            g = self.groups.get(name)
+            if g is None:
+                g = self.groups[name] = ShareGroup(
+                    name, self.log, self.store, self.state.wake, self.tracer
+                )
+            return g
+
+    def lag(self, group: str | None = None) -> dict[str, list[ShareLag]]:
+        with self._lock:
+            live = dict(self.groups)
+        return share_lags(self.log, self.store, live, group)
+
+
+def share_lags(
+    log: Log, store: ShareStateStore, live: dict[str, ShareGroup], group: str | None = None
+) -> dict[str, list[ShareLag]]:
+    """Per share group (all of them, or `group`): each share-partition's backlog. The live
+    window where a group is open in this process (`live`), else the durable state, where every
+    record not done counts as available (no lock outlives its process)."""
+    out: dict[str, list[ShareLag]] = {}
+    snaps = store.group_snapshots(group)
+    names = {k[0] for k in snaps} | {
+        n for n, g in live.items() if g.partitions and group in (None, n)
+    }
+    for name in sorted(names):
+        g = live.get(name)
+        tps = {(t, p) for n, t, p in snaps if n == name}
+        if g is not None:
+            tps |= set(g.partitions)
+        rows = []
+        for tp in sorted(tps):
+            part = log.find_partition(*tp)
+            if part is None:
+                continue
+            log_end = part.end_offset
+            if g is not None and tp in g.partitions:
+                with g.lock:
+                    sp = g.partitions[tp]
+                    available, acquired = sp.counts()
+                    start, end = sp.start, sp.end
+            else:
+                snap = snaps[(name, tp[0], tp[1])]
+                start, end, acquired = snap.start, snap.end, 0
+                available = sum(length for _, length, _ in snap.runs)
+            start, end = max(start, part.start_offset), max(end, part.start_offset)
+            available += max(0, log_end - end)
+            rows.append(ShareLag(name, tp[0], tp[1], start, end, log_end, available, acquired))
+        out[name] = rows
+    return out
+
+
+class ShareConsumer:
+    """One member of a share group. Use from one thread; any number of members per group.
+
+    poll() returns records of any partition of its topics under an acquisition lock; each one
+    carries `delivery_count`. Implicit mode (default): the next poll(), commit() or close()
+    accepts what the previous poll returned and this member still holds. Explicit mode
+    (`explicit_ack=True`): acknowledge() every record before the next poll."""
+
+    def __init__(
+        self,
+        log: Log,
+        groups: ShareGroups,
+        group: str,
+        topics: str | Sequence[str],
+        tag: str | None = None,
+        where: str | None = None,
+        *,
+        record_lock_ms: int = DEFAULT_LOCK_MS,
+        explicit_ack: bool = False,
+        delivery_count_limit: int = DEFAULT_DELIVERY_LIMIT,
+        max_in_flight_records: int = DEFAULT_MAX_IN_FLIGHT,
+        dead_letter: bool = False,
+        auto_offset_reset: str = "earliest",
+        now_ms: Any = None,
+    ):
+        log.check_writable()
+        name = validate_group(group)
+        topic_list = [topics] if isinstance(topics, str) else list(topics)
+        if not topic_list:
+            raise InvalidConfigError("a share consumer needs at least one topic")
+        if len(set(topic_list)) != len(topic_list):
+            raise InvalidConfigError(f"topics listed twice: {topic_list}")
+        self._tps: list[TopicPartition] = []
+        for t in topic_list:
+            self._tps += [(t, p) for p in sorted(log.partitions_of(t))]
+        if tag is not None or where is not None:
+            raise InvalidConfigError(
+                "share consumers do not take tag= or where= filters yet (issue 21)"
+            )
+        self.lock_ms = _int_arg("record_lock_ms", record_lock_ms, 1, 3_600_000)
+        if not isinstance(explicit_ack, bool) or not isinstance(dead_letter, bool):
+            raise InvalidConfigError("explicit_ack and dead_letter are bools")
+        if auto_offset_reset not in RESETS:
+            raise InvalidConfigError(
+                f"auto_offset_reset={auto_offset_reset!r}; expected one of {', '.join(RESETS)}"
+            )
+        settings = GroupSettings(
+            _int_arg("delivery_count_limit", delivery_count_limit, 1, 10_000),
+            _int_arg("max_in_flight_records", max_in_flight_records, 1, 1_000_000),
+            dead_letter,
+            auto_offset_reset,
+        )
+        if now_ms is not None and not callable(now_ms):
+            raise InvalidConfigError("now_ms must be a callable returning ms")
+        self._now: Callable[[], int] = now_ms or log.clock
+        self.log, self.explicit_ack, self.topics = log, explicit_ack, topic_list
+        self._groups = groups
+        self._group = groups.group(name)
+        self.group = name
+        self.member_id = self._group.join(settings)
+        self._limit = settings.delivery_count_limit
+        self._max_in_flight = settings.max_in_flight_records
+        self._last: list[Message] = []  # what the last poll returned
+        self._rotation = 0
+        self._closed = False
+
+    # -- polling --------------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ConsumerClosedError(
+                f"share consumer {self.member_id} of group {self.group!r} is closed"
+            )
+        self.log.check_open()
+
+    def poll(self, max_records: int = 500, timeout_ms: int = 0) -> list[Message]:
+        """Up to max_records records under this member's lock; waits up to timeout_ms for some
+        when none is available."""
+        self._check_open()
+        max_records = _int_arg("max_records", max_records, 1, MAX_POLL_RECORDS)
+        timeout_ms = _int_arg("timeout_ms", timeout_ms, 0)
+        self._settle_last_poll()
+        deadline = time.monotonic() + timeout_ms / 1000
+        while True:
+            out, next_expiry = self._acquire(max_records)
+            remaining = deadline - time.monotonic()
+            if out or remaining <= 0:
+                break
+            wait = min(remaining, max(0.0, (next_expiry - self._now()) / 1000))
+            self._wait(wait)
+        self._last = out
+        if out and self._group.tracer is not None:
+            self._trace_delivered(out)
+        return out
+
+    def _settle_last_poll(self) -> None:
+        """Implicit mode accepts what the last poll returned and this member still holds;
+        explicit mode refuses to go on while any of it is unacknowledged."""
+        if not self._last:
+            return
+        g = self._group
+        with g.lock:
+            now = self._now()
+            held = []
+            for m in self._last:
+                sp = g.partitions.get((m.topic, m.partition))
+                rec = None if sp is None else sp.records.get(m.offset)
+                if rec is not None and rec.member == self.member_id and rec.expiry > now:
+                    held.append(m)
+            if held and self.explicit_ack:
+                raise InvalidRecordStateError(
+                    f"{len(held)} records of the last poll are not acknowledged (explicit_ack): "
+                    f"first {held[0].topic}-{held[0].partition}@{held[0].offset}"
+                )
+            for m in held:
+                self._ack_locked(m, "accept", now)
+        self._last = []
+
+    def _acquire(self, room: int) -> tuple[list[Message], int]:
+        """One pass over the partitions (rotated per poll): released records first, then new
+        ones from the log; the acquisitions are written (no sync) before returning."""
+        g = self._group
+        out: list[Message] = []
+        self._rotation += 1
+        k = self._rotation % len(self._tps) if self._tps else 0
+        next_expiry = NO_DEADLINE
+        with g.lock:
+            now = self._now()
+            for tp in self._tps[k:] + self._tps[:k]:
+                part = self.log.partition(*tp)
+                sp = g.share_partition(tp, part)
+                g.settle(tp, sp.expire(now, self._limit), None)
+                if len(out) < room:
+                    got = self._redeliver(tp, part, sp, now, room - len(out))
+                    got += self._take_new(tp, part, sp, now, room - len(out) - len(got))
+                    if got:
+                        g.dirty.add(tp)
+                    out += got
+                next_expiry = min(next_expiry, sp.next_expiry())
+            if out:
+                g.write()
+        return out, next_expiry
+
+    def _redeliver(
+        self, tp: TopicPartition, part: Partition, sp: SharePartition, now: int, room: int
+    ) -> list[Message]:
+        out = []
+        for off in sp.acquire_available(self.member_id, now, self.lock_ms, room):
+            m = part.get(off, self.log.verify_crc)
+            if m is None:  # compacted away since it entered the window
+                sp.drop(off)
+                continue
+            m.delivery_count = sp.records[off].count
+            out.append(m)
+        return out
+
+    def _take_new(
+        self, tp: TopicPartition, part: Partition, sp: SharePartition, now: int, room: int
+    ) -> list[Message]:
+        room = min(room, sp.room_for_new(self._max_in_flight))
+        end = part.end_offset
+        if room <= 0 or sp.end >= end:
+            return []
+        msgs = part.read(sp.end, room, self.log.verify_crc)
+        # a short read covered the log to its end as it was before the read (control records
+        # and compacted gaps there are done); a full one stops after its last record
+        next_end = msgs[-1].offset + 1 if len(msgs) >= room else max(end, sp.end)
+        if msgs:
+            next_end = max(next_end, msgs[-1].offset + 1)
+        sp.acquire_new([m.offset for m in msgs], next_end, self.member_id, now, self.lock_ms)
+        for m in msgs:
+            m.delivery_count = 1
+        return msgs
+
+    def _wait(self, seconds: float) -> None:
+        state = self._groups.state
+        with state.cond:
+            state.waiters += 1
+            try:
+                state.cond.wait(seconds)
+            finally:
+                state.waiters -= 1
+
+    def _trace_delivered(self, out: list[Message]) -> None:
+        tracer = self._group.tracer
+        assert tracer is not None
+        now = self.log.clock()
+        tracer.record(
+            TraceEvent(
+                m.unique_id,
+                "delivered",
+                now,
+                m.topic,
+                m.partition,
+                m.offset,
+                self.group,
+                {"member": self.member_id, "delivery_count": m.delivery_count},
+            )  # fmt: skip
+            for m in out
+            if m.unique_id is not None
+        )
+
+    # -- acknowledging --------------------------------------------------------------------------
+
+    def acknowledge(self, message: Message, kind: str = "accept") -> None:
+        """accept, release, reject or renew one record this member holds (ACK_KINDS);
+        InvalidRecordStateError when it does not hold it (lock expired, acknowledged already).
+        Durable at the next commit()."""
+        self._check_open()
+        if not isinstance(message, Message):
+            raise InvalidConfigError(f"acknowledge takes a Message, not {type(message).__name__}")
+        if kind not in ACK_KINDS:
+            raise InvalidConfigError(f"acknowledgement {kind!r}; expected one of {ACK_KINDS}")
+        with self._group.lock:
+            self._ack_locked(message, kind, self._now())
+
+    def _ack_locked(self, m: Message, kind: str, now: int) -> None:
+        g = self._group
+        tp = (m.topic, m.partition)
+        sp = g.partitions.get(tp)
+        if sp is None:
+            raise InvalidRecordStateError(
+                f"{m.topic}-{m.partition}@{m.offset} was not delivered by share group {g.name!r}"
+            )
+        outcome = sp.acknowledge(self.member_id, m.offset, kind, now, self.lock_ms, self._limit)
+        g.settle(tp, [outcome], self.member_id)
+
+    def commit(self) -> None:
+        """Make every acknowledgement so far durable (implicit mode: after accepting the last
+        poll's records): one append to `__share_group_state` and an fdatasync."""
+        self._check_open()
+        if not self.explicit_ack:
+            self._settle_last_poll()
+        g = self._group
+        with g.lock:
+            g.write()
+        g.sync()
+
+    # -- closing --------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Leave the group: implicit mode accepts the last poll's records first; whatever this
+        member still holds is released; the state is written and synced."""
+        if self._closed:
+            return
+        try:
+            if not self.log.closed:
+                if not self.explicit_ack:
+                    self._settle_last_poll()
+                self._group.leave(self.member_id)
+                with self._group.lock:
+                    self._group.write()
+                self._group.sync()
+        finally:
+            self._closed = True
+            with self._group.lock:
+                self._group.members.discard(self.member_id)
+
+    def __enter__(self) -> ShareConsumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
