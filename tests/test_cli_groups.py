@@ -115,3 +115,34 @@ def test_group_lag_in_the_writer_follows_commits(tmp_path: Path) -> None:
         now = {(x.topic, x.partition): (x.committed, x.lag) for x in s.group_lag()["g"]}
         assert now == {("t", 0): (3, 0), ("t", 1): (0, 0)}
         c.close()
+
+
+def test_share_groups_are_listed_from_their_state(tmp_path: Path) -> None:
+    """A share group that accepted 4 of 10 records and held 3 more when its writer closed:
+    start 4, end 7, the 3 held ones back to available with the 3 never delivered."""
+    path = str(tmp_path / "s")
+    with mqcore.open(path, flush="os") as s:
+        s.create_topic("jobs")
+        s.append_batch("jobs", [b"j%d" % i for i in range(10)])
+        sc = s.share_consumer("workers", "jobs", explicit_ack=True)
+        for m in sc.poll(4):
+            sc.acknowledge(m)
+        sc.commit()
+        assert len(sc.poll(3)) == 3  # held when the store closes: no lock outlives it
+    rc, out, err = run_cli("groups", path, "--json")
+    assert rc == 0, err
+    assert _lines(out) == [
+        {"type": "share_group", "group": "workers", "topics": ["jobs"], "partitions": 1,
+         "available": 6, "in_flight": 0},
+    ]  # fmt: skip
+    rc, out, err = run_cli("groups", path, "workers", "--json")
+    assert rc == 0, err
+    (part, _summary) = _lines(out)
+    assert (part["start"], part["end"], part["log_end"], part["available"]) == (4, 7, 10, 6)
+    rc, out, err = run_cli("groups", path)
+    assert rc == 0, err
+    assert out.splitlines()[0].split()[:2] == ["SHARE", "GROUP"]
+    assert out.splitlines()[1].split() == ["workers", "jobs", "1", "6", "0"]
+    rc, out, err = run_cli("groups", path, "workers")
+    assert rc == 0, err
+    assert out.splitlines()[1].split() == ["workers", "jobs", "0", "4", "7", "10", "6", "0"]
