@@ -166,6 +166,18 @@ TARGETS = [
     ),
     Target("consume: poll loop vs Store.read() loop", "consume/poll", "consume/read"),
     Target(
+        "share group: 4 members on one partition vs one consumer-group member (commit per 100)",
+        "share/4-members",
+        "share/classic",
+        0.5,
+    ),
+    Target(
+        "share group: 4 members, an acknowledge() per record, vs one consumer-group member",
+        "share/4-members-explicit",
+        "share/classic",
+    ),
+    Target("share group: 1 member vs one consumer-group member", "share/1-member", "share/classic"),
+    Target(
         "consume: poll with tag filter (25 %) vs Python tag check over read()",
         "consume/poll-tag",
         "consume/read-python-tag",

@@ -120,7 +120,7 @@ class ShareModel(RuleBasedStateMachine):
             s[2] = self.now + LOCK
         else:
             self.model[off] = "done" if s[1] >= LIMIT else [None, s[1], 0]
-        assert o.count == s[1]
+        assert o.deliveries == s[1]
 
     @rule(data=st.data())
     def acknowledge_what_is_not_held(self, data: st.DataObject) -> None:

@@ -31,7 +31,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from mqcore._ext.batch import Message
 from mqcore.consume.group import DLQ_PREFIX, TopicPartition, validate_group
@@ -72,14 +72,14 @@ class InFlight:
         self.state, self.count, self.member, self.expiry = state, count, member, expiry
 
 
-@dataclass(frozen=True, slots=True)
-class Outcome:
+class Outcome(NamedTuple):
     """What an acknowledgement, a release or an expiry did to one record: `ended` is
-    "accepted", "rejected", "archived" (the delivery limit), "released" or "renewed"."""
+    "accepted", "rejected", "archived" (the delivery limit), "released" or "renewed". (A
+    tuple: one is made per record acknowledged.)"""
 
     offset: int
     ended: str
-    count: int
+    deliveries: int
 
 
 class SharePartition:
@@ -186,6 +186,19 @@ class SharePartition:
             rec.expiry = now + lock_ms
             return Outcome(offset, "renewed", rec.count)
         return self._give_back(offset, rec, limit, "released")
+
+    def accept_held(self, member: str, offsets: Sequence[int], now: int) -> list[Outcome]:
+        """Accept those of `offsets` that `member` still holds, pass over the others (implicit
+        acknowledgement: a record whose lock expired went back, and is not this member's)."""
+        out = []
+        records = self.records
+        for off in offsets:
+            rec = records.get(off)
+            if rec is not None and rec.state == ACQUIRED and rec.member == member:
+                if rec.expiry > now:
+                    del records[off]
+                    out.append(Outcome(off, "accepted", rec.count))
+        return out
 
     def release_member(self, member: str, limit: int) -> list[Outcome]:
         """Every record `member` holds goes back (it leaves the group)."""
@@ -312,9 +325,10 @@ class ShareGroup:
         self.dirty.add(tp)
         settings = self.settings
         assert settings is not None
-        ended = [o for o in outcomes if o.ended in ("archived", "rejected")]
-        if settings.dead_letter and ended:
-            self.dead_letter(tp, ended)
+        if settings.dead_letter:
+            ended = [o for o in outcomes if o.ended in ("archived", "rejected")]
+            if ended:
+                self.dead_letter(tp, ended)
         if any(o.ended == "released" for o in outcomes):
             self.wake()
         if self.tracer is not None:
@@ -325,7 +339,7 @@ class ShareGroup:
         msgs = [m for m in (part.get(o.offset, self.log.verify_crc) for o in ended) if m]
         if not msgs:
             return
-        counts = {o.offset: o.count for o in ended}
+        counts = {o.offset: o.deliveries for o in ended}
         topic = self.log.internal_topic(
             DLQ_PREFIX + self.name, partitions=1, unique_ids=False, cleanup_policy="delete"
         )
@@ -350,7 +364,7 @@ class ShareGroup:
             m = part.get(o.offset, self.log.verify_crc)
             uid = None if m is None else m.unique_id
             if uid is not None:
-                detail = {"share": o.ended, "delivery_count": o.count, "member": member}
+                detail = {"share": o.ended, "delivery_count": o.deliveries, "member": member}
                 events.append(
                     TraceEvent(uid, "acknowledged", now, tp[0], tp[1], o.offset, self.name, detail)
                 )
@@ -529,22 +543,34 @@ class ShareConsumer:
         if not self._last:
             return
         g = self._group
+        by_tp: dict[TopicPartition, list[int]] = {}
+        for m in self._last:
+            by_tp.setdefault((m.topic, m.partition), []).append(m.offset)
         with g.lock:
             now = self._now()
-            held = []
-            for m in self._last:
-                sp = g.partitions.get((m.topic, m.partition))
-                rec = None if sp is None else sp.records.get(m.offset)
-                if rec is not None and rec.member == self.member_id and rec.expiry > now:
-                    held.append(m)
-            if held and self.explicit_ack:
-                raise InvalidRecordStateError(
-                    f"{len(held)} records of the last poll are not acknowledged (explicit_ack): "
-                    f"first {held[0].topic}-{held[0].partition}@{held[0].offset}"
-                )
-            for m in held:
-                self._ack_locked(m, "accept", now)
+            if self.explicit_ack:
+                for tp, offsets in by_tp.items():
+                    sp = g.partitions[tp]
+                    held = [o for o in offsets if self._holds(sp, o, now)]
+                    if held:
+                        raise InvalidRecordStateError(
+                            f"records of the last poll are not acknowledged (explicit_ack): "
+                            f"{tp[0]}-{tp[1]}@{held[0]}" + (" and more" if len(held) > 1 else "")
+                        )
+            else:
+                for tp, offsets in by_tp.items():
+                    accepted = g.partitions[tp].accept_held(self.member_id, offsets, now)
+                    g.settle(tp, accepted, self.member_id)
         self._last = []
+
+    def _holds(self, sp: SharePartition, offset: int, now: int) -> bool:
+        rec = sp.records.get(offset)
+        return (
+            rec is not None
+            and rec.state == ACQUIRED
+            and rec.member == self.member_id
+            and rec.expiry > now
+        )
 
     def _acquire(self, room: int) -> tuple[list[Message], int]:
         """One pass over the partitions (rotated per poll): released records first, then new
