@@ -4,6 +4,7 @@ Prints one line per acknowledged step, flushed at once, so the parent knows exac
 acknowledged when MQCORE_CRASH_AT killed the process:
   A <topic> <partition> <offset> <value> [<key>]   an append returned
   C <topic> <partition> <offset>                   a consumer commit returned
+  H <offset> ...                                   a share commit returned, these accepted
   S <topic> <base>                                 retention is about to run; the active
                                                    segment starts at <base>
   R                                                retention returned
@@ -38,6 +39,14 @@ def main(path: str) -> None:
         got = consumer.poll(max_records=12)
         consumer.commit()
         say("C", "t", 0, got[-1].offset + 1)
+        share = s.share_consumer("sg", "t", explicit_ack=True)
+        for _ in range(3):
+            msgs = share.poll(max_records=4)
+            for m in msgs:
+                share.acknowledge(m)
+            share.commit()
+            say("H", *(m.offset for m in msgs))
+        share.close()
         s.flush()
         for i in range(20):
             value = f"r-{i:04d}-" + "y" * 60

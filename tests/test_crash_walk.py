@@ -39,19 +39,24 @@ def test_walk_lists_every_point() -> None:
     assert len(set(CRASH_POINTS)) == len(CRASH_POINTS)
 
 
-def _parse(stdout: str) -> tuple[list[tuple[str, int, str, str | None]], int | None, set[str]]:
+def _parse(
+    stdout: str,
+) -> tuple[list[tuple[str, int, str, str | None]], int | None, set[str], set[int]]:
     acked: list[tuple[str, int, str, str | None]] = []
     commit = None
     marks: set[str] = set()
+    shared: set[int] = set()
     for line in stdout.splitlines():
         f = line.split()
         if f[0] == "A":
             acked.append((f[1], int(f[3]), f[4], f[5] if len(f) > 5 else None))
         elif f[0] == "C":
             commit = int(f[3])
+        elif f[0] == "H":
+            shared.update(int(o) for o in f[1:])
         else:
             marks.add(f[0])
-    return acked, commit, marks
+    return acked, commit, marks, shared
 
 
 @pytest.mark.parametrize(("point", "nth"), CASES)
@@ -59,7 +64,7 @@ def test_crash_and_reopen(tmp_path: Path, point: str, nth: int) -> None:
     path = str(tmp_path / "store")
     child = run_child(WORKLOAD, path, crash_at=f"{point}:{nth}")
     assert child.err == "", child.err
-    acked, commit, marks = _parse(child.out)
+    acked, commit, marks, shared = _parse(child.out)
     assert "DONE" not in marks
     with mqcore.open(path) as s:
         topics = s.topics()
@@ -90,5 +95,12 @@ def test_crash_and_reopen(tmp_path: Path, point: str, nth: int) -> None:
             committed = c.committed("t", 0)
             c.close()
             assert committed is not None and committed >= commit
+        if shared:  # accepted by a share commit that returned: never delivered again
+            sc = s.share_consumer("sg", "t", explicit_ack=True)
+            again = sc.poll(max_records=1000)
+            for m in again:
+                sc.acknowledge(m, "release")
+            sc.close()
+            assert not shared & {m.offset for m in again}, (point, sorted(shared))
     code, out, err = run_cli("verify", path)
     assert code == 0, out + err

@@ -548,3 +548,26 @@ def test_state_topic_is_internal(tmp_path: Path) -> None:
         with pytest.raises(mqcore.errors.InternalTopicError):
             store.append("__share_group_state", b"x")
         assert os.path.isdir(os.path.join(str(tmp_path / "s"), "__share_group_state-0"))
+
+
+def test_trace_shows_who_got_a_record_and_how_it_ended(tmp_path: Path) -> None:
+    """With tracing on, store.trace(uid) answers "who got message X, when, how many times,
+    and was it accepted": a delivered event per delivery (member, count), an acknowledged
+    event per outcome."""
+    clock = Clock()
+    with mqcore.open(str(tmp_path / "s"), trace=True) as store:
+        store.create_topic("t")
+        uid = store.append("t", b"x").unique_id
+        a = store.share_consumer("g", "t", explicit_ack=True, now_ms=clock, record_lock_ms=10)
+        b = store.share_consumer("g", "t", explicit_ack=True, now_ms=clock, record_lock_ms=10)
+        (m,) = a.poll()
+        a.acknowledge(m, "release")
+        (m,) = b.poll()
+        b.acknowledge(m, "accept")
+        events = [(e.event, e.detail) for e in store.trace(uid) if e.group == "g"]
+        assert events == [
+            ("delivered", {"member": a.member_id, "delivery_count": 1}),
+            ("acknowledged", {"share": "released", "delivery_count": 1, "member": a.member_id}),
+            ("delivered", {"member": b.member_id, "delivery_count": 2}),
+            ("acknowledged", {"share": "accepted", "delivery_count": 2, "member": b.member_id}),
+        ]
