@@ -571,3 +571,53 @@ def test_trace_shows_who_got_a_record_and_how_it_ended(tmp_path: Path) -> None:
             ("delivered", {"member": b.member_id, "delivery_count": 2}),
             ("acknowledged", {"share": "accepted", "delivery_count": 2, "member": b.member_id}),
         ]
+
+
+def test_the_pull_log_says_who_got_each_record_and_is_trimmed_behind_the_start(
+    tmp_path: Path,
+) -> None:
+    """Every delivery and outcome is in `__pull.<group>` in order (checked against what each
+    member saw); once the share-partition start passes them their segments go."""
+    clock = Clock()
+    path = str(tmp_path / "s")
+    with filled(path, 400) as store:
+        # small segments, so that trimming (whole segments only) shows in a short test
+        store.log.internal_topic("__pull.g", unique_ids=False, key_index=False, segment_bytes=2048)
+        a = store.share_consumer("g", "t", explicit_ack=True, now_ms=clock, record_lock_ms=10)
+        b = store.share_consumer("g", "t", explicit_ack=True, now_ms=clock, record_lock_ms=10)
+        seen: list[tuple[str, int, int, str]] = []
+        first = a.poll(3)
+        seen += [(a.member_id, m.offset, 1, "delivered") for m in first]
+        clock.now += 10  # a's locks expire: b gets them, a's are released
+        again = b.poll(3)
+        seen += [(a.member_id, m.offset, 1, "released") for m in first]
+        seen += [(b.member_id, m.offset, 2, "delivered") for m in again]
+        b.acknowledge(again[0], "accept")
+        b.acknowledge(again[1], "reject")
+        b.acknowledge(again[2], "release")
+        seen += [
+            (b.member_id, again[0].offset, 2, "accepted"),
+            (b.member_id, again[1].offset, 2, "rejected"),
+            (b.member_id, again[2].offset, 2, "released"),
+        ]
+        log = store.share_pull_log("g")
+        assert [(e.member, e.offset, e.delivery_count, e.event) for e in log] == seen
+        assert [e.position for e in log] == sorted(e.position for e in log)
+        assert [e.event for e in store.share_pull_log("g", topic="t", partition=0, offset=2)] == [
+            "delivered", "released", "delivered", "released",
+        ]  # fmt: skip
+        assert {e.member for e in store.share_pull_log("g", member=a.member_id)} == {a.member_id}
+        # work through everything: the start passes all, the old segments of the log go
+        while msgs := b.poll(50):
+            for m in msgs:
+                b.acknowledge(m)
+            b.commit()
+        pull = store.log.partition("__pull.g", 0)
+        assert 0 < pull.start_offset < pull.end_offset
+        # what is left starts in the last segment: records behind the start may share it
+        assert min(e.position for e in store.share_pull_log("g")) == pull.start_offset
+        a.close()
+        b.close()
+    with mqcore.open(path, read_only=True) as ro:
+        kept = ro.share_pull_log("g")
+        assert kept and kept[-1].event == "accepted" and kept[-1].offset == 399

@@ -61,6 +61,7 @@ if TYPE_CHECKING:
     from mqcore.consume.consumer import Consumer
     from mqcore.consume.group import ConsumeState, PartitionLag
     from mqcore.consume.offsets import OffsetStore
+    from mqcore.consume.pulllog import PullEntry
     from mqcore.consume.share import ShareConsumer, ShareGroups, ShareLag
 
 # the parked logs of transactions and delays and their bookkeeping: trimmed by resolution
@@ -372,6 +373,33 @@ class Store(Sender[RecordMetadata, BatchMetadata, list[BatchMetadata]]):
         if self._share is not None:
             return self._share.lag(group)
         return share_lags(self.log, ShareStateStore(self.log), {}, group)
+
+    def share_pull_log(
+        self,
+        group: str,
+        *,
+        member: str | None = None,
+        topic: str | None = None,
+        partition: int | None = None,
+        offset: int | None = None,
+    ) -> list[PullEntry]:
+        """A share group's pull log (`__pull.<group>`): each record a member received, in
+        order, and how each ended, for the records not yet behind every share-partition's
+        start. Narrowed to one member, or to one record (who got it, when, how many times,
+        and how it ended). Read-only stores too."""
+        from mqcore.consume.group import validate_group
+        from mqcore.consume.pulllog import PullLog
+
+        self.log.check_open()
+        validate_group(group)
+        return [
+            e
+            for e in PullLog(self.log, group).entries()
+            if (member is None or e.member == member)
+            and (topic is None or e.topic == topic)
+            and (partition is None or e.partition == partition)
+            and (offset is None or e.offset == offset)
+        ]
 
     def _end_or_none(self, topic: str, partition: int) -> int | None:
         part = self.log.find_partition(topic, partition)

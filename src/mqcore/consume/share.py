@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from mqcore._ext.batch import Message
 from mqcore.consume.group import DLQ_PREFIX, TopicPartition, validate_group
+from mqcore.consume.pulllog import PullLog
 from mqcore.consume.retry import copy_headers
 from mqcore.consume.sharestate import ShareSnapshot, ShareStateStore, runs_of
 from mqcore.errors import ConsumerClosedError, InvalidConfigError, InvalidRecordStateError
@@ -80,6 +81,7 @@ class Outcome(NamedTuple):
     offset: int
     ended: str
     deliveries: int
+    member: str | None  # who held it (None: nobody, for a record that was available)
 
 
 class SharePartition:
@@ -119,11 +121,12 @@ class SharePartition:
 
     def _give_back(self, off: int, rec: InFlight, limit: int, ended: str) -> Outcome:
         """Release rule: available again, or archived once delivered `limit` times."""
+        held_by = rec.member
         if rec.count >= limit:
             del self.records[off]
-            return Outcome(off, "archived", rec.count)
+            return Outcome(off, "archived", rec.count, held_by)
         rec.state, rec.member, rec.expiry = AVAILABLE, None, 0
-        return Outcome(off, ended, rec.count)
+        return Outcome(off, ended, rec.count, held_by)
 
     def expire(self, now: int, limit: int) -> list[Outcome]:
         """Release every record whose lock has expired ("released", or "archived")."""
@@ -181,10 +184,11 @@ class SharePartition:
             raise InvalidRecordStateError(f"record at offset {offset} {why}")
         if kind == "accept" or kind == "reject":
             del self.records[offset]
-            return Outcome(offset, "accepted" if kind == "accept" else "rejected", rec.count)
+            ended = "accepted" if kind == "accept" else "rejected"
+            return Outcome(offset, ended, rec.count, member)
         if kind == "renew":
             rec.expiry = now + lock_ms
-            return Outcome(offset, "renewed", rec.count)
+            return Outcome(offset, "renewed", rec.count, member)
         return self._give_back(offset, rec, limit, "released")
 
     def accept_held(self, member: str, offsets: Sequence[int], now: int) -> list[Outcome]:
@@ -197,7 +201,7 @@ class SharePartition:
             if rec is not None and rec.state == ACQUIRED and rec.member == member:
                 if rec.expiry > now:
                     del records[off]
-                    out.append(Outcome(off, "accepted", rec.count))
+                    out.append(Outcome(off, "accepted", rec.count, member))
         return out
 
     def release_member(self, member: str, limit: int) -> list[Outcome]:
@@ -266,6 +270,7 @@ class ShareGroup:
         self.members: set[str] = set()
         self.partitions: dict[TopicPartition, SharePartition] = {}
         self.dirty: set[TopicPartition] = set()
+        self.pull = PullLog(log, name)
         self._ids = itertools.count(1)
 
     def join(self, settings: GroupSettings) -> str:
@@ -316,13 +321,29 @@ class ShareGroup:
         member's writes before it)."""
         self.store.sync()
 
-    def settle(self, tp: TopicPartition, outcomes: Sequence[Outcome], member: str | None) -> None:
+    def start_of(self, topic: str, partition: int) -> int | None:
+        """The share-partition's start: live, else durable; None when the group has none."""
+        sp = self.partitions.get((topic, partition))
+        if sp is not None:
+            return sp.start
+        snap = self.store.snapshot(self.name, topic, partition)
+        return None if snap is None else snap.start
+
+    def settle(self, tp: TopicPartition, outcomes: Sequence[Outcome]) -> None:
         """After records ended or went back (call under the lock): mark the partition changed,
-        dead-letter what was archived or rejected when the group asks for it, trace each, wake
-        waiting polls when records became available."""
+        note each in the pull log, dead-letter what was archived or rejected when the group
+        asks for it, trace each, wake waiting polls when records became available."""
         if not outcomes:
             return
         self.dirty.add(tp)
+        by_member: dict[str, list[tuple[str, int, int, int, str]]] = {}
+        for o in outcomes:
+            if o.ended != "renewed":
+                by_member.setdefault(o.member or "", []).append(
+                    (tp[0], tp[1], o.offset, o.deliveries, o.ended)
+                )
+        for holder, entries in by_member.items():
+            self.pull.append(holder, entries)
         settings = self.settings
         assert settings is not None
         if settings.dead_letter:
@@ -332,7 +353,7 @@ class ShareGroup:
         if any(o.ended == "released" for o in outcomes):
             self.wake()
         if self.tracer is not None:
-            self.trace_outcomes(tp, outcomes, member)
+            self.trace_outcomes(tp, outcomes)
 
     def dead_letter(self, tp: TopicPartition, ended: Sequence[Outcome]) -> None:
         part = self.log.partition(*tp)
@@ -351,9 +372,7 @@ class ShareGroup:
             [copy_headers(m, counts[m.offset], None) for m in msgs],
         )
 
-    def trace_outcomes(
-        self, tp: TopicPartition, outcomes: Sequence[Outcome], member: str | None
-    ) -> None:
+    def trace_outcomes(self, tp: TopicPartition, outcomes: Sequence[Outcome]) -> None:
         assert self.tracer is not None
         part = self.log.partition(*tp)
         now = self.log.clock()
@@ -364,7 +383,7 @@ class ShareGroup:
             m = part.get(o.offset, self.log.verify_crc)
             uid = None if m is None else m.unique_id
             if uid is not None:
-                detail = {"share": o.ended, "delivery_count": o.deliveries, "member": member}
+                detail = {"share": o.ended, "delivery_count": o.deliveries, "member": o.member}
                 events.append(
                     TraceEvent(uid, "acknowledged", now, tp[0], tp[1], o.offset, self.name, detail)
                 )
@@ -375,9 +394,7 @@ class ShareGroup:
             self.members.discard(member)
             assert self.settings is not None
             for tp, sp in self.partitions.items():
-                self.settle(
-                    tp, sp.release_member(member, self.settings.delivery_count_limit), member
-                )
+                self.settle(tp, sp.release_member(member, self.settings.delivery_count_limit))
 
 
 class ShareGroups:
@@ -560,7 +577,7 @@ class ShareConsumer:
             else:
                 for tp, offsets in by_tp.items():
                     accepted = g.partitions[tp].accept_held(self.member_id, offsets, now)
-                    g.settle(tp, accepted, self.member_id)
+                    g.settle(tp, accepted)
         self._last = []
 
     def _holds(self, sp: SharePartition, offset: int, now: int) -> bool:
@@ -585,7 +602,7 @@ class ShareConsumer:
             for tp in self._tps[k:] + self._tps[:k]:
                 part = self.log.partition(*tp)
                 sp = g.share_partition(tp, part)
-                g.settle(tp, sp.expire(now, self._limit), None)
+                g.settle(tp, sp.expire(now, self._limit))
                 if len(out) < room:
                     got = self._redeliver(tp, part, sp, now, room - len(out))
                     got += self._take_new(tp, part, sp, now, room - len(out) - len(got))
@@ -595,6 +612,10 @@ class ShareConsumer:
                 next_expiry = min(next_expiry, sp.next_expiry())
             if out:
                 g.write()
+                g.pull.append(
+                    self.member_id,
+                    [(m.topic, m.partition, m.offset, m.delivery_count, "delivered") for m in out],
+                )
         return out, next_expiry
 
     def _redeliver(
@@ -679,7 +700,7 @@ class ShareConsumer:
                 f"{m.topic}-{m.partition}@{m.offset} was not delivered by share group {g.name!r}"
             )
         outcome = sp.acknowledge(self.member_id, m.offset, kind, now, self.lock_ms, self._limit)
-        g.settle(tp, [outcome], self.member_id)
+        g.settle(tp, [outcome])
 
     def commit(self) -> None:
         """Make every acknowledgement so far durable (implicit mode: after accepting the last
@@ -690,6 +711,7 @@ class ShareConsumer:
         g = self._group
         with g.lock:
             g.write()
+            g.pull.trim(g.start_of)
         g.sync()
 
     # -- closing --------------------------------------------------------------------------------
