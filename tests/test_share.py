@@ -5,12 +5,14 @@ durable state across restarts and SIGKILL."""
 from __future__ import annotations
 
 import collections
+import json
 import os
 import random
 import threading
 from pathlib import Path
 
 import pytest
+from conftest import run_cli
 from crashchild import run_child
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -621,3 +623,29 @@ def test_the_pull_log_says_who_got_each_record_and_is_trimmed_behind_the_start(
     with mqcore.open(path, read_only=True) as ro:
         kept = ro.share_pull_log("g")
         assert kept and kept[-1].event == "accepted" and kept[-1].offset == 399
+
+
+def test_mqcore_trace_shows_share_deliveries_without_tracing(tmp_path: Path) -> None:
+    """The pull log is always on: `mqcore trace UID` lists what share groups did with the
+    message even when the store never traced."""
+    path = str(tmp_path / "s")
+    with mqcore.open(path) as store:
+        store.create_topic("t")
+        uid = store.append("t", b"x").unique_id
+        store.append("t", b"y")
+        sc = store.share_consumer("g", "t", explicit_ack=True)
+        for m in sc.poll():
+            sc.acknowledge(m, "release" if m.value == b"x" else "accept")
+        for m in sc.poll():
+            sc.acknowledge(m, "accept")
+        sc.close()
+        member = sc.member_id
+    rc, out, err = run_cli("trace", path, uid, "--json")
+    assert rc == 0, err
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert [(r["event"], r["offset"], r["group"], r["detail"]) for r in rows] == [
+        ("share_delivered", 0, "g", {"member": member, "delivery_count": 1}),
+        ("share_released", 0, "g", {"member": member, "delivery_count": 1}),
+        ("share_delivered", 0, "g", {"member": member, "delivery_count": 2}),
+        ("share_accepted", 0, "g", {"member": member, "delivery_count": 2}),
+    ]

@@ -401,6 +401,21 @@ class Store(Sender[RecordMetadata, BatchMetadata, list[BatchMetadata]]):
             and (offset is None or e.offset == offset)
         ]
 
+    def share_deliveries(self, topic: str, partition: int, offset: int) -> list[PullEntry]:
+        """What every share group did with one record, from their pull logs: who got it,
+        when, how many times, how it ended (`mqcore trace` shows these beside trace events)."""
+        from mqcore.consume.pulllog import PULL_PREFIX, PullLog
+
+        out: list[PullEntry] = []
+        for name in self.log.topics():
+            if name.startswith(PULL_PREFIX):
+                out += [
+                    e
+                    for e in PullLog(self.log, name[len(PULL_PREFIX) :]).entries()
+                    if e.offset == offset and e.partition == partition and e.topic == topic
+                ]
+        return out
+
     def _end_or_none(self, topic: str, partition: int) -> int | None:
         part = self.log.find_partition(topic, partition)
         return None if part is None else part.end_offset

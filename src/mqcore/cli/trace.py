@@ -1,7 +1,10 @@
 """`mqcore trace`: what happened to one message (store.trace), oldest event first.
 
-Reads the store's `__trace` topic through its key index (read-only, safe beside a writer).
-Exit status 1 when nothing is recorded for the unique ID (tracing off, not sampled, or unknown).
+Reads the store's `__trace` topic through its key index (read-only, safe beside a writer), and
+the share groups' pull logs (`__pull.<group>`, always on) for the message the unique ID names:
+their entries show as events `share_delivered`, `share_accepted`, ... with the member and the
+delivery count. Exit status 1 when nothing is recorded for the unique ID (tracing off, not
+sampled, no share group got it, or unknown).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from typing import Any, TextIO
 import mqcore
 from mqcore.cli import render
 from mqcore.cli.options import add_json
+from mqcore.log.trace import TraceEvent
 from mqcore.query.ids import parse_uid, uid_text
 
 
@@ -35,6 +39,13 @@ def cmd_trace(args: argparse.Namespace, out: TextIO) -> int:
     uid = uid_text(parse_uid(args.unique_id))  # canonical form: the trace topic's key
     with mqcore.open(args.store, read_only=True) as store:
         events = store.trace(uid)
+        for m in store.find_by_unique_id(uid, limit=10).messages:
+            events += [
+                TraceEvent(uid, f"share_{e.event}", e.time, e.topic, e.partition, e.offset,
+                           e.group, {"member": e.member, "delivery_count": e.delivery_count})
+                for e in store.share_deliveries(m.topic, m.partition, m.offset)
+            ]  # fmt: skip
+        events.sort(key=lambda e: e.time)
     if not events:
         print(f"mqcore: no trace events recorded for {uid}", file=sys.stderr)
         return 1
