@@ -679,27 +679,40 @@ class ShareConsumer:
 
     # -- acknowledging --------------------------------------------------------------------------
 
-    def acknowledge(self, message: Message, kind: str = "accept") -> None:
-        """accept, release, reject or renew one record this member holds (ACK_KINDS);
-        InvalidRecordStateError when it does not hold it (lock expired, acknowledged already).
-        Durable at the next commit()."""
+    def acknowledge(
+        self, message: Message | tuple[str, int, int], kind: str = "accept"
+    ) -> None:
+        """accept, release, reject or renew one record this member holds (ACK_KINDS), named by
+        its Message or (topic, partition, offset); InvalidRecordStateError when the member does
+        not hold it (lock expired, acknowledged already). Durable at the next commit()."""
         self._check_open()
-        if not isinstance(message, Message):
-            raise InvalidConfigError(f"acknowledge takes a Message, not {type(message).__name__}")
+        if isinstance(message, Message):
+            topic, partition, offset = message.topic, message.partition, message.offset
+        elif (
+            isinstance(message, tuple)
+            and len(message) == 3
+            and isinstance(message[0], str)
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in message[1:])
+        ):
+            topic, partition, offset = message
+        else:
+            raise InvalidConfigError(
+                "acknowledge takes a Message or (topic, partition, offset), not "
+                f"{type(message).__name__}"
+            )
         if kind not in ACK_KINDS:
             raise InvalidConfigError(f"acknowledgement {kind!r}; expected one of {ACK_KINDS}")
         with self._group.lock:
-            self._ack_locked(message, kind, self._now())
+            self._ack_locked((topic, partition), offset, kind, self._now())
 
-    def _ack_locked(self, m: Message, kind: str, now: int) -> None:
+    def _ack_locked(self, tp: TopicPartition, offset: int, kind: str, now: int) -> None:
         g = self._group
-        tp = (m.topic, m.partition)
         sp = g.partitions.get(tp)
         if sp is None:
             raise InvalidRecordStateError(
-                f"{m.topic}-{m.partition}@{m.offset} was not delivered by share group {g.name!r}"
+                f"{tp[0]}-{tp[1]}@{offset} was not delivered by share group {g.name!r}"
             )
-        outcome = sp.acknowledge(self.member_id, m.offset, kind, now, self.lock_ms, self._limit)
+        outcome = sp.acknowledge(self.member_id, offset, kind, now, self.lock_ms, self._limit)
         g.settle(tp, [outcome])
 
     def commit(self) -> None:

@@ -1,0 +1,264 @@
+"""Share groups over the HTTP API of `mqcore serve --http` (docs/server.md "Share groups over
+HTTP"): members in any process, in any language with an HTTP client.
+
+No Kafka client on PyPI speaks KIP-932's ShareGroupHeartbeat/ShareFetch/ShareAcknowledge yet
+(kafka-python, aiokafka and confluent-kafka's Python consumer have no share consumer), so share
+consumption is served here rather than on the Kafka listener:
+
+  POST   /v1/share-groups/{group}/members                  join: ?topics=a,b[&record_lock_ms=
+         &explicit_ack=&delivery_count_limit=&max_in_flight_records=&dead_letter=
+         &auto_offset_reset=&session_timeout_ms=]  -> {"member_id": ...}
+  POST   /v1/share-groups/{group}/members/{member}/poll    ?max_records=&timeout_ms=
+         -> {"messages": [message object + "delivery_count"]}
+  POST   /v1/share-groups/{group}/members/{member}/acknowledge   JSON body
+         {"acknowledgements": [[topic, partition, offset, kind], ...]} -> {"acknowledged": n}
+  POST   /v1/share-groups/{group}/members/{member}/commit  -> {}
+  DELETE /v1/share-groups/{group}/members/{member}         leave (close) -> {}
+  GET    /v1/share-groups[/{group}]                        lag: available and in flight
+
+A member is a session: one that makes no request for `session_timeout_ms` (default 45 s,
+Kafka's group.share.session.timeout.ms) is closed by the next request to the API, and the
+records it held go back (as they would when their locks expire anyway). A process that dies
+holding records therefore loses them to the other members after `record_lock_ms` at most.
+Requests for one member are served one at a time (a member is used from one thread).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.routing import Route
+
+from mqcore.consume.share import ShareConsumer
+from mqcore.errors import InvalidConfigError, MQCoreError, UnknownGroupError
+from mqcore.query.jsonform import message_object
+from mqcore.server.httpbase import Params, error_response, json_endpoint
+from mqcore.store import Store
+
+DEFAULT_SESSION_MS = 45_000
+MAX_POLL_WAIT_MS = 30_000
+MAX_ACK_BODY = 8 << 20
+JOIN_OPTIONS = (
+    "topics",
+    "record_lock_ms",
+    "explicit_ack",
+    "delivery_count_limit",
+    "max_in_flight_records",
+    "dead_letter",
+    "auto_offset_reset",
+    "session_timeout_ms",
+)
+
+
+class Session:
+    __slots__ = ("consumer", "last_seen", "lock", "timeout_s")
+
+    def __init__(self, consumer: ShareConsumer, timeout_s: float):
+        self.consumer, self.timeout_s = consumer, timeout_s
+        self.lock = threading.Lock()
+        self.last_seen = time.monotonic()
+
+
+class ShareSessions:
+    """The share members the HTTP API made, by member id, closed when idle too long."""
+
+    def __init__(self, store: Store):
+        self.store = store
+        self._lock = threading.Lock()
+        self._sessions: dict[str, Session] = {}
+
+    def join(self, group: str, topics: list[str], timeout_s: float, **options: Any) -> str:
+        self.reap()
+        sc = self.store.share_consumer(group, topics, **options)
+        with self._lock:
+            self._sessions[sc.member_id] = Session(sc, timeout_s)
+        return sc.member_id
+
+    def session(self, group: str, member: str) -> Session:
+        self.reap()
+        with self._lock:
+            s = self._sessions.get(member)
+        if s is None or s.consumer.group != group:
+            raise UnknownGroupError(
+                f"share group {group!r} has no member {member!r} here (it left, or its session "
+                "expired)"
+            )
+        s.last_seen = time.monotonic()
+        return s
+
+    def leave(self, group: str, member: str) -> None:
+        s = self.session(group, member)
+        with self._lock:
+            self._sessions.pop(member, None)
+        with s.lock:
+            s.consumer.close()
+
+    def reap(self) -> None:
+        """Close the members idle longer than their session timeout."""
+        now = time.monotonic()
+        with self._lock:
+            idle = [m for m, s in self._sessions.items() if now - s.last_seen > s.timeout_s]
+            gone = [self._sessions.pop(m) for m in idle]
+        for s in gone:
+            with s.lock:
+                s.consumer.close()
+
+
+def _flag(name: str, text: str | None) -> bool | None:
+    if text is None:
+        return None
+    if text not in ("true", "false"):
+        raise InvalidConfigError(f"{name} must be true or false, not {text!r}")
+    return text == "true"
+
+
+def join(store: Store, request: Request, params: Params) -> dict[str, Any]:
+    sessions: ShareSessions = request.app.state.share_sessions
+    group = request.path_params["group"]
+    topics = [t for t in (params.text("topics") or "").split(",") if t]
+    if not topics:
+        raise InvalidConfigError("topics= names the topics to consume, comma-separated")
+    options: dict[str, Any] = {}
+    for name in ("record_lock_ms", "delivery_count_limit", "max_in_flight_records"):
+        value = params.integer(name)
+        if value is not None:
+            options[name] = value
+    for name in ("explicit_ack", "dead_letter"):
+        flag = _flag(name, params.text(name))
+        if flag is not None:
+            options[name] = flag
+    reset = params.text("auto_offset_reset")
+    if reset is not None:
+        options["auto_offset_reset"] = reset
+    timeout_ms = params.count("session_timeout_ms", DEFAULT_SESSION_MS)
+    if not 1000 <= timeout_ms <= 3_600_000:
+        raise InvalidConfigError(f"session_timeout_ms must be in [1000, 3600000], not {timeout_ms}")
+    member = sessions.join(group, topics, timeout_ms / 1000, **options)
+    return {"member_id": member}
+
+
+def poll(store: Store, request: Request, params: Params) -> dict[str, Any]:
+    sessions: ShareSessions = request.app.state.share_sessions
+    s = sessions.session(request.path_params["group"], request.path_params["member"])
+    wait = min(params.count("timeout_ms", 0), MAX_POLL_WAIT_MS)
+    with s.lock:
+        msgs = s.consumer.poll(params.count("max_records", 500), wait)
+    s.last_seen = time.monotonic()  # a long poll is not idleness
+    return {"messages": [{**message_object(m), "delivery_count": m.delivery_count} for m in msgs]}
+
+
+async def _ack_body(request: Request) -> list[Any]:
+    raw = await request.body()
+    if len(raw) > MAX_ACK_BODY:
+        raise InvalidConfigError(f"the acknowledgement body is {len(raw)} bytes (max 8 MiB)")
+    try:
+        doc = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise InvalidConfigError(f"the body is not JSON: {e}") from None
+    acks = doc.get("acknowledgements") if isinstance(doc, dict) else None
+    if not isinstance(acks, list):
+        raise InvalidConfigError(
+            'the body is {"acknowledgements": [[topic, partition, offset, kind], ...]}'
+        )
+    for a in acks:
+        if not (
+            isinstance(a, list)
+            and len(a) == 4
+            and isinstance(a[0], str)
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in a[1:3])
+            and isinstance(a[3], str)
+        ):
+            raise InvalidConfigError(
+                f"an acknowledgement is [topic, partition, offset, kind], not {a!r}"[:300]
+            )
+    return acks
+
+
+def acknowledge(store: Store, request: Request, params: Params) -> dict[str, Any]:
+    sessions: ShareSessions = request.app.state.share_sessions
+    s = sessions.session(request.path_params["group"], request.path_params["member"])
+    acks = request.state.acks
+    with s.lock:
+        for topic, partition, offset, kind in acks:
+            s.consumer.acknowledge((topic, partition, offset), kind)
+    return {"acknowledged": len(acks)}
+
+
+def commit(store: Store, request: Request, params: Params) -> dict[str, Any]:
+    sessions: ShareSessions = request.app.state.share_sessions
+    s = sessions.session(request.path_params["group"], request.path_params["member"])
+    with s.lock:
+        s.consumer.commit()
+    return {}
+
+
+def leave(store: Store, request: Request, params: Params) -> dict[str, Any]:
+    sessions: ShareSessions = request.app.state.share_sessions
+    sessions.leave(request.path_params["group"], request.path_params["member"])
+    return {}
+
+
+def lag(store: Store, request: Request, params: Params) -> dict[str, Any]:
+    name = request.path_params.get("group")
+    lags = store.share_group_lag(name)
+    if name is not None and not lags:
+        raise UnknownGroupError(f"share group {name!r} has no state here")
+    found = [
+        {
+            "group": group,
+            "available": sum(r.available for r in rows),
+            "in_flight": sum(r.in_flight for r in rows),
+            "partitions": [
+                {
+                    "topic": r.topic,
+                    "partition": r.partition,
+                    "start": r.start,
+                    "end": r.end,
+                    "log_end": r.log_end,
+                    "available": r.available,
+                    "in_flight": r.in_flight,
+                }
+                for r in rows
+            ],  # fmt: skip
+        }
+        for group, rows in sorted(lags.items())
+    ]
+    return found[0] if name is not None else {"share_groups": found}
+
+
+def _with_body(inner: Callable[[Request], Any]) -> Callable[[Request], Any]:
+    """Read and check the JSON body on the event loop, then run `inner` in the thread pool."""
+
+    async def endpoint(request: Request) -> Any:
+        try:
+            request.state.acks = await _ack_body(request)
+        except MQCoreError as e:
+            return error_response(400, type(e).__name__, str(e))
+        return await run_in_threadpool(inner, request)
+
+    return endpoint
+
+
+def share_routes() -> list[Route]:
+    base = "/v1/share-groups/{group}/members"
+    return [
+        Route("/v1/share-groups", json_endpoint(lag), methods=["GET"]),
+        Route("/v1/share-groups/{group}", json_endpoint(lag), methods=["GET"]),
+        Route(base, json_endpoint(join, JOIN_OPTIONS), methods=["POST"]),
+        Route(
+            base + "/{member}/poll",
+            json_endpoint(poll, ("max_records", "timeout_ms")),
+            methods=["POST"],
+        ),  # fmt: skip
+        Route(
+            base + "/{member}/acknowledge", _with_body(json_endpoint(acknowledge)), methods=["POST"]
+        ),  # fmt: skip
+        Route(base + "/{member}/commit", json_endpoint(commit), methods=["POST"]),
+        Route(base + "/{member}", json_endpoint(leave), methods=["DELETE"]),
+    ]
