@@ -95,8 +95,9 @@ s.close()
 
 MODES: tuple[str, ...] = (
     "append", "append_keyed", "append_batch100", "append_batch1000",
-    "append_batch1000_plain", "append_batch1000_1k", "append_batch1000_1k_plain", "get", "get_by_id", "find_by_key",
-    "find_by_key_all", "read", "serve_produce", "time_batch100", "time_batch1000",
+    "append_batch1000_plain", "append_batch1000_1k", "append_batch1000_1k_plain", "get",
+    "get_by_id", "find_by_key", "find_by_key_all", "read", "serve_produce", "time_batch100",
+    "time_batch1000",
 )  # fmt: skip
 PER_MESSAGE = {"append_batch100": 10, "serve_produce": 10}  # messages per counted operation
 PER_MESSAGE.update(dict.fromkeys([m for m in MODES if m.startswith("append_batch1000")], 10))

@@ -18,6 +18,7 @@ from crashchild import run_child
 
 import mqcore
 from mqcore._ext.keyindex import KeyTable
+from mqcore.log.append import BatchMetadata
 
 
 def v7(ms: int, counter: int, node: int) -> bytes:
@@ -36,6 +37,13 @@ def v7(ms: int, counter: int, node: int) -> bytes:
         )
         + struct.pack(">Q", node & ((1 << 40) - 1))[3:]
     )
+
+
+def uid_at(r: BatchMetadata, i: int) -> str:
+    """The i-th generated unique ID of an append (every record of these batches has one)."""
+    u = r.unique_id(i)
+    assert u is not None
+    return u
 
 
 def text(raw: bytes) -> str:
@@ -127,7 +135,7 @@ def test_a_batch_of_generated_ids_takes_one_key_index_entry(tmp_path: object) ->
         r = store.append_batch("t", [b"x"] * 1000, partition=0)
         table = store.log.partition("t", 0).segments[0].key_table()
         assert table is not None and table.key_count == 1
-        assert [m.offset for m in store.find_by_unique_id(r.unique_id(999))] == [999]
+        assert [m.offset for m in store.find_by_unique_id(uid_at(r, 999))] == [999]
 
 
 def test_find_by_unique_id_equals_the_log_across_segments_reopen_and_rebuild(
@@ -183,11 +191,11 @@ def test_a_run_longer_than_the_entry_count_field(tmp_path: object) -> None:
         r = store.append_batch("t", [b""] * 70_000, partition=0)
         assert r.count == 70_000 and store.end_offset("t", 0) == 70_000
         for i in (0, 65_534, 65_535, 69_999):
-            assert found(store, r.unique_id(i)) == [("t", 0, i)]
-        raw = bytes.fromhex(r.unique_id(69_999).replace("-", ""))
+            assert found(store, uid_at(r, i)) == [("t", 0, i)]
+        raw = bytes.fromhex(uid_at(r, 69_999).replace("-", ""))
         ms = int.from_bytes(raw[:6], "big")
         node = ((raw[10] & 3) << 40) | int.from_bytes(raw[11:], "big")
-        first = bytes.fromhex(r.unique_id(0).replace("-", ""))
+        first = bytes.fromhex(uid_at(r, 0).replace("-", ""))
         c0 = ((first[6] & 15) << 28) | (first[7] << 20) | ((first[8] & 63) << 14)
         c0 |= (first[9] << 6) | (first[10] >> 2)
         assert found(store, text(v7(ms, c0 + 70_000, node))) == []  # past the run
@@ -201,7 +209,7 @@ def test_a_version_2_key_index_still_opens_and_answers(tmp_path: object) -> None
         store.create_topic("t")
         # headers: the encoder gives every generated ID its own entry, as version 2 did
         r = store.append_batch("t", [b"v"] * 40, headers=[{"x": b"1"}] * 40, partition=0)
-        ids = r.unique_ids
+        ids = [uid_at(r, i) for i in range(40)]
     ki = os.path.join(path, "t-0", "00000000000000000000.keyindex")
     with open(ki, "r+b") as f:
         assert f.read(6)[4:] == b"\x00\x03"
@@ -220,7 +228,7 @@ def test_a_version_2_key_index_still_opens_and_answers(tmp_path: object) -> None
         r2 = store.append_batch("t", [b"w"] * 5, partition=0)
         with open(ki, "rb") as f:
             assert f.read(6)[4:] == b"\x00\x03"
-        assert found(store, r2.unique_id(4)) == [("t", 0, 44)]
+        assert found(store, uid_at(r2, 4)) == [("t", 0, 44)]
         for i, uid in enumerate(ids):
             assert found(store, uid) == [("t", 0, i)]
 
