@@ -540,8 +540,9 @@ cdef list find_part(SegmentTable table, uint64_t hashed, bytes raw, int kind, in
 def find_hashed(SegmentTable table not None, bytes raw not None, int kind, int64_t lo, int64_t hi, int64_t from_offset,
                 Py_ssize_t max_probe, Py_ssize_t max_decompressed=DEFAULT_MAX_DECOMPRESSED):
     """The messages of the partition whose table is `table` that carry `raw` (KEY_KIND: as key or `keys` word;
-    UID_KIND raises ValueError: unique IDs go through KeyTable.probe_uid) by its key index, with timestamps in [lo, hi) and offsets >=
-    from_offset, in offset order; and how many candidates were read.
+    UID_KIND raises ValueError: unique IDs go through KeyTable.probe_uid) by its key index,
+    with timestamps in [lo, hi) and offsets >= from_offset, in offset order; and how many
+    candidates were read.
 
     The tables are probed under the partition lock (xxHash64 of `raw` with the kind's seed;
     each probe walks at most max_probe matching entries), where the mappings of the segments
