@@ -47,6 +47,12 @@ elif mode == "append_keyed":
 elif mode == "append_batch100":
     vals = [v] * 100
     for _ in range(n // 10): s.append_batch("t", vals, partition=0)
+elif mode.startswith("append_batch1000"):  # bench/test_append.py's batches: n // 100 of 1000
+    plain = mode.endswith("_plain")
+    s.create_topic("w", segment_bytes=1 << 30, max_message_bytes=2 << 20,
+                   **({"unique_ids": False, "key_index": False} if plain else {}))
+    vals = [b"y" * (1024 if "_1k" in mode else 100)] * 1000
+    for _ in range(n // 100): s.append_batch("w", vals, partition=0)
 elif mode == "get":
     for o in offsets: s.get("t", 0, o)
 elif mode == "get_by_id":
@@ -88,10 +94,13 @@ s.close()
 """
 
 MODES: tuple[str, ...] = (
-    "append", "append_keyed", "append_batch100", "get", "get_by_id", "find_by_key",
-    "find_by_key_all", "read", "serve_produce", "time_batch100", "time_batch1000",
+    "append", "append_keyed", "append_batch100", "append_batch1000",
+    "append_batch1000_plain", "append_batch1000_1k", "append_batch1000_1k_plain", "get",
+    "get_by_id", "find_by_key", "find_by_key_all", "read", "serve_produce", "time_batch100",
+    "time_batch1000",
 )  # fmt: skip
 PER_MESSAGE = {"append_batch100": 10, "serve_produce": 10}  # messages per counted operation
+PER_MESSAGE.update(dict.fromkeys([m for m in MODES if m.startswith("append_batch1000")], 10))
 
 
 def instructions(src: str, mode: str, n: int) -> int:

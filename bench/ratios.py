@@ -60,6 +60,7 @@ TARGETS = [
         "append 100 B x1000, plain topic, flush=os vs raw write()",
         "append/100B/mqcore-os-plain",
         "append/100B/raw-write-plain",
+        0.8,  # issue 20
     ),
     Target(
         "append 1 KiB x1000, flush=interval vs raw write()",
@@ -70,6 +71,7 @@ TARGETS = [
         "append 100 B x1000, flush=os vs raw write()",
         "append/100B/mqcore-os",
         "append/100B/raw-write",
+        0.5,  # issue 20
     ),
     Target(
         "append 100 B x1000, flush=interval vs raw write()",

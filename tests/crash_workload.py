@@ -63,10 +63,11 @@ def main(path: str) -> None:
         say("K")
         s.compact("c")
         consumer.close()
-        # a key table that outgrows its first size (1,024 entries: a key and a unique ID per
-        # record) and is replaced by a larger one: keyindex.after_grow_*
+        # a key table that outgrows its first size (1,024 entries: a key per record and one
+        # run entry per batch for its generated IDs) and is replaced by a larger one:
+        # keyindex.after_grow_*
         s.create_topic("k", partitions=1)
-        for b in range(6):
+        for b in range(11):
             values = [f"k-{b:02d}{j:03d}".encode() for j in range(100)]
             keys = [b"key-%d" % (b * 100 + j) for j in range(100)]
             base = s.append_batch("k", values, keys=keys, partition=0).base_offset

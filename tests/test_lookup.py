@@ -365,7 +365,8 @@ def test_get_refuses_a_batch_holding_more_records_than_its_count_like_read(
 def insert_entry(table: KeyTable, key: bytes, rel_offset: int, position: int) -> None:
     """A key entry for `key` naming the record at rel_offset: a collision when that record
     carries another key."""
-    hit = struct.pack("=QqiI", xxh64_hash(key, KEY_SEED), T0, 0, 1)  # KeyHit, kind KEY
+    # KeyHit (hashing.pxd): hash, timestamp, offset delta, kind KEY, ts_max, run fields 0
+    hit = struct.pack("=QqiiqII", xxh64_hash(key, KEY_SEED), T0, 0, 1, T0, 0, 0)
     assert table.room_for(1, 0)
     table.insert(hit, rel_offset, position)
 

@@ -15,7 +15,11 @@
 #   11-15: node bits 39-0
 # (counter: per process, +1 a record; node: 42 random bits per process, redrawn after fork).
 # With `index=True` the encoder also lists the record's indexable strings as KeyHits: its key,
-# its uid, each space-separated word of a `keys` header, and its `tag` header.
+# its uid, each space-separated word of a `keys` header, and its `tag` header. A batch encoded
+# without headers (so no producer-supplied `uid`) and with consecutive offset deltas is a run:
+# record i carries the counter of record 0 plus i, all with one ms and node, so its IDs make
+# one KIND_RUN hit (ms and node hashed, first counter, count) instead of one hit per record
+# (docs/format.md "Key index": a run entry; the rebuild finds the same runs in stored batches).
 cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE
@@ -32,8 +36,8 @@ from posix.uio cimport iovec, writev
 from mqcore._ext._bufpool_c cimport mq_pool, mq_pool_give, mq_pool_take
 from mqcore._ext.bytes_be cimport mq_prefetch, mq_prefetch_range, store_be16, store_be32, store_be64
 from mqcore._ext.crc32c cimport crc32c_extend
-from mqcore._ext.hashing cimport (KIND_KEY, KIND_TAG, KIND_UID, SEED_KEY, SEED_TAG, SEED_UID,
-                                  KeyHit, next_word, xxh64)
+from mqcore._ext.hashing cimport (KIND_KEY, KIND_RUN, KIND_TAG, KIND_UID, SEED_KEY, SEED_TAG,
+                                  SEED_UID, KeyHit, next_word, uid_run_hash, v7_counter, xxh64)
 from mqcore._ext.varint cimport MAX_VARINT_BYTES, varint_size, write_varint
 from mqcore._ext.wire cimport (ATTR_LOG_APPEND_TIME, ATTR_TRANSACTIONAL, BATCH_HEADER_SIZE,
                                CRC_OFFSET, CRC_START, LOG_OVERHEAD, MAX_BATCH_BYTES)
@@ -96,22 +100,32 @@ cdef int reseed_uids() except -1:
     return 0
 
 
-cdef void new_uid(unsigned char* out, int64_t ms) noexcept:
-    """Write a fresh 16-byte UUIDv7 for time `ms` (layout in the comment atop this module);
-    reseed_uids() ran for this batch."""
-    global uid_counter
-    cdef uint32_t c
-    uid_counter += 1
-    c = uid_counter
+cdef void uid_header_template(unsigned char* g, int64_t ms) noexcept:
+    """The 21-byte `uid` header (key "uid", a 16-byte UUIDv7 of time `ms` and this process's
+    node; layout in the comment atop this module) with counter 0: put_uid_header copies it
+    and writes each record's counter. reseed_uids() ran for this batch."""
+    cdef unsigned char* out = g + 5
+    g[0] = 6                                                      # varint(3)
+    memcpy(g + 1, b"uid", 3)
+    g[4] = 32                                                     # varint(16)
     store_be16(out, <uint16_t>(<uint64_t>ms >> 32))
     store_be32(out + 2, <uint32_t><uint64_t>ms)
-    out[6] = 0x70 | ((c >> 28) & 0x0F)
-    out[7] = (c >> 20) & 0xFF
-    out[8] = 0x80 | ((c >> 14) & 0x3F)
-    out[9] = (c >> 6) & 0xFF
-    out[10] = ((c & 0x3F) << 2) | <unsigned char>((uid_node >> 40) & 0x03)
+    out[6] = 0x70
+    out[7] = 0
+    out[8] = 0x80
+    out[9] = 0
+    out[10] = <unsigned char>((uid_node >> 40) & 0x03)
     out[11] = (uid_node >> 32) & 0xFF
     store_be32(out + 12, <uint32_t>uid_node)
+
+
+cdef inline void put_counter(unsigned char* out, uint32_t c) noexcept nogil:
+    """Write counter `c` into the UUIDv7 at `out` whose counter bits are zero."""
+    out[6] |= (c >> 28) & 0x0F
+    out[7] = (c >> 20) & 0xFF
+    out[8] |= (c >> 14) & 0x3F
+    out[9] = (c >> 6) & 0xFF
+    out[10] |= (c & 0x3F) << 2
 
 
 cdef bint has_uid_header(object items) except -1:
@@ -137,6 +151,7 @@ cdef inline Py_ssize_t simple_body_size(int64_t ts_delta, int64_t offset_delta, 
             + varint_size(vlen) + (vlen if vlen > 0 else 0) + 1 + (21 if add_uid else 0))
 
 
+@cython.final
 cdef class EncodedBatch:
     """An encoded batch as a list of pieces (glue buffer + referenced `bytes`), ready for writev.
 
@@ -164,6 +179,8 @@ cdef class EncodedBatch:
     cdef Py_ssize_t n_hits
     cdef Py_ssize_t hits_cap
     cdef bint collect_hits
+    cdef bint uid_run               # generated IDs are one run: no per-record uid hits
+    cdef unsigned char uid_template[21]  # the `uid` header of this batch's IDs, counter 0
     cdef int64_t record_ts          # the record being encoded: its timestamp and offset delta
     cdef int64_t uid_ms             # the time generated unique IDs carry
     cdef bytes uid_bytes            # 16 bytes a record: its unique ID (zeros: none or not 16 bytes)
@@ -201,7 +218,24 @@ cdef class EncodedBatch:
         self.hits[self.n_hits].timestamp = self.record_ts
         self.hits[self.n_hits].offset_delta = self.record_delta
         self.hits[self.n_hits].kind = kind
+        self.hits[self.n_hits].ts_max = self.record_ts
+        self.hits[self.n_hits].run_first = 0
+        self.hits[self.n_hits].run_count = 0
         self.n_hits += 1
+        return 0
+
+    cdef int add_run_hit(self) except -1:
+        """The one KIND_RUN hit of a run's generated IDs (after the last record)."""
+        cdef const unsigned char* first = <const unsigned char*>PyBytes_AS_STRING(self.uid_bytes)
+        cdef KeyHit* h
+        self.add_hit(first, 0, KIND_RUN)              # grows the array; its fields set below
+        h = &self.hits[self.n_hits - 1]
+        h.hash = uid_run_hash(first)
+        h.timestamp = self.min_timestamp
+        h.ts_max = self.max_timestamp
+        h.offset_delta = 0
+        h.run_first = v7_counter(first)
+        h.run_count = <uint32_t>self.count
         return 0
 
     cdef int add_key_words(self, const unsigned char* p, Py_ssize_t n) except -1:
@@ -370,12 +404,13 @@ cdef class EncodedBatch:
 
     cdef int put_uid_header(self, unsigned char* g) except -1:
         """Write the 21-byte `uid` header (key "uid", a fresh 16-byte UUIDv7) at g."""
-        g[0] = 6                                                   # varint(3)
-        memcpy(g + 1, b"uid", 3)
-        g[4] = 32                                                  # varint(16)
-        new_uid(g + 5, self.uid_ms)
-        self.keep_uid(g + 5, 16)
-        if self.collect_hits:
+        global uid_counter
+        uid_counter += 1
+        memcpy(g, self.uid_template, 21)
+        put_counter(g + 5, uid_counter)
+        if self.uid_bytes is not None:
+            memcpy(PyBytes_AS_STRING(self.uid_bytes) + 16 * self.record_index, g + 5, 16)
+        if self.collect_hits and not self.uid_run:
             self.add_hit(g + 5, 16, KIND_UID)
         return 0
 
@@ -831,10 +866,13 @@ def encode_batch(values, keys=None, headers=None, timestamps=None, int64_t now_m
         limit = PTRDIFF_MAX
     eb.collect_hits = index
     eb.uid_ms = uid_ms
+    eb.uid_run = uid_ms >= 0 and headers is None and deltas is None
     if uid_ms >= 0:
         reseed_uids()
+        uid_header_template(eb.uid_template, uid_ms)
         eb.uid_bytes = PyBytes_FromStringAndSize(NULL, 16 * n)   # filled record by record
-        memset(PyBytes_AS_STRING(eb.uid_bytes), 0, 16 * n)
+        if not eb.uid_run:                                       # a run fills every record's
+            memset(PyBytes_AS_STRING(eb.uid_bytes), 0, 16 * n)
     eb.add_piece(NULL, 0, BATCH_HEADER_SIZE)                # the header, filled by finish()
     eb.glue_len = BATCH_HEADER_SIZE
     eb.record_ts = base_ts if log_append_time < 0 else log_append_time
@@ -895,6 +933,10 @@ def encode_batch(values, keys=None, headers=None, timestamps=None, int64_t now_m
     eb.base_timestamp = base_ts
     eb.max_timestamp = max_ts
     eb.min_timestamp = min_ts
+    if log_append_time >= 0:
+        eb.max_timestamp = eb.min_timestamp = log_append_time   # as finish() sets them
+    if eb.uid_run and index:
+        eb.add_run_hit()
     if codec != 0:
         compressed = compress(codec, PyBytes_FromStringAndSize(
             <const char*>eb.glue + BATCH_HEADER_SIZE, eb.glue_len - BATCH_HEADER_SIZE))

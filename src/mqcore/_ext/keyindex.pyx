@@ -3,7 +3,8 @@
 #
 #   header, 64 bytes:
 #      0  magic "MQKI"            4
-#      4  version                 u16   2
+#      4  version                 u16   3 (2: no run entries; read as well, made 3 by the
+#                                     first insert; 1: rebuilt)
 #      6  flags                   u16   bit 0: complete (sealed or closed: the counts,
 #                                     covered_position and content_crc are final)
 #      8  slot_count              u32   a power of two
@@ -21,6 +22,9 @@
 #   slots at 64: slot_count x u32     newest entry of the chain + 1 (0: empty chain)
 #   key entries: key_capacity x 24    hash u64 | relative offset u32 | batch position u32
 #                                     | timestamp delta i32 | previous entry + 1 u32
+#                a run entry (a batch's generated UUIDv7s, hashing.pxd KIND_RUN):
+#                                     run count u16 (saturated) | uid_run_hash u48 | its first
+#                                     relative offset | position | first counter u32 | link
 #   tag entries: tag_capacity x 16    relative offset u32 | batch position u32 | tag hash u64
 #
 # A hash goes to slot hash & (slot_count - 1); chains run newest first and every link points to
@@ -43,8 +47,10 @@ from mqcore._ext.batch cimport (ATTR_CONTROL, ATTR_LOG_APPEND_TIME, BatchHeader,
 from mqcore._ext.crc32c cimport crc32c_extend
 from mqcore._ext.bytes_be cimport (load_be16, load_be32, load_be64, mq_prefetch, store_be16,
                                    store_be32, store_be64)
-from mqcore._ext.hashing cimport (KIND_KEY, KIND_TAG, KIND_UID, SEED_KEY, SEED_TAG, SEED_UID,
-                                  KeyHit, next_word, xxh64)
+from mqcore._ext.hashing cimport (KIND_KEY, KIND_RUN, KIND_TAG, KIND_UID, RUN_COUNT_MAX,
+                                  RUN_COUNT_SHIFT, RUN_HASH_MASK, SEED_KEY, SEED_TAG, SEED_UID,
+                                  KeyHit, is_uid_v7, next_word, uid_run_hash, v7_counter,
+                                  xxh64)
 
 from mqcore.errors import CorruptIndexError, CorruptRecordError
 
@@ -52,7 +58,8 @@ cdef enum:
     HEADER_SIZE = 64
     KEY_ENTRY = 24
     TAG_ENTRY = 16
-    VERSION = 2
+    VERSION = 3
+    OLD_VERSION = 2               # no run entries: read (probe_uid finds its per-record IDs)
     PROBE_LOCAL = 32              # tables a probe tracks on the stack (more: on the heap)
     INSERT_AHEAD = 8              # hits whose slot is prefetched ahead of the insert
 
@@ -238,8 +245,9 @@ cdef class KeyTable:
             raise CorruptIndexError(f"key index of {v.shape[0]} bytes is shorter than its header")
         p = &v[0]
         self.base = <unsigned char*>p
-        if memcmp(p, b"MQKI", 4) != 0 or load_be16(p + 4) != VERSION:
-            raise CorruptIndexError("not a version 2 key index (bad magic or version)")
+        if memcmp(p, b"MQKI", 4) != 0 or (load_be16(p + 4) != VERSION
+                                           and load_be16(p + 4) != OLD_VERSION):
+            raise CorruptIndexError("not a version 2 or 3 key index (bad magic or version)")
         self.complete = load_be16(p + 6) & 1
         self.slot_count = load_be32(p + 8)
         self.key_capacity = load_be32(p + 12)
@@ -448,13 +456,21 @@ cdef class KeyTable:
             return 0
         if self.key_count >= self.key_capacity:
             raise OverflowError("the key index is full")
-        delta = sat_delta(h.timestamp, self.base_timestamp)
         e = self.keys + KEY_ENTRY * <Py_ssize_t>self.key_count
         slot = self.slots + 4 * <Py_ssize_t>(h.hash & (self.slot_count - 1))
-        store_be64(e, h.hash)
+        if h.kind == KIND_RUN:
+            # the count in the top bits, the first counter where a record's time delta goes;
+            # the table's time bounds cover every record of the run
+            self.note_time(h.ts_max)
+            store_be64(e, (h.hash & RUN_HASH_MASK) | (<uint64_t>min(h.run_count, RUN_COUNT_MAX)
+                                                      << RUN_COUNT_SHIFT))
+            store_be32(e + 16, h.run_first)
+        else:
+            delta = sat_delta(h.timestamp, self.base_timestamp)
+            store_be64(e, h.hash)
+            store_be32(e + 16, <uint32_t><int32_t>delta)
         store_be32(e + 8, <uint32_t>rel_offset)
         store_be32(e + 12, <uint32_t>position)
-        store_be32(e + 16, <uint32_t><int32_t>delta)
         store_be32(e + 20, load_be32(slot))
         self.key_count += 1
         store_be32(slot, self.key_count)
@@ -469,9 +485,11 @@ cdef class KeyTable:
         cdef Py_ssize_t i, n = hits.shape[0] // sizeof(KeyHit)
         cdef uint64_t mask = self.slot_count - 1
         if self.complete and n:
-            # the file stops vouching for itself until the next seal or close
+            # the file stops vouching for itself until the next seal or close; a version 2
+            # table gets run entries from now on, which older readers must not trust
             self.complete = False
             store_be16(self.base + 6, 0)
+            store_be16(self.base + 4, VERSION)
         for i in range(n):
             # the slots are spread over the whole table: start the miss of a later hit's slot
             # now, so the inserts' misses overlap instead of queueing one after the other
@@ -495,6 +513,48 @@ cdef class KeyTable:
                      a.items[i].ts_hi) for i in range(a.count)]
         finally:
             hits_free(&a)
+
+    def probe_uid(self, const unsigned char[::1] uid not None, Py_ssize_t max_entries):
+        """Candidates for the records carrying unique ID `uid`, as probe() lists them: the
+        entries of the ID itself (producer-supplied IDs, batches that were no run, version 2
+        tables), then for a UUIDv7 the records the run entries of its ms and node name: the
+        record `counter - first counter` (mod 2**32) after the run's first, when the run is
+        that long, with the table's time bounds (a run entry keeps no record time). At most
+        max_entries of each kind; the caller reads and compares every candidate."""
+        cdef Py_ssize_t n = uid.shape[0], taken = 0
+        cdef const unsigned char* u = &uid[0] if n else NULL
+        cdef uint64_t rh, stored
+        cdef uint32_t cur, prev, first, count
+        cdef uint32_t c
+        cdef uint32_t d
+        cdef const unsigned char* e
+        out = self.probe(xxh64(u, n, SEED_UID), max_entries)
+        if n != 16 or not is_uid_v7(u) or max_entries <= 0:
+            return out
+        rh = uid_run_hash(u)
+        c = v7_counter(u)
+        cur = load_be32(self.slots + 4 * <Py_ssize_t>(rh & (self.slot_count - 1)))
+        if cur > self.key_count:
+            raise CorruptIndexError("a key index slot points past its entries")
+        while cur != 0:
+            e = self.keys + KEY_ENTRY * <Py_ssize_t>(cur - 1)
+            prev = load_be32(e + 20)
+            if prev >= cur:
+                raise CorruptIndexError("a key index chain does not go to older entries")
+            stored = load_be64(e)
+            if stored & RUN_HASH_MASK == rh:
+                count = <uint32_t>(stored >> RUN_COUNT_SHIFT)
+                first = load_be32(e + 16)
+                d = c - first                                     # mod 2**32: wraps too
+                # a saturated count says "at least": the record read decides
+                if d < count or count == RUN_COUNT_MAX:
+                    out.append((<int64_t>load_be32(e + 8) + d, <int64_t>load_be32(e + 12),
+                                self.min_timestamp, self.max_timestamp))
+                    taken += 1
+                    if taken >= max_entries:
+                        break
+            cur = prev
+        return out
 
     def tag_entries(self, uint64_t tag_hash, int64_t from_rel_offset, Py_ssize_t max_entries):
         """Tag entries with this hash at relative offsets >= from_rel_offset, in offset order,
@@ -581,51 +641,80 @@ cdef Py_ssize_t _find_start(const int64_t* starts, Py_ssize_t n, int64_t pos) no
 
 cdef int hit_append(bytearray out, uint64_t hash, int64_t ts, int32_t delta, int32_t kind) except -1:
     cdef KeyHit h
+    memset(&h, 0, sizeof(KeyHit))
     h.hash = hash
     h.timestamp = ts
+    h.ts_max = ts
     h.offset_delta = delta
     h.kind = kind
     out.extend((<unsigned char*>&h)[:sizeof(KeyHit)])
     return 0
 
 
-cdef int record_hits(bytearray out, const RecordView* r, int64_t ts, int32_t delta) except -1:
-    """The KeyHits of one stored record: key, uid, `keys` words, tag (as the encoder lists)."""
+cdef inline bint same_run_key(const unsigned char* u, const unsigned char* first) noexcept nogil:
+    """Whether two UUIDv7s carry the same ms and node (uid_run_hash's bytes)."""
+    return (memcmp(u, first, 6) == 0 and (u[10] & 0x03) == (first[10] & 0x03)
+            and memcmp(u + 11, first + 11, 5) == 0)
+
+
+cdef int record_hits(bytearray every, bytearray no_uid, const RecordView* r, int64_t ts,
+                     int32_t delta, const unsigned char** uid_value,
+                     Py_ssize_t* uid_headers) except -1:
+    """The KeyHits of one stored record: key, uid, `keys` words, tag (as the encoder lists)
+    into `every`, and all but the uid's into `no_uid` too (for a batch that turns out to be a
+    run); *uid_headers counts its `uid` headers, *uid_value is the last one's 16 bytes (NULL:
+    another length)."""
     cdef const unsigned char* p = r.headers
     cdef const unsigned char* end = r.headers + r.headers_len
     cdef HeaderView hv
     cdef Py_ssize_t i, at, w
     if r.key_len >= 0:
-        hit_append(out, xxh64(r.key, r.key_len, SEED_KEY), ts, delta, KIND_KEY)
+        hit_append(every, xxh64(r.key, r.key_len, SEED_KEY), ts, delta, KIND_KEY)
+        hit_append(no_uid, xxh64(r.key, r.key_len, SEED_KEY), ts, delta, KIND_KEY)
     for i in range(r.header_count):
         if next_header(&p, end, &hv) != OK:
             raise CorruptRecordError("bad record header while indexing")
         if hv.value_len < 0:
             continue
         if hv.key_len == 3 and memcmp(hv.key, b"tag", 3) == 0:
-            hit_append(out, xxh64(hv.value, hv.value_len, SEED_TAG), ts, delta, KIND_TAG)
+            hit_append(every, xxh64(hv.value, hv.value_len, SEED_TAG), ts, delta, KIND_TAG)
+            hit_append(no_uid, xxh64(hv.value, hv.value_len, SEED_TAG), ts, delta, KIND_TAG)
         elif hv.key_len == 3 and memcmp(hv.key, b"uid", 3) == 0:
-            hit_append(out, xxh64(hv.value, hv.value_len, SEED_UID), ts, delta, KIND_UID)
+            hit_append(every, xxh64(hv.value, hv.value_len, SEED_UID), ts, delta, KIND_UID)
+            uid_headers[0] += 1
+            uid_value[0] = hv.value if hv.value_len == 16 else NULL
         elif hv.key_len == 4 and memcmp(hv.key, b"keys", 4) == 0:
             at = 0
             while True:
                 w = next_word(hv.value, hv.value_len, &at)
                 if w == 0:
                     break
-                hit_append(out, xxh64(hv.value + at - w, w, SEED_KEY), ts, delta, KIND_KEY)
+                hit_append(every, xxh64(hv.value + at - w, w, SEED_KEY), ts, delta, KIND_KEY)
+                hit_append(no_uid, xxh64(hv.value + at - w, w, SEED_KEY), ts, delta, KIND_KEY)
     return 0
 
 
 def batch_hits(const unsigned char[::1] buf not None, Py_ssize_t pos, Py_ssize_t max_decompressed,
                object source=None):
     """(packed KeyHits of the batch at `pos`, its base offset, its size) for a rebuild; the
-    batch must be whole and valid (the caller scanned the segment already)."""
+    batch must be whole and valid (the caller scanned the segment already).
+
+    A batch whose records each carry one `uid`, UUIDv7s of one ms and node with counters
+    rising by one from record to record (offset deltas 0, 1, 2, ...: what the encoder makes
+    without headers), gets one run hit for them, as the encoder gives it; any other batch a
+    hit per ID."""
     cdef BatchHeader h
     cdef RecordCursor c
     cdef RecordView r
     cdef int rc
-    cdef int64_t ts
-    cdef bytearray out = bytearray()
+    cdef int64_t ts, run_min = 0, run_max = 0
+    cdef bytearray out = bytearray(), no_uid = bytearray()
+    cdef const unsigned char* uid
+    cdef Py_ssize_t uid_headers, i = 0
+    cdef unsigned char first[16]
+    cdef uint32_t first_counter = 0
+    cdef bint run = True
+    cdef KeyHit run_hit
     if pos < 0 or pos > buf.shape[0]:
         raise ValueError(f"position {pos} outside the buffer")
     rc = check_batch(&buf[0] + pos if buf.shape[0] else NULL, buf.shape[0] - pos, &h, False)
@@ -645,9 +734,34 @@ def batch_hits(const unsigned char[::1] buf not None, Py_ssize_t pos, Py_ssize_t
             ts = h.max_timestamp
         else:
             ts = wrap_add(h.base_timestamp, r.timestamp_delta)
-        record_hits(out, &r, ts, <int32_t>r.offset_delta)
+        uid = NULL
+        uid_headers = 0
+        record_hits(out, no_uid, &r, ts, <int32_t>r.offset_delta, &uid, &uid_headers)
+        if run:
+            if uid_headers != 1 or uid == NULL or r.offset_delta != i or not is_uid_v7(uid):
+                run = False
+            elif i == 0:
+                memcpy(first, uid, 16)
+                first_counter = v7_counter(uid)
+                run_min = run_max = ts
+            elif not same_run_key(uid, first) or v7_counter(uid) != <uint32_t>(first_counter + i):
+                run = False
+            else:
+                run_min = min(run_min, ts)
+                run_max = max(run_max, ts)
+        i += 1
     rc = cursor_finish(&c)
     if rc != OK:
         raise CorruptRecordError(error_text(rc), path=source, position=pos)
     del owner
+    if run and i > 0:
+        memset(&run_hit, 0, sizeof(KeyHit))
+        run_hit.hash = uid_run_hash(first)
+        run_hit.timestamp = run_min
+        run_hit.ts_max = run_max
+        run_hit.kind = KIND_RUN
+        run_hit.run_first = first_counter
+        run_hit.run_count = <uint32_t>i
+        no_uid.extend((<unsigned char*>&run_hit)[:sizeof(KeyHit)])
+        return bytes(no_uid), h.base_offset, size
     return bytes(out), h.base_offset, size

@@ -29,7 +29,7 @@ from libc.string cimport memcmp, memcpy, memset
 
 from mqcore._ext.batch cimport E_TRAILING, OK, HeaderView, Message, error_text, next_header
 from mqcore._ext.bytes_be cimport load_be32
-from mqcore._ext.hashing cimport KIND_KEY, KIND_UID, SEED_KEY, SEED_UID, xxh64
+from mqcore._ext.hashing cimport KIND_KEY, KIND_UID, SEED_KEY, xxh64
 from mqcore._ext.ids cimport decode_id
 from mqcore._ext.index cimport OFFSET_ENTRY_SIZE, TIME_ENTRY_SIZE, floor_entry
 from mqcore._ext.keyindex cimport EntryHit, HitArray, hits_free, probe_tables
@@ -397,7 +397,8 @@ cdef uint64_t hash_of(bytes raw, int kind) except? 0:
     if kind == KIND_KEY:
         return xxh64(PyBytes_AS_STRING(raw), PyBytes_GET_SIZE(raw), SEED_KEY)
     if kind == KIND_UID:
-        return xxh64(PyBytes_AS_STRING(raw), PyBytes_GET_SIZE(raw), SEED_UID)
+        # generated IDs have one run entry per batch, not an entry each: KeyTable.probe_uid
+        raise ValueError("unique IDs are found by KeyTable.probe_uid (query.engine.find_unique)")
     raise ValueError(f"unknown lookup kind {kind}")
 
 
@@ -543,8 +544,9 @@ cdef list find_part(SegmentTable table, uint64_t hashed, bytes raw, int kind, in
 def find_hashed(SegmentTable table not None, bytes raw not None, int kind, int64_t lo, int64_t hi, int64_t from_offset,
                 Py_ssize_t max_probe, Py_ssize_t max_decompressed=DEFAULT_MAX_DECOMPRESSED):
     """The messages of the partition whose table is `table` that carry `raw` (KEY_KIND: as key or `keys` word;
-    UID_KIND: as `uid` header) by its key index, with timestamps in [lo, hi) and offsets >=
-    from_offset, in offset order; and how many candidates were read.
+    UID_KIND raises ValueError: unique IDs go through KeyTable.probe_uid) by its key index,
+    with timestamps in [lo, hi) and offsets >= from_offset, in offset order; and how many
+    candidates were read.
 
     The tables are probed under the partition lock (xxHash64 of `raw` with the kind's seed;
     each probe walks at most max_probe matching entries), where the mappings of the segments

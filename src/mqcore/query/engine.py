@@ -24,7 +24,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from mqcore._ext.batch import Message
-from mqcore._ext.hashing import KEY_SEED, UID_SEED, xxh64_hash
+from mqcore._ext.hashing import KEY_SEED, xxh64_hash
 from mqcore._ext.search import scan_records
 from mqcore.errors import (
     CorruptRecordError,
@@ -346,31 +346,26 @@ def key_hash(key: bytes | str) -> tuple[bytes, int]:
     return raw, xxh64_hash(raw, KEY_SEED)
 
 
-def uid_hash(uid: str) -> tuple[bytes, int]:
-    raw = parse_uid(uid)
-    return raw, xxh64_hash(raw, UID_SEED)
-
-
 def find_unique(
     parts: Sequence[Partition], uid: str, start: int | None, end: int | None, limit: int
 ) -> QueryResult:
     """Messages carrying unique ID `uid` in any of `parts`. A UUIDv7's time orders the search:
     segments whose timestamps span it are probed first. The reason is "limit" only when more
     than `limit` messages carry the ID (the probe of every segment's table is cheap; only
-    candidates are read)."""
-    raw, hashed = uid_hash(uid)
+    candidates are read: an ID's own entries, and for a UUIDv7 the one record each run entry
+    of its ms and node names, KeyTable.probe_uid)."""
+    raw = parse_uid(uid)
     lo, hi = time_bounds(start, end)
     limit = check_limit("limit", limit, MAX_LIMIT)
     t = uid_time_ms(raw)
     with contextlib.ExitStack() as pins:
         segs = [(part, seg) for part in parts for seg, *_ in pins.enter_context(scan_plan(part))]
-        return _find_unique_in(segs, raw, hashed, lo, hi, t, limit)
+        return _find_unique_in(segs, raw, lo, hi, t, limit)
 
 
 def _find_unique_in(
     segs: list[tuple[Partition, LogSegment]],
     raw: bytes,
-    hashed: int,
     lo: int,
     hi: int,
     t: int | None,
@@ -383,7 +378,7 @@ def _find_unique_in(
         table = seg.key_table()
         if table is None:
             continue
-        for rel, _pos, ts_lo, ts_hi in table.probe(hashed, MAX_PROBE):
+        for rel, _pos, ts_lo, ts_hi in table.probe_uid(raw, MAX_PROBE):
             if ts_hi < lo or ts_lo >= hi:
                 continue
             m = part.get(seg.base_offset + rel)

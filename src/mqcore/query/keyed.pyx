@@ -32,8 +32,9 @@ cdef tuple _no_args = ()
 def find_indexed(parts, key, int kind, start, end, limit, cursor):
     """The messages of `parts` (partitions in number order, or a topic's dict of them by
     number) whose record carries `key` (bytes, or str as UTF-8) by their key index (`kind`:
-    lookup.KEY_KIND or UID_KIND), with timestamps in [start, end) ms (None: unbounded), at most
-    `limit` of them, resuming at `cursor`, as a QueryResult."""
+    lookup.KEY_KIND; unique IDs go through engine.find_unique), with timestamps in
+    [start, end) ms (None: unbounded), at most `limit` of them, resuming at `cursor`, as a
+    QueryResult."""
     cdef int64_t lo = 0, hi = _no_end, resume_o = 0, stop_o = 0
     cdef Py_ssize_t resume_p = -1, n, scanned = 0, stop_p = -1
     cdef bytes raw
