@@ -210,6 +210,7 @@ def test_a_reused_dataframe_reads_a_topic_deleted_and_created_again(
     """The workers keep a read-only handle per store (mqcore.spark.handles): a DataFrame queried
     after its topic was deleted and created again with other records reads the new records,
     twice in a row, and after an append the new one too."""
+    mqcore.spark.register(spark)
     path = str(tmp_path / "store")
     fill(path, "web", {0: 50, 1: 20, 2: 10})
     df = spark.read.format("mqcore").option("subscribe", "web").load(path)
