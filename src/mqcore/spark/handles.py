@@ -22,6 +22,7 @@ or reads as a fresh open would.
 
 from __future__ import annotations
 
+import atexit
 import os
 import threading
 from collections import OrderedDict
@@ -84,8 +85,11 @@ def shared_store(path: str) -> Store:
 
 
 def close_shared_stores() -> None:
-    """Close every kept handle (tests; a worker's handles otherwise close when it exits)."""
+    """Close every kept handle (at exit, so no store is left unclosed, and in tests)."""
     with _lock:
         while _stores:
             _, (_, store) = _stores.popitem()
             store.close()
+
+
+atexit.register(close_shared_stores)
