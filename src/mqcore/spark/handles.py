@@ -23,6 +23,7 @@ or reads as a fresh open would.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import threading
 from collections import OrderedDict
@@ -45,17 +46,25 @@ def store_generation(path: str) -> Generation:
     rows: list[tuple[object, ...]] = []
     with os.scandir(path) as top:
         for entry in top:
-            st = entry.stat(follow_symlinks=False)
-            rows.append(("", entry.name, st.st_ino, st.st_size, st.st_mtime_ns))
-            if entry.is_dir(follow_symlinks=False):
-                with os.scandir(entry.path) as inner:
-                    for item in inner:
-                        ist = item.stat(follow_symlinks=False)
-                        rows.append(
-                            (entry.name, item.name, ist.st_ino, ist.st_size, ist.st_mtime_ns)
-                        )
+            # an entry removed while listed (retention, a deletion) is left out, as the open
+            # that follows will not see it either
+            with contextlib.suppress(FileNotFoundError):
+                st = entry.stat(follow_symlinks=False)
+                rows.append(("", entry.name, st.st_ino, st.st_size, st.st_mtime_ns))
+                if entry.is_dir(follow_symlinks=False):
+                    rows += _directory_rows(entry.name, entry.path)
     rows.sort()
     return tuple(rows)
+
+
+def _directory_rows(name: str, path: str) -> list[tuple[object, ...]]:
+    rows: list[tuple[object, ...]] = []
+    with os.scandir(path) as inner:
+        for item in inner:
+            with contextlib.suppress(FileNotFoundError):
+                st = item.stat(follow_symlinks=False)
+                rows.append((name, item.name, st.st_ino, st.st_size, st.st_mtime_ns))
+    return rows
 
 
 def shared_store(path: str) -> Store:
@@ -75,7 +84,7 @@ def shared_store(path: str) -> Store:
             kept[1].close()
         if generation is None:  # not a directory (now): the open says what is wrong
             mqcore.open(key, read_only=True).close()
-            raise NotAStoreError(f"{key} is not an mqcore store: it cannot be listed")
+            raise NotAStoreError(f"{key} could not be listed (it changed while being opened)")
         store = mqcore.open(key, read_only=True)
         _stores[key] = (generation, store)
         while len(_stores) > MAX_STORES:
