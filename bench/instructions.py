@@ -65,6 +65,21 @@ elif mode == "read":
     for o in offsets: s.read("t", 0, o, 10)
 elif mode.startswith("time_batch"):
     for o in offsets: s.offset_for_time("t", 0, 1_700_000_000_000 + o // 10)
+elif mode == "spark_task":  # n // 100 Spark tasks, each reading 10,000 records of ~200 B
+    import random as _r
+    from pyspark.sql.datasource import InputPartition
+    from mqcore.spark.source import MqcoreDataSource, kafka_spark_schema
+    s.create_topic("logs", segment_bytes=1 << 30, unique_ids=False)
+    lines = [b"%06d " % i + bytes(_r.Random(i).choices(b"abcdefgh ", k=190)) for i in range(1000)]
+    for i in range(10):
+        s.append_batch("logs", lines, keys=[b"cust-%06d" % j for j in range(1000)], partition=0)
+    s.close()
+    src = MqcoreDataSource({"path": s.path, "subscribe": "logs"})
+    reader = src.reader(kafka_spark_schema())
+    for _ in range(n // 100):  # a task: its slot as Spark hands it over, then every batch
+        (part,) = reader.partitions()
+        for batch in reader.read(InputPartition(part.value)):
+            pass
 elif mode == "serve_produce":  # n // 100 Produce requests of 1000 x 1 KiB over a socket
     import datetime, io, socket, struct
     from kio.schema.produce.v9 import request as pr
@@ -97,9 +112,10 @@ MODES: tuple[str, ...] = (
     "append", "append_keyed", "append_batch100", "append_batch1000",
     "append_batch1000_plain", "append_batch1000_1k", "append_batch1000_1k_plain", "get",
     "get_by_id", "find_by_key", "find_by_key_all", "read", "serve_produce", "time_batch100",
-    "time_batch1000",
+    "time_batch1000", "spark_task",
 )  # fmt: skip
-PER_MESSAGE = {"append_batch100": 10, "serve_produce": 10}  # messages per counted operation
+# messages per counted operation (spark_task: 100 operations are one task of 10,000 records)
+PER_MESSAGE = {"append_batch100": 10, "serve_produce": 10, "spark_task": 100}
 PER_MESSAGE.update(dict.fromkeys([m for m in MODES if m.startswith("append_batch1000")], 10))
 
 

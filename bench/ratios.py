@@ -210,6 +210,12 @@ TARGETS = [
         1 / 1.5,
     ),
     Target(
+        "Spark filter + group-by, 600k msgs in 4 partitions: mqcore vs Parquet (time <= 1.5x)",
+        "spark/filter-groupby-600k/mqcore",
+        "spark/filter-groupby-600k/parquet",
+        1 / 1.5,
+    ),
+    Target(
         "Spark count, 2M msgs: mqcore vs row-yielding Python source",
         "spark/count/mqcore",
         "spark/count/rows",
@@ -222,9 +228,10 @@ TARGETS = [
         5,
     ),
     Target(
-        "Spark count: mqcore vs the Python source API floor (Arrow in memory)",
+        "Spark count: mqcore vs the Python source API floor (Arrow in memory) (time <= 1.3x)",
         "spark/count/mqcore",
         "spark/count/arrow-floor",
+        1 / 1.3,
     ),
     Target(
         "Spark count: the Python source API floor vs Parquet",

@@ -17,6 +17,9 @@ above hands Spark all seven columns. Queries, each a Spark action:
   key      df.where("key = X'...'").count(): Spark evaluates it on every row of the mqcore
            source (no filter reaches its reader since the DataFrame-reuse fix: docs/spark.md);
            Parquet gets it pushed (row-group statistics; keys are spread, so they skip nothing)
+A second, smaller data set (600,000 messages in 4 partitions, Parquet one file each) runs the
+filter, then groupBy("partition").count() (4 tasks and a shuffle: where a query's fixed cost
+shows), mqcore against Parquet.
 """
 
 from __future__ import annotations
@@ -51,6 +54,8 @@ from mqcore.spark.source import kafka_spark_schema  # noqa: E402
 SPARK_MESSAGES = 2_000_000
 SPARK_PARTITIONS = 2
 SPARK_TOPIC = "logs"
+SMALL_MESSAGES = 600_000  # the group-by benchmark: 4 partitions, 4 tasks
+SMALL_PARTITIONS = 4
 SPARK_KEYS = 100_000  # distinct keys: 20 messages each
 NEEDLE = b"payments-11.internal"  # in about 1 line of 60
 LOOKUP_KEY = b"cust-%06d" % 4242
@@ -74,8 +79,11 @@ def key_of(i: int) -> bytes:
     return b"cust-%06d" % (i * 7919 % SPARK_KEYS)
 
 
-def build_spark_data(directory: str) -> SparkData:
-    """The store (batches of 1000 to alternate partitions) and the Parquet copy of it."""
+def build_spark_data(
+    directory: str, messages: int = SPARK_MESSAGES, partitions: int = SPARK_PARTITIONS
+) -> SparkData:
+    """The store (batches of 1000 to the partitions in turn) and the Parquet copy of it, one
+    file per partition."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -84,21 +92,21 @@ def build_spark_data(directory: str) -> SparkData:
     needle_matches = key_matches = 0
     with mqcore.open(store_path, flush="os") as store:
         store.create_topic(
-            SPARK_TOPIC, partitions=SPARK_PARTITIONS, segment_bytes=SEGMENT_BYTES, unique_ids=False
+            SPARK_TOPIC, partitions=partitions, segment_bytes=SEGMENT_BYTES, unique_ids=False
         )
-        for lo in range(0, SPARK_MESSAGES, BATCH):
+        for lo in range(0, messages, BATCH):
             values = [log_line(rng, i) for i in range(lo, lo + BATCH)]
             keys = [key_of(i) for i in range(lo, lo + BATCH)]
             needle_matches += sum(NEEDLE in v for v in values)
             key_matches += keys.count(LOOKUP_KEY)
             stamps = [message_timestamp(i) for i in range(lo, lo + BATCH)]
-            partition = lo // BATCH % SPARK_PARTITIONS
+            partition = lo // BATCH % partitions
             store.append_batch(SPARK_TOPIC, values, keys, partition=partition, timestamps=stamps)
     parquet_path = os.path.join(directory, "parquet")
     os.makedirs(parquet_path)
     log_bytes = 0
     with mqcore.open(store_path, read_only=True) as store:
-        for p in range(SPARK_PARTITIONS):
+        for p in range(partitions):
             end = store.end_offset(SPARK_TOPIC, p)
             table = pa.Table.from_batches(list(store.iter_arrow(SPARK_TOPIC, p, 0, end)))
             pq.write_table(table, os.path.join(parquet_path, f"part-{p}.parquet"))
@@ -108,9 +116,7 @@ def build_spark_data(directory: str) -> SparkData:
                 for n in os.listdir(part_dir)
                 if n.endswith(".log")
             )
-    return SparkData(
-        store_path, parquet_path, SPARK_MESSAGES, needle_matches, key_matches, log_bytes
-    )
+    return SparkData(store_path, parquet_path, messages, needle_matches, key_matches, log_bytes)
 
 
 # -- the BASELINE: a row-yielding Python data source (not mqcore's source) -----------------------
@@ -198,6 +204,14 @@ class ArrowFloorReader(DataSourceReader):
 @pytest.fixture(scope="module")
 def spark_data(tmp_path_factory: pytest.TempPathFactory) -> SparkData:
     return build_spark_data(str(tmp_path_factory.mktemp("spark")))
+
+
+@pytest.fixture(scope="module")
+def small_spark_data(tmp_path_factory: pytest.TempPathFactory) -> SparkData:
+    """600,000 messages in 4 partitions: where a query's fixed cost shows."""
+    return build_spark_data(
+        str(tmp_path_factory.mktemp("spark-small")), SMALL_MESSAGES, SMALL_PARTITIONS
+    )
 
 
 @pytest.fixture(scope="module")
@@ -321,3 +335,32 @@ def test_spark_key_lookup(
         iterations=1,
     )
     assert found == spark_data.key_matches
+
+
+def group_query(spark: SparkSession, data: SparkData, side: str) -> dict[int, int]:
+    """contains(value, NEEDLE), then the matches per partition: Spark's filter on every row,
+    an aggregation and a shuffle (two stages)."""
+    if side == "mqcore":
+        df = frame(spark, data, side)
+    else:  # the Parquet copy's files are per partition; its rows carry the partition column
+        df = spark.read.parquet(data.parquet_path)
+    rows = df.where(f"contains(value, X'{NEEDLE.hex()}')").groupBy("partition").count().collect()
+    return {r["partition"]: r["count"] for r in rows}
+
+
+@pytest.mark.parametrize("side", ["mqcore", "parquet"])
+def test_spark_filter_groupby_small(
+    benchmark: BenchmarkFixture, bench_session: SparkSession, small_spark_data: SparkData, side: str
+) -> None:
+    """contains-filter, group by partition, count: 600,000 messages in 4 partitions (4 tasks)."""
+    benchmark.group = "spark-filter-groupby-600k"
+    record(benchmark, f"spark/filter-groupby-600k/{side}", messages=small_spark_data.messages,
+           nbytes=small_spark_data.log_bytes)  # fmt: skip
+    found = benchmark.pedantic(
+        group_query,
+        args=(bench_session, small_spark_data, side),
+        rounds=7,
+        warmup_rounds=1,
+        iterations=1,
+    )
+    assert sum(found.values()) == small_spark_data.needle_matches and len(found) == SMALL_PARTITIONS

@@ -389,3 +389,25 @@ def test_pooled_buffers_never_alias_live_batches(
         for b in batches:
             b.validate(full=True)
         assert [r for b in batches for r in rows_of(b)] in (want, want[-5:])
+
+
+@pytest.mark.parametrize("first_null", [0, 1, 7, 8, 9, 16, 63, 64, 130])
+def test_validity_when_the_first_null_comes_late(store: mqcore.Store, first_null: int) -> None:
+    """The decoder keeps a column's validity bitmap only from its first null on: the rows
+    before that null must still read as valid, whatever byte of the bitmap it falls in, and
+    a column without nulls hands Arrow no bitmap."""
+    rng = random.Random(first_null)
+    store.create_topic("v")
+    n = 200
+    keys: list[bytes | None] = [b"k%d" % i for i in range(n)]
+    keys[first_null] = None
+    for i in range(first_null + 1, n):
+        keys[i] = None if rng.random() < 0.3 else keys[i]
+    values = [b"v%d" % i for i in range(n)]
+    for lo in range(0, n, 50):  # several record batches into one Arrow batch
+        store.append_batch("v", values[lo : lo + 50], keys[lo : lo + 50], partition=0)
+    (rb,) = store.iter_arrow("v", 0, 0, None)
+    rb.validate(full=True)
+    assert rb.column("key").to_pylist() == keys
+    assert rb.column("value").null_count == 0 and rb.column("value").buffers()[0] is None
+    assert rb.column("value").to_pylist() == values

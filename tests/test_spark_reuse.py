@@ -202,3 +202,25 @@ def test_explicit_offsets_of_a_reused_dataframe_stay_fixed(
     )
     with pytest.raises(PySparkException, match="retention point"):
         fresh.count()
+
+
+def test_a_reused_dataframe_reads_a_topic_deleted_and_created_again(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """The workers keep a read-only handle per store (mqcore.spark.handles): a DataFrame queried
+    after its topic was deleted and created again with other records reads the new records,
+    twice in a row, and after an append the new one too."""
+    mqcore.spark.register(spark)
+    path = str(tmp_path / "store")
+    fill(path, "web", {0: 50, 1: 20, 2: 10})
+    df = spark.read.format("mqcore").option("subscribe", "web").load(path)
+    assert spark_records(df) == stored(path, "web")
+    with mqcore.open(path) as st:
+        st.delete_topic("web")
+    fill(path, "web", {1: 7}, start=1000)
+    want = stored(path, "web")
+    assert len(want) == 7
+    assert spark_records(df) == want
+    assert spark_records(df) == want
+    fill(path, "web", {2: 1}, start=2000)
+    assert spark_records(df) == stored(path, "web") and df.count() == 8

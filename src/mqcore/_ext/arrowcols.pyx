@@ -173,17 +173,32 @@ cdef int column_init(Column* c, int first_kind) except -1:
     return put_i32(&c.offsets, 0)
 
 
-cdef int column_put(Column* c, Py_ssize_t row, const unsigned char* p, Py_ssize_t n) except -1:
-    """Append one value (n < 0: null) as row `row`."""
+cdef int validity_put(Column* c, Py_ssize_t row, bint valid) except -1:
+    """Row `row`'s bit in the validity bitmap, which is only kept once the column has a null:
+    at the first null every row before it is set valid at once."""
     cdef Py_ssize_t need = row // 8 + 1
     if c.validity.len < need:
         grow_reserve(&c.validity, need - c.validity.len)
         memset(c.validity.data + c.validity.len, 0, need - c.validity.len)
         c.validity.len = need
+    if c.nulls == 0 and not valid:            # the first null: rows 0 .. row - 1 are valid
+        memset(c.validity.data, 0xFF, row // 8)
+        (<uint8_t*>c.validity.data)[row // 8] = <uint8_t>((1 << (row % 8)) - 1)
+    elif valid:
+        (<uint8_t*>c.validity.data)[row // 8] |= <uint8_t>(1 << (row % 8))
+    return 0
+
+
+cdef inline int column_put(Column* c, Py_ssize_t row, const unsigned char* p,
+                           Py_ssize_t n) except -1:
+    """Append one value (n < 0: null) as row `row`. A column without nulls writes no bitmap
+    (finish hands none to Arrow then)."""
     if n < 0:
+        validity_put(c, row, False)
         c.nulls += 1
     else:
-        (<uint8_t*>c.validity.data)[row // 8] |= <uint8_t>(1 << (row % 8))
+        if c.nulls:
+            validity_put(c, row, True)
         grow_put(&c.data, p, n)
     return put_i32(&c.offsets, <int32_t>c.data.len)
 
@@ -340,6 +355,7 @@ cdef class ArrowColumns:
         cdef const unsigned char* batch
         cdef int64_t offset, next_offset = min_offset
         cdef int32_t ts_type
+        cdef Py_ssize_t held                    # data bytes with this record's
         cdef bint stop = False, done = False, full = False
         if pos < 0 or pos > n:
             raise ValueError(f"position {pos} outside a buffer of {n} bytes")
@@ -374,13 +390,12 @@ cdef class ArrowColumns:
                 if offset > max_offset:
                     stop = done = True
                     break
-                if self.num_rows >= max_rows or (self.num_rows > 0 and (
-                        self.held_bytes() + (r.key_len if r.key_len > 0 else 0)
-                        + (r.value_len if r.value_len > 0 else 0) + r.headers_len > max_bytes)):
+                held = self.held_bytes() + (r.key_len if r.key_len > 0 else 0) \
+                    + (r.value_len if r.value_len > 0 else 0) + r.headers_len
+                if self.num_rows >= max_rows or (self.num_rows > 0 and held > max_bytes):
                     stop = full = True
                     break
-                if (self.held_bytes() + (r.key_len if r.key_len > 0 else 0)
-                        + (r.value_len if r.value_len > 0 else 0) + r.headers_len) > INT32_MAX - 1:
+                if held > INT32_MAX - 1:
                     raise ValueError(f"a single record at offset {offset} exceeds Arrow's 2 GiB "
                                      f"binary column limit")
                 column_put(&self.keys, self.num_rows, r.key, r.key_len)

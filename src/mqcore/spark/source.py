@@ -2,10 +2,11 @@
 
 What runs where (docs/spark.md "What runs where"): Spark creates MqcoreDataSource in a Python
 planner process on the driver, where schema() checks the options; reader() and partitions()
-open the store read-only there to check the bounds and cut the ranges into tasks (ReadSlots);
-each task's read() opens the store read-only on its executor, resolves its range against the
-log as it is then (a reused DataFrame's plan is reused by Spark), and yields pyarrow
-RecordBatches that the Cython decoder built (Store.iter_arrow): no Python object per record.
+read the store there to check the bounds and cut the ranges into tasks (ReadSlots); each
+task's read() reads it on its executor, resolves its range against the log as it is then (a
+reused DataFrame's plan is reused by Spark), and yields pyarrow RecordBatches that the Cython
+decoder built (Store.iter_arrow): no Python object per record. Both read through the worker
+process's kept read-only handle (handles.py), reopened whenever the store changed on disk.
 Streaming (streamReader(), streamWriter()) lives in mqcore.spark.stream.
 """
 
@@ -37,6 +38,7 @@ import mqcore
 from mqcore.errors import InvalidConfigError
 from mqcore.spark.batches import range_batches
 from mqcore.spark.extras import EXTRA_COLUMNS
+from mqcore.spark.handles import shared_store
 from mqcore.spark.options import (
     ReadOptions,
     WriteOptions,
@@ -154,14 +156,13 @@ class MqcoreReader(DataSourceReader):
         self.opts = opts
 
     def partitions(self) -> Sequence[InputPartition]:
-        with mqcore.open(self.opts.path, read_only=True) as store:
-            slots = plan_slots(store, self.opts)
+        slots = plan_slots(shared_store(self.opts.path), self.opts)
         return [InputPartition(slot) for slot in slots]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         slot = partition.value
         if not isinstance(slot, ReadSlot):
             raise TypeError(f"an mqcore batch task needs a ReadSlot, not {slot!r}")
-        with mqcore.open(self.opts.path, read_only=True) as store:
-            for rng in read_ranges(store, self.opts, slot):
-                yield from range_batches(store, rng, self.opts)
+        store = shared_store(self.opts.path)  # this worker's handle, reopened when changed
+        for rng in read_ranges(store, self.opts, slot):
+            yield from range_batches(store, rng, self.opts)

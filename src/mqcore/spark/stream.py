@@ -54,6 +54,7 @@ from mqcore.errors import (
 )
 from mqcore.log.append import key_partition
 from mqcore.spark.batches import range_batches
+from mqcore.spark.handles import shared_store
 from mqcore.spark.options import StreamOptions, TopicPartition, WriteOptions
 from mqcore.spark.plan import (
     OffsetRange,
@@ -306,9 +307,9 @@ class MqcoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if not isinstance(rng, OffsetRange):
             return
         opts = self.opts.read
-        with mqcore.open(opts.path, read_only=True) as store:
-            rng = checked_range(store, rng, opts)  # retention may have run since planning
-            yield from range_batches(store, rng, opts)
+        store = shared_store(opts.path)  # this worker's handle, reopened when changed
+        rng = checked_range(store, rng, opts)  # retention may have run since planning
+        yield from range_batches(store, rng, opts)
 
     def commit(self, end: dict[str, Any]) -> None:
         self._commit_group(offsets_from_json(end))
