@@ -29,8 +29,9 @@
 # Content search (a non-empty needle) reads each batch once, not once per record:
 #   - the batch's records area (the decompressed one for a compressed batch) is searched for
 #     the needle as a whole. For an uncompressed batch this search runs in the same pass as
-#     the CRC (see mqs_crc_find below): each byte comes into cache once for both. A compressed
-#     batch's CRC covers its compressed bytes and is checked before they are decompressed.
+#     the CRC (mqs_crc_find in search_impl.h): each byte comes into cache once for both. A
+#     compressed batch's CRC covers its compressed bytes and is checked before they are
+#     decompressed.
 #   - a record's key or value contains the needle only if the area does, so when the area
 #     holds no occurrence, no record of the batch can match. Such a batch is passed over: when
 #     its CRC was verified and its records all lie in [min_offset, max_offset) and within what
