@@ -11,7 +11,8 @@ from __future__ import annotations
 import os
 import random
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,6 +71,53 @@ def prime_page_cache(directory: str, nbytes: int) -> None:
     finally:
         os.close(fd)
         os.unlink(path)
+
+
+# first lookups per round of the cold benchmarks, each in a batch no other lookup of the round
+# touches (for mqcore: the first read of that batch by the store handle the round opened)
+COLD_LOOKUPS = 100
+
+Setup = Callable[[], tuple[tuple[Any, ...], dict[str, Any]]]
+
+
+@contextmanager
+def cold_open(store: mqcore.Store) -> Iterator[Setup]:
+    """A pedantic `setup` that opens `store`'s directory anew, read-only, for each round (the
+    previous round's handle closed first), so every lookup of a round is a first one."""
+    opened: list[mqcore.Store] = []
+
+    def fresh() -> tuple[tuple[Any, ...], dict[str, Any]]:
+        while opened:
+            opened.pop().close()
+        opened.append(mqcore.open(store.path, read_only=True))
+        return (opened[-1],), {}
+
+    try:
+        yield fresh
+    finally:
+        while opened:
+            opened.pop().close()
+
+
+@contextmanager
+def cold_sqlite(con: sqlite3.Connection) -> Iterator[Setup]:
+    """cold_open's counterpart: a new connection to `con`'s database file for each round."""
+    path = con.execute("PRAGMA database_list").fetchone()[2]
+    opened: list[sqlite3.Connection] = []
+
+    def fresh() -> tuple[tuple[Any, ...], dict[str, Any]]:
+        while opened:
+            opened.pop().close()
+        opened.append(sqlite3.connect(path, check_same_thread=False))
+        # the schema, read at the first statement, as mqcore's open reads its metadata
+        opened[-1].execute("SELECT count(*) FROM sqlite_master").fetchone()
+        return (opened[-1],), {}
+
+    try:
+        yield fresh
+    finally:
+        while opened:
+            opened.pop().close()
 
 
 def sqlite_connect(path: str, synchronous: str, autocommit: bool = False) -> sqlite3.Connection:

@@ -4,6 +4,7 @@ move by tens of percent between runs; bench/README.md "Issue 18").
 
     python bench/instructions.py SRC [SRC ...]       # e.g. a checkout of the older commit's src
     python bench/instructions.py --only serve_produce SRC [SRC ...]
+    python bench/instructions.py --only get_cold_batch100,find_by_key_cold SRC [SRC ...]
 
 For each tree (its `src/` put first on PYTHONPATH) and each path, the process runs twice under
 callgrind, with LOW and HIGH operations after the same set-up; (Ir(HIGH) - Ir(LOW)) / (HIGH -
@@ -16,8 +17,42 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 
 LOW, HIGH = 500, 3500
+# the cold modes read a store built beforehand (outside callgrind, by the same tree) with 1000
+# batches: every counted operation is the first read of its batch by a freshly opened handle
+COLD_LOW, COLD_HIGH = 100, 900
+COLD_BATCHES = 1000
+
+BUILD_COLD = r"""
+import sys
+import mqcore
+mode, path = sys.argv[1], sys.argv[2]
+size = 100 if mode == "get_cold_batch100" else 1000
+with mqcore.open(path, flush="os") as s:
+    s.create_topic("t", segment_bytes=1 << 30)
+    v = b"y" * 100
+    for i in range(0, size * 1000, size):
+        s.append_batch("t", [v] * size, keys=[b"k%d" % j for j in range(i, i + size)], partition=0)
+"""
+
+COLD_CHILD = r"""
+import random, sys
+import mqcore
+mode, n, path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+size = 100 if mode == "get_cold_batch100" else 1000
+rng = random.Random(1)
+offsets = [b * size + rng.randrange(size) for b in rng.sample(range(1000), n)]
+s = mqcore.open(path, read_only=True)
+s.get("t", 0, 0)  # the open's lazy parts (segment, mapping, key table) before the counted reads
+s.find_by_key("t", b"k0")
+if mode == "find_by_key_cold":
+    for o in offsets: s.find_by_key("t", b"k%d" % o, limit=1)
+else:
+    for o in offsets: s.get("t", 0, o)
+s.close()
+"""
 
 CHILD = r"""
 import random, sys, tempfile
@@ -112,23 +147,39 @@ MODES: tuple[str, ...] = (
     "append", "append_keyed", "append_batch100", "append_batch1000",
     "append_batch1000_plain", "append_batch1000_1k", "append_batch1000_1k_plain", "get",
     "get_by_id", "find_by_key", "find_by_key_all", "read", "serve_produce", "time_batch100",
-    "time_batch1000", "spark_task",
+    "time_batch1000", "spark_task", "get_cold_batch100", "get_cold_batch1000",
+    "find_by_key_cold",
 )  # fmt: skip
+COLD_MODES = ("get_cold_batch100", "get_cold_batch1000", "find_by_key_cold")
 # messages per counted operation (spark_task: 100 operations are one task of 10,000 records)
 PER_MESSAGE = {"append_batch100": 10, "serve_produce": 10, "spark_task": 100}
 PER_MESSAGE.update(dict.fromkeys([m for m in MODES if m.startswith("append_batch1000")], 10))
 
 
-def instructions(src: str, mode: str, n: int) -> int:
+def instructions(src: str, mode: str, n: int, store: str = "") -> int:
     env = dict(os.environ, PYTHONPATH=src)
+    child = [CHILD, mode, str(n)] if mode not in COLD_MODES else [COLD_CHILD, mode, str(n), store]
     proc = subprocess.run(
         ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
-         sys.executable, "-c", CHILD, mode, str(n)],
+         sys.executable, "-c", *child],
         env=env, capture_output=True, text=True, check=True,
     )  # fmt: skip
     found = re.search(r"Collected : ([\d,]+)", proc.stderr)
     assert found, proc.stderr[-2000:]
     return int(found.group(1).replace(",", ""))
+
+
+def cold_instructions(src: str, mode: str) -> float:
+    """Instructions per first read of a batch, on a store this tree builds (not counted)."""
+    with tempfile.TemporaryDirectory() as scratch:
+        store = os.path.join(scratch, "s")
+        subprocess.run(
+            [sys.executable, "-c", BUILD_COLD, mode, store],
+            env=dict(os.environ, PYTHONPATH=src), check=True,
+        )  # fmt: skip
+        high = instructions(src, mode, COLD_HIGH, store)
+        low = instructions(src, mode, COLD_LOW, store)
+    return (high - low) / (COLD_HIGH - COLD_LOW)
 
 
 def main() -> None:
@@ -139,8 +190,11 @@ def main() -> None:
     trees = args or ["src"]
     print("path".ljust(18) + "".join(t[-28:].rjust(30) for t in trees))
     for mode in modes:
-        per = [(instructions(t, mode, HIGH) - instructions(t, mode, LOW)) / (HIGH - LOW)
-               for t in trees]  # fmt: skip
+        if mode in COLD_MODES:
+            per = [cold_instructions(t, mode) for t in trees]
+        else:
+            per = [(instructions(t, mode, HIGH) - instructions(t, mode, LOW)) / (HIGH - LOW)
+                   for t in trees]  # fmt: skip
         unit = " /msg" if mode in PER_MESSAGE else ""
         per = [p / PER_MESSAGE.get(mode, 1) for p in per]  # batches, requests: per message
         print(mode.ljust(18) + "".join(f"{p:,.0f}{unit}".rjust(30) for p in per), flush=True)

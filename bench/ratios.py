@@ -143,6 +143,31 @@ TARGETS = [
         "single/always/sqlite",
     ),
     Target("find_by_key vs SQLite key index", "find-by-key/mqcore", "find-by-key/sqlite", 3),
+    # cold: the first lookups in their batches after opening (fresh handle, fresh connection)
+    Target(
+        "first get in a batch after opening, batches of 100, vs SQLite (cold)",
+        "get-cold/batch100/mqcore",
+        "get-cold/batch100/sqlite",
+        1.5,
+    ),
+    Target(
+        "first get in a batch after opening, batches of 1000, vs SQLite (cold)",
+        "get-cold/batch1000/mqcore",
+        "get-cold/batch1000/sqlite",
+        1.5,
+    ),
+    Target(
+        "first find_by_key after opening vs SQLite key index (cold)",
+        "find-by-key-cold/mqcore",
+        "find-by-key-cold/sqlite",
+        1.5,
+    ),
+    Target(
+        "first get_by_id after opening vs SQLite PK (cold)",
+        "get-by-id-cold/mqcore",
+        "get-by-id-cold/sqlite",
+        1.5,
+    ),
     Target("get_by_id vs SQLite PK", "get-by-id/mqcore", "get-by-id/sqlite", 3),
     Target(
         "search contains, 200 B lines, vs Python loop over read()",

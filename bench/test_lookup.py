@@ -1,6 +1,7 @@
 """Reads over a store of 200k 100 B messages (appended in batches of 100, or of 1000) and over
 the same rows in SQLite: random `get` by offset against a primary-key SELECT, `offset_for_time`
-against an indexed timestamp column, and sequential scans with `read` and `read_arrow`.
+against an indexed timestamp column, sequential scans with `read` and `read_arrow`, and the
+first `get` in a batch after opening (cold) against a fresh SQLite connection's first SELECTs.
 
 Offsets and timestamps come from a fixed-seed generator, so every run asks the same questions.
 """
@@ -8,10 +9,22 @@ Offsets and timestamps come from a fixed-seed generator, so every run asks the s
 from __future__ import annotations
 
 import random
+import sqlite3
 
 import pytest
-from benchdata import LOOKUP_MESSAGES, LOOKUP_TOPIC, SEED, LookupData, record
+from benchdata import (
+    COLD_LOOKUPS,
+    LOOKUP_MESSAGES,
+    LOOKUP_TOPIC,
+    SEED,
+    LookupData,
+    cold_open,
+    cold_sqlite,
+    record,
+)
 from pytest_benchmark.fixture import BenchmarkFixture
+
+import mqcore
 
 GETS_PER_ROUND = 2000
 TIME_LOOKUPS_PER_ROUND = 500
@@ -182,3 +195,50 @@ def test_scan_read_arrow(
         payload_bytes=data.value_bytes,
     )
     assert benchmark.pedantic(scan, rounds=5, warmup_rounds=1, iterations=1) == LOOKUP_MESSAGES
+
+
+def cold_offsets(batch: int, count: int) -> list[int]:
+    """One random offset in each of `count` distinct random batches of `batch` records."""
+    rng = random.Random(SEED + 3)
+    return [
+        b * batch + rng.randrange(batch) for b in rng.sample(range(LOOKUP_MESSAGES // batch), count)
+    ]
+
+
+@pytest.mark.parametrize("batch", BATCHES)
+def test_get_cold_mqcore(
+    benchmark: BenchmarkFixture, lookup_data: dict[int, LookupData], batch: int
+) -> None:
+    """The first get in each of COLD_LOOKUPS batches after opening: every round opens the store
+    anew (read-only, beside the fixture's writer; the open is not timed), so no batch has been
+    read by this handle (no memo: CRC and record checks on each first read)."""
+    data, offsets = lookup_data[batch], cold_offsets(batch, COLD_LOOKUPS)
+
+    def lookups(store: mqcore.Store) -> None:
+        get = store.get
+        for offset in offsets:
+            get(LOOKUP_TOPIC, 0, offset)
+
+    benchmark.group = f"get-cold-batch{batch}"
+    record(benchmark, f"get-cold/batch{batch}/mqcore", ops=COLD_LOOKUPS)
+    with cold_open(data.store) as fresh:
+        benchmark.pedantic(lookups, setup=fresh, rounds=15, warmup_rounds=0, iterations=1)
+
+
+@pytest.mark.parametrize("batch", BATCHES)
+def test_get_cold_sqlite(
+    benchmark: BenchmarkFixture, lookup_data: dict[int, LookupData], batch: int
+) -> None:
+    """The same offsets through a SQLite connection opened for the round (not timed): its page
+    cache empty, the file in the OS page cache as mqcore's is."""
+    data, offsets = lookup_data[batch], cold_offsets(batch, COLD_LOOKUPS)
+
+    def lookups(con: sqlite3.Connection) -> None:
+        execute = con.execute
+        for offset in offsets:
+            execute("SELECT value FROM t WHERE id=?", (offset,)).fetchone()
+
+    benchmark.group = f"get-cold-batch{batch}"
+    record(benchmark, f"get-cold/batch{batch}/sqlite", ops=COLD_LOOKUPS)
+    with cold_sqlite(data.sqlite) as fresh:
+        benchmark.pedantic(lookups, setup=fresh, rounds=15, warmup_rounds=0, iterations=1)

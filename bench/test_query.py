@@ -1,6 +1,7 @@
 """Queries (issue 3) against SQLite holding the same messages: `find_by_key` against a SELECT
 on an indexed key column, `get_by_id` (decode the store ID, then fetch) against a primary-key
-SELECT, and a full-scan `search(contains=...)` against a Python loop over `Store.read()` and
+SELECT (each also cold: the first lookups after opening, against a fresh connection's), and a
+full-scan `search(contains=...)` against a Python loop over `Store.read()` and
 against SQLite's `instr()` over the value column.
 
 Keys, IDs and rows come from fixed-seed generators, so every run asks the same questions. The
@@ -10,11 +11,13 @@ stores are written just before they are read, so every side reads from the page 
 from __future__ import annotations
 
 import random
+import sqlite3
 from collections.abc import Iterator
 
 import pytest
 from benchdata import (
     ABSENT_NEEDLE,
+    COLD_LOOKUPS,
     KEY_MESSAGES,
     KEY_TOPIC,
     SCAN_TOPIC,
@@ -23,10 +26,13 @@ from benchdata import (
     ScanData,
     build_key_data,
     build_scan_data,
+    cold_open,
+    cold_sqlite,
     record,
 )
 from pytest_benchmark.fixture import BenchmarkFixture
 
+import mqcore
 from mqcore.query.ids import encode_msg_id
 
 LOOKUPS_PER_ROUND = 2000
@@ -165,6 +171,69 @@ def test_get_by_id_sqlite(benchmark: BenchmarkFixture, key_data: KeyData) -> Non
     benchmark.group = "get-by-id"
     record(benchmark, "get-by-id/sqlite", ops=LOOKUPS_PER_ROUND)
     benchmark.pedantic(lookups, rounds=15, warmup_rounds=1, iterations=1)
+
+
+def cold_message_offsets(count: int) -> list[int]:
+    """A random message in each of `count` distinct random batches (of 1000) of the key store."""
+    rng = random.Random(SEED + 19)
+    return [b * 1000 + rng.randrange(1000) for b in rng.sample(range(KEY_MESSAGES // 1000), count)]
+
+
+def test_find_by_key_cold_mqcore(benchmark: BenchmarkFixture, key_data: KeyData) -> None:
+    """find_by_key for the keys of messages in COLD_LOOKUPS distinct batches, each round on a
+    store opened anew (read-only; the open not timed): first reads of their batches."""
+    keys = [key_data.keys[o] for o in cold_message_offsets(COLD_LOOKUPS)]
+
+    def lookups(store: mqcore.Store) -> None:
+        for key in keys:
+            store.find_by_key(KEY_TOPIC, key)
+
+    benchmark.group = "find-by-key-cold"
+    record(benchmark, "find-by-key-cold/mqcore", ops=COLD_LOOKUPS)
+    with cold_open(key_data.store) as fresh:
+        benchmark.pedantic(lookups, setup=fresh, rounds=10, warmup_rounds=0, iterations=1)
+
+
+def test_find_by_key_cold_sqlite(benchmark: BenchmarkFixture, key_data: KeyData) -> None:
+    """The same keys through a connection opened for the round (not timed)."""
+    keys = [key_data.keys[o] for o in cold_message_offsets(COLD_LOOKUPS)]
+
+    def lookups(con: sqlite3.Connection) -> None:
+        for key in keys:
+            con.execute(FIND_SQL, (key,)).fetchall()
+
+    benchmark.group = "find-by-key-cold"
+    record(benchmark, "find-by-key-cold/sqlite", ops=COLD_LOOKUPS)
+    with cold_sqlite(key_data.sqlite) as fresh:
+        benchmark.pedantic(lookups, setup=fresh, rounds=10, warmup_rounds=0, iterations=1)
+
+
+def test_get_by_id_cold_mqcore(benchmark: BenchmarkFixture, key_data: KeyData) -> None:
+    """get_by_id for messages in COLD_LOOKUPS distinct batches, on a store opened anew."""
+    ids = [encode_msg_id(KEY_TOPIC, 0, o) for o in cold_message_offsets(COLD_LOOKUPS)]
+
+    def lookups(store: mqcore.Store) -> None:
+        for msg_id in ids:
+            store.get_by_id(msg_id)
+
+    benchmark.group = "get-by-id-cold"
+    record(benchmark, "get-by-id-cold/mqcore", ops=COLD_LOOKUPS)
+    with cold_open(key_data.store) as fresh:
+        benchmark.pedantic(lookups, setup=fresh, rounds=10, warmup_rounds=0, iterations=1)
+
+
+def test_get_by_id_cold_sqlite(benchmark: BenchmarkFixture, key_data: KeyData) -> None:
+    """The same messages by primary key through a connection opened for the round."""
+    offsets = cold_message_offsets(COLD_LOOKUPS)
+
+    def lookups(con: sqlite3.Connection) -> None:
+        for offset in offsets:
+            con.execute(GET_SQL, (offset,)).fetchone()
+
+    benchmark.group = "get-by-id-cold"
+    record(benchmark, "get-by-id-cold/sqlite", ops=COLD_LOOKUPS)
+    with cold_sqlite(key_data.sqlite) as fresh:
+        benchmark.pedantic(lookups, setup=fresh, rounds=10, warmup_rounds=0, iterations=1)
 
 
 def record_scan(benchmark: BenchmarkFixture, data: ScanData, side: str) -> None:

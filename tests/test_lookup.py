@@ -544,3 +544,67 @@ def test_segment_table_splices_like_a_list_and_bisects_like_bisect(
         if model:
             assert table.floor_index(offset) == max(0, bisect.bisect_right(bases, offset) - 1)
     assert (table.topic, table.partition, len(table)) == ("t", 3, len(model))
+
+
+def keyed_batches(path: str, batches: int, n: int) -> list[str]:
+    """A store of `batches` keyed batches of n records (key b"k<offset>", timestamps T0 +
+    offset), closed cleanly; returns the store IDs by offset."""
+    ids_out: list[str] = []
+    with mqcore.open(path) as store:
+        store.create_topic("t", index_interval_bytes=0)
+        for b in range(batches):
+            md = store.append_batch(
+                "t", [b"v%06d" % (b * n + i) for i in range(n)],
+                keys=[b"k%d" % (b * n + i) for i in range(n)], partition=0,
+                timestamps=[T0 + b * n + i for i in range(n)],
+            )  # fmt: skip
+            ids_out.extend(md.msg_ids)
+    return ids_out
+
+
+def log_batches(log: str) -> list[int]:
+    """The positions of the batches of a .log, from their length fields."""
+    with open(log, "rb") as f:
+        data = f.read()
+    out, pos = [], 0
+    while pos + 12 <= len(data) and struct.unpack_from(">i", data, pos + 8)[0] > 0:
+        out.append(pos)
+        pos += 12 + struct.unpack_from(">i", data, pos + 8)[0]
+    return out
+
+
+@pytest.mark.parametrize("n", [5, 1000])  # below the memo's sampling threshold, and far above
+@pytest.mark.parametrize("read_only", [False, True])
+def test_a_flipped_bit_in_a_cold_store_is_found_by_every_first_lookup(
+    tmp_path: object, n: int, read_only: bool
+) -> None:
+    """Issue 20 (cold lookups): a store closed cleanly is opened without checking its batches,
+    so nothing vouches for them; one bit flipped in a value (only the CRC can tell) makes the
+    first get, get_by_id, find_by_key and offset_for_time that land in that batch raise
+    CorruptRecordError, and every later one too (a batch that failed is never remembered as
+    checked), while the batches around it, read first, answer as written."""
+    path = os.path.join(str(tmp_path), "s")
+    msg_ids = keyed_batches(path, 3, n)
+    log = os.path.join(path, "t-0", "00000000000000000000.log")
+    second = log_batches(log)[1]
+    with open(log, "r+b") as f:
+        f.seek(second + 61 + 4)  # inside the second batch's first record, past its length
+        byte = f.read(1)[0]
+        f.seek(second + 61 + 4)
+        f.write(bytes([byte ^ 0x10]))
+    bad = range(n, 2 * n)
+    with mqcore.open(path, read_only=read_only) as store:
+        for offset in (0, n - 1, 2 * n, 3 * n - 1):  # good batches first: their memos are made
+            m = store.get("t", 0, offset)
+            assert m is not None and m.value == b"v%06d" % offset and m.key == b"k%d" % offset
+        for _ in range(2):  # the first lookups in the bad batch, then again
+            for offset in (bad[0], bad[-1], bad[len(bad) // 2]):
+                with pytest.raises(CorruptRecordError, match="CRC"):
+                    store.get("t", 0, offset)
+                with pytest.raises(CorruptRecordError, match="CRC"):
+                    store.get_by_id(msg_ids[offset])
+                with pytest.raises(CorruptRecordError, match="CRC"):
+                    store.find_by_key("t", b"k%d" % offset)
+                with pytest.raises(CorruptRecordError, match="CRC"):
+                    store.offset_for_time("t", 0, T0 + offset)
+        assert [m.offset for m in store.find_by_key("t", b"k%d" % (2 * n))] == [2 * n]

@@ -39,6 +39,10 @@ cdef inline int read_varint(const unsigned char* buf, Py_ssize_t avail, int64_t*
     if avail > 0 and buf[0] < 0x80:                  # most record fields fit one byte
         out[0] = <int64_t>(buf[0] >> 1) ^ -(<int64_t>(buf[0] & 1))
         return 1
+    if avail > 1 and buf[1] < 0x80:                  # the rest mostly two (lengths of 64-8191)
+        z = (buf[0] & 0x7F) | (<uint64_t>buf[1] << 7)
+        out[0] = <int64_t>(z >> 1) ^ -(<int64_t>(z & 1))
+        return 2
     while True:
         if i >= avail or i >= MAX_VARINT_BYTES:
             return -1
