@@ -504,6 +504,19 @@ cdef object locate(const unsigned char* buf, Py_ssize_t n, Py_ssize_t pos, int64
     return None
 
 
+cdef inline void header_of_memo(const MemoHeader* head, BatchHeader* h) noexcept nogil:
+    """The header fields a read takes from a memo (read_memo's and the time walk's)."""
+    memset(h, 0, sizeof(BatchHeader))
+    h.magic = 2
+    h.base_offset = head.base_offset
+    h.base_timestamp = head.base_timestamp
+    h.max_timestamp = head.max_timestamp
+    h.records_count = head.records_count
+    h.last_offset_delta = head.last_offset_delta
+    h.attributes = <int16_t>head.attributes
+    h.batch_length = head.records_size + BATCH_HEADER_SIZE - LOG_OVERHEAD
+
+
 cdef object read_memo(const unsigned char* buf, Py_ssize_t n, Py_ssize_t pos, object memo,
                       int64_t offset, str topic, int partition, object source, bint prefetch):
     """The Message at `offset` in the batch at buf[pos], whose memo (from locate) holds it, or
@@ -513,15 +526,7 @@ cdef object read_memo(const unsigned char* buf, Py_ssize_t n, Py_ssize_t pos, ob
     if (head == NULL or offset < head.base_offset
             or offset - head.base_offset > head.last_offset_delta):
         raise ValueError(f"the memo at position {pos} does not hold offset {offset}")
-    memset(&h, 0, sizeof(h))
-    h.magic = 2
-    h.base_offset = head.base_offset
-    h.base_timestamp = head.base_timestamp
-    h.max_timestamp = head.max_timestamp
-    h.records_count = head.records_count
-    h.last_offset_delta = head.last_offset_delta
-    h.attributes = <int16_t>head.attributes
-    h.batch_length = head.records_size + BATCH_HEADER_SIZE - LOG_OVERHEAD
+    header_of_memo(head, &h)
     return read_in_batch(buf + pos + BATCH_HEADER_SIZE, head.records_size, &h, memo, offset,
                          topic, partition, source, pos, prefetch)
 
@@ -874,19 +879,6 @@ cdef Py_ssize_t first_group_reaching(bytes memo, int64_t timestamp,
             start[0] = at
             return k
     return -1
-
-
-cdef inline void header_of_memo(const MemoHeader* head, BatchHeader* h) noexcept nogil:
-    """The header fields a read takes from a memo (read_memo's, for the time walk)."""
-    memset(h, 0, sizeof(BatchHeader))
-    h.magic = 2
-    h.base_offset = head.base_offset
-    h.base_timestamp = head.base_timestamp
-    h.max_timestamp = head.max_timestamp
-    h.records_count = head.records_count
-    h.last_offset_delta = head.last_offset_delta
-    h.attributes = <int16_t>head.attributes
-    h.batch_length = head.records_size + BATCH_HEADER_SIZE - LOG_OVERHEAD
 
 
 cdef int first_reaching(const unsigned char* records, Py_ssize_t size, Py_ssize_t count,
