@@ -511,16 +511,15 @@ STACK_EFFECT = {"not": 0, "jump_false": 0, "jump_true": 0, "and": -1, "or": -1}
 ITEM_OPS = ("in_str", "in_int", "in_float")
 
 
-def _link(code: Code) -> tuple[SelectorProgram | None, tuple[str, ...]]:
-    """The kernel program for `code`: names interned to slots (TAGS with "tag" behind it, as
-    selector_view adds it), jumps made absolute, the stack's depth counted. None when the
-    kernel cannot run it: a part it does not evaluate, or more names than it holds."""
+def _link(code: Code, properties: set[str]) -> tuple[SelectorProgram | None, tuple[str, ...]]:
+    """The kernel program for `code` and the names its slots stand for: every name of the
+    selector (`properties`, even one a folded constant no longer tests, so the scan can say
+    which ones no message carried) plus "tag" behind TAGS as selector_view adds it; jumps
+    made absolute, the stack's depth counted. None when the kernel cannot run it: a part it
+    does not evaluate, or more names than it holds."""
     if code is None:
         return None, ()
-    names: list[str] = []
-    for instr in code:
-        if instr[3] is not None and instr[3] not in names:
-            names.append(instr[3])
+    names = sorted(properties)
     if "TAGS" in names and "tag" not in names:
         names.append("tag")  # a hidden slot: its bit in properties_seen is not reported
     if len(names) > SELECTOR_CODES["max_names"]:
@@ -915,5 +914,5 @@ def compile_selector(text: str) -> Selector:
         raise SelectorSyntaxError("selector is empty", text, 1)
     parser = _Parser(text)
     part = parser.parse()
-    program, names = _link(part.code)
+    program, names = _link(part.code, parser.names)
     return Selector(text, frozenset(parser.names), part.predicate, program, names)
