@@ -10,6 +10,7 @@ class ScanResult:
     bytes_scanned: int
     reason: str
     properties_seen: int
+    selector_runs: int
 
 class SelectorProgram:
     vals_size: int

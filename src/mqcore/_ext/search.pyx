@@ -380,6 +380,7 @@ cdef struct ScanState:
     mqsel_value* sel_vals
     uint8_t* sel_stack
     uint64_t seen
+    int64_t sel_runs
 
 
 cdef inline int64_t wrap_add(int64_t a, int64_t b) noexcept nogil:
@@ -469,7 +470,10 @@ cdef inline bint scan_matches(ScanState* s, const RecordView* r,
         return False
     if f.tag_len >= 0 and not has_tag(r, f.tag, f.tag_len):
         return False
-    return s.sel == NULL or mqsel_run(
+    if s.sel == NULL:
+        return True
+    s.sel_runs += 1
+    return mqsel_run(
         s.sel, r.headers, <size_t>r.headers_len, r.header_count, s.sel_vals, s.sel_stack,
         &s.seen) == MQSEL_TRUE
 
@@ -631,6 +635,7 @@ cdef class ScanResult:
     cdef readonly int64_t bytes_scanned
     cdef readonly str reason
     cdef readonly uint64_t properties_seen  # bit k: a record scanned carried the program's name k
+    cdef readonly int64_t selector_runs     # records the selector program ran on
 
     def __repr__(self):
         return (f"ScanResult({len(self.messages)} messages, reason={self.reason!r}, "
@@ -668,6 +673,7 @@ cdef ScanResult make_result(const ScanState* s, list messages, str reason):
     out.bytes_scanned = s.bytes
     out.reason = reason
     out.properties_seen = s.seen
+    out.selector_runs = s.sel_runs
     return out
 
 
@@ -703,6 +709,7 @@ def scan_records(const unsigned char[::1] buf not None, Py_ssize_t pos, str topi
     s.bytes = 0
     s.area_end = s.hit_from = s.hit = NULL
     s.seen = 0
+    s.sel_runs = 0
     s.sel = NULL
     s.sel_vals = NULL
     s.sel_stack = NULL
