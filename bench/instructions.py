@@ -31,6 +31,16 @@ if mode in ("get", "get_by_id", "find_by_key", "find_by_key_all", "read"):
         s.append_batch("t", [b"v%07d" % j for j in range(i, i + 1000)],
                        keys=[b"k%d" % (j % 5000) for j in range(i, i + 1000)], partition=0)
     last = s.append("t", b"x", partition=0).msg_id
+if mode in ("poll_sql", "poll_plain", "read_python_sql"):  # test_consume.py's layout
+    regions = ("eu", "us", "apac", "latam")
+    for i in range(0, 100_000, 1000):
+        s.append_batch("t", [b"x" * 200] * 1000, partition=0,
+                       tags=["red" if j % 4 == 0 else "blue" for j in range(i, i + 1000)],
+                       properties=[{"region": regions[j % 4], "n": str(j)}
+                                   for j in range(i, i + 1000)])
+    where = "region = 'eu'"
+    c = s.consumer("g", "t", where=where if mode == "poll_sql" else None)
+    c.poll(1)  # joins the group: the set-up, not the counted polls
 if mode.startswith("time_batch"):  # the lookup benchmark's layout: 10 records per ms
     size = int(mode[len("time_batch"):])
     for i in range(0, 100_000, size):
@@ -59,6 +69,21 @@ elif mode == "read":
     for o in offsets: s.read("t", 0, o, 10)
 elif mode.startswith("time_batch"):
     for o in offsets: s.offset_for_time("t", 0, 1_700_000_000_000 + o // 10)
+elif mode == "poll_sql":  # 50 matches of 25 %: 200 records examined per poll
+    for o in offsets:
+        c.seek(0, o % 99_000 // 4 * 4)
+        assert len(c.poll(50)) == 50
+elif mode == "poll_plain":  # the same 200 records without a filter
+    for o in offsets:
+        c.seek(0, o % 99_000 // 4 * 4)
+        assert len(c.poll(200)) == 200
+elif mode == "read_python_sql":  # the same 200 records read, the selector in Python
+    from mqcore.query.engine import selector_view
+    from mqcore.query.selector import compile_selector
+    sel = compile_selector(where)
+    for o in offsets:
+        msgs = s.read("t", 0, o % 99_000 // 4 * 4, 200)
+        assert sum(1 for m in msgs if sel.matches(selector_view(m))) == 50
 elif mode == "serve_produce":  # n // 100 Produce requests of 1000 x 1 KiB over a socket
     import datetime, io, socket, struct
     from kio.schema.produce.v9 import request as pr
@@ -90,8 +115,13 @@ s.close()
 MODES: tuple[str, ...] = (
     "append", "append_keyed", "append_batch100", "get", "get_by_id", "find_by_key",
     "find_by_key_all", "read", "serve_produce", "time_batch100", "time_batch1000",
+    "poll_sql", "poll_plain", "read_python_sql",
 )  # fmt: skip
-PER_MESSAGE = {"append_batch100": 10, "serve_produce": 10}  # messages per counted operation
+# messages per counted operation (the poll modes: records examined per poll)
+PER_MESSAGE = {
+    "append_batch100": 10, "serve_produce": 10,
+    "poll_sql": 200, "poll_plain": 200, "read_python_sql": 200,
+}  # fmt: skip
 
 
 def instructions(src: str, mode: str, n: int) -> int:
