@@ -6,10 +6,13 @@ crash the kernel."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+import mqcore
 from mqcore._ext.batch import Message
 from mqcore._ext.encode import encode_batch
 from mqcore._ext.search import scan_records
@@ -300,3 +303,73 @@ def test_selector_program_rejects_malformed_ops() -> None:
         SelectorProgram([], [b"a"], 1)
     with pytest.raises(ValueError, match="at most"):
         SelectorProgram([(cmp, 0, False, 0, 0, 0, 0.0, b"x")], [b"n"] * 65, 1)
+
+
+# ---- the store's paths: consumer poll and search() --------------------------------------
+
+STORE_WHERE = [
+    "region = 'eu' AND n >= 10",  # the kernel
+    "region = 'eu' AND n >= 10 AND (n > m OR n <= m)",  # a property against a property: Python
+    "TAGS = 'red' OR n IN (3, 4.0, '5')",
+    "nosuch = 1 OR region <> 'us'",
+]
+
+
+@pytest.fixture(scope="module")
+def filled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[mqcore.Store]:
+    store = mqcore.open(str(tmp_path_factory.mktemp("sel")))
+    store.create_topic("t", partitions=2)
+    regions = ["eu", "us", "eu ", ""]
+    for b in range(6):
+        idx = range(b * 50, (b + 1) * 50)
+        store.append_batch(
+            "t",
+            [b"v%d" % i for i in idx],
+            partition=b % 2,
+            tags=["red" if i % 3 == 0 else "blue" for i in idx],
+            properties=[{"region": regions[i % 4], "n": str(i), "m": "7"} for i in idx],
+        )
+    yield store
+    store.close()
+
+
+def everything(store: mqcore.Store) -> list[mqcore.Message]:
+    return [m for p in (0, 1) for m in store.read("t", p, 0, 1000)]
+
+
+@pytest.mark.parametrize("where", STORE_WHERE)
+def test_poll_and_search_match_the_python_evaluator(filled: mqcore.Store, where: str) -> None:
+    selector = compile_selector(where)
+    truth = {
+        (m.partition, m.offset) for m in everything(filled) if selector.matches(selector_view(m))
+    }
+    assert truth
+    found = filled.search("t", where=where, limit=10_000)
+    assert {(m.partition, m.offset) for m in found.messages} == truth
+    assert found.missing_properties == (("nosuch",) if "nosuch" in where else ())
+    consumer = filled.consumer(f"g-{STORE_WHERE.index(where)}", "t", where=where)
+    try:
+        polled: set[tuple[int, int]] = set()
+        for _ in range(50):
+            polled |= {(m.partition, m.offset) for m in consumer.poll(7)}
+        assert polled == truth
+    finally:
+        consumer.close()
+
+
+def test_poll_with_a_tag_and_a_kernel_selector(filled: mqcore.Store) -> None:
+    where = "n < 100 AND region = 'eu'"
+    selector = compile_selector(where)
+    truth = {
+        (m.partition, m.offset)
+        for m in everything(filled)
+        if m.tag == "red" and selector.matches(selector_view(m))
+    }
+    consumer = filled.consumer("g-tag", "t", tag="red", where=where)
+    try:
+        polled: set[tuple[int, int]] = set()
+        for _ in range(20):
+            polled |= {(m.partition, m.offset) for m in consumer.poll(3)}
+        assert polled == truth and truth
+    finally:
+        consumer.close()
