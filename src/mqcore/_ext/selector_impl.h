@@ -446,10 +446,14 @@ static int mqsel_leaf(const mqsel_op *op, mqsel_value *v)
 /* --- header lookup and the program's run ------------------------------------------------- */
 
 /* Read a zigzag varint of at most 5 bytes (header lengths); -2 on a malformed one. */
-static int64_t mqsel_len(const unsigned char **p, const unsigned char *end)
+static inline int64_t mqsel_len(const unsigned char **p, const unsigned char *end)
 {
     uint64_t raw = 0;
     int shift = 0;
+    if (*p < end && !(**p & 0x80)) {  /* one byte: every length under 64 */
+        raw = *(*p)++;
+        return (int64_t)(raw >> 1) ^ -(int64_t)(raw & 1);
+    }
     while (*p < end && shift <= 28) {
         unsigned char b = *(*p)++;
         raw |= (uint64_t)(b & 0x7F) << shift;
@@ -462,8 +466,8 @@ static int64_t mqsel_len(const unsigned char **p, const unsigned char *end)
 
 /* Fill vals[0, n_names) from `count` encoded headers in h[0, n). Malformed bytes end the walk
    (the record cursor has already refused such records; this stays safe on any bytes). */
-static void mqsel_lookup(const mqsel_program *prog, const unsigned char *h, size_t n,
-                         int64_t count, mqsel_value *vals)
+static inline void mqsel_lookup(const mqsel_program *prog, const unsigned char *h, size_t n,
+                                int64_t count, mqsel_value *vals)
 {
     const unsigned char *p = h, *end = h + n;
     int64_t i, kl, vl;
@@ -485,6 +489,7 @@ static void mqsel_lookup(const mqsel_program *prog, const unsigned char *h, size
             continue;  /* a null value is no property */
         for (k = 0; k < prog->n_names; k++) {
             if (prog->name_len[k] == (size_t)kl && !prog->never[k]
+                    && (kl == 0 || prog->names[k][0] == key[0])
                     && memcmp(prog->names[k], key, (size_t)kl) == 0) {
                 if (mqsel_utf8_valid(value, (size_t)vl)) {
                     vals[k].found = 1;
