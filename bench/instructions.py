@@ -115,8 +115,10 @@ s.close()
 MODES: tuple[str, ...] = (
     "append", "append_keyed", "append_batch100", "get", "get_by_id", "find_by_key",
     "find_by_key_all", "read", "serve_produce", "time_batch100", "time_batch1000",
-    "poll_sql", "poll_plain", "read_python_sql",
+    "poll_sql", "poll_plain",
 )  # fmt: skip
+# also available with --only: read_python_sql (the Python evaluator over read(); about 20
+# minutes under callgrind on this VM, and poll_sql before issue 20 did the same work)
 # messages per counted operation (the poll modes: records examined per poll)
 PER_MESSAGE = {
     "append_batch100": 10, "serve_produce": 10,
