@@ -66,6 +66,16 @@ if mode in ("get", "get_by_id", "find_by_key", "find_by_key_all", "read"):
         s.append_batch("t", [b"v%07d" % j for j in range(i, i + 1000)],
                        keys=[b"k%d" % (j % 5000) for j in range(i, i + 1000)], partition=0)
     last = s.append("t", b"x", partition=0).msg_id
+if mode in ("poll_sql", "poll_plain", "read_python_sql"):  # test_consume.py's layout
+    regions = ("eu", "us", "apac", "latam")
+    for i in range(0, 100_000, 1000):
+        s.append_batch("t", [b"x" * 200] * 1000, partition=0,
+                       tags=["red" if j % 4 == 0 else "blue" for j in range(i, i + 1000)],
+                       properties=[{"region": regions[j % 4], "n": str(j)}
+                                   for j in range(i, i + 1000)])
+    where = "region = 'eu'"
+    c = s.consumer("g", "t", where=where if mode == "poll_sql" else None)
+    c.poll(1)  # joins the group: the set-up, not the counted polls
 if mode.startswith("time_batch"):  # the lookup benchmark's layout: 10 records per ms
     size = int(mode[len("time_batch"):])
     for i in range(0, 100_000, size):
@@ -115,6 +125,21 @@ elif mode == "spark_task":  # n // 100 Spark tasks, each reading 10,000 records 
         (part,) = reader.partitions()
         for batch in reader.read(InputPartition(part.value)):
             pass
+elif mode == "poll_sql":  # 50 matches of 25 %: 200 records examined per poll
+    for o in offsets:
+        c.seek(0, o % 99_000 // 4 * 4)
+        assert len(c.poll(50)) == 50
+elif mode == "poll_plain":  # the same 200 records without a filter
+    for o in offsets:
+        c.seek(0, o % 99_000 // 4 * 4)
+        assert len(c.poll(200)) == 200
+elif mode == "read_python_sql":  # the same 200 records read, the selector in Python
+    from mqcore.query.engine import selector_view
+    from mqcore.query.selector import compile_selector
+    sel = compile_selector(where)
+    for o in offsets:
+        msgs = s.read("t", 0, o % 99_000 // 4 * 4, 200)
+        assert sum(1 for m in msgs if sel.matches(selector_view(m))) == 50
 elif mode == "serve_produce":  # n // 100 Produce requests of 1000 x 1 KiB over a socket
     import datetime, io, socket, struct
     from kio.schema.produce.v9 import request as pr
@@ -148,11 +173,17 @@ MODES: tuple[str, ...] = (
     "append_batch1000_plain", "append_batch1000_1k", "append_batch1000_1k_plain", "get",
     "get_by_id", "find_by_key", "find_by_key_all", "read", "serve_produce", "time_batch100",
     "time_batch1000", "spark_task", "get_cold_batch100", "get_cold_batch1000",
-    "find_by_key_cold",
+    "find_by_key_cold", "poll_sql", "poll_plain",
 )  # fmt: skip
 COLD_MODES = ("get_cold_batch100", "get_cold_batch1000", "find_by_key_cold")
-# messages per counted operation (spark_task: 100 operations are one task of 10,000 records)
-PER_MESSAGE = {"append_batch100": 10, "serve_produce": 10, "spark_task": 100}
+# also available with --only: read_python_sql (the Python evaluator over read(); about 20
+# minutes under callgrind on this VM, and poll_sql before issue 20 did the same work)
+# messages per counted operation (spark_task: 100 operations are one task of 10,000 records;
+# the poll modes: records examined per poll)
+PER_MESSAGE = {
+    "append_batch100": 10, "serve_produce": 10, "spark_task": 100,
+    "poll_sql": 200, "poll_plain": 200, "read_python_sql": 200,
+}  # fmt: skip
 PER_MESSAGE.update(dict.fromkeys([m for m in MODES if m.startswith("append_batch1000")], 10))
 
 

@@ -218,9 +218,27 @@ TARGETS = [
         "consume: poll with SQL92 filter (25 %) vs Python selector over read()",
         "consume/poll-sql",
         "consume/read-python-sql",
+        10.0,
     ),
     Target("consume: poll with tag filter vs poll without", "consume/poll-tag", "consume/poll"),
-    Target("consume: poll with SQL92 filter vs poll without", "consume/poll-sql", "consume/poll"),
+    Target(
+        "consume: poll with SQL92 filter vs poll without",
+        "consume/poll-sql",
+        "consume/poll",
+        0.5,
+    ),
+    # issue 20: the selector kernel (scan_records runs the compiled program) against the Python
+    # evaluator on the same messages: search() with `where` vs a read() loop testing each one
+    Target(
+        "selector kernel vs Python evaluator: search(where=) vs Python selector over read()",
+        "consume/search-sql",
+        "consume/read-python-sql",
+    ),
+    Target(
+        "selector kernel vs Python evaluator, 3 predicates: poll vs Python over read()",
+        "consume/poll-sql3",
+        "consume/read-python-sql3",
+    ),
     # Spark: "<= 1.5x Parquet's time" is a work/s ratio of at least 1 / 1.5
     Target(
         "Spark count, 2M msgs: mqcore vs Parquet (time <= 1.5x)",

@@ -212,17 +212,22 @@ def test_interrupted_scan_resumes_where_it_stopped(
     where: str,
     k: int,
 ) -> None:
-    """Ctrl-C inside the filter (between candidates) or at a kernel call: QueryInterrupted
-    carries what was found and a cursor from which the rest, and only the rest, is found."""
+    """Ctrl-C inside the Python filter (between candidates) or at a kernel call: QueryInterrupted
+    carries what was found and a cursor from which the rest, and only the rest, is found. The
+    kernel evaluates `service = 'payments'` itself; a property compared with a property keeps
+    the selector in Python (with `other` missing, the OR is TRUE exactly where the first is)."""
     path, msgs = orders
+    selector = "service = 'payments'"
+    if where == "selector_view":
+        selector += " OR service = other"
     with mqcore.open(path, read_only=True) as s:
         with monkeypatch.context() as patch:
             patch.setattr(engine, where, interrupt_at(k, getattr(engine, where)))
             with pytest.raises(KeyboardInterrupt) as stop:  # code that does not look stops
-                s.search(TOPIC, where="service = 'payments'")
+                s.search(TOPIC, where=selector)
         assert isinstance(stop.value, QueryInterrupted)
         first = stop.value.result
         assert first.reason == "interrupted" and first.cursor is not None
-        rest = s.search(TOPIC, where="service = 'payments'", cursor=first.cursor)
+        rest = s.search(TOPIC, where=selector, cursor=first.cursor)
         assert rest.reason == "exhausted"
     assert ids(first) + ids(rest) == brute_force(msgs)

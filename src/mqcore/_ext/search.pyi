@@ -9,6 +9,23 @@ class ScanResult:
     records_scanned: int
     bytes_scanned: int
     reason: str
+    properties_seen: int
+    selector_runs: int
+
+class SelectorProgram:
+    vals_size: int
+    scratch_size: int
+    def __init__(
+        self,
+        ops: list[tuple[int, int, bool, int, int, int, float, bytes | None]],
+        names: list[bytes | None],
+        stack_depth: int,
+        tags_slot: int = -1,
+        tag_slot: int = -1,
+    ) -> None: ...
+    def evaluate(self, headers: bytes, count: int) -> bool | None: ...
+
+SELECTOR_CODES: dict[str, int]
 
 def scan_records(
     buf: _Bytes,
@@ -28,6 +45,7 @@ def scan_records(
     max_decompressed: int = ...,
     source: str | None = None,
     file_pos: int = 0,
+    selector: SelectorProgram | None = None,
 ) -> ScanResult: ...
 def implementation() -> str: ...
 def select_implementation(fast: bool) -> str: ...

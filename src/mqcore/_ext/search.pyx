@@ -58,7 +58,8 @@
 # The walk runs without the GIL; it comes back only to decompress a batch, to build the
 # Message of a match and to raise.
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
-from libc.stdint cimport INT64_MAX, int64_t, uint32_t, uint64_t
+from libc.stdint cimport INT64_MAX, int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdlib cimport free, malloc
 from libc.string cimport memcmp
 
 from mqcore._ext.batch cimport (
@@ -79,6 +80,65 @@ cdef extern from "search_impl.h":
     const char* mqs_name
 
 mqs_select(1)
+
+
+# SQL92 selector programs (selector_impl.h; compiled by query/selector.py): a record matches
+# only when its program is TRUE. The program runs in scan_matches, after the tag test.
+cdef extern from "selector_impl.h":
+    enum:
+        MQSEL_FALSE
+        MQSEL_TRUE
+        MQSEL_UNKNOWN
+        MQSEL_MAX_NAMES
+        MQSEL_CONST
+        MQSEL_IS_NULL
+        MQSEL_CMP_STR
+        MQSEL_CMP_INT
+        MQSEL_CMP_FLOAT
+        MQSEL_CMP_BOOL
+        MQSEL_STR_TEST
+        MQSEL_IN
+        MQSEL_IN_STR
+        MQSEL_IN_INT
+        MQSEL_IN_FLOAT
+        MQSEL_NOT
+        MQSEL_AND
+        MQSEL_OR
+        MQSEL_JUMP_FALSE
+        MQSEL_JUMP_TRUE
+        MQSEL_EQ
+        MQSEL_NE
+        MQSEL_LT
+        MQSEL_LE
+        MQSEL_GT
+        MQSEL_GE
+        MQSEL_CONTAINS
+        MQSEL_STARTSWITH
+        MQSEL_ENDSWITH
+    ctypedef struct mqsel_op:
+        uint8_t op
+        uint8_t cmp
+        uint8_t neg
+        uint8_t slot
+        int32_t arg
+        int64_t ival
+        double fval
+        const unsigned char* str
+        size_t str_len
+    ctypedef struct mqsel_program:
+        const mqsel_op* ops
+        int n_ops
+        int stack_depth
+        int n_names
+        const unsigned char* names[64]
+        size_t name_len[64]
+        uint8_t never[64]
+        int tags_slot
+        int tag_slot
+    ctypedef struct mqsel_value:
+        pass
+    int mqsel_run(const mqsel_program* prog, const unsigned char* h, size_t n, int64_t count,
+                  mqsel_value* vals, uint8_t* stack, uint64_t* seen) noexcept nogil
 
 # What advance() stops for. EV_NEXT (keep walking) is 0 like OK, so a helper that returns OK
 # or an error code can be returned as an event; error codes (E_*) are negative.
@@ -107,6 +167,13 @@ cdef struct ScanState:
     const unsigned char* area_end
     const unsigned char* hit_from
     const unsigned char* hit
+    # The selector program (NULL: none), its per-record scratch, and the bit of every name a
+    # record the program ran on carried.
+    const mqsel_program* sel
+    mqsel_value* sel_vals
+    uint8_t* sel_stack
+    uint64_t seen
+    int64_t sel_runs
 
 
 cdef inline int64_t wrap_add(int64_t a, int64_t b) noexcept nogil:
@@ -194,7 +261,14 @@ cdef inline bint scan_matches(ScanState* s, const RecordView* r,
             (f.in_key and occurs_in(s, f, r.key, r.key_len))
             or occurs_in(s, f, r.value, r.value_len)):
         return False
-    return f.tag_len < 0 or has_tag(r, f.tag, f.tag_len)
+    if f.tag_len >= 0 and not has_tag(r, f.tag, f.tag_len):
+        return False
+    if s.sel == NULL:
+        return True
+    s.sel_runs += 1
+    return mqsel_run(
+        s.sel, r.headers, <size_t>r.headers_len, r.header_count, s.sel_vals, s.sel_stack,
+        &s.seen) == MQSEL_TRUE
 
 
 cdef inline bint skip_batch(const BatchHeader* h, const SearchFilter* f) noexcept nogil:
@@ -353,6 +427,8 @@ cdef class ScanResult:
     cdef readonly int64_t records_scanned
     cdef readonly int64_t bytes_scanned
     cdef readonly str reason
+    cdef readonly uint64_t properties_seen  # bit k: a record scanned carried the program's name k
+    cdef readonly int64_t selector_runs     # records the selector program ran on
 
     def __repr__(self):
         return (f"ScanResult({len(self.messages)} messages, reason={self.reason!r}, "
@@ -389,6 +465,8 @@ cdef ScanResult make_result(const ScanState* s, list messages, str reason):
     out.records_scanned = s.scanned
     out.bytes_scanned = s.bytes
     out.reason = reason
+    out.properties_seen = s.seen
+    out.selector_runs = s.sel_runs
     return out
 
 
@@ -396,16 +474,15 @@ def scan_records(const unsigned char[::1] buf not None, Py_ssize_t pos, str topi
                  int partition, int64_t min_offset, int64_t max_offset, int64_t min_ts,
                  int64_t max_ts, bytes needle=None, bint in_key=False, bytes tag=None,
                  Py_ssize_t limit=1000, int64_t max_records=INT64_MAX, bint verify_crc=True,
-                 Py_ssize_t max_decompressed=256 << 20, object source=None, int64_t file_pos=0):
+                 Py_ssize_t max_decompressed=256 << 20, object source=None, int64_t file_pos=0,
+                 SelectorProgram selector=None):
     """The Messages of buf[pos:] (whole batches from a batch boundary) that match, in offset
     order, with offsets in [min_offset, max_offset) and timestamps in [min_ts, max_ts): see the
-    module comment for the rules. Returns a ScanResult; resume with pos=next_position,
-    min_offset=next_offset unless its reason is "end"."""
+    module comment for the rules; with `selector`, only those its program finds TRUE. Returns a
+    ScanResult; resume with pos=next_position, min_offset=next_offset unless its reason is
+    "end"."""
     cdef ScanState s
     cdef SearchFilter f
-    cdef RecordView r
-    cdef int ev = EV_NEXT, rc
-    cdef list found = []
     if limit < 1:
         raise InvalidConfigError(f"limit must be >= 1, not {limit}")
     if max_records < 1:
@@ -424,6 +501,33 @@ def scan_records(const unsigned char[::1] buf not None, Py_ssize_t pos, str topi
     s.budget = max_records
     s.bytes = 0
     s.area_end = s.hit_from = s.hit = NULL
+    s.seen = 0
+    s.sel_runs = 0
+    s.sel = NULL
+    s.sel_vals = NULL
+    s.sel_stack = NULL
+    if selector is not None:
+        # per call, not per program: two threads may scan with one program
+        s.sel_vals = <mqsel_value*>malloc(selector.scratch_size)
+        if s.sel_vals == NULL:
+            raise MemoryError()
+        s.sel_stack = <uint8_t*>s.sel_vals + selector.vals_size
+        s.sel = &selector.prog
+    try:
+        return scan_loop(&s, &f, topic, partition, limit, max_decompressed, source, file_pos)
+    finally:
+        free(s.sel_vals)
+
+
+cdef ScanResult scan_loop(ScanState* ps, SearchFilter* pf, str topic, int partition,
+                          Py_ssize_t limit, Py_ssize_t max_decompressed, object source,
+                          int64_t file_pos):
+    """scan_records' walk over the prepared state: events, decompression, Messages, errors."""
+    cdef ScanState s = ps[0]
+    cdef SearchFilter f = pf[0]
+    cdef RecordView r
+    cdef int ev = EV_NEXT, rc
+    cdef list found = []
     area = None                        # owns the decompressed records the cursor walks
     while True:
         with nogil:
@@ -448,6 +552,95 @@ def scan_records(const unsigned char[::1] buf not None, Py_ssize_t pos, str topi
     if rc != OK:
         raise CorruptRecordError(error_text(rc), path=source, position=file_pos + s.pos)
     return make_result(&s, found, "limit" if len(found) >= limit else "max_records")
+
+
+cdef class SelectorProgram:
+    """A compiled selector in the kernel's form (query/selector.py builds it: `ops` as
+    (op, cmp, neg, slot, arg, ival, fval, text) tuples, `names` the interned property names as
+    bytes, None for a name that is never a property). Immutable once built."""
+
+    cdef mqsel_program prog
+    cdef mqsel_op* ops
+    cdef list keep                     # the bytes the ops' and names' pointers borrow
+    cdef readonly size_t vals_size
+    cdef readonly size_t scratch_size
+
+    def __cinit__(self, list ops not None, list names not None, int stack_depth,
+                  int tags_slot=-1, int tag_slot=-1):
+        cdef Py_ssize_t i, n = len(ops)
+        cdef bytes text
+        if len(names) > MQSEL_MAX_NAMES:
+            raise ValueError(f"a selector program names at most {MQSEL_MAX_NAMES} properties")
+        if n == 0 or stack_depth < 1 or stack_depth > n:
+            raise ValueError("a selector program needs at least one op and a valid depth")
+        self.keep = []
+        self.ops = <mqsel_op*>malloc(n * sizeof(mqsel_op))
+        if self.ops == NULL:
+            raise MemoryError()
+        for i in range(n):
+            op, cmp, neg, slot, arg, ival, fval, text = ops[i]
+            self.ops[i].op = op
+            self.ops[i].cmp = cmp
+            self.ops[i].neg = neg
+            self.ops[i].slot = slot
+            self.ops[i].arg = arg
+            self.ops[i].ival = ival
+            self.ops[i].fval = fval
+            self.ops[i].str = NULL
+            self.ops[i].str_len = 0
+            if slot >= len(names) and op not in (MQSEL_CONST, MQSEL_NOT, MQSEL_AND, MQSEL_OR,
+                                                 MQSEL_JUMP_FALSE, MQSEL_JUMP_TRUE,
+                                                 MQSEL_IN_STR, MQSEL_IN_INT, MQSEL_IN_FLOAT):
+                raise ValueError(f"op {i} names property slot {slot} of {len(names)}")
+            if text is not None:
+                self.keep.append(text)
+                self.ops[i].str = <const unsigned char*>PyBytes_AS_STRING(text)
+                self.ops[i].str_len = <size_t>PyBytes_GET_SIZE(text)
+        self.prog.ops = self.ops
+        self.prog.n_ops = <int>n
+        self.prog.stack_depth = stack_depth
+        self.prog.n_names = <int>len(names)
+        for i, name in enumerate(names):
+            self.prog.never[i] = name is None
+            text = b"" if name is None else name
+            self.keep.append(text)
+            self.prog.names[i] = <const unsigned char*>PyBytes_AS_STRING(text)
+            self.prog.name_len[i] = <size_t>PyBytes_GET_SIZE(text)
+        self.prog.tags_slot = tags_slot
+        self.prog.tag_slot = tag_slot
+        self.vals_size = (<size_t>len(names) + 1) * sizeof(mqsel_value)
+        self.scratch_size = self.vals_size + <size_t>stack_depth
+
+    def __dealloc__(self):
+        free(self.ops)
+
+    def evaluate(self, bytes headers not None, int64_t count):
+        """The program's value for one record's encoded header area (`count` headers in
+        Kafka's record encoding): True, False or None (UNKNOWN). For tests and fuzzing."""
+        cdef bytearray scratch = bytearray(self.scratch_size)
+        cdef unsigned char* base = <unsigned char*>(<char*>scratch)
+        cdef uint64_t seen = 0
+        cdef int result
+        cdef const unsigned char* p = <const unsigned char*>PyBytes_AS_STRING(headers)
+        cdef size_t n = <size_t>PyBytes_GET_SIZE(headers)
+        with nogil:
+            result = mqsel_run(&self.prog, p, n, count, <mqsel_value*>base,
+                               base + self.vals_size, &seen)
+        return None if result == MQSEL_UNKNOWN else result == MQSEL_TRUE
+
+
+# The opcodes and operand codes of selector programs, for query/selector.py's compiler.
+SELECTOR_CODES = {
+    "const": MQSEL_CONST, "is_null": MQSEL_IS_NULL, "cmp_str": MQSEL_CMP_STR,
+    "cmp_int": MQSEL_CMP_INT, "cmp_float": MQSEL_CMP_FLOAT, "cmp_bool": MQSEL_CMP_BOOL,
+    "str_test": MQSEL_STR_TEST, "in": MQSEL_IN, "in_str": MQSEL_IN_STR, "in_int": MQSEL_IN_INT,
+    "in_float": MQSEL_IN_FLOAT, "not": MQSEL_NOT, "and": MQSEL_AND, "or": MQSEL_OR,
+    "jump_false": MQSEL_JUMP_FALSE, "jump_true": MQSEL_JUMP_TRUE,
+    "=": MQSEL_EQ, "<>": MQSEL_NE, "<": MQSEL_LT, "<=": MQSEL_LE, ">": MQSEL_GT, ">=": MQSEL_GE,
+    "CONTAINS": MQSEL_CONTAINS, "STARTSWITH": MQSEL_STARTSWITH, "ENDSWITH": MQSEL_ENDSWITH,
+    "false": MQSEL_FALSE, "true": MQSEL_TRUE, "unknown": MQSEL_UNKNOWN,
+    "max_names": MQSEL_MAX_NAMES,
+}
 
 
 def implementation():

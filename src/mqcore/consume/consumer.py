@@ -5,10 +5,11 @@ position on; commit() stores the positions in `__consumer_offsets` (offsets.py).
 what was polled but not committed is delivered again after a crash or a rebalance.
 
 Filters (tag, SQL92 `where`) run in the scan kernel of the query layer (_ext/search.pyx): a
-record whose tag does not match is passed over inside the kernel, never turned into a Message;
-the selector then runs on the tag matches. A filtered poll examines at most FILTER_SCAN_BUDGET
-records and returns what it found, possibly nothing, with the positions advanced past every
-examined record (RocketMQ's filtered pull).
+record whose tag does not match, or whose headers the selector's compiled program does not
+find TRUE, is passed over inside the kernel, never turned into a Message. A selector the kernel
+cannot evaluate (docs/query.md) runs in Python on the messages the kernel returns. A filtered
+poll examines at most FILTER_SCAN_BUDGET records and returns what it found, possibly nothing,
+with the positions advanced past every examined record (RocketMQ's filtered pull).
 
 Priorities: each poll picks a leading topic among the topics with data by smooth weighted round
 robin over the priorities (default 1 each; the retry topic has 1); the leader is served first,
@@ -27,7 +28,6 @@ from typing import TYPE_CHECKING, Any
 
 from mqcore._ext.batch import Message, decode_messages
 from mqcore._ext.hashing import TAG_SEED, xxh64_hash
-from mqcore._ext.search import scan_records
 from mqcore.consume.group import (
     DLQ_PREFIX,
     RETRY_PREFIX,
@@ -355,7 +355,7 @@ class Consumer:
                         done, offset = self._by_tag_column(
                             tp, seg, view, seg_end, table, offset, room, out, budget
                         )
-                    elif self.spec.tag is not None:
+                    elif self.spec.tag is not None or self.spec.kernel_selector is not None:
                         done, offset = self._by_scan(tp, seg, view, offset, room, out, budget)
                     else:
                         done, offset = self._by_decode(tp, seg, view, offset, room, out, budget)
@@ -367,9 +367,10 @@ class Consumer:
         return out
 
     def _keep(self, msgs: list[Message], room: int, out: list[Message]) -> int | None:
-        """Add the messages the selector accepts to `out`; the next offset when it is full."""
+        """Add the messages the selector accepts to `out` (all of them when the kernel ran
+        it); the next offset when it is full."""
         sel = self.spec.selector
-        if sel is None:
+        if sel is None or self.spec.kernel_selector is not None:
             out += msgs[: room - len(out)]
             return out[-1].offset + 1 if len(out) >= room else None
         for m in msgs:
@@ -389,17 +390,16 @@ class Consumer:
         out: list[Message],
         budget: list[int],
     ) -> tuple[bool, int]:
-        """The scan kernel over one segment: with a tag it passes over other tags undecoded.
-        Returns (stop here, next offset)."""
+        """The scan kernel over one segment: it passes over other tags, and records its
+        selector program finds not TRUE, undecoded. Returns (stop here, next offset)."""
         spec = self.spec
         filtered = spec.tag is not None or spec.selector is not None
         pos = seg.position_for(max(offset, seg.base_offset))
         while True:
-            want = room - len(out) if spec.selector is None else SCAN_CHUNK
-            r = scan_records(
-                view, pos, tp[0], tp[1], offset, NO_END, 0, NO_END, None, False, spec.tag,
-                want, budget[0] if filtered else NO_END, self.log.verify_crc,
-                MAX_DECOMPRESSED, seg.log_path, 0,
+            want = SCAN_CHUNK if spec.filters_in_python else room - len(out)
+            r = engine.scan_chunk(
+                view, pos, tp, spec, offset, NO_END, want,
+                budget[0] if filtered else NO_END, self.log.verify_crc, seg.log_path,
             )  # fmt: skip
             if filtered:
                 budget[0] -= r.records_scanned
@@ -463,7 +463,7 @@ class Consumer:
         Records without the tag are never read. Returns (stop here, next offset)."""
         base, size = seg.base_offset, len(view)
         while True:
-            want = room - len(out) if self.spec.selector is None else SCAN_CHUNK
+            want = SCAN_CHUNK if self.spec.filters_in_python else room - len(out)
             entries, examined = table.tag_entries(self._tag_hash, max(0, offset - base), want)
             budget[0] -= examined
             if len(entries) >= 64 and len(entries) * DENSE_TAG >= examined:
@@ -479,9 +479,9 @@ class Consumer:
                 while j + 1 < len(inside) and inside[j + 1][1] == pos:
                     j += 1
                 lo, hi = max(base + inside[i][0], offset), base + inside[j][0] + 1
-                r = scan_records(
-                    view, pos, tp[0], tp[1], lo, hi, 0, NO_END, None, False, self.spec.tag,
-                    hi - lo, NO_END, self.log.verify_crc, MAX_DECOMPRESSED, seg.log_path, 0,
+                r = engine.scan_chunk(
+                    view, pos, tp, self.spec, lo, hi, hi - lo, NO_END, self.log.verify_crc,
+                    seg.log_path,
                 )  # fmt: skip
                 budget[0] -= r.records_scanned
                 full = self._keep(r.messages, room, out)

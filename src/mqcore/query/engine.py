@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from mqcore._ext.arrowcols import ArrowColumns
+    from mqcore._ext.search import ScanResult, SelectorProgram
     from mqcore.query.selector import Selector
 
 MAX_LIMIT = 100_000  # results one query may return (caps user limits before allocating)
@@ -418,14 +419,26 @@ class ScanSpec:
     unseen: tuple[str, ...] | None = None
 
     @property
+    def kernel_selector(self) -> SelectorProgram | None:
+        """The selector's kernel program when the scan kernel evaluates it: it has one, and no
+        regex runs first in Python (the names a scan reports seen are those of the messages
+        the selector examined, which a regex narrows)."""
+        if self.selector is None or self.pattern is not None:
+            return None
+        return self.selector.program
+
+    @property
     def filters_in_python(self) -> bool:
-        """Whether candidates go through `accepts` (a regex or a selector) after the kernel."""
-        return self.pattern is not None or self.selector is not None
+        """Whether candidates go through `accepts` (a regex, or a selector the kernel does
+        not evaluate) after the kernel."""
+        return self.pattern is not None or (
+            self.selector is not None and self.selector.program is None
+        )
 
     def accepts(self, m: Message) -> bool:
         if self.pattern is not None and (m.value is None or not self.pattern.search(m.value)):
             return False
-        if self.selector is None:
+        if self.selector is None or self.kernel_selector is not None:
             return True
         props = selector_view(m)
         unseen = self.unseen
@@ -437,10 +450,45 @@ class ScanSpec:
                 break
         return self.selector.matches(props)
 
+    def note_seen(self, r: ScanResult) -> None:
+        """Take the names the kernel's selector saw in a scan call into `unseen`."""
+        if r.selector_runs == 0 or self.selector is None:
+            return
+        unseen = self.unseen
+        if unseen is None:
+            unseen = tuple(sorted(self.selector.properties))
+        names, seen = self.selector.program_names, r.properties_seen
+        self.unseen = tuple(n for n in unseen if not seen >> names.index(n) & 1)
+
     def missing_properties(self) -> tuple[str, ...] | None:
         """The selector's names that no message it examined carried, sorted (None: it
         examined none)."""
         return self.unseen
+
+
+def scan_chunk(
+    view: memoryview,
+    pos: int,
+    part: Partition | tuple[str, int],
+    spec: ScanSpec,
+    min_offset: int,
+    max_offset: int,
+    limit: int,
+    max_records: int,
+    verify_crc: bool,
+    source: str,
+) -> ScanResult:
+    """One scan kernel call with `spec`'s kernel filters: time window, content, tag and the
+    selector's program when the kernel runs it (the one place selectors reach the kernel:
+    search(), the CLI, the server's filtered fetch and the consumer all come here)."""
+    topic, partition = (part.topic, part.partition) if isinstance(part, Partition) else part
+    r = scan_records(
+        view, pos, topic, partition, min_offset, max_offset, spec.lo, spec.hi, spec.needle,
+        False, spec.tag, limit, max_records, verify_crc, MAX_DECOMPRESSED, source, 0,
+        spec.kernel_selector,
+    )  # fmt: skip
+    spec.note_seen(r)
+    return r
 
 
 def selector_view(m: Message) -> dict[str, str]:
@@ -535,11 +583,10 @@ def scan_segment(
             room = min(SCAN_CHUNK, budget.limit - len(result.messages))
             if spec.filters_in_python:
                 room = SCAN_CHUNK  # Python filters follow: the limit counts after them
-            r = scan_records(
-                view, pos, part.topic, part.partition, offset, NO_END, spec.lo, spec.hi,
-                spec.needle, False, spec.tag, room,
+            r = scan_chunk(
+                view, pos, part, spec, offset, NO_END, room,
                 max(1, min(budget.max_scan - result.scanned_records, SCAN_CALL_RECORDS)), True,
-                MAX_DECOMPRESSED, seg.log_path, 0,
+                seg.log_path,
             )  # fmt: skip
             result.scanned_records += r.records_scanned
             result.scanned_bytes += r.bytes_scanned

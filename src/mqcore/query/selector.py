@@ -61,6 +61,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from mqcore._ext.search import SELECTOR_CODES, SelectorProgram
 from mqcore.errors import SelectorSyntaxError
 
 __all__ = ["Selector", "compile_selector"]
@@ -237,9 +238,43 @@ class Lit:
 Operand = Ident | Lit
 
 
-def _constant(result: bool | None) -> Predicate:
+# A kernel instruction before linking (see _link): (opcode, cmp, neg, property name or None,
+# arg, ival, fval, text). Opcodes and cmp are names from _ext/search.pyx's SELECTOR_CODES.
+Instr = tuple[str, str, bool, str | None, int, int, float, bytes | None]
+Code = tuple[Instr, ...] | None  # None: the kernel cannot evaluate this part (Python does)
+KLEENE_CODE = {False: 0, True: 1, None: 2}  # the kernel's FALSE, TRUE, UNKNOWN
+
+
+class Part(NamedTuple):
+    """A parsed piece of a selector: the reference closure, and the same test as kernel code."""
+
+    predicate: Predicate
+    code: Code
+
+
+def _op(
+    opcode: str,
+    name: str | None = None,
+    cmp: str = "=",
+    *,
+    arg: int = 0,
+    ival: int = 0,
+    fval: float = 0.0,
+    text: bytes | None = None,
+    neg: bool = False,
+) -> Instr:
+    return (opcode, cmp, neg, name, arg, ival, fval, text)
+
+
+def _text(value: str) -> bytes:
+    """A string literal as the bytes the kernel compares: UTF-8 keeps code point order (a lone
+    surrogate, which no property can hold, keeps its place in that order too)."""
+    return value.encode("utf-8", "surrogatepass")
+
+
+def _constant(result: bool | None) -> Part:
     """A predicate whose answer does not depend on the properties."""
-    return lambda props: result
+    return Part(lambda props: result, (_op("const", arg=KLEENE_CODE[result]),))
 
 
 def _compare_literals(compare: Compare, left: Value, right: Value) -> bool | None:
@@ -257,11 +292,23 @@ def _compare_literals(compare: Compare, left: Value, right: Value) -> bool | Non
     return bool(compare(a, b))
 
 
-def _compare_property(compare: Compare, name: str, literal: Value) -> Predicate:
+def _literal_op(op: str, name: str, literal: Value) -> Instr:
+    """The kernel's `name <op> literal` for a non-NULL literal, by the literal's type."""
+    if isinstance(literal, bool):
+        return _op("cmp_bool", name, op, ival=int(literal))
+    if isinstance(literal, int):
+        return _op("cmp_int", name, op, ival=literal)
+    if isinstance(literal, float):
+        return _op("cmp_float", name, op, fval=literal)
+    return _op("cmp_str", name, op, text=_text(str(literal)))
+
+
+def _compare_property(op: str, name: str, literal: Value) -> Part:
     """`name <op> literal`: the property is coerced to the literal's type."""
     if literal is None:
         return _constant(None)
     coerce = COERCERS[type(literal)]
+    compare = OPERATORS[op]
 
     def predicate(props: Props) -> bool | None:
         text = _fetch(props, name)
@@ -270,11 +317,13 @@ def _compare_property(compare: Compare, name: str, literal: Value) -> Predicate:
         value = coerce(text)
         return None if value is None else compare(value, literal)
 
-    return predicate
+    return Part(predicate, (_literal_op(op, name, literal),))
 
 
-def _compare_properties(compare: Compare, left: str, right: str) -> Predicate:
-    """`a <op> b`: numerically when both are numbers, else as strings."""
+def _compare_properties(op: str, left: str, right: str) -> Part:
+    """`a <op> b`: numerically when both are numbers, else as strings. Python only: two
+    properties of any length compare as exact integers or as int against float."""
+    compare = OPERATORS[op]
 
     def predicate(props: Props) -> bool | None:
         a = _fetch(props, left)
@@ -287,17 +336,17 @@ def _compare_properties(compare: Compare, left: str, right: str) -> Predicate:
             return compare(x, y)
         return compare(a, b)
 
-    return predicate
+    return Part(predicate, None)
 
 
-def _comparison(op: str, left: Operand, right: Operand) -> Predicate:
+def _comparison(op: str, left: Operand, right: Operand) -> Part:
     """Dispatch a comparison on whether each side is a property or a literal."""
     if isinstance(left, Ident):
         if isinstance(right, Ident):
-            return _compare_properties(OPERATORS[op], left.name, right.name)
-        return _compare_property(OPERATORS[op], left.name, right.value)
+            return _compare_properties(op, left.name, right.name)
+        return _compare_property(op, left.name, right.value)
     if isinstance(right, Ident):
-        return _compare_property(OPERATORS[MIRRORED[op]], right.name, left.value)
+        return _compare_property(MIRRORED[op], right.name, left.value)
     return _constant(_compare_literals(OPERATORS[op], left.value, right.value))
 
 
@@ -308,7 +357,7 @@ def _any_of(results: list[bool | None]) -> bool | None:
     return None if None in results else False
 
 
-def _membership(left: Operand, items: list[Lit]) -> Predicate:
+def _membership(left: Operand, items: list[Lit]) -> Part:
     """`left IN (items)`: set lookups per literal type, UNKNOWN when a coercion fails."""
     if isinstance(left, Lit):
         return _constant(
@@ -338,7 +387,12 @@ def _membership(left: Operand, items: list[Lit]) -> Predicate:
             unknown = unknown or real is None
         return None if unknown else False
 
-    return predicate
+    items_code = (
+        [_op("in_str", text=_text(str(s))) for s in sorted(strings)]
+        + [_op("in_int", ival=int(i)) for i in sorted(ints)]
+        + [_op("in_float", fval=float(f)) for f in sorted(floats)]
+    )
+    return Part(predicate, (_op("in", name, arg=len(items_code)), *items_code))
 
 
 def _contains(text: str, needle: str) -> bool:
@@ -353,7 +407,7 @@ STRING_CHECKS: dict[str, Callable[[str, str], bool]] = {
 }
 
 
-def _string_test(keyword: str, left: Operand, needle: str, negated: bool) -> Predicate:
+def _string_test(keyword: str, left: Operand, needle: str, negated: bool) -> Part:
     """`left [NOT] CONTAINS|STARTSWITH|ENDSWITH 'needle'`; UNKNOWN on NULL or a non-string
     literal. The empty needle is FALSE, negated or not (RocketMQ's ContainsExpression and
     NotContainsExpression both answer FALSE for it; NOT (x CONTAINS '') is then TRUE)."""
@@ -370,32 +424,52 @@ def _string_test(keyword: str, left: Operand, needle: str, negated: bool) -> Pre
         text = _fetch(props, name)
         return None if text is None else check(text, needle) != negated
 
-    return predicate
+    return Part(predicate, (_op("str_test", name, keyword, text=_text(needle), neg=negated),))
 
 
-def _is_null(left: Operand) -> Predicate:
+def _is_null(left: Operand) -> Part:
     """`left IS NULL` (the only test that is never UNKNOWN)."""
     if isinstance(left, Lit):
         return _constant(left.value is None)
     name = left.name
-    return lambda props: props.get(name) is None
+    return Part(lambda props: props.get(name) is None, (_op("is_null", name),))
 
 
-def _negate(inner: Predicate) -> Predicate:
+def _negate(inner: Part) -> Part:
     """Kleene NOT: UNKNOWN stays UNKNOWN."""
+    test = inner.predicate
 
     def predicate(props: Props) -> bool | None:
-        result = inner(props)
+        result = test(props)
         return None if result is None else not result
 
-    return predicate
+    code = None if inner.code is None else (*inner.code, _op("not"))
+    return Part(predicate, code)
 
 
-def _all_of(parts: list[Predicate]) -> Predicate:
+def _chain(parts: list[Part], combine: str, jump: str) -> Code:
+    """Kernel code of a Kleene AND/OR chain: each part after the first is combined with the
+    result so far, and a result that decides the chain (FALSE for AND, TRUE for OR) jumps
+    to its end. Jump args are relative here (_link makes them absolute)."""
+    if any(p.code is None for p in parts):
+        return None
+    code: list[Instr] = list(parts[0].code or ())
+    jumps = []
+    for part in parts[1:]:
+        jumps.append(len(code))
+        code.append(_op(jump))
+        code += part.code or ()
+        code.append(_op(combine))
+    for at in jumps:
+        code[at] = _op(jump, arg=len(code) - at)
+    return tuple(code)
+
+
+def _all_of(parts: list[Part]) -> Part:
     """Kleene AND over `parts`, stopping at the first FALSE."""
     if len(parts) == 1:
         return parts[0]
-    chain = tuple(parts)
+    chain = tuple(p.predicate for p in parts)
 
     def predicate(props: Props) -> bool | None:
         outcome: bool | None = True
@@ -407,14 +481,14 @@ def _all_of(parts: list[Predicate]) -> Predicate:
                 outcome = None
         return outcome
 
-    return predicate
+    return Part(predicate, _chain(parts, "and", "jump_false"))
 
 
-def _either_of(parts: list[Predicate]) -> Predicate:
+def _either_of(parts: list[Part]) -> Part:
     """Kleene OR over `parts`, stopping at the first TRUE."""
     if len(parts) == 1:
         return parts[0]
-    chain = tuple(parts)
+    chain = tuple(p.predicate for p in parts)
 
     def predicate(props: Props) -> bool | None:
         outcome: bool | None = False
@@ -426,7 +500,48 @@ def _either_of(parts: list[Predicate]) -> Predicate:
                 outcome = None
         return outcome
 
-    return predicate
+    return Part(predicate, _chain(parts, "or", "jump_true"))
+
+
+# --------------------------------------------------------------------------------------------
+# Kernel programs
+# --------------------------------------------------------------------------------------------
+
+STACK_EFFECT = {"not": 0, "jump_false": 0, "jump_true": 0, "and": -1, "or": -1}
+ITEM_OPS = ("in_str", "in_int", "in_float")
+
+
+def _link(code: Code, properties: set[str]) -> tuple[SelectorProgram | None, tuple[str, ...]]:
+    """The kernel program for `code` and the names its slots stand for: every name of the
+    selector (`properties`, even one a folded constant no longer tests, so the scan can say
+    which ones no message carried) plus "tag" behind TAGS as selector_view adds it; jumps
+    made absolute, the stack's depth counted. None when the kernel cannot run it: a part it
+    does not evaluate, or more names than it holds."""
+    if code is None:
+        return None, ()
+    names = sorted(properties)
+    if "TAGS" in names and "tag" not in names:
+        names.append("tag")  # a hidden slot: its bit in properties_seen is not reported
+    if len(names) > SELECTOR_CODES["max_names"]:
+        return None, ()
+    ops = []
+    depth = top = 0
+    for at, (opcode, cmp, neg, name, arg, ival, fval, text) in enumerate(code):
+        if opcode in ("jump_false", "jump_true"):
+            arg += at
+        if opcode not in ITEM_OPS:
+            top += STACK_EFFECT.get(opcode, 1)
+            depth = max(depth, top)
+        slot = 0 if name is None else names.index(name)
+        ops.append((SELECTOR_CODES[opcode], SELECTOR_CODES[cmp], neg, slot, arg, ival, fval, text))
+    program = SelectorProgram(
+        ops,
+        [None if n == "uid" else n.encode("ascii") for n in names],
+        depth,
+        names.index("TAGS") if "TAGS" in names else -1,
+        names.index("tag") if "TAGS" in names else -1,
+    )
+    return program, tuple(names)
 
 
 # --------------------------------------------------------------------------------------------
@@ -595,7 +710,7 @@ class _Parser:
             raise self.error(f"{message}, found {_describe(found)}", found)
         return token
 
-    def parse(self) -> Predicate:
+    def parse(self) -> Part:
         predicate = self.parse_or()
         token = self.peek()
         if token.kind != EOF:
@@ -605,26 +720,26 @@ class _Parser:
             )
         return predicate
 
-    def parse_or(self) -> Predicate:
+    def parse_or(self) -> Part:
         parts = [self.parse_and()]
         while self.accept(KEYWORD, "OR"):
             parts.append(self.parse_and())
         return _either_of(parts)
 
-    def parse_and(self) -> Predicate:
+    def parse_and(self) -> Part:
         parts = [self.parse_not()]
         while self.accept(KEYWORD, "AND"):
             parts.append(self.parse_not())
         return _all_of(parts)
 
-    def parse_not(self) -> Predicate:
+    def parse_not(self) -> Part:
         negations = 0
         while self.accept(KEYWORD, "NOT"):
             negations += 1
         predicate = self.parse_primary()
         return _negate(predicate) if negations % 2 else predicate
 
-    def parse_primary(self) -> Predicate:
+    def parse_primary(self) -> Part:
         opening = self.accept(PUNCT, "(")
         if opening is None:
             return self.parse_predicate(self.parse_operand())
@@ -650,7 +765,7 @@ class _Parser:
             f"unexpected {_describe(token)}; expected an identifier or a literal", token
         )
 
-    def parse_predicate(self, left: Operand) -> Predicate:
+    def parse_predicate(self, left: Operand) -> Part:
         token = self.peek()
         if token.kind == OP:
             self.advance()
@@ -660,7 +775,7 @@ class _Parser:
         negated = self.accept(KEYWORD, "NOT") is not None
         return self.parse_keyword_predicate(left, negated)
 
-    def parse_keyword_predicate(self, left: Operand, negated: bool) -> Predicate:
+    def parse_keyword_predicate(self, left: Operand, negated: bool) -> Part:
         """BETWEEN, IN or a string test after `left` (and NOT when `negated`)."""
         token = self.advance()
         if token.kind == KEYWORD and token.value == "BETWEEN":
@@ -688,14 +803,14 @@ class _Parser:
         if isinstance(operand, Lit) and isinstance(operand.value, bool):
             raise _fail(message, self.text, operand.column)
 
-    def parse_comparison(self, op: str, left: Operand) -> Predicate:
+    def parse_comparison(self, op: str, left: Operand) -> Part:
         right = self.parse_operand()
         if op not in ("=", "<>"):
             for side in (left, right):
                 self.reject_boolean(side, "TRUE/FALSE can only be compared with = or <>")
         return _comparison(op, left, right)
 
-    def parse_between(self, left: Operand) -> Predicate:
+    def parse_between(self, left: Operand) -> Part:
         low = self.parse_operand()
         self.expect(KEYWORD, "AND", "expected AND in BETWEEN")
         high = self.parse_operand()
@@ -718,7 +833,7 @@ class _Parser:
         """The text of `literal` as written in the selector."""
         return next(t.source for t in self.tokens if t.column == literal.column)
 
-    def parse_in(self, left: Operand) -> Predicate:
+    def parse_in(self, left: Operand) -> Part:
         self.expect(PUNCT, "(", "expected '(' after IN")
         items = [self.parse_in_item()]
         while not self.accept(PUNCT, ")"):
@@ -735,14 +850,14 @@ class _Parser:
             )
         return Lit(token.value, token.column)
 
-    def parse_is_null(self, left: Operand) -> Predicate:
+    def parse_is_null(self, left: Operand) -> Part:
         negated = self.accept(KEYWORD, "NOT") is not None
         message = "expected NULL after IS NOT" if negated else "expected NULL after IS"
         self.expect(KEYWORD, "NULL", message)
         predicate = _is_null(left)
         return _negate(predicate) if negated else predicate
 
-    def parse_string_test(self, keyword: str, left: Operand, negated: bool) -> Predicate:
+    def parse_string_test(self, keyword: str, left: Operand, negated: bool) -> Part:
         token = self.advance()
         if token.kind != STRING:
             raise self.error(
@@ -757,14 +872,27 @@ class _Parser:
 
 
 class Selector:
-    """A compiled selector: `evaluate` gives True/False/None, `matches` only True."""
+    """A compiled selector: `evaluate` gives True/False/None, `matches` only True.
 
-    __slots__ = ("text", "properties", "_predicate")
+    `program` is the same selector for the scan kernel (_ext/search.pyx scan_records), None
+    when the kernel cannot evaluate it (docs/query.md); `program_names` are the names its
+    `properties_seen` bits stand for, in bit order."""
 
-    def __init__(self, text: str, properties: frozenset[str], predicate: Predicate) -> None:
+    __slots__ = ("text", "properties", "_predicate", "program", "program_names")
+
+    def __init__(
+        self,
+        text: str,
+        properties: frozenset[str],
+        predicate: Predicate,
+        program: SelectorProgram | None = None,
+        program_names: tuple[str, ...] = (),
+    ) -> None:
         self.text = text
         self.properties = properties
         self._predicate = predicate
+        self.program = program
+        self.program_names = program_names
 
     def evaluate(self, props: Mapping[str, str]) -> bool | None:
         """TRUE, FALSE or None (UNKNOWN) for `props`; a missing name is NULL."""
@@ -785,5 +913,6 @@ def compile_selector(text: str) -> Selector:
     if not text.strip():
         raise SelectorSyntaxError("selector is empty", text, 1)
     parser = _Parser(text)
-    predicate = parser.parse()
-    return Selector(text, frozenset(parser.names), predicate)
+    part = parser.parse()
+    program, names = _link(part.code, parser.names)
+    return Selector(text, frozenset(parser.names), part.predicate, program, names)
