@@ -10,6 +10,7 @@ import os
 import random
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import run_cli
@@ -649,3 +650,51 @@ def test_mqcore_trace_shows_share_deliveries_without_tracing(tmp_path: Path) -> 
         ("share_delivered", 0, "g", {"member": member, "delivery_count": 2}),
         ("share_accepted", 0, "g", {"member": member, "delivery_count": 2}),
     ]
+
+
+@pytest.mark.parametrize(
+    ("filters", "keep"),
+    [
+        ({"tag": "red"}, lambda i: i % 3 == 0),
+        ({"where": "n > 20000 AND region = 'eu'"}, lambda i: i > 20000 and i % 2 == 0),
+        ({"tag": "red", "where": "region = 'us'"}, lambda i: i % 3 == 0 and i % 2 == 1),
+    ],
+)
+def test_filters_pass_records_over_and_they_count_as_done(
+    tmp_path: Path, filters: dict[str, str], keep: Any
+) -> None:
+    """Tag and SQL92 filters as the consumer's (the same fetch): members get exactly the
+    records that match (brute force over what was appended), the others are done at once, so
+    the group's start passes them; more than one filter budget of non-matching records before
+    the first match does not stop a poll that may wait."""
+    n = 40_000
+    with mqcore.open(str(tmp_path / "s")) as store:
+        store.create_topic("t")
+        for lo in range(0, n, 1000):
+            idx = range(lo, lo + 1000)
+            store.append_batch(
+                "t",
+                [b"m%d" % i for i in idx],
+                tags=["red" if i % 3 == 0 else "blue" for i in idx],
+                properties=[{"n": str(i), "region": "eu" if i % 2 == 0 else "us"} for i in idx],
+                partition=0,
+            )
+        members = [store.share_consumer("g", "t", explicit_ack=True, **filters) for _ in range(2)]
+        got: list[int] = []
+        while True:
+            progressed = False
+            for sc in members:
+                msgs = sc.poll(500, timeout_ms=2000)
+                for m in msgs:
+                    sc.acknowledge(m)
+                got += [m.offset for m in msgs]
+                progressed |= bool(msgs)
+            if not progressed:
+                break
+        assert sorted(got) == [i for i in range(n) if keep(i)]
+        (lag,) = store.share_group_lag("g")["g"]
+        assert (lag.start, lag.end, lag.available, lag.in_flight) == (n, n, 0, 0)
+        with pytest.raises(InvalidConfigError, match="cannot join"):
+            store.share_consumer("g", "t", where="n > 1")
+        for sc in members:
+            sc.close()

@@ -4,12 +4,11 @@ poll() returns messages of the partitions this member owns (group.py), from each
 position on; commit() stores the positions in `__consumer_offsets` (offsets.py). At-least-once:
 what was polled but not committed is delivered again after a crash or a rebalance.
 
-Filters (tag, SQL92 `where`) run in the scan kernel of the query layer (_ext/search.pyx): a
-record whose tag does not match, or whose headers the selector's compiled program does not
-find TRUE, is passed over inside the kernel, never turned into a Message. A selector the kernel
-cannot evaluate (docs/query.md) runs in Python on the messages the kernel returns. A filtered
-poll examines at most FILTER_SCAN_BUDGET records and returns what it found, possibly nothing,
-with the positions advanced past every examined record (RocketMQ's filtered pull).
+Filters (tag, SQL92 `where`) are applied by fetch.py's FilteredFetch, shared with share groups:
+in the scan kernel (or through the tag column), a record that does not pass never becomes a
+Message. A filtered poll examines at most FILTER_SCAN_BUDGET records and returns what it found,
+possibly nothing, with the positions advanced past every examined record (RocketMQ's filtered
+pull).
 
 Priorities: each poll picks a leading topic among the topics with data by smooth weighted round
 robin over the priorities (default 1 each; the retry topic has 1); the leader is served first,
@@ -26,8 +25,8 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from mqcore._ext.batch import Message, decode_messages
-from mqcore._ext.hashing import TAG_SEED, xxh64_hash
+from mqcore._ext.batch import Message
+from mqcore.consume.fetch import FILTER_SCAN_BUDGET, FilteredFetch
 from mqcore.consume.group import (
     DLQ_PREFIX,
     RETRY_PREFIX,
@@ -47,9 +46,7 @@ from mqcore.errors import (
     UnknownPartitionError,
 )
 from mqcore.log.trace import TraceEvent, events_for
-from mqcore.query import engine
 from mqcore.storage.partition import Partition
-from mqcore.storage.segment import MAX_DECOMPRESSED
 
 if TYPE_CHECKING:
     from mqcore.consume.group import ConsumeState, GroupCoordinator
@@ -58,9 +55,6 @@ if TYPE_CHECKING:
 
 RESETS = ("earliest", "latest", "none")
 MAX_POLL_RECORDS = 100_000
-FILTER_SCAN_BUDGET = 16_384  # records one filtered poll may examine (RocketMQ: 16,000 entries)
-SCAN_CHUNK = 1024
-DENSE_TAG = 16  # a tag on more than 1 in DENSE_TAG tagged records is scanned, not looked up
 NO_END = (1 << 63) - 1
 
 
@@ -114,8 +108,8 @@ class Consumer:
         self.max_reconsume_times = _int_arg("max_reconsume_times", max_reconsume_times, 0, 10_000)
         self.levels = check_levels(retry_backoff_ms)
         self._weights = self._check_priorities(priorities, topic_list)
-        self.spec = engine.make_spec(None, None, tag=tag, where=where)
-        self._tag_hash = None if self.spec.tag is None else xxh64_hash(self.spec.tag, TAG_SEED)
+        self._filter = FilteredFetch(log, tag, where)
+        self.spec = self._filter.spec
         if now_ms is not None and not callable(now_ms):
             raise InvalidConfigError("now_ms must be a callable returning ms")
         self._now = now_ms or log.clock
@@ -337,162 +331,12 @@ class Consumer:
         return out
 
     def _fetch_partition(self, tp: TopicPartition, room: int, budget: list[int]) -> list[Message]:
-        """Up to `room` messages of one partition that pass the filters; advances the position
-        past every record examined."""
-        part = self._part(tp)
-        offset = self._position(tp)
-        out: list[Message] = []
-        if offset >= part.end_offset:
-            return out
-        # the query engine's planner: sizes and ends of one moment, pinned (retention or
-        # compaction may retire a segment meanwhile; its files stay open until this fetch ends)
-        with engine.scan_plan(part, offset) as segs:
-            for seg, size, seg_end in segs:
-                table = seg.key_table() if self._tag_hash is not None else None
-                view = seg.view(0, size)
-                try:
-                    if table is not None:
-                        done, offset = self._by_tag_column(
-                            tp, seg, view, seg_end, table, offset, room, out, budget
-                        )
-                    elif self.spec.tag is not None or self.spec.kernel_selector is not None:
-                        done, offset = self._by_scan(tp, seg, view, offset, room, out, budget)
-                    else:
-                        done, offset = self._by_decode(tp, seg, view, offset, room, out, budget)
-                finally:
-                    view.release()
-                if done:
-                    break
-        self._positions[tp] = offset
+        """Up to `room` messages of one partition that pass the filters (fetch.py); advances
+        the position past every record examined."""
+        out, self._positions[tp] = self._filter.fetch(
+            tp, self._part(tp), self._position(tp), room, budget
+        )
         return out
-
-    def _keep(self, msgs: list[Message], room: int, out: list[Message]) -> int | None:
-        """Add the messages the selector accepts to `out` (all of them when the kernel ran
-        it); the next offset when it is full."""
-        sel = self.spec.selector
-        if sel is None or self.spec.kernel_selector is not None:
-            out += msgs[: room - len(out)]
-            return out[-1].offset + 1 if len(out) >= room else None
-        for m in msgs:
-            if sel.matches(engine.selector_view(m)):
-                out.append(m)
-                if len(out) >= room:
-                    return m.offset + 1
-        return None
-
-    def _by_scan(
-        self,
-        tp: TopicPartition,
-        seg: Any,
-        view: memoryview,
-        offset: int,
-        room: int,
-        out: list[Message],
-        budget: list[int],
-    ) -> tuple[bool, int]:
-        """The scan kernel over one segment: it passes over other tags, and records its
-        selector program finds not TRUE, undecoded. Returns (stop here, next offset)."""
-        spec = self.spec
-        filtered = spec.tag is not None or spec.selector is not None
-        pos = seg.position_for(max(offset, seg.base_offset))
-        while True:
-            want = SCAN_CHUNK if spec.filters_in_python else room - len(out)
-            r = engine.scan_chunk(
-                view, pos, tp, spec, offset, NO_END, want,
-                budget[0] if filtered else NO_END, self.log.verify_crc, seg.log_path,
-            )  # fmt: skip
-            if filtered:
-                budget[0] -= r.records_scanned
-            full = self._keep(r.messages, room, out)
-            if full is not None:
-                return True, full
-            pos, offset = r.next_position, r.next_offset
-            if r.reason == "end":
-                return False, offset
-            if filtered and budget[0] <= 0:
-                return True, offset
-
-    def _by_decode(
-        self,
-        tp: TopicPartition,
-        seg: Any,
-        view: memoryview,
-        offset: int,
-        room: int,
-        out: list[Message],
-        budget: list[int],
-    ) -> tuple[bool, int]:
-        """No tag: decode every record (the read path's kernel), the selector if any after.
-        Returns (stop here, next offset)."""
-        sel = self.spec.selector
-        pos, size = seg.position_for(max(offset, seg.base_offset)), len(view)
-        while pos < size:
-            want = room - len(out) if sel is None else min(SCAN_CHUNK, max(1, budget[0]))
-            chunk: list[Message] = []
-            pos, nxt = decode_messages(
-                view, pos, tp[0], tp[1], offset, want, chunk, self.log.verify_crc,
-                MAX_DECOMPRESSED, seg.log_path, 0,
-            )  # fmt: skip
-            offset = max(offset, nxt)
-            if sel is not None:
-                budget[0] -= len(chunk)
-            full = self._keep(chunk, room, out)
-            if full is not None:
-                return True, full
-            if sel is not None and budget[0] <= 0:
-                return True, offset
-            if len(chunk) == want:  # stopped inside a batch: resume at the one holding offset
-                pos = seg.position_for(offset)
-        return False, offset
-
-    def _by_tag_column(
-        self,
-        tp: TopicPartition,
-        seg: Any,
-        view: memoryview,
-        seg_end: int,
-        table: Any,
-        offset: int,
-        room: int,
-        out: list[Message],
-        budget: list[int],
-    ) -> tuple[bool, int]:
-        """The segment's tag column (key index: relative offset, batch position, tag hash, in
-        offset order) names the candidate records; the kernel reads only their batches, from
-        the first candidate to the last, and checks the real tag (a hash can collide).
-        Records without the tag are never read. Returns (stop here, next offset)."""
-        base, size = seg.base_offset, len(view)
-        while True:
-            want = SCAN_CHUNK if self.spec.filters_in_python else room - len(out)
-            entries, examined = table.tag_entries(self._tag_hash, max(0, offset - base), want)
-            budget[0] -= examined
-            if len(entries) >= 64 and len(entries) * DENSE_TAG >= examined:
-                # a common tag: one kernel pass over the batches is cheaper than jumping
-                return self._by_scan(tp, seg, view, offset, room, out, budget)
-            inside = [e for e in entries if e[1] < size]  # entries of later appends: not yet
-            if not inside:
-                return False, max(offset, seg_end)
-            i = 0
-            while i < len(inside):
-                pos = inside[i][1]
-                j = i
-                while j + 1 < len(inside) and inside[j + 1][1] == pos:
-                    j += 1
-                lo, hi = max(base + inside[i][0], offset), base + inside[j][0] + 1
-                r = engine.scan_chunk(
-                    view, pos, tp, self.spec, lo, hi, hi - lo, NO_END, self.log.verify_crc,
-                    seg.log_path,
-                )  # fmt: skip
-                budget[0] -= r.records_scanned
-                full = self._keep(r.messages, room, out)
-                if full is not None:
-                    return True, full
-                offset = hi
-                i = j + 1
-            if len(entries) < want or len(inside) < len(entries):
-                return False, max(offset, seg_end)  # the column holds no more up to seg_end
-            if budget[0] <= 0:
-                return True, offset
 
     def _fetch_retry(self, tp: TopicPartition, room: int) -> list[Message]:
         """Due retry copies, stopping at the first one not due yet."""

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from mqcore._ext.batch import Message
+from mqcore.consume.fetch import FILTER_SCAN_BUDGET, FilteredFetch
 from mqcore.consume.group import DLQ_PREFIX, TopicPartition, validate_group
 from mqcore.consume.pulllog import PullLog
 from mqcore.consume.retry import copy_headers
@@ -250,6 +251,8 @@ class GroupSettings:
     max_in_flight_records: int
     dead_letter: bool
     auto_offset_reset: str
+    tag: str | None  # the filters: what they pass over is done for the whole group
+    where: str | None
 
 
 class ShareGroup:
@@ -494,10 +497,7 @@ class ShareConsumer:
         self._tps: list[TopicPartition] = []
         for t in topic_list:
             self._tps += [(t, p) for p in sorted(log.partitions_of(t))]
-        if tag is not None or where is not None:
-            raise InvalidConfigError(
-                "share consumers do not take tag= or where= filters yet (issue 21)"
-            )
+        self._filter = FilteredFetch(log, tag, where)  # SelectorSyntaxError before joining
         self.lock_ms = _int_arg("record_lock_ms", record_lock_ms, 1, 3_600_000)
         if not isinstance(explicit_ack, bool) or not isinstance(dead_letter, bool):
             raise InvalidConfigError("explicit_ack and dead_letter are bools")
@@ -510,6 +510,8 @@ class ShareConsumer:
             _int_arg("max_in_flight_records", max_in_flight_records, 1, 1_000_000),
             dead_letter,
             auto_offset_reset,
+            tag,
+            where,
         )
         if now_ms is not None and not callable(now_ms):
             raise InvalidConfigError("now_ms must be a callable returning ms")
@@ -543,10 +545,12 @@ class ShareConsumer:
         self._settle_last_poll()
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
-            out, next_expiry = self._acquire(max_records)
+            out, next_expiry, moved = self._acquire(max_records)
             remaining = deadline - time.monotonic()
             if out or remaining <= 0:
                 break
+            if moved:  # the filters passed over records, and there may be more to examine
+                continue
             wait = min(remaining, max(0.0, (next_expiry - self._now()) / 1000))
             self._wait(wait)
         self._last = out
@@ -589,14 +593,17 @@ class ShareConsumer:
             and rec.expiry > now
         )
 
-    def _acquire(self, room: int) -> tuple[list[Message], int]:
+    def _acquire(self, room: int) -> tuple[list[Message], int, bool]:
         """One pass over the partitions (rotated per poll): released records first, then new
-        ones from the log; the acquisitions are written (no sync) before returning."""
+        ones from the log; the acquisitions are written (no sync) before returning. Returns
+        the records, the next lock expiry, and whether a window's end moved."""
         g = self._group
         out: list[Message] = []
         self._rotation += 1
         k = self._rotation % len(self._tps) if self._tps else 0
         next_expiry = NO_DEADLINE
+        budget = [FILTER_SCAN_BUDGET]  # records the filters may examine in this pass
+        moved = False
         with g.lock:
             now = self._now()
             for tp in self._tps[k:] + self._tps[:k]:
@@ -604,19 +611,22 @@ class ShareConsumer:
                 sp = g.share_partition(tp, part)
                 g.settle(tp, sp.expire(now, self._limit))
                 if len(out) < room:
+                    end = sp.end
                     got = self._redeliver(tp, part, sp, now, room - len(out))
-                    got += self._take_new(tp, part, sp, now, room - len(out) - len(got))
-                    if got:
+                    got += self._take_new(tp, part, sp, now, room - len(out) - len(got), budget)
+                    if got or sp.end != end:
                         g.dirty.add(tp)
+                    moved |= sp.end != end
                     out += got
                 next_expiry = min(next_expiry, sp.next_expiry())
-            if out:
+            if out or moved:
                 g.write()
+            if out:
                 g.pull.append(
                     self.member_id,
                     [(m.topic, m.partition, m.offset, m.delivery_count, "delivered") for m in out],
                 )
-        return out, next_expiry
+        return out, next_expiry, moved
 
     def _redeliver(
         self, tp: TopicPartition, part: Partition, sp: SharePartition, now: int, room: int
@@ -632,18 +642,21 @@ class ShareConsumer:
         return out
 
     def _take_new(
-        self, tp: TopicPartition, part: Partition, sp: SharePartition, now: int, room: int
+        self,
+        tp: TopicPartition,
+        part: Partition,
+        sp: SharePartition,
+        now: int,
+        room: int,
+        budget: list[int],
     ) -> list[Message]:
+        """New records from the window's end through the group's filters (fetch.py): those
+        that pass are acquired; the ones passed over, control records and compacted gaps up
+        to the offset the fetch reached are done."""
         room = min(room, sp.room_for_new(self._max_in_flight))
-        end = part.end_offset
-        if room <= 0 or sp.end >= end:
+        if room <= 0 or sp.end >= part.end_offset or budget[0] <= 0:
             return []
-        msgs = part.read(sp.end, room, self.log.verify_crc)
-        # a short read covered the log to its end as it was before the read (control records
-        # and compacted gaps there are done); a full one stops after its last record
-        next_end = msgs[-1].offset + 1 if len(msgs) >= room else max(end, sp.end)
-        if msgs:
-            next_end = max(next_end, msgs[-1].offset + 1)
+        msgs, next_end = self._filter.fetch(tp, part, sp.end, room, budget)
         sp.acquire_new([m.offset for m in msgs], next_end, self.member_id, now, self.lock_ms)
         for m in msgs:
             m.delivery_count = 1
@@ -679,9 +692,7 @@ class ShareConsumer:
 
     # -- acknowledging --------------------------------------------------------------------------
 
-    def acknowledge(
-        self, message: Message | tuple[str, int, int], kind: str = "accept"
-    ) -> None:
+    def acknowledge(self, message: Message | tuple[str, int, int], kind: str = "accept") -> None:
         """accept, release, reject or renew one record this member holds (ACK_KINDS), named by
         its Message or (topic, partition, offset); InvalidRecordStateError when the member does
         not hold it (lock expired, acknowledged already). Durable at the next commit()."""
