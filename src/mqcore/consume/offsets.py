@@ -32,15 +32,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from mqcore.crashpoints import crash_point
+from mqcore.log.internal import replay_last_values
 
 if TYPE_CHECKING:
     from mqcore.log.manager import Log
-    from mqcore.storage.partition import Partition
 
 OFFSETS_TOPIC = "__consumer_offsets"
 KEY_VERSION = 1
 VALUE_VERSION = 3
-REPLAY_CHUNK = 10_000
 OFFSETS_SEGMENT_BYTES = 100 << 20  # Kafka's offsets.topic.segment.bytes
 
 GroupKey = tuple[str, str, int]  # (group, topic, partition)
@@ -152,36 +151,12 @@ class OffsetStore:
         return self._offsets
 
     def _replay(self) -> dict[GroupKey, OffsetAndMetadata]:
-        out: dict[GroupKey, OffsetAndMetadata] = {}
-        if not self.log.has_topic(OFFSETS_TOPIC):
-            return out
-        # every partition the log holds (a Kafka directory may lack some): a key lives in one
-        for part in self.log.iter_partitions(OFFSETS_TOPIC):
-            self._replay_partition(part, out)
-        return out
-
-    def _replay_partition(self, part: Partition, out: dict[GroupKey, OffsetAndMetadata]) -> None:
-        offset, end = part.start_offset, part.end_offset
-        while offset < end:
-            msgs = part.read(offset, REPLAY_CHUNK, self.log.verify_crc)
-            if not msgs:
-                break
-            for m in msgs:
-                try:
-                    key = decode_key(m.key)
-                    if key is None:
-                        continue
-                    if m.value is None:
-                        out.pop(key, None)
-                    else:
-                        out[key] = decode_value(m.value)
-                except ValueError as e:  # UnicodeDecodeError included
-                    # junk (not written by a commit) is skipped and reported, never fatal:
-                    # one such record must not stop every consumer of every group
-                    self.log.skipped.report(
-                        OFFSETS_TOPIC, part.partition, m.offset, f"not an offset commit: {e}"
-                    )
-            offset = msgs[-1].offset + 1
+        # every partition the log holds (a Kafka directory may lack some): a key lives in one;
+        # junk (not written by a commit) is skipped and reported, never fatal: one such record
+        # must not stop every consumer of every group
+        return replay_last_values(
+            self.log, OFFSETS_TOPIC, decode_key, decode_value, "an offset commit"
+        )
 
     def committed(self, group: str, topic: str, partition: int) -> OffsetAndMetadata | None:
         with self._lock:

@@ -32,15 +32,14 @@ from typing import TYPE_CHECKING
 
 from mqcore.consume.offsets import BigEndianReader, encode_string
 from mqcore.crashpoints import crash_point
+from mqcore.log.internal import replay_last_values
 
 if TYPE_CHECKING:
     from mqcore.log.manager import Log
-    from mqcore.storage.partition import Partition
 
 SHARE_STATE_TOPIC = "__share_group_state"
 KEY_VERSION = 0
 VALUE_VERSION = 0
-REPLAY_CHUNK = 10_000
 STATE_SEGMENT_BYTES = 100 << 20
 
 ShareKey = tuple[str, str, int]  # (group, topic, partition)
@@ -136,31 +135,9 @@ class ShareStateStore:
         return self._state
 
     def _replay(self) -> dict[ShareKey, ShareSnapshot]:
-        out: dict[ShareKey, ShareSnapshot] = {}
-        if not self.log.has_topic(SHARE_STATE_TOPIC):
-            return out
-        for part in self.log.iter_partitions(SHARE_STATE_TOPIC):
-            self._replay_partition(part, out)
-        return out
-
-    def _replay_partition(self, part: Partition, out: dict[ShareKey, ShareSnapshot]) -> None:
-        offset, end = part.start_offset, part.end_offset
-        while offset < end:
-            msgs = part.read(offset, REPLAY_CHUNK, self.log.verify_crc)
-            if not msgs:
-                break
-            for m in msgs:
-                try:
-                    key = decode_key(m.key)
-                    if m.value is None:
-                        out.pop(key, None)
-                    else:
-                        out[key] = decode_value(m.value)
-                except ValueError as e:  # UnicodeDecodeError included
-                    self.log.skipped.report(
-                        SHARE_STATE_TOPIC, part.partition, m.offset, f"not a share state: {e}"
-                    )
-            offset = msgs[-1].offset + 1
+        return replay_last_values(
+            self.log, SHARE_STATE_TOPIC, decode_key, decode_value, "a share state"
+        )
 
     def snapshot(self, group: str, topic: str, partition: int) -> ShareSnapshot | None:
         with self._lock:

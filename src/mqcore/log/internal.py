@@ -17,9 +17,18 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeVar
 
 from mqcore.errors import InternalTopicError
+
+if TYPE_CHECKING:
+    from mqcore.log.manager import Log
+
+K = TypeVar("K")
+V = TypeVar("V")
+REPLAY_CHUNK = 10_000
 
 INTERNAL_PREFIX = "__"
 MAX_KEPT = 10_000  # skipped records listed (the count goes on past it)
@@ -72,9 +81,45 @@ class SkipLog:
 
 
 __all__ = [
+    "replay_last_values",
     "INTERNAL_PREFIX",
     "SkipLog",
     "SkippedRecord",
     "is_internal",
     "refuse_internal",
 ]
+
+
+def replay_last_values(
+    log: Log,
+    topic: str,
+    decode_key: Callable[[bytes | None], K | None],
+    decode_value: Callable[[bytes], V],
+    what: str,
+) -> dict[K, V]:
+    """The state a compacted internal topic holds: every partition the log has, in offset
+    order, the last value per key winning and a null value (a tombstone) deleting its key. A
+    key `decode_key` maps to None is not ours (passed over); a record either decoder refuses
+    with ValueError is skipped and reported as "not `what`" (SkipLog), never fatal."""
+    out: dict[K, V] = {}
+    if not log.has_topic(topic):
+        return out
+    for part in log.iter_partitions(topic):
+        offset, end = part.start_offset, part.end_offset
+        while offset < end:
+            msgs = part.read(offset, REPLAY_CHUNK, log.verify_crc)
+            if not msgs:
+                break
+            for m in msgs:
+                try:
+                    key = decode_key(m.key)
+                    if key is None:
+                        continue
+                    if m.value is None:
+                        out.pop(key, None)
+                    else:
+                        out[key] = decode_value(m.value)
+                except ValueError as e:  # UnicodeDecodeError included
+                    log.skipped.report(topic, part.partition, m.offset, f"not {what}: {e}")
+            offset = msgs[-1].offset + 1
+    return out
