@@ -421,11 +421,17 @@ import sys
 import mqcore
 path = sys.argv[1]
 store = mqcore.open(path, flush="os")
-sc = store.share_consumer("g", "t", explicit_ack=True)
+members = [store.share_consumer("g", "t", explicit_ack=True) for _ in range(2)]
+turn = 0
 while True:
+    turn += 1
+    sc = members[turn % 2]  # two members take turns: the commit of one covers the other's
     msgs = sc.poll(7, timeout_ms=100)
     if not msgs:
-        break
+        msgs = members[(turn + 1) % 2].poll(7, timeout_ms=100)
+        sc = members[(turn + 1) % 2]
+        if not msgs:
+            break
     kept = [m for m in msgs if not (m.offset % 11 == 0 and m.delivery_count < 2)]
     for m in msgs:
         sc.acknowledge(m, "accept" if m in kept else "release")
