@@ -71,6 +71,8 @@ class KeyIndexFile:
         self._memory: bytearray | None = None
         self._lock = threading.Lock()  # one opening or rebuild at a time (readers race to it)
         self._dirty = False  # entries or header changed since the last seal, close or rebuild
+        # written since the last msync (a seal without sync, a rebuild): close syncs it
+        self._unsynced = False
         # how far the key and tag entry regions have disk blocks (durable.back_pages)
         self._backed = [0, 0]
         # an empty active segment's table not made yet: made at the first entry (make_room),
@@ -172,6 +174,7 @@ class KeyIndexFile:
         # sync what the store relies on
         self.table.store_header(True, covered)
         self._dirty = False
+        self._unsynced = True
 
     def _grown(self, current: int, need: int) -> int:
         """Entries a region gets for `need` of them: `current` (INITIAL_ENTRIES at first) times
@@ -319,9 +322,13 @@ class KeyIndexFile:
         if table is None or not self.writable or self._map is None:
             return
         if not self._dirty and table.complete and table.covered_position == covered:
+            if sync and self._unsynced:  # sealed unsynced (flush="os"): close syncs it now
+                durable.sync_mapping(self._map, self.path)
+                self._unsynced = False
             return
         table.store_header(True, covered)
         self._dirty = False
+        self._unsynced = not sync
         if sync:
             durable.sync_mapping(self._map, self.path)
 
