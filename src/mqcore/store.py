@@ -392,6 +392,8 @@ class Store(Sender[RecordMetadata, BatchMetadata, list[BatchMetadata]]):
 
         self.log.check_open()
         validate_group(group)
+        if self._share is not None:
+            self._share.write_pending(group)
         return [
             e
             for e in PullLog(self.log, group).entries()
@@ -406,6 +408,8 @@ class Store(Sender[RecordMetadata, BatchMetadata, list[BatchMetadata]]):
         when, how many times, how it ended (`mqcore trace` shows these beside trace events)."""
         from mqcore.consume.pulllog import PULL_PREFIX, PullLog
 
+        if self._share is not None:
+            self._share.write_pending()
         out: list[PullEntry] = []
         for name in self.log.topics():
             if name.startswith(PULL_PREFIX):

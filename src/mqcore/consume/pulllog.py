@@ -1,13 +1,15 @@
 """The pull log of a share group (QMQ's idea): what each member received, in order, and how
 each record ended, in the internal topic `__pull.<group>`.
 
-One record per poll that delivered records and per batch of outcomes, keyed by the member id
-(UTF-8), its timestamp the time of the event:
-  value = int8 version (0), int32 entries,
-          entries x (string topic, int32 partition, int64 offset, int16 delivery count,
-                     int8 event)
+One record per member each time the group writes its state (a poll that delivered records or
+moved a window, a commit, a close), keyed by the member id (UTF-8), its timestamp the time of
+the write, holding that member's entries since the last write in order, grouped by partition:
+  value = int8 version (0), int32 groups,
+          groups x (string topic, int32 partition, int32 n, int64 max offset,
+                    n x int64 offset, n x int16 delivery count, n x int8 event)
 (string = int16 length + UTF-8, big-endian.) Events: 0 delivered, 1 accepted, 2 released (by
 `release`, an expired lock or the member's close), 3 rejected, 4 archived (the delivery limit).
+A group's max offset lets the trim decide without reading the entries.
 
 The log keeps only what is still of use: once every share-partition's start has passed all the
 records a pull-log record names, that record is obsolete, and the leading whole segments of
@@ -60,34 +62,56 @@ def pull_topic(group: str) -> str:
 
 
 def encode_entries(entries: Iterable[Entry]) -> bytes:
-    items = list(entries)
-    parts = [struct.pack(">bi", VERSION, len(items))]
-    for topic, partition, offset, count, event in items:
+    """One value: the entries grouped by partition, each group's arrays packed at once."""
+    groups: dict[tuple[str, int], list[Entry]] = {}
+    for e in entries:
+        groups.setdefault((e[0], e[1]), []).append(e)
+    parts = [struct.pack(">bi", VERSION, len(groups))]
+    for (topic, partition), items in groups.items():
+        n = len(items)
+        offsets = [e[2] for e in items]
         parts.append(encode_string(topic))
-        parts.append(struct.pack(">iqhb", partition, offset, count, EVENT_CODE[event]))
+        counts = [e[3] for e in items]
+        codes = [EVENT_CODE[e[4]] for e in items]
+        fmt = f">iiq{n}q{n}h{n}b"
+        parts.append(struct.pack(fmt, partition, n, max(offsets), *offsets, *counts, *codes))
     return b"".join(parts)
 
 
-def decode_entries(raw: bytes) -> list[Entry]:
-    """The entries of one value; ValueError for bytes that are not one."""
+def _groups(raw: bytes) -> Iterator[tuple[str, int, int, int, int]]:
+    """(topic, partition, n, max offset, position of the offsets) of each group of a value;
+    ValueError for bytes that are not one."""
     r = BigEndianReader(raw)
     version = r.take(">b")
     if version != VERSION:
         raise ValueError(f"unknown pull log version {version}")
-    n = r.take(">i")
-    if n < 0:
-        raise ValueError(f"negative entry count {n}")
-    out = []
-    for _ in range(n):
+    count = r.take(">i")
+    if count < 0:
+        raise ValueError(f"negative group count {count}")
+    for _ in range(count):
         topic = r.string()
-        partition, offset, count, code = (
-            r.take(">i"), r.take(">q"), r.take(">h"), r.take(">b"),
-        )  # fmt: skip
-        if not 0 <= code < len(EVENTS):
-            raise ValueError(f"unknown pull log event {code}")
-        out.append((topic, partition, offset, count, EVENTS[code]))
+        partition, n, top = r.take(">i"), r.take(">i"), r.take(">q")
+        if n < 0 or r.pos + 11 * n > len(raw):
+            raise ValueError(f"bad entry count {n}")
+        yield topic, partition, n, top, r.pos
+        r.pos += 11 * n
     if r.pos != len(raw):
         raise ValueError("trailing bytes")
+
+
+def decode_entries(raw: bytes) -> list[Entry]:
+    """The entries of one value, in order; ValueError for bytes that are not one."""
+    out: list[Entry] = []
+    for topic, partition, n, top, pos in _groups(raw):
+        offsets = struct.unpack_from(f">{n}q", raw, pos)
+        counts = struct.unpack_from(f">{n}h", raw, pos + 8 * n)
+        codes = struct.unpack_from(f">{n}b", raw, pos + 10 * n)
+        if n and max(offsets) != top:
+            raise ValueError(f"max offset {top} is not the entries' {max(offsets)}")
+        for off, count, code in zip(offsets, counts, codes, strict=True):
+            if not 0 <= code < len(EVENTS):
+                raise ValueError(f"unknown pull log event {code}")
+            out.append((topic, partition, off, count, EVENTS[code]))
     return out
 
 
@@ -141,8 +165,8 @@ class PullLog:
         lies below its share-partition's start (`start_of(topic, partition)`, None when the
         group has no such share-partition: obsolete too)."""
         part = self.log.find_partition(self.topic, 0)
-        if part is None:
-            return
+        if part is None or len(part.table) < 2:
+            return  # only whole segments go, never the active one: nothing to free yet
         offset = max(self._obsolete_below, part.start_offset)
         end = part.end_offset
         while offset < end:
@@ -152,8 +176,8 @@ class PullLog:
             for m in msgs:
                 try:
                     live = any(
-                        (s := start_of(t, p)) is not None and o >= s
-                        for t, p, o, _, _ in decode_entries(m.value or b"")
+                        (s := start_of(t, p)) is not None and top >= s
+                        for t, p, _, top, _ in _groups(m.value or b"")
                     )
                 except ValueError:
                     live = False  # junk: reported by entries(), no reason to keep it

@@ -55,6 +55,7 @@ DEFAULT_LOCK_MS = 30_000  # Kafka's group.share.record.lock.duration.ms
 DEFAULT_DELIVERY_LIMIT = 5  # Kafka's group.share.delivery.count.limit
 DEFAULT_MAX_IN_FLIGHT = 2000  # Kafka's group.share.partition.max.record.locks
 MAX_POLL_RECORDS = 100_000
+PULL_PENDING_MAX = 10_000  # pull-log entries a group gathers before a poll appends them
 NO_DEADLINE = (1 << 63) - 1
 
 
@@ -192,9 +193,10 @@ class SharePartition:
             return Outcome(offset, "renewed", rec.count, member)
         return self._give_back(offset, rec, limit, "released")
 
-    def accept_held(self, member: str, offsets: Sequence[int], now: int) -> list[Outcome]:
+    def accept_held(self, member: str, offsets: Sequence[int], now: int) -> list[tuple[int, int]]:
         """Accept those of `offsets` that `member` still holds, pass over the others (implicit
-        acknowledgement: a record whose lock expired went back, and is not this member's)."""
+        acknowledgement: a record whose lock expired went back, and is not this member's);
+        returns (offset, delivery count) of each accepted (plain tuples: one per record)."""
         out = []
         records = self.records
         for off in offsets:
@@ -202,7 +204,7 @@ class SharePartition:
             if rec is not None and rec.state == ACQUIRED and rec.member == member:
                 if rec.expiry > now:
                     del records[off]
-                    out.append(Outcome(off, "accepted", rec.count, member))
+                    out.append((off, rec.count))
         return out
 
     def release_member(self, member: str, limit: int) -> list[Outcome]:
@@ -274,6 +276,8 @@ class ShareGroup:
         self.partitions: dict[TopicPartition, SharePartition] = {}
         self.dirty: set[TopicPartition] = set()
         self.pull = PullLog(log, name)
+        # pull-log entries not appended yet, per member: write() appends them, one record each
+        self.pull_pending: dict[str, list[tuple[str, int, int, int, str]]] = {}
         self._ids = itertools.count(1)
 
     def join(self, settings: GroupSettings) -> str:
@@ -312,12 +316,20 @@ class ShareGroup:
             self.dirty.add(tp)
         return sp
 
-    def write(self) -> None:
-        """Append the changed share-partitions' values, unsynced (call under the lock)."""
+    def write(self, pull: bool = True) -> None:
+        """Append the changed share-partitions' values and (with `pull`, or when many wait) the
+        pull-log entries gathered since, unsynced (call under the lock). A poll writes the
+        windows only: its pull-log entries go with the next commit's write (one append)."""
         if self.dirty:
             snaps = {tp: self.partitions[tp].snapshot() for tp in sorted(self.dirty)}
             self.dirty.clear()
             self.store.write(self.name, snaps, sync=False)
+        if self.pull_pending and (
+            pull or sum(map(len, self.pull_pending.values())) >= PULL_PENDING_MAX
+        ):
+            pending, self.pull_pending = self.pull_pending, {}
+            for member, entries in pending.items():
+                self.pull.append(member, entries)
 
     def sync(self) -> None:
         """fdatasync what write() appended so far (outside the lock: one sync covers every
@@ -339,14 +351,13 @@ class ShareGroup:
         if not outcomes:
             return
         self.dirty.add(tp)
-        by_member: dict[str, list[tuple[str, int, int, int, str]]] = {}
+        pending = self.pull_pending
+        topic, partition = tp
         for o in outcomes:
             if o.ended != "renewed":
-                by_member.setdefault(o.member or "", []).append(
-                    (tp[0], tp[1], o.offset, o.deliveries, o.ended)
+                pending.setdefault(o.member or "", []).append(
+                    (topic, partition, o.offset, o.deliveries, o.ended)
                 )
-        for holder, entries in by_member.items():
-            self.pull.append(holder, entries)
         settings = self.settings
         assert settings is not None
         if settings.dead_letter:
@@ -357,6 +368,23 @@ class ShareGroup:
             self.wake()
         if self.tracer is not None:
             self.trace_outcomes(tp, outcomes)
+
+    def settle_accepted(
+        self, tp: TopicPartition, member: str, accepted: Sequence[tuple[int, int]]
+    ) -> None:
+        """settle() for implicit acceptances, (offset, delivery count) each: nothing to
+        dead-letter or wake for, so only the pull log, the trace and the changed mark."""
+        if not accepted:
+            return
+        self.dirty.add(tp)
+        topic, partition = tp
+        self.pull_pending.setdefault(member, []).extend(
+            [(topic, partition, off, count, "accepted") for off, count in accepted]
+        )
+        if self.tracer is not None:
+            self.trace_outcomes(
+                tp, [Outcome(off, "accepted", count, member) for off, count in accepted]
+            )
 
     def dead_letter(self, tp: TopicPartition, ended: Sequence[Outcome]) -> None:
         part = self.log.partition(*tp)
@@ -417,6 +445,15 @@ class ShareGroups:
                     name, self.log, self.store, self.state.wake, self.tracer
                 )
             return g
+
+    def write_pending(self, group: str | None = None) -> None:
+        """Append what open groups (or `group`) gathered since their last write (pull-log
+        entries, changed windows), unsynced: a reader of the pull log sees every step so far."""
+        with self._lock:
+            live = [g for n, g in self.groups.items() if group in (None, n)]
+        for g in live:
+            with g.lock:
+                g.write()
 
     def lag(self, group: str | None = None) -> dict[str, list[ShareLag]]:
         with self._lock:
@@ -581,7 +618,7 @@ class ShareConsumer:
             else:
                 for tp, offsets in by_tp.items():
                     accepted = g.partitions[tp].accept_held(self.member_id, offsets, now)
-                    g.settle(tp, accepted)
+                    g.settle_accepted(tp, self.member_id, accepted)
         self._last = []
 
     def _holds(self, sp: SharePartition, offset: int, now: int) -> bool:
@@ -619,13 +656,12 @@ class ShareConsumer:
                     moved |= sp.end != end
                     out += got
                 next_expiry = min(next_expiry, sp.next_expiry())
-            if out or moved:
-                g.write()
             if out:
-                g.pull.append(
-                    self.member_id,
-                    [(m.topic, m.partition, m.offset, m.delivery_count, "delivered") for m in out],
+                g.pull_pending.setdefault(self.member_id, []).extend(
+                    [(m.topic, m.partition, m.offset, m.delivery_count, "delivered") for m in out]
                 )
+            if out or moved:
+                g.write(pull=False)
         return out, next_expiry, moved
 
     def _redeliver(
