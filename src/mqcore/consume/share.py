@@ -174,13 +174,14 @@ class SharePartition:
     ) -> Outcome:
         """Apply `kind` (ACK_KINDS) to a record `member` holds; InvalidRecordStateError when it
         does not hold it (not acquired by it, or its lock has expired)."""
-        rec = self.records.get(offset)
-        if rec is None or rec.state != ACQUIRED or rec.member != member or rec.expiry <= now:
+        rec = self.holds(member, offset, now)
+        if rec is None:
+            found = self.records.get(offset)
             why = (
                 "is done already or was never delivered"
-                if rec is None
+                if found is None
                 else "is not held by this member"
-                if rec.state != ACQUIRED or rec.member != member
+                if found.state != ACQUIRED or found.member != member
                 else "has an expired lock"
             )
             raise InvalidRecordStateError(f"record at offset {offset} {why}")
@@ -193,6 +194,14 @@ class SharePartition:
             return Outcome(offset, "renewed", rec.count, member)
         return self._give_back(offset, rec, limit, "released")
 
+    def holds(self, member: str, offset: int, now: int) -> InFlight | None:
+        """The record at `offset` when `member` holds it now (acquired by it, lock not
+        expired), else None: what an acknowledgement needs."""
+        rec = self.records.get(offset)
+        if rec is None or rec.state != ACQUIRED or rec.member != member or rec.expiry <= now:
+            return None
+        return rec
+
     def accept_held(self, member: str, offsets: Sequence[int], now: int) -> list[tuple[int, int]]:
         """Accept those of `offsets` that `member` still holds, pass over the others (implicit
         acknowledgement: a record whose lock expired went back, and is not this member's);
@@ -200,11 +209,10 @@ class SharePartition:
         out = []
         records = self.records
         for off in offsets:
-            rec = records.get(off)
-            if rec is not None and rec.state == ACQUIRED and rec.member == member:
-                if rec.expiry > now:
-                    del records[off]
-                    out.append((off, rec.count))
+            rec = self.holds(member, off, now)
+            if rec is not None:
+                del records[off]
+                out.append((off, rec.count))
         return out
 
     def release_member(self, member: str, limit: int) -> list[Outcome]:
@@ -609,7 +617,7 @@ class ShareConsumer:
             if self.explicit_ack:
                 for tp, offsets in by_tp.items():
                     sp = g.partitions[tp]
-                    held = [o for o in offsets if self._holds(sp, o, now)]
+                    held = [o for o in offsets if sp.holds(self.member_id, o, now)]
                     if held:
                         raise InvalidRecordStateError(
                             f"records of the last poll are not acknowledged (explicit_ack): "
@@ -620,15 +628,6 @@ class ShareConsumer:
                     accepted = g.partitions[tp].accept_held(self.member_id, offsets, now)
                     g.settle_accepted(tp, self.member_id, accepted)
         self._last = []
-
-    def _holds(self, sp: SharePartition, offset: int, now: int) -> bool:
-        rec = sp.records.get(offset)
-        return (
-            rec is not None
-            and rec.state == ACQUIRED
-            and rec.member == self.member_id
-            and rec.expiry > now
-        )
 
     def _acquire(self, room: int) -> tuple[list[Message], int, bool]:
         """One pass over the partitions (rotated per poll): released records first, then new
