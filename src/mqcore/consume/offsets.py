@@ -26,13 +26,12 @@ flush policy is, so a committed offset survives a process kill and a power loss.
 from __future__ import annotations
 
 import struct
-import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from mqcore.crashpoints import crash_point
-from mqcore.log.internal import replay_last_values
+from mqcore.log.internal import ReplayedState
 
 if TYPE_CHECKING:
     from mqcore.log.manager import Log
@@ -137,39 +136,27 @@ def decode_value(raw: bytes) -> OffsetAndMetadata:
     return OffsetAndMetadata(offset, metadata, commit_time)
 
 
-class OffsetStore:
-    """The committed offsets of every group of one log, in memory after the first use."""
+class OffsetStore(ReplayedState[GroupKey, OffsetAndMetadata]):
+    """The committed offsets of every group of one log, in memory after the first use. The
+    replay reads every partition the log holds (a Kafka directory may lack some; a key lives in
+    one); junk (not written by a commit) is skipped and reported, never fatal: one such record
+    must not stop every consumer of every group."""
 
     def __init__(self, log: Log):
-        self.log = log
-        self._lock = threading.Lock()
-        self._offsets: dict[GroupKey, OffsetAndMetadata] | None = None
-
-    def _loaded(self) -> dict[GroupKey, OffsetAndMetadata]:
-        if self._offsets is None:
-            self._offsets = self._replay()
-        return self._offsets
-
-    def _replay(self) -> dict[GroupKey, OffsetAndMetadata]:
-        # every partition the log holds (a Kafka directory may lack some): a key lives in one;
-        # junk (not written by a commit) is skipped and reported, never fatal: one such record
-        # must not stop every consumer of every group
-        return replay_last_values(
-            self.log, OFFSETS_TOPIC, decode_key, decode_value, "an offset commit"
-        )
+        super().__init__(log, OFFSETS_TOPIC, decode_key, decode_value, "an offset commit")
 
     def committed(self, group: str, topic: str, partition: int) -> OffsetAndMetadata | None:
-        with self._lock:
-            return self._loaded().get((group, topic, partition))
+        with self.lock:
+            return self.loaded().get((group, topic, partition))
 
     def all_offsets(self) -> dict[GroupKey, OffsetAndMetadata]:
         """Every group's committed offsets (a copy)."""
-        with self._lock:
-            return dict(self._loaded())
+        with self.lock:
+            return dict(self.loaded())
 
     def group_offsets(self, group: str) -> dict[tuple[str, int], OffsetAndMetadata]:
-        with self._lock:
-            return {(t, p): om for (g, t, p), om in self._loaded().items() if g == group}
+        with self.lock:
+            return {(t, p): om for (g, t, p), om in self.loaded().items() if g == group}
 
     def commit(
         self, group: str, offsets: Mapping[tuple[str, int], OffsetAndMetadata | None]
@@ -179,8 +166,8 @@ class OffsetStore:
         if not offsets:
             return
         items = sorted(offsets.items())
-        with self._lock:
-            loaded = self._loaded()
+        with self.lock:
+            loaded = self.loaded()
             topic = self.log.internal_topic(
                 OFFSETS_TOPIC,
                 partitions=1,

@@ -25,14 +25,13 @@ survive a process kill, so a record that kills its consumer still reaches the de
 from __future__ import annotations
 
 import struct
-import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from mqcore.consume.offsets import BigEndianReader, encode_string
 from mqcore.crashpoints import crash_point
-from mqcore.log.internal import replay_last_values
+from mqcore.log.internal import ReplayedState
 
 if TYPE_CHECKING:
     from mqcore.log.manager import Log
@@ -121,32 +120,20 @@ def decode_value(raw: bytes) -> ShareSnapshot:
     return ShareSnapshot(start, end, tuple(runs))
 
 
-class ShareStateStore:
+class ShareStateStore(ReplayedState[ShareKey, ShareSnapshot]):
     """The durable state of every share-partition of one log, replayed on first use."""
 
     def __init__(self, log: Log):
-        self.log = log
-        self._lock = threading.Lock()
-        self._state: dict[ShareKey, ShareSnapshot] | None = None
-
-    def _loaded(self) -> dict[ShareKey, ShareSnapshot]:
-        if self._state is None:
-            self._state = self._replay()
-        return self._state
-
-    def _replay(self) -> dict[ShareKey, ShareSnapshot]:
-        return replay_last_values(
-            self.log, SHARE_STATE_TOPIC, decode_key, decode_value, "a share state"
-        )
+        super().__init__(log, SHARE_STATE_TOPIC, decode_key, decode_value, "a share state")
 
     def snapshot(self, group: str, topic: str, partition: int) -> ShareSnapshot | None:
-        with self._lock:
-            return self._loaded().get((group, topic, partition))
+        with self.lock:
+            return self.loaded().get((group, topic, partition))
 
     def group_snapshots(self, group: str | None = None) -> dict[ShareKey, ShareSnapshot]:
         """The durable state of `group`'s share-partitions (every group's when None)."""
-        with self._lock:
-            return {k: v for k, v in self._loaded().items() if group is None or k[0] == group}
+        with self.lock:
+            return {k: v for k, v in self.loaded().items() if group is None or k[0] == group}
 
     def write(
         self, group: str, snapshots: Mapping[tuple[str, int], ShareSnapshot | None], sync: bool
@@ -156,8 +143,8 @@ class ShareStateStore:
         if not snapshots:
             return
         items = sorted(snapshots.items())
-        with self._lock:
-            loaded = self._loaded()
+        with self.lock:
+            loaded = self.loaded()
             topic = self.log.internal_topic(
                 SHARE_STATE_TOPIC,
                 partitions=1,

@@ -19,7 +19,7 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from mqcore.errors import InternalTopicError
 
@@ -81,6 +81,7 @@ class SkipLog:
 
 
 __all__ = [
+    "ReplayedState",
     "replay_last_values",
     "INTERNAL_PREFIX",
     "SkipLog",
@@ -123,3 +124,28 @@ def replay_last_values(
                     log.skipped.report(topic, part.partition, m.offset, f"not {what}: {e}")
             offset = msgs[-1].offset + 1
     return out
+
+
+class ReplayedState(Generic[K, V]):
+    """What a compacted internal topic holds, replayed (replay_last_values) at the first use
+    and kept in memory after: the base of the committed offsets (consume/offsets.py) and the
+    share groups' state (consume/sharestate.py). Read and change `loaded()` under `lock`."""
+
+    def __init__(
+        self,
+        log: Log,
+        topic: str,
+        decode_key: Callable[[bytes | None], K | None],
+        decode_value: Callable[[bytes], V],
+        what: str,
+    ):
+        self.log = log
+        self.lock = threading.Lock()
+        self._replay_args = (topic, decode_key, decode_value, what)
+        self._state: dict[K, V] | None = None
+
+    def loaded(self) -> dict[K, V]:
+        """The state (call with `lock` held)."""
+        if self._state is None:
+            self._state = replay_last_values(self.log, *self._replay_args)
+        return self._state
