@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 import mqcore
-from mqcore.consume.share import SharePartition
+from mqcore.consume.share import NO_DEADLINE, SharePartition
 from mqcore.consume.sharestate import (
     ShareSnapshot,
     decode_value,
@@ -138,6 +138,26 @@ class ShareModel(RuleBasedStateMachine):
     def tick(self, ms: int) -> None:
         self.now += ms
 
+    @rule(log_start=st.integers(0, N))
+    def retention(self, log_start: int) -> None:
+        """Retention or DeleteRecords moved the log start: what lies below it is done."""
+        self.sp.forget_below(log_start)
+        self.model[:log_start] = ["done"] * log_start
+
+    @rule(data=st.data())
+    def compacted_away(self, data: st.DataObject) -> None:
+        off = data.draw(st.integers(0, self.N - 1))
+        if off < self.sp.end:
+            self.sp.drop(off)
+            self.model[off] = "done"
+
+    @rule(log_end=st.integers(0, N))
+    def log_cut_back(self, log_end: int) -> None:
+        """Recovery cut a torn tail: offsets from log_end on are written afresh later."""
+        if log_end < self.sp.end:
+            self.sp.cut_back(log_end)
+            self.model[log_end:] = [None] * (self.N - log_end)
+
     @rule(member=st.sampled_from("ab"))
     def leave(self, member: str) -> None:
         self.sp.release_member(member, LIMIT)
@@ -164,6 +184,11 @@ class ShareModel(RuleBasedStateMachine):
                 assert (rec.member if rec.state else None) == s[0], off
             else:
                 assert rec is None, off
+        # the counters and the expiry bound kept beside the records agree with them
+        held = [s for s in self.model if isinstance(s, list)]
+        acquired = [s for s in held if s[0] is not None]
+        assert self.sp.counts() == (len(held) - len(acquired), len(acquired))
+        assert self.sp.next_expiry() <= min((s[2] for s in acquired), default=NO_DEADLINE)
 
 
 ShareModel.TestCase.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)

@@ -19,8 +19,10 @@ commit. Nothing is kept forever: a group's history is as long as its slowest rec
 
 from __future__ import annotations
 
+import array
 import struct
-from collections.abc import Callable, Iterable, Iterator
+import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -61,20 +63,65 @@ def pull_topic(group: str) -> str:
     return PULL_PREFIX + group
 
 
-def encode_entries(entries: Iterable[Entry]) -> bytes:
-    """One value: the entries grouped by partition, each group's arrays packed at once."""
-    groups: dict[tuple[str, int], list[Entry]] = {}
-    for e in entries:
-        groups.setdefault((e[0], e[1]), []).append(e)
+class Columns:
+    """One (topic, partition) group of pending entries, as the three arrays a value holds."""
+
+    __slots__ = ("codes", "counts", "offsets")
+
+    def __init__(self) -> None:
+        self.offsets = array.array("q")
+        self.counts = array.array("h")
+        self.codes = array.array("b")
+
+
+class PullBuffer:
+    """Pull-log entries gathered in memory until the group writes them: per member, per
+    (topic, partition), in order, as arrays (a poll adds a hundred entries in one call, not a
+    tuple each). Not thread-safe (the group's lock)."""
+
+    def __init__(self) -> None:
+        self.members: dict[str, dict[tuple[str, int], Columns]] = {}
+        self.size = 0
+
+    def add(
+        self,
+        member: str,
+        topic: str,
+        partition: int,
+        offsets: Sequence[int],
+        counts: Sequence[int],
+        event: str,
+    ) -> None:
+        """`offsets[i]` had `event`, at its `counts[i]`-th delivery."""
+        groups = self.members.setdefault(member, {})
+        cols = groups.get((topic, partition))
+        if cols is None:
+            cols = groups[(topic, partition)] = Columns()
+        cols.offsets.extend(offsets)
+        cols.counts.extend(counts)
+        cols.codes.extend(bytes((EVENT_CODE[event],)) * len(offsets))
+        self.size += len(offsets)
+
+    def drain(self) -> dict[str, dict[tuple[str, int], Columns]]:
+        """Everything gathered, emptied."""
+        out, self.members, self.size = self.members, {}, 0
+        return out
+
+
+def _big_endian(a: array.array[int]) -> bytes:
+    if sys.byteorder == "little":
+        a = array.array(a.typecode, a)
+        a.byteswap()
+    return a.tobytes()
+
+
+def encode_groups(groups: Mapping[tuple[str, int], Columns]) -> bytes:
+    """One value: each (topic, partition) group's arrays, packed at once."""
     parts = [struct.pack(">bi", VERSION, len(groups))]
-    for (topic, partition), items in groups.items():
-        n = len(items)
-        offsets = [e[2] for e in items]
+    for (topic, partition), cols in groups.items():
         parts.append(encode_string(topic))
-        counts = [e[3] for e in items]
-        codes = [EVENT_CODE[e[4]] for e in items]
-        fmt = f">iiq{n}q{n}h{n}b"
-        parts.append(struct.pack(fmt, partition, n, max(offsets), *offsets, *counts, *codes))
+        parts.append(struct.pack(">iiq", partition, len(cols.offsets), max(cols.offsets)))
+        parts += (_big_endian(cols.offsets), _big_endian(cols.counts), cols.codes.tobytes())
     return b"".join(parts)
 
 
@@ -122,8 +169,9 @@ class PullLog:
         self.log, self.group, self.topic = log, group, pull_topic(group)
         self._obsolete_below = -1  # pull-log offsets below it are known to be obsolete
 
-    def append(self, member: str, entries: list[Entry]) -> None:
-        if not entries:
+    def append(self, member: str, groups: Mapping[tuple[str, int], Columns]) -> None:
+        """One pull-log record: `member`'s entries gathered since its last one."""
+        if not groups:
             return
         topic = self.log.internal_topic(
             self.topic,
@@ -133,7 +181,7 @@ class PullLog:
             cleanup_policy="delete",
             segment_bytes=PULL_SEGMENT_BYTES,
         )
-        self.log.append_records(topic, 0, [encode_entries(entries)], [member.encode()])
+        self.log.append_records(topic, 0, [encode_groups(groups)], [member.encode()])
 
     def entries(self) -> Iterator[PullEntry]:
         """Every entry still kept, in pull-log order; records that do not parse are skipped

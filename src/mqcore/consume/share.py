@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from mqcore._ext.batch import Message
 from mqcore.consume.fetch import FILTER_SCAN_BUDGET, FilteredFetch
 from mqcore.consume.group import DLQ_PREFIX, TopicPartition, validate_group
-from mqcore.consume.pulllog import PullLog
+from mqcore.consume.pulllog import PullBuffer, PullLog
 from mqcore.consume.retry import copy_headers
 from mqcore.consume.sharestate import ShareSnapshot, ShareStateStore, runs_of
 from mqcore.errors import ConsumerClosedError, InvalidConfigError, InvalidRecordStateError
@@ -98,6 +98,12 @@ class SharePartition:
         self.records: dict[int, InFlight] = {
             off: InFlight(AVAILABLE, count) for off, count in sorted((pending or {}).items())
         }
+        self.available = len(self.records)  # records in state AVAILABLE: a poll with none
+        # to hand out does not walk a window of acquired ones
+        # no acquired record's lock expires before this (a lower bound: records that ended
+        # since it was computed may have held the earliest locks), so a poll looks for
+        # expired locks only once it is reached instead of walking the window every time
+        self.earliest_expiry = NO_DEADLINE
 
     @property
     def start(self) -> int:
@@ -106,20 +112,19 @@ class SharePartition:
     def snapshot(self) -> ShareSnapshot:
         """The durable form: acquired records are written as available (no lock survives a
         restart), with their delivery counts."""
+        records = self.records
         return ShareSnapshot(
-            self.start, self.end, runs_of((off, r.count) for off, r in self.records.items())
+            self.start, self.end, runs_of(list(records), [r.count for r in records.values()])
         )
 
     def counts(self) -> tuple[int, int]:
         """(available, acquired) records in the window."""
-        acquired = sum(1 for r in self.records.values() if r.state == ACQUIRED)
-        return len(self.records) - acquired, acquired
+        return self.available, len(self.records) - self.available
 
     def next_expiry(self) -> int:
-        """The earliest lock expiry in ms (NO_DEADLINE when nothing is acquired)."""
-        return min(
-            (r.expiry for r in self.records.values() if r.state == ACQUIRED), default=NO_DEADLINE
-        )
+        """When a lock may expire next, in ms (NO_DEADLINE when nothing is acquired); may be
+        early, never late: expire() at that time finds the exact next one."""
+        return self.earliest_expiry
 
     def _give_back(self, off: int, rec: InFlight, limit: int, ended: str) -> Outcome:
         """Release rule: available again, or archived once delivered `limit` times."""
@@ -128,20 +133,30 @@ class SharePartition:
             del self.records[off]
             return Outcome(off, "archived", rec.count, held_by)
         rec.state, rec.member, rec.expiry = AVAILABLE, None, 0
+        self.available += 1
         return Outcome(off, ended, rec.count, held_by)
+
+    def _remove(self, off: int) -> None:
+        """A record is done, whatever its state."""
+        rec = self.records.pop(off, None)
+        if rec is not None and rec.state == AVAILABLE:
+            self.available -= 1
 
     def expire(self, now: int, limit: int) -> list[Outcome]:
         """Release every record whose lock has expired ("released", or "archived")."""
-        due = [
-            (off, rec)
-            for off, rec in self.records.items()
-            if rec.state == ACQUIRED and rec.expiry <= now
-        ]
+        if now < self.earliest_expiry:
+            return []
+        acquired = [(off, rec) for off, rec in self.records.items() if rec.state == ACQUIRED]
+        due = [(off, rec) for off, rec in acquired if rec.expiry <= now]
+        self.earliest_expiry = min(
+            (rec.expiry for _, rec in acquired if rec.expiry > now), default=NO_DEADLINE
+        )
         return [self._give_back(off, rec, limit, "released") for off, rec in due]
 
     def acquire_available(self, member: str, now: int, lock_ms: int, room: int) -> list[int]:
         """Hand up to `room` available records to `member`, lowest offsets first."""
         out: list[int] = []
+        room = min(room, self.available)
         if room <= 0:
             return out
         for off, rec in self.records.items():
@@ -151,6 +166,9 @@ class SharePartition:
                 out.append(off)
                 if len(out) >= room:
                     break
+        self.available -= len(out)
+        if out:
+            self.earliest_expiry = min(self.earliest_expiry, now + lock_ms)
         return out
 
     def room_for_new(self, max_in_flight: int) -> int:
@@ -165,8 +183,11 @@ class SharePartition:
             raise ValueError(
                 f"offsets {offsets[0]}..{offsets[-1]} outside [{self.end}, {next_end})"
             )
+        expiry = now + lock_ms
         for off in offsets:
-            self.records[off] = InFlight(ACQUIRED, 1, member, now + lock_ms)
+            self.records[off] = InFlight(ACQUIRED, 1, member, expiry)
+        if offsets:
+            self.earliest_expiry = min(self.earliest_expiry, expiry)
         self.end = max(self.end, next_end)
 
     def acknowledge(
@@ -202,18 +223,23 @@ class SharePartition:
             return None
         return rec
 
-    def accept_held(self, member: str, offsets: Sequence[int], now: int) -> list[tuple[int, int]]:
+    def accept_held(
+        self, member: str, offsets: Sequence[int], now: int
+    ) -> tuple[list[int], list[int]]:
         """Accept those of `offsets` that `member` still holds, pass over the others (implicit
         acknowledgement: a record whose lock expired went back, and is not this member's);
-        returns (offset, delivery count) of each accepted (plain tuples: one per record)."""
-        out = []
+        returns the accepted offsets and their delivery counts (two lists: no object per
+        record)."""
+        accepted: list[int] = []
+        counts: list[int] = []
         records = self.records
         for off in offsets:
             rec = self.holds(member, off, now)
             if rec is not None:
                 del records[off]
-                out.append((off, rec.count))
-        return out
+                accepted.append(off)
+                counts.append(rec.count)
+        return accepted, counts
 
     def release_member(self, member: str, limit: int) -> list[Outcome]:
         """Every record `member` holds goes back (it leaves the group)."""
@@ -229,13 +255,19 @@ class SharePartition:
         gone (done); returns their offsets."""
         gone = list(itertools.takewhile(lambda off: off < log_start, self.records))
         for off in gone:
-            del self.records[off]
+            self._remove(off)
         self.end = max(self.end, log_start)
         return gone
 
+    def cut_back(self, log_end: int) -> None:
+        """The log was cut back to `log_end` (recovery of a torn tail): the window ends there."""
+        for off in [o for o in self.records if o >= log_end]:
+            self._remove(off)
+        self.end = min(self.end, log_end)
+
     def drop(self, offset: int) -> None:
         """A record the log no longer holds (compacted away): done."""
-        self.records.pop(offset, None)
+        self._remove(offset)
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,7 +317,7 @@ class ShareGroup:
         self.dirty: set[TopicPartition] = set()
         self.pull = PullLog(log, name)
         # pull-log entries not appended yet, per member: write() appends them, one record each
-        self.pull_pending: dict[str, list[tuple[str, int, int, int, str]]] = {}
+        self.pull_pending = PullBuffer()
         self._ids = itertools.count(1)
 
     def join(self, settings: GroupSettings) -> str:
@@ -318,9 +350,7 @@ class ShareGroup:
             sp.forget_below(part.start_offset)
             self.dirty.add(tp)
         if sp.end > part.end_offset:  # the log was cut back (recovery of a torn tail)
-            for off in [o for o in sp.records if o >= part.end_offset]:
-                del sp.records[off]
-            sp.end = part.end_offset
+            sp.cut_back(part.end_offset)
             self.dirty.add(tp)
         return sp
 
@@ -332,12 +362,9 @@ class ShareGroup:
             snaps = {tp: self.partitions[tp].snapshot() for tp in sorted(self.dirty)}
             self.dirty.clear()
             self.store.write(self.name, snaps, sync=False)
-        if self.pull_pending and (
-            pull or sum(map(len, self.pull_pending.values())) >= PULL_PENDING_MAX
-        ):
-            pending, self.pull_pending = self.pull_pending, {}
-            for member, entries in pending.items():
-                self.pull.append(member, entries)
+        if self.pull_pending.size and (pull or self.pull_pending.size >= PULL_PENDING_MAX):
+            for member, groups in self.pull_pending.drain().items():
+                self.pull.append(member, groups)
 
     def sync(self) -> None:
         """fdatasync what write() appended so far (outside the lock: one sync covers every
@@ -359,13 +386,9 @@ class ShareGroup:
         if not outcomes:
             return
         self.dirty.add(tp)
-        pending = self.pull_pending
-        topic, partition = tp
         for o in outcomes:
             if o.ended != "renewed":
-                pending.setdefault(o.member or "", []).append(
-                    (topic, partition, o.offset, o.deliveries, o.ended)
-                )
+                self.pull_pending.add(o.member or "", *tp, (o.offset,), (o.deliveries,), o.ended)
         settings = self.settings
         assert settings is not None
         if settings.dead_letter:
@@ -378,21 +401,17 @@ class ShareGroup:
             self.trace_outcomes(tp, outcomes)
 
     def settle_accepted(
-        self, tp: TopicPartition, member: str, accepted: Sequence[tuple[int, int]]
+        self, tp: TopicPartition, member: str, offsets: Sequence[int], counts: Sequence[int]
     ) -> None:
-        """settle() for implicit acceptances, (offset, delivery count) each: nothing to
-        dead-letter or wake for, so only the pull log, the trace and the changed mark."""
-        if not accepted:
+        """settle() for implicit acceptances (`offsets`, with their delivery `counts`): nothing
+        to dead-letter or wake for, so only the pull log, the trace and the changed mark."""
+        if not offsets:
             return
         self.dirty.add(tp)
-        topic, partition = tp
-        self.pull_pending.setdefault(member, []).extend(
-            [(topic, partition, off, count, "accepted") for off, count in accepted]
-        )
+        self.pull_pending.add(member, *tp, offsets, counts, "accepted")
         if self.tracer is not None:
-            self.trace_outcomes(
-                tp, [Outcome(off, "accepted", count, member) for off, count in accepted]
-            )
+            accepted = zip(offsets, counts, strict=True)
+            self.trace_outcomes(tp, [Outcome(off, "accepted", n, member) for off, n in accepted])
 
     def dead_letter(self, tp: TopicPartition, ended: Sequence[Outcome]) -> None:
         part = self.log.partition(*tp)
@@ -568,7 +587,7 @@ class ShareConsumer:
         self.member_id = self._group.join(settings)
         self._limit = settings.delivery_count_limit
         self._max_in_flight = settings.max_in_flight_records
-        self._last: list[Message] = []  # what the last poll returned
+        self._last: dict[TopicPartition, list[int]] = {}  # the offsets the last poll returned
         self._rotation = 0
         self._closed = False
 
@@ -598,7 +617,6 @@ class ShareConsumer:
                 continue
             wait = min(remaining, max(0.0, (next_expiry - self._now()) / 1000))
             self._wait(wait)
-        self._last = out
         if out and self._group.tracer is not None:
             self._trace_delivered(out)
         return out
@@ -609,9 +627,7 @@ class ShareConsumer:
         if not self._last:
             return
         g = self._group
-        by_tp: dict[TopicPartition, list[int]] = {}
-        for m in self._last:
-            by_tp.setdefault((m.topic, m.partition), []).append(m.offset)
+        by_tp = self._last
         with g.lock:
             now = self._now()
             if self.explicit_ack:
@@ -625,9 +641,9 @@ class ShareConsumer:
                         )
             else:
                 for tp, offsets in by_tp.items():
-                    accepted = g.partitions[tp].accept_held(self.member_id, offsets, now)
-                    g.settle_accepted(tp, self.member_id, accepted)
-        self._last = []
+                    accepted, counts = g.partitions[tp].accept_held(self.member_id, offsets, now)
+                    g.settle_accepted(tp, self.member_id, accepted, counts)
+        self._last = {}
 
     def _acquire(self, room: int) -> tuple[list[Message], int, bool]:
         """One pass over the partitions (rotated per poll): released records first, then new
@@ -640,6 +656,7 @@ class ShareConsumer:
         next_expiry = NO_DEADLINE
         budget = [FILTER_SCAN_BUDGET]  # records the filters may examine in this pass
         moved = False
+        self._last = {}
         with g.lock:
             now = self._now()
             for tp in self._tps[k:] + self._tps[:k]:
@@ -653,12 +670,12 @@ class ShareConsumer:
                     if got or sp.end != end:
                         g.dirty.add(tp)
                     moved |= sp.end != end
-                    out += got
+                    if got:
+                        offsets = self._last[tp] = [m.offset for m in got]
+                        counts = [m.delivery_count for m in got]
+                        g.pull_pending.add(self.member_id, *tp, offsets, counts, "delivered")
+                        out += got
                 next_expiry = min(next_expiry, sp.next_expiry())
-            if out:
-                g.pull_pending.setdefault(self.member_id, []).extend(
-                    [(m.topic, m.partition, m.offset, m.delivery_count, "delivered") for m in out]
-                )
             if out or moved:
                 g.write(pull=False)
         return out, next_expiry, moved

@@ -24,8 +24,10 @@ survive a process kill, so a record that kills its consumer still reaches the de
 
 from __future__ import annotations
 
+import itertools
+import operator
 import struct
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -62,16 +64,18 @@ class ShareSnapshot:
         return out
 
 
-def runs_of(pending: Iterable[tuple[int, int]]) -> tuple[tuple[int, int, int], ...]:
-    """(offset, delivery count) pairs, ascending, as runs of consecutive offsets with one
-    count."""
-    out: list[list[int]] = []
-    for off, count in pending:
-        if out and out[-1][0] + out[-1][1] == off and out[-1][2] == count:
-            out[-1][1] += 1
-        else:
-            out.append([off, 1, count])
-    return tuple((a, b, c) for a, b, c in out)
+def runs_of(offsets: Sequence[int], counts: Sequence[int]) -> tuple[tuple[int, int, int], ...]:
+    """Ascending `offsets` with their delivery `counts` as runs (first, length, count) of
+    consecutive offsets with one count. The run breaks are found by C-level iterators (a gap
+    in the offsets, or a count unlike the previous one): Python code runs per run, not per
+    record, as a window of thousands of records is written at every poll."""
+    n = len(offsets)
+    if n == 0:
+        return ()
+    gaps = map(operator.ne, map(operator.sub, offsets[1:], offsets[:-1]), itertools.repeat(1))
+    changes = map(operator.ne, counts[1:], counts[:-1])
+    starts = [0, *itertools.compress(range(1, n), map(operator.or_, gaps, changes)), n]
+    return tuple((offsets[a], b - a, counts[a]) for a, b in itertools.pairwise(starts))
 
 
 def encode_key(group: str, topic: str, partition: int) -> bytes:

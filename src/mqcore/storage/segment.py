@@ -775,11 +775,12 @@ class LogSegment:
         if entry is not None:
             self.time_index.append(entry[0], entry[1] - self.base_offset, closing=True)
 
-    def flush(self) -> None:
+    def flush(self, upto: int | None = None) -> None:
         """fdatasync the log (indexes are derived data: recovery rebuilds them); a sealed
-        segment that keeps no descriptor opens its file for the sync."""
+        segment that keeps no descriptor opens its file for the sync. With `upto`, nothing is
+        done when a sync already covered the file's first `upto` bytes."""
         size = self.size
-        if not self.writable or self.flushed_size >= size:
+        if not self.writable or self.flushed_size >= (size if upto is None else upto):
             return
         with self._state:
             if self.fd >= 0:
