@@ -301,6 +301,19 @@ def test_join_refuses_bad_input(coord: GroupCoordinator) -> None:
     assert cli.heartbeat("g", 1, member) == ErrorCode.none
 
 
+def test_a_share_group_name_is_not_a_consumer_group(
+    coord: GroupCoordinator, store: mqcore.Store
+) -> None:
+    """Kafka's answer for a classic join or commit to a share group's ID: GROUP_ID_NOT_FOUND."""
+    with store.share_consumer("jobs", "t") as sc:
+        sc.poll(1)
+        sc.commit()
+    cli = Client(coord)
+    assert cli.join("jobs").error_code == ErrorCode.group_id_not_found
+    assert cli.commit("jobs", -1, "", {("t", 0): 1}) == {("t", 0): ErrorCode.group_id_not_found}
+    assert cli.join("other").error_code == ErrorCode.member_id_required  # the usual first step
+
+
 def test_a_join_waits_until_every_member_rejoined(
     coord: GroupCoordinator, pool: ThreadPoolExecutor
 ) -> None:

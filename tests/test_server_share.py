@@ -133,3 +133,15 @@ def test_bad_share_requests_get_clear_errors(served: tuple[mqcore.Store, str]) -
         {"acknowledgements": [["jobs", 0, 0, "accept"]]},
     )  # fmt: skip
     assert (status, body["error"]) == (409, "InvalidRecordStateError"), body
+
+
+def test_a_consumer_group_name_is_refused_as_a_share_group(
+    served: tuple[mqcore.Store, str],
+) -> None:
+    store, base = served
+    with store.consumer("orders", "jobs") as c:
+        c.poll(5)
+        c.commit()
+    status, body = call(base + "/orders/members?topics=jobs", "POST")
+    assert (status, body["error"]) == (409, "GroupTypeError"), body
+    assert "'orders' is a consumer group" in body["message"]

@@ -27,7 +27,7 @@ from mqcore.consume.sharestate import (
     encode_key,
     encode_value,
 )
-from mqcore.errors import InvalidConfigError, InvalidRecordStateError
+from mqcore.errors import GroupTypeError, InvalidConfigError, InvalidRecordStateError
 
 T0 = 1_700_000_000_000
 
@@ -729,3 +729,39 @@ def test_filters_pass_records_over_and_they_count_as_done(
             store.share_consumer("g", "t", where="n > 1")
         for sc in members:
             sc.close()
+
+
+# -- one type per group name -------------------------------------------------------------------
+
+
+def test_a_group_name_is_either_a_consumer_group_or_a_share_group(tmp_path: Path) -> None:
+    """Kafka keeps one type per group ID; mqcore too, or both kinds would dead-letter into one
+    `__dlq.<group>`. The type lasts as long as the group's offsets or share state, also
+    across a reopen, and deleting a consumer group's offsets frees the name."""
+    path = str(tmp_path / "s")
+    with filled(path, 10) as store:
+        assert store.group_type("c") is None and store.group_type("s") is None
+        with store.consumer("c", "t") as c:  # members, nothing committed yet
+            assert store.group_type("c") == "consumer"
+            with pytest.raises(GroupTypeError, match="'c' is a consumer group"):
+                store.share_consumer("c", "t")
+            c.poll(3)
+            c.commit()
+        with store.share_consumer("s", "t") as sc:
+            assert store.group_type("s") == "share"
+            with pytest.raises(GroupTypeError, match="'s' is a share group"):
+                store.consumer("s", "t")
+            sc.poll(3)
+            sc.commit()
+    with mqcore.open(path) as store:  # the committed offsets and the share state say so
+        assert store.group_type("c") == "consumer" and store.group_type("s") == "share"
+        with pytest.raises(GroupTypeError):
+            store.share_consumer("c", "t")
+        with pytest.raises(GroupTypeError):
+            store.consumer("s", "t")
+        store.delete_group("c")
+        assert store.group_type("c") is None
+        with store.share_consumer("c", "t") as sc:
+            assert len(sc.poll(10)) == 10
+    with mqcore.open(path, read_only=True) as store:
+        assert store.group_type("c") == "share" and store.group_type("s") == "share"

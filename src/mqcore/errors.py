@@ -42,6 +42,7 @@ __all__ = [
     "UnknownGroupError",
     "ConsumerClosedError",
     "CommitFailedError",
+    "GroupTypeError",
     "InvalidRecordStateError",
     "NoOffsetForPartitionError",
     "ProducerFencedError",
@@ -213,6 +214,13 @@ class ConsumerClosedError(MQCoreError):
 
 class CommitFailedError(MQCoreError):
     """A commit for partitions this consumer no longer owns (a rebalance moved them)."""
+
+
+class GroupTypeError(MQCoreError):
+    """A group name used by one kind of group (a consumer group: committed offsets or members;
+    a share group: share state or members) asked for as the other kind. Kafka keeps one type
+    per group ID as well (its GROUP_ID_NOT_FOUND: "is not a consumer group"); the two kinds
+    would otherwise share the dead-letter topic `__dlq.<group>`."""
 
 
 class InvalidRecordStateError(MQCoreError):

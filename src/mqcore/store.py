@@ -7,6 +7,7 @@ policy is the log's promise: log/manager.py and docs/operations.md "Durability".
 from __future__ import annotations
 
 import contextlib
+import threading
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -18,6 +19,7 @@ from mqcore.arrow import new_columns, to_record_batch
 from mqcore.clock import Clock, now_ms
 from mqcore.config import FlushPolicy, TopicConfig, validate_name
 from mqcore.errors import (
+    GroupTypeError,
     InvalidConfigError,
     InvalidGroupError,
     OffsetOutOfRangeError,
@@ -111,6 +113,8 @@ class Store(Sender[RecordMetadata, BatchMetadata, list[BatchMetadata]]):
     ):
         rate = sample_rate(trace)
         txn_delay_options = pop_options(topic_defaults)  # produce/delay.py TxnDelayOptions
+        # a group's first member and the check of the group's type (group_type) are one step
+        self._group_types = threading.Lock()
         intervals = _maintenance_intervals(
             retention_check_interval_ms, compaction_check_interval_ms
         )
@@ -276,12 +280,44 @@ class Store(Sender[RecordMetadata, BatchMetadata, list[BatchMetadata]]):
         **options: Any,
     ) -> Consumer:
         """A member of consumer group `group` reading `topics` (and the group's retry topic),
-        with an optional tag and SQL92 filter; see docs (consumers) for `options`."""
+        with an optional tag and SQL92 filter; see docs (consumers) for `options`.
+        GroupTypeError when `group` is a share group."""
         from mqcore.consume.consumer import Consumer
 
-        return Consumer(
-            self.log, self._consume_state(), self._tracer, group, topics, tag, where, **options
-        )
+        state = self._consume_state()
+        with self._group_types:
+            self._refuse_group_type(group, "share")
+            return Consumer(self.log, state, self._tracer, group, topics, tag, where, **options)
+
+    def group_type(self, group: str) -> str | None:
+        """"consumer" when `group` has committed offsets or members of a consumer group here,
+        "share" when it has share-group state or members, None when the name is free. A name
+        keeps its type until its consumer offsets are deleted (`delete_group`); a share group
+        keeps it as long as its state does. Kafka keeps one type per group ID too."""
+        from mqcore.consume.group import validate_group
+        from mqcore.consume.offsets import OffsetStore
+        from mqcore.consume.sharestate import ShareStateStore
+
+        self.log.check_open()
+        validate_group(group)
+        share = self._share
+        if share is not None and share.has_members(group):
+            return "share"
+        consume = self._consume
+        if consume is not None and group in consume.groups and consume.groups[group].members():
+            return "consumer"
+        offsets = OffsetStore(self.log) if consume is None else consume.offsets
+        if any(key[0] == group for key in offsets.all_offsets()):
+            return "consumer"
+        states = ShareStateStore(self.log) if share is None else share.store
+        return "share" if states.group_snapshots(group) else None
+
+    def _refuse_group_type(self, group: str, other: str) -> None:
+        if self.group_type(group) == other:
+            asked = "consumer" if other == "share" else "share"
+            raise GroupTypeError(
+                f"group {group!r} is a {other} group here; a {asked} group needs another name"
+            )
 
     def _consume_state(self) -> ConsumeState:
         """The groups' coordinators and committed offsets, made by the first use."""
@@ -357,7 +393,9 @@ class Store(Sender[RecordMetadata, BatchMetadata, list[BatchMetadata]]):
             if self._share is None:
                 self._share = ShareGroups(self.log, state, self._tracer)
             groups = self._share
-        return ShareConsumer(self.log, groups, group, topics, tag, where, **options)
+        with self._group_types:
+            self._refuse_group_type(group, "consumer")
+            return ShareConsumer(self.log, groups, group, topics, tag, where, **options)
 
     def share_group_lag(self, group: str | None = None) -> dict[str, list[ShareLag]]:
         """Records available (never delivered, or released) and in flight (acquired) per

@@ -473,6 +473,12 @@ class ShareGroups:
                 )
             return g
 
+    def has_members(self, group: str) -> bool:
+        """Whether `group` has an open member in this process."""
+        with self._lock:
+            g = self.groups.get(group)
+        return g is not None and bool(g.members)
+
     def write_pending(self, group: str | None = None) -> None:
         """Append what open groups (or `group`) gathered since their last write (pull-log
         entries, changed windows), unsynced: a reader of the pull log sees every step so far."""

@@ -301,6 +301,8 @@ class GroupCoordinator:
             return JoinResult(ErrorCode.invalid_session_timeout, member_id)
         if not body.protocol_type or not protocols:
             return JoinResult(ErrorCode.inconsistent_group_protocol, member_id)
+        if self.store.group_type(body.group_id) == "share":  # Kafka: "not a consumer group"
+            return JoinResult(ErrorCode.group_id_not_found, member_id)
         now = self.clock()
         group = self._groups.get(body.group_id)
         if group is None:
@@ -769,6 +771,8 @@ class GroupCoordinator:
             validate_group(body.group_id)
         except InvalidGroupError:
             return ErrorCode.invalid_group_id
+        if self.store.group_type(body.group_id) == "share":
+            return ErrorCode.group_id_not_found
         generation = body.generation_id_or_member_epoch
         with self._cond:
             group = self._groups.get(body.group_id)

@@ -20,6 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from mqcore.errors import (
+    GroupTypeError,
     InvalidConfigError,
     InvalidMessageIdError,
     InvalidRecordStateError,
@@ -62,12 +63,13 @@ def error_response(status: int, error: str, message: str) -> JSONResponse:
 
 def status_of(e: MQCoreError) -> int:
     """404 for what is not there, 400 for a bad argument, 409 for a share acknowledgement of
-    a record the member does not hold, 503 for a closed store, else 500."""
+    a record the member does not hold or a group name of the other type, 503 for a closed
+    store, else 500."""
     if isinstance(e, NOT_FOUND):
         return 404
     if isinstance(e, BAD_REQUEST):
         return 400
-    if isinstance(e, InvalidRecordStateError):
+    if isinstance(e, (InvalidRecordStateError, GroupTypeError)):
         return 409
     if isinstance(e, StoreClosedError):
         return 503
