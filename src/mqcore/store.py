@@ -290,7 +290,7 @@ class Store(Sender[RecordMetadata, BatchMetadata, list[BatchMetadata]]):
             return Consumer(self.log, state, self._tracer, group, topics, tag, where, **options)
 
     def group_type(self, group: str) -> str | None:
-        """"consumer" when `group` has committed offsets or members of a consumer group here,
+        """ "consumer" when `group` has committed offsets or members of a consumer group here,
         "share" when it has share-group state or members, None when the name is free. A name
         keeps its type until its consumer offsets are deleted (`delete_group`); a share group
         keeps it as long as its state does. Kafka keeps one type per group ID too."""
