@@ -21,7 +21,7 @@ from datetime import datetime, timezone, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from mqcore.errors import InvalidConfigError
-from mqcore.query.engine import QueryResult, decode_cursor, encode_cursor, shown
+from mqcore.query.engine import QueryResult, decode_cursor, encode_cursor, make_spec, shown
 from mqcore.server.httpbase import DEFAULT_MAX_SCAN, Params
 from mqcore.store import Store
 
@@ -139,6 +139,8 @@ def parse_query(store: Store, topic: str, params: Params) -> BrowseQuery:
             "a key is looked up in the key index: combine it with a time, a partition and "
             "an offset, not with tag, where, contains or regex"
         )
+    if key is None:  # a bad selector, regex or time range answers the page, not only its rows
+        make_spec(start, end, contains, regex, tag, where)
     limit = params.count("limit", DEFAULT_PAGE)
     if not 1 <= limit <= MAX_PAGE:
         raise InvalidConfigError(f"limit must be 1 to {MAX_PAGE}, not {limit}")

@@ -297,7 +297,9 @@ def message(store: Store, request: Request, params: Params) -> Response:
                  for k, v in m.headers],
         timestamp=render.time_text(m.timestamp, tz), timestamp_type=timestamp_type(m.timestamp_type),
         zone=render.zone_name(tz), events=[
-            dict(e.to_json(), when=render.time_text(e.time, tz)) for e in history(store, m)
+            {"event": e.event, "topic": e.topic, "partition": e.partition, "offset": e.offset,
+             "group": e.group, "detail": e.detail, "when": render.time_text(e.time, tz)}
+            for e in history(store, m)
         ],
         origin=render.text_of(origin) if origin is not None else None,
         origin_partition=render.text_of(origin_partition) if origin_partition else None,
