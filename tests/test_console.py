@@ -561,3 +561,28 @@ def test_cli_console_refuses_basic_auth_without_tls_off_loopback(tmp_path: Path)
          "--auth-credentials", str(creds)], capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert r.returncode == 1 and "TLS" in r.stderr and "Traceback" not in r.stderr
+
+
+# -- mqcore serve --http ------------------------------------------------------------------------
+
+
+def test_serve_http_serves_the_console_with_the_servers_users(tmp_path: Path) -> None:
+    from mqcore.errors import InvalidConfigError
+    from mqcore.server import Server
+
+    creds = tmp_path / "users"
+    add_user(creds, "alice", "wonder")
+    store_path = str(tmp_path / "s")
+    with Server(store_path, "127.0.0.1:0", http="127.0.0.1:0", sasl_credentials=creds) as server:
+        assert server.store is not None and server.http_server is not None
+        server.store.create_topic("orders")
+        url = server.http_server.url
+        assert Client(url).request("/ui/")[0] == 401
+        page = Client(url, "alice", "wonder").page("/ui/")
+        assert '<tr data-topic="orders">' in page and "write-action" not in page
+        status, _, _ = Client(url, "alice", "wonder").request(
+            "/ui/actions/produce", {"topic": "orders", "value": "x"}
+        )
+        assert status == 403
+    with pytest.raises(InvalidConfigError, match="TLS"):
+        Server(store_path, "127.0.0.1:0", http="0.0.0.0:0", sasl_credentials=creds)
