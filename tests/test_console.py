@@ -35,7 +35,9 @@ from mqcore.server.httpauth import HttpAuth  # noqa: E402
 TAGS = ["paid", "shipped", "refund"]
 XSS_IMG = "<img src=x onerror=alert(1)>"
 XSS_SCRIPT = "<script>alert('x')</script>"
-ROW = re.compile(r'<tr class="message" data-partition="(\d+)" data-offset="(\d+)"(?: data-topic="([^"]*)")?')
+ROW = re.compile(
+    r'<tr class="message" data-partition="(\d+)" data-offset="(\d+)"(?: data-topic="([^"]*)")?'
+)
 
 
 class Client:
@@ -78,9 +80,7 @@ class Client:
         cursor = None
         while True:
             q = dict(query, **({"cursor": cursor} if cursor else {}))
-            status, body, _ = self.request(
-                f"/ui/topics/{topic}/rows?" + urllib.parse.urlencode(q)
-            )
+            status, body, _ = self.request(f"/ui/topics/{topic}/rows?" + urllib.parse.urlencode(q))
             assert status == 200, body
             answer = json.loads(body)
             chunks.append(answer)
@@ -137,11 +137,7 @@ def client(store: mqcore.Store) -> Iterator[Client]:
 
 
 def everything(store: mqcore.Store, topic: str) -> list[Any]:
-    return [
-        m
-        for p in store.available_partitions(topic)
-        for m in store.read(topic, p, 0, 10**6)
-    ]
+    return [m for p in store.available_partitions(topic) for m in store.read(topic, p, 0, 10**6)]
 
 
 # -- pages --------------------------------------------------------------------------------------
@@ -214,7 +210,9 @@ def brute(store: mqcore.Store, pred: Any, partition: int | None = None) -> list[
 def test_browser_rows_are_what_brute_force_finds(
     store: mqcore.Store, client: Client, form: dict[str, Any], pred: Any
 ) -> None:
-    assert datetime.fromisoformat("2026-09-21T14:15:00+00:00").timestamp() * 1000 == 1_790_000_100_000
+    assert (
+        datetime.fromisoformat("2026-09-21T14:15:00+00:00").timestamp() * 1000 == 1_790_000_100_000
+    )
     found, chunks = client.rows("orders", limit=37, **form)
     assert len(found) == len(set(found))  # every message once, across pages
     assert sorted(found) == brute(store, pred)
@@ -345,7 +343,7 @@ def test_detail_shows_value_headers_ids_and_trace(store: mqcore.Store, client: C
     assert '<span id="value-format">json</span>' in page
     value = html.unescape(re.search(r'<pre id="value">(.*?)</pre>', page, re.S)[1])  # type: ignore[index]
     assert json.loads(value) == json.loads(origin.value)
-    assert f'<span id="timestamp-type">CreateTime</span>' in page
+    assert '<span id="timestamp-type">CreateTime</span>' in page
     events = re.findall(r'<li class="event" data-event="([a-z_]+)"', page)
     assert events == [e.event for e in store.trace(origin.unique_id)]  # type: ignore[arg-type]
     assert {"appended", "nacked", "dead_lettered"} <= set(events)
@@ -358,19 +356,25 @@ def test_detail_shows_value_headers_ids_and_trace(store: mqcore.Store, client: C
     # binary as hex, and a format asked for
     page = client.page("/ui/topics/events/partitions/0/offsets/0")
     assert '<span id="value-format">hex</span>' in page and "00 01 ff" in page
-    page = client.page(f"/ui/topics/orders/partitions/{origin.partition}/offsets/{origin.offset}?format=text")
+    page = client.page(
+        f"/ui/topics/orders/partitions/{origin.partition}/offsets/{origin.offset}?format=text"
+    )
     assert '<span id="value-format">text</span>' in page
     status, body, _ = client.request("/ui/topics/events/partitions/0/offsets/0?format=pdf")
     assert status == 400 and 'id="error"' in body
 
 
 def test_message_contents_are_escaped_everywhere(store: mqcore.Store, client: Client) -> None:
-    hostile = [m for m in everything(store, "orders") if m.value in (XSS_IMG.encode(), XSS_SCRIPT.encode())]
+    hostile = [
+        m for m in everything(store, "orders") if m.value in (XSS_IMG.encode(), XSS_SCRIPT.encode())
+    ]
     assert len(hostile) == 2
     pages = [client.page(f"/ui/topics/orders/partitions/{m.partition}/offsets/{m.offset}")
              for m in hostile]  # fmt: skip
     pages.append(client.page("/ui/topics/events/partitions/0/offsets/0"))  # key <script>
-    pages.append(client.page("/ui/lookup?" + urllib.parse.urlencode({"q": XSS_SCRIPT, "topic": "events"})))
+    pages.append(
+        client.page("/ui/lookup?" + urllib.parse.urlencode({"q": XSS_SCRIPT, "topic": "events"}))
+    )
     _, chunks = client.rows("orders", contains="<", limit=10)
     pages += [c["html"] for c in chunks]
     text = "\n".join(pages)
@@ -379,9 +383,10 @@ def test_message_contents_are_escaped_everywhere(store: mqcore.Store, client: Cl
     assert "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;" in text
     assert text.count("<script") == text.count('<script src="/ui/static/console.js"></script>')
     _, _, headers = client.request("/ui/")
-    assert "script-src" in headers["content-security-policy"] or "default-src 'self'" in headers[
-        "content-security-policy"
-    ]
+    assert (
+        "script-src" in headers["content-security-policy"]
+        or "default-src 'self'" in headers["content-security-policy"]
+    )
 
 
 def test_static_files_are_served(client: Client) -> None:
@@ -459,8 +464,8 @@ def test_write_actions_with_allow_write(writable: mqcore.Store) -> None:
         origin_p = int(dead.header("mq.origin.partition"))  # type: ignore[arg-type]
         before = s.end_offset("orders", origin_p)
         status, body, headers = client.request(
-            "/ui/actions/resend", {"csrf": token, "topic": "__dlq.billing", "partition": "0",
-                                   "offset": "0"}  # fmt: skip
+            "/ui/actions/resend",
+            {"csrf": token, "topic": "__dlq.billing", "partition": "0", "offset": "0"},  # fmt: skip
         )
         assert status == 303, body
         copy = s.get("orders", origin_p, before)
@@ -470,7 +475,8 @@ def test_write_actions_with_allow_write(writable: mqcore.Store) -> None:
         # a message that is no dead-letter copy, a missing token: refused, nothing written
         end = s.end_offset("orders", 0)
         status, body, _ = client.request(
-            "/ui/actions/resend", {"csrf": token, "topic": "orders", "partition": "0", "offset": "0"}
+            "/ui/actions/resend",
+            {"csrf": token, "topic": "orders", "partition": "0", "offset": "0"},
         )
         assert status == 400 and "not a dead-lettered" in body
         status, body, _ = client.request("/ui/actions/produce", {"topic": "orders", "value": "x"})
@@ -497,12 +503,14 @@ def test_basic_auth_and_write_acl(writable: mqcore.Store, tmp_path: Path) -> Non
         token = form_token(alice.page("/ui/"))
         end = writable.end_offset("orders", 0)
         status, body, _ = bob.request(
-            "/ui/actions/produce", {"csrf": token, "topic": "orders", "partition": "0", "value": "b"}
+            "/ui/actions/produce",
+            {"csrf": token, "topic": "orders", "partition": "0", "value": "b"},
         )
         assert status == 403 and "ACL" in body
         assert writable.end_offset("orders", 0) == end
         status, _, _ = alice.request(
-            "/ui/actions/produce", {"csrf": token, "topic": "orders", "partition": "0", "value": "a"}
+            "/ui/actions/produce",
+            {"csrf": token, "topic": "orders", "partition": "0", "value": "a"},
         )
         assert status == 303
         assert writable.end_offset("orders", 0) == end + 1

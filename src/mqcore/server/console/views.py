@@ -153,8 +153,14 @@ def browser(store: Store, request: Request, params: Params) -> Response:
     prev = None
     if q is not None and q.history:
         back = q.history[-1]
-        prev = base + "?" + query_string(
-            q.fields, cursor=None if back == "-" else back, hist=",".join(q.history[:-1]) or None
+        prev = (
+            base
+            + "?"
+            + query_string(
+                q.fields,
+                cursor=None if back == "-" else back,
+                hist=",".join(q.history[:-1]) or None,
+            )
         )
     rows_url = None
     if q is not None:
@@ -295,7 +301,8 @@ def message(store: Store, request: Request, params: Params) -> Response:
         size=len(m.value) if m.value is not None else 0,
         headers=[(render.text_of(k.encode("utf-8", "surrogateescape")), render.header_value(v))
                  for k, v in m.headers],
-        timestamp=render.time_text(m.timestamp, tz), timestamp_type=timestamp_type(m.timestamp_type),
+        timestamp=render.time_text(m.timestamp, tz),
+        timestamp_type=timestamp_type(m.timestamp_type),
         zone=render.zone_name(tz), events=[
             {"event": e.event, "topic": e.topic, "partition": e.partition, "offset": e.offset,
              "group": e.group, "detail": e.detail, "when": render.time_text(e.time, tz)}
