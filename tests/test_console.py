@@ -2,7 +2,7 @@
 HttpServer over a real store on disk, asked with urllib. What a page shows is compared with
 the Store's own answers and with brute force over every message read back with Store.read;
 the browser's rows are gathered chunk by chunk as its script does (cursor after cursor).
-The Selenium tests drive the same pages in Chromium (tests/test_console_browser.py)."""
+The Selenium tests drive the same pages in Chromium."""
 
 from __future__ import annotations
 
