@@ -594,3 +594,38 @@ def test_serve_http_serves_the_console_with_the_servers_users(tmp_path: Path) ->
         assert status == 403
     with pytest.raises(InvalidConfigError, match="TLS"):
         Server(store_path, "127.0.0.1:0", http="0.0.0.0:0", sasl_credentials=creds)
+
+
+def test_share_groups_and_share_deliveries_show(tmp_path: Path) -> None:
+    """A share group's available and in-flight counts (store.share_group_lag) on the groups
+    pages, and its deliveries of a record (the pull log) on the record's trace timeline."""
+    with mqcore.open(str(tmp_path / "s")) as s:
+        s.create_topic("t")
+        for i in range(10):
+            s.append("t", f"m{i}".encode())
+        sc = s.share_consumer("workers", "t", explicit_ack=True, max_in_flight_records=4)
+        got = sc.poll()
+        sc.acknowledge(got[0], "accept")
+        sc.commit()
+        with HttpServer(create_app(s)) as server:
+            client = Client(server.url)
+            lag = s.share_group_lag("workers")["workers"]
+            for path in ("/ui/groups", "/ui/groups/workers", "/ui/"):
+                page = client.page(path)
+                assert 'data-group="workers" data-kind="share"' in page, path
+            page = client.page("/ui/groups/workers")
+            for share in lag:
+                row = re.search(
+                    rf'data-topic="{share.topic}" data-partition="{share.partition}">(.*?)</tr>',
+                    page, re.S,
+                )  # fmt: skip
+                assert row
+                assert f'class="available num">{share.available}<' in row[1]
+                assert f'class="in-flight num">{share.in_flight}<' in row[1]
+            assert sum(x.in_flight for x in lag) > 0
+            page = client.page(f"/ui/topics/t/partitions/0/offsets/{got[0].offset}")
+            events = re.findall(r'<li class="event" data-event="([a-z_]+)"', page)
+            expected = [e.event for e in s.share_deliveries("t", 0, got[0].offset)]
+            assert events == [f"share_{e}" for e in expected]
+            assert events[:2] == ["share_delivered", "share_accepted"]
+        sc.close()

@@ -272,10 +272,9 @@ def history(store: Store, m: Any) -> list[TraceEvent]:
     if m.unique_id is not None:
         events += store.trace(uid_text(parse_uid(m.unique_id)))
     events += [
-        TraceEvent(m.unique_id or "", f"share_{e.event}", e.time, e.topic, e.partition,
-                   e.offset, e.group, {"member": e.member, "delivery_count": e.delivery_count})
+        e.trace_event(m.unique_id or "")
         for e in store.share_deliveries(m.topic, m.partition, m.offset)
-    ]  # fmt: skip
+    ]
     events.sort(key=lambda e: e.time)
     return events
 
