@@ -629,3 +629,24 @@ def test_share_groups_and_share_deliveries_show(tmp_path: Path) -> None:
             assert events == [f"share_{e}" for e in expected]
             assert events[:2] == ["share_delivered", "share_accepted"]
         sc.close()
+
+
+def test_scans_stop_at_max_scan_and_from_end_resolves_to_a_time(
+    store: mqcore.Store, client: Client
+) -> None:
+    status, body, _ = client.request("/ui/topics/orders/rows?contains=nowhere&max_scan=100")
+    answer = json.loads(body)
+    assert status == 200 and answer["reason"] == "max_scan" and answer["cursor"]
+    assert answer["count"] == 0 and answer["scanned_records"] >= 100
+    # from=end becomes the time of the oldest of the newest `limit` messages: the form and the
+    # rows URL carry it, so every later page of the query agrees on it
+    page = client.page("/ui/topics/orders?from=end&limit=4")
+    newest = [
+        m.timestamp
+        for p in range(3)
+        for m in store.read("orders", p, store.end_offset("orders", p) - 4, 4)
+    ]
+    shown = datetime.fromtimestamp(min(newest) / 1000, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+    assert re.search(rf'name="time" value="{shown}\.\d{{3}}"', page)
+    rows_url = html.unescape(re.search(r'data-rows-url="([^"]+)"', page)[1])  # type: ignore[index]
+    assert urllib.parse.parse_qs(urllib.parse.urlsplit(rows_url).query)["time"][0].startswith(shown)
