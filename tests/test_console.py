@@ -650,3 +650,48 @@ def test_scans_stop_at_max_scan_and_from_end_resolves_to_a_time(
     assert re.search(rf'name="time" value="{shown}\.\d{{3}}"', page)
     rows_url = html.unescape(re.search(r'data-rows-url="([^"]+)"', page)[1])  # type: ignore[index]
     assert urllib.parse.parse_qs(urllib.parse.urlsplit(rows_url).query)["time"][0].startswith(shown)
+
+
+def test_cli_console_over_tls_with_basic_auth(tmp_path: Path) -> None:
+    """--tls-cert/--tls-key: HTTPS with the given certificate; Basic credentials are then
+    accepted on any address (here loopback, as the test machine has no other)."""
+    import ssl
+
+    trustme = pytest.importorskip("trustme")
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1")
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    cert.private_key_pem.write_to_path(str(tmp_path / "key.pem"))
+    cert.cert_chain_pems[0].write_to_path(str(tmp_path / "cert.pem"))
+    creds = tmp_path / "users"
+    add_user(creds, "alice", "wonder")
+    path = str(tmp_path / "s")
+    with mqcore.open(path) as s:
+        s.create_topic("orders")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mqcore.cli", "console", path, "--http", "127.0.0.1:0",
+         "--auth-credentials", str(creds), "--tls-cert", str(tmp_path / "cert.pem"),
+         "--tls-key", str(tmp_path / "key.pem")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        m = re.search(r"(https://127\.0\.0\.1:\d+)/ui/", line)
+        assert m, line
+        ctx = ssl.create_default_context(cafile=str(tmp_path / "ca.pem"))
+        token = base64.b64encode(b"alice:wonder").decode()
+        req = urllib.request.Request(m[1] + "/ui/", headers={"Authorization": f"Basic {token}"})
+        with urllib.request.urlopen(req, context=ctx, timeout=30) as r:
+            assert '<tr data-topic="orders">' in r.read().decode()
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(m[1] + "/ui/", context=ctx, timeout=30)
+        assert e.value.code == 401
+        e.value.close()
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
