@@ -695,3 +695,21 @@ def test_cli_console_over_tls_with_basic_auth(tmp_path: Path) -> None:
             proc.kill()
             proc.wait()
     assert proc.returncode == 0, err
+
+
+def test_cli_console_port_in_use_is_one_line_naming_it(tmp_path: Path) -> None:
+    import socket
+
+    path = str(tmp_path / "s")
+    with mqcore.open(path) as s:
+        s.create_topic("t")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        where = f"127.0.0.1:{taken.getsockname()[1]}"
+        r = subprocess.run(
+            [sys.executable, "-m", "mqcore.cli", "console", path, "--http", where],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    assert r.returncode == 1 and r.stdout == ""
+    assert r.stderr.splitlines() == [r.stderr.strip()] and where in r.stderr
