@@ -647,9 +647,14 @@ def test_scans_stop_at_max_scan_and_from_end_resolves_to_a_time(
         for m in store.read("orders", p, store.end_offset("orders", p) - 4, 4)
     ]
     shown = datetime.fromtimestamp(min(newest) / 1000, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
-    assert re.search(rf'name="time" value="{shown}\.\d{{3}}"', page)
+    assert re.search(rf'<span id="tail" class="note">end: from {shown}\.\d{{3}}Z</span>', page)
     rows_url = html.unescape(re.search(r'data-rows-url="([^"]+)"', page)[1])  # type: ignore[index]
-    assert urllib.parse.parse_qs(urllib.parse.urlsplit(rows_url).query)["time"][0].startswith(shown)
+    assert urllib.parse.parse_qs(urllib.parse.urlsplit(rows_url).query)["tail"] == [
+        str(min(newest))
+    ]
+    # a time left in the form from an earlier from=time query does not stand in for it
+    page = client.page("/ui/topics/orders?from=end&limit=4&time=2020-01-01T00:00")
+    assert f"end: from {shown}" in page
 
 
 def test_cli_console_over_tls_with_basic_auth(tmp_path: Path) -> None:

@@ -172,6 +172,7 @@ def browser(store: Store, request: Request, params: Params) -> Response:
         history=",".join(q.history) if q else "", cursor=(q.cursor or "-") if q else "-",
         limit=q.limit if q else browse.DEFAULT_PAGE,
         max_scan=q.max_scan if q else 0, froms=browse.FROM,
+        tail=render.time_text(q.start, q.tz) if q and q.start_from == "end" and q.start else None,
     )  # fmt: skip
 
 
