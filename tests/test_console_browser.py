@@ -226,6 +226,7 @@ def run_query(driver: WebDriver, url: str, topic: str, **fields: str) -> None:
     """Open the topic's browser, fill the form's fields (by name) and press #run; wait until
     the results are done. A select is chosen by its value, anything else typed."""
     open_page(driver, f"{url}/ui/topics/{urllib.parse.quote(topic)}")
+    wait_done(driver)  # the page's own first query (from the beginning), so #run starts anew
     form = driver.find_element(By.CSS_SELECTOR, "form#query")
     for name, value in fields.items():
         field = form.find_element(By.NAME, name)
@@ -244,17 +245,12 @@ def run_query(driver: WebDriver, url: str, topic: str, **fields: str) -> None:
         else:
             field.clear()
             field.send_keys(value)
-    old = driver.find_elements(By.CSS_SELECTOR, "table#results")
+    old = driver.find_element(By.CSS_SELECTOR, "table#results")
     driver.find_element(By.ID, "run").click()
-    if old:  # a page load replaces the table; wait for that before waiting for "done"
-        wait_for(driver, lambda d: not is_current(old[0]) or results_state(d) != "done", "#run")
+    # the form is a GET to the same page (a shareable URL): a new page, new rows
+    wait_for(driver, ec.staleness_of(old), "#run to load the query's page")
     wait_done(driver)
     no_error(driver)
-
-
-def is_current(element: WebElement) -> bool:
-    """Whether `element` is still in the page (not replaced by a navigation)."""
-    return not ec.staleness_of(element)(None)
 
 
 def follow(driver: WebDriver, link: WebElement) -> None:
@@ -353,16 +349,24 @@ def test_search_by_key_shows_what_find_by_key_finds(
 def test_search_by_time_range_shows_what_search_finds(
     driver: WebDriver, url: str, store: mqcore.Store, tmp_path: Path
 ) -> None:
-    start = T0 + 120_000  # from the 120th order on, one partition, 25 messages
+    start, end = T0 + 120_000, T0 + 180_000  # orders 120 to 179, over the 3 partitions
     run_query(
-        driver, url, "orders", partition="1", **{"from": "time"}, time=ui_time(start), limit="25"
-    )
-    assert text_of(driver, "tz").strip() in ("UTC", "Z", "+00:00")
-    truth = store.search("orders", partition=1, start=start, limit=25)
-    assert len(truth) == 25
+        driver, url, "orders", **{"from": "time"}, time=ui_time(start), to=ui_time(end),
+        limit="100",
+    )  # fmt: skip
+    assert text_of(driver, "tz").strip() == "UTC"
+    truth = store.search("orders", start=start, end=end, limit=100)
+    assert truth.complete and len(truth) == 60
     assert places(driver) == [(m.partition, m.offset) for m in truth]
-    first = store.offset_for_time("orders", 1, start)
-    assert places(driver)[0] == (1, first)
+    assert text_of(driver, "reason") == "exhausted"
+    # one partition, from a time on, a page of 25: what offset_for_time says is first
+    run_query(driver, url, "orders", partition="1", **{"from": "time"}, time=ui_time(start),
+              limit="25")  # fmt: skip
+    truth = store.search("orders", partition=1, start=start, limit=25)
+    assert len(truth) == 25 and truth.reason == "limit"
+    assert places(driver) == [(m.partition, m.offset) for m in truth]
+    assert places(driver)[0] == (1, store.offset_for_time("orders", 1, start))
+    assert text_of(driver, "reason") == "limit"
     screenshot(driver, tmp_path, "browser-time.png", stable=False)
 
 
@@ -543,9 +547,8 @@ def test_groups_page_shows_group_lag(
 
 
 def test_cancel_stops_a_long_scan(driver: WebDriver, url: str, tmp_path: Path) -> None:
-    open_page(driver, f"{url}/ui/topics/scan")
-    driver.find_element(By.NAME, "regex").send_keys("no[0-9]+match")
-    driver.find_element(By.ID, "run").click()
+    # a shared URL runs its query as the page loads
+    open_page(driver, f"{url}/ui/topics/scan?" + urllib.parse.urlencode({"regex": "no[0-9]+match"}))
     # at least one chunk back and the next one asked for: the scan is under way
     wait_for(
         driver,
