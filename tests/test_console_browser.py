@@ -158,6 +158,11 @@ def driver() -> Iterator[WebDriver]:
     ):
         options.add_argument(arg)
     browser = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
+    # the window's size counts the (invisible) browser frame: make the page itself 1280x800
+    dx, dy = browser.execute_script(
+        "return [window.outerWidth - window.innerWidth, window.outerHeight - window.innerHeight]"
+    )
+    browser.set_window_size(1280 + dx, 800 + dy)
     try:
         yield browser
     finally:
@@ -544,10 +549,24 @@ def test_groups_page_shows_group_lag(
         assert int(cell["committed"]) == lag.committed
         assert int(cell["end"]) == lag.end_offset
         assert int(row.find_element(By.CSS_SELECTOR, ".lag").text) == lag.lag
-    screenshot(driver, tmp_path, "groups.png")
+    open_page(driver, url + "/ui/groups/workers")
+    no_error(driver)
+    for share in store.share_group_lag("workers")["workers"]:
+        row = driver.find_element(
+            By.CSS_SELECTOR,
+            f'table#group-partitions tr[data-topic="{share.topic}"]'
+            f'[data-partition="{share.partition}"]',
+        )
+        assert int(row.find_element(By.CSS_SELECTOR, ".available").text) == share.available
+        assert int(row.find_element(By.CSS_SELECTOR, ".in-flight").text) == share.in_flight
     open_page(driver, url + "/ui/groups")
     no_error(driver)
-    assert driver.find_elements(By.PARTIAL_LINK_TEXT, "billing")
+    listed = {
+        (r.get_attribute("data-group"), r.get_attribute("data-kind"))
+        for r in driver.find_elements(By.CSS_SELECTOR, "table#groups tr[data-group]")
+    }
+    assert listed == {("billing", "consumer"), ("workers", "share")}
+    screenshot(driver, tmp_path, "groups.png")
 
 
 def test_cancel_stops_a_long_scan(driver: WebDriver, url: str, tmp_path: Path) -> None:
