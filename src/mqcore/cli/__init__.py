@@ -25,11 +25,13 @@
     mqcore serve STORE [--listen HOST:PORT] [--http HOST:PORT] [--advertised-host HOST]
                  [--flush POLICY] [--partitions N] [--no-auto-create] [--tls-cert PEM
                  --tls-key PEM [--tls-ca PEM]] [--sasl-credentials FILE [--acl FILE]]
+    mqcore console STORE [--http HOST:PORT] [--allow-write] [--auth-credentials FILE
+                   [--acl FILE]] [--tls-cert PEM --tls-key PEM]
     mqcore server-user add FILE USER [--password-stdin] [--iterations N]
     mqcore server-user remove FILE USER
 
-The commands that read (consume, get, query, topics, groups, stats, trace, and verify without
---repair) open the store read-only: no lock is taken and nothing is written, so they are safe
+The commands that read (consume, get, query, topics, groups, stats, trace, console without
+--allow-write, and verify without --repair) open the store read-only: no lock is taken and nothing is written, so they are safe
 beside a running writer. Those that change files (produce, verify --repair, compact,
 retention) take the writer lock and fail with StoreLockedError while another process holds it,
 saying what to do instead (docs/operations.md "What each command needs"); `serve` holds it
@@ -56,6 +58,7 @@ from collections.abc import Sequence
 import mqcore
 from mqcore.cli import (
     config,
+    console,
     dump,
     groups,
     maintenance,
@@ -128,6 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     trace.add_parsers(sub)
     maintenance.add_parsers(sub)
     serve.add_parsers(sub)
+    console.add_parsers(sub)
     users.add_parsers(sub)
     for command in sub.choices.values():
         command.set_defaults(parser=command)  # for usage errors a command finds late

@@ -35,7 +35,8 @@ def add_parsers(sub: Any) -> None:
     )  # fmt: skip
     p.add_argument(
         "--http", metavar="HOST:PORT",
-        help="also serve the JSON query API (docs/server.md) there; loopback unless told",
+        help="also serve the JSON query API (docs/server.md) and the console (docs/console.md) "
+        "there; loopback unless told",
     )  # fmt: skip
     p.add_argument(
         "--advertised-host", metavar="HOST",
@@ -116,7 +117,8 @@ def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
         with server:
             print(f"mqcore: serving {args.store} to Kafka clients on {server.bootstrap}", file=out)
             if server.http_server is not None:
-                print(f"mqcore: HTTP query API on {server.http_server.url}", file=out)
+                url = server.http_server.url
+                print(f"mqcore: HTTP query API on {url} (console: {url}/ui/)", file=out)
             out.flush()
             try:
                 while not stop.wait(0.5):

@@ -344,13 +344,17 @@ class Sasl:
         authzid, user, password = parts
         if authzid and authzid != user:
             raise AuthenticationError(f"PLAIN: {user!r} may not act as {authzid!r}")
+        if not self.check_password(user, password):
+            raise AuthenticationError(f"PLAIN: wrong user name or password for {user!r}")
+        return user
+
+    def check_password(self, user: str, password: str) -> bool:
+        """Whether `password` is `user`'s (PLAIN's check, and HTTP Basic's in httpauth.py)."""
         cred = self.users.get(user)
         # an unknown user's password is hashed too (against a decoy), so the time taken
         # does not tell which users exist
         matches = (cred or self._decoy(user)).check_password(password)
-        if cred is None or not matches:
-            raise AuthenticationError(f"PLAIN: wrong user name or password for {user!r}")
-        return user
+        return cred is not None and matches
 
     def _decoy(self, user: str) -> ScramCredential:
         """A credential no password matches, with a salt stable per name, for users not in

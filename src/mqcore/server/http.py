@@ -25,6 +25,7 @@ from typing import Any
 import uvicorn
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.routing import Route
 
@@ -37,6 +38,8 @@ from mqcore.log.internal import is_internal
 from mqcore.query.engine import QueryResult
 from mqcore.query.jsonform import message_object
 from mqcore.server.address import parse_listen
+from mqcore.server.auth import tls_context
+from mqcore.server.httpauth import BasicAuthMiddleware, HttpAuth
 from mqcore.server.httpbase import (
     DEFAULT_MAX_SCAN,
     MAX_LIMIT,
@@ -199,11 +202,20 @@ SCAN = (*PAGE, "max_scan", "timeout")
 
 
 def create_app(
-    store: Store, *, max_limit: int = MAX_LIMIT, max_timeout: float = MAX_TIMEOUT
+    store: Store,
+    *,
+    max_limit: int = MAX_LIMIT,
+    max_timeout: float = MAX_TIMEOUT,
+    console: bool = True,
+    allow_write: bool = False,
+    auth: HttpAuth | None = None,
 ) -> Starlette:
-    """The JSON query API over `store` (left open: the caller owns it). A request's `limit` is
-    cut to `max_limit` messages; a scan runs at most `max_timeout` seconds. Either then answers
-    with its reason ("limit", "timeout") and a cursor to go on from."""
+    """The JSON query API over `store` (left open: the caller owns it) under /v1, and with
+    `console` the console's pages under /ui (server/console; `/` redirects there). A
+    request's `limit` is cut to `max_limit` messages; a scan runs at most `max_timeout`
+    seconds. Either then answers with its reason ("limit", "timeout") and a cursor to go on
+    from. `allow_write` turns the console's write actions on (403 without); `auth` asks every
+    request for HTTP Basic credentials (server/httpauth.py)."""
     routes = [
         Route("/v1/topics", json_endpoint(list_topics)),
         Route("/v1/topics/{topic}", json_endpoint(describe_topic)),
@@ -227,7 +239,17 @@ def create_app(
         Route("/v1/groups/{group}", json_endpoint(groups)),
     ]
     routes += share_routes()
-    app = Starlette(routes=routes, exception_handlers={HTTPException: http_error})
+    if console:
+        from mqcore.server import console as ui  # jinja2: only when the console is served
+
+        routes += ui.console_routes()
+    middleware = [] if auth is None else [Middleware(BasicAuthMiddleware, auth=auth)]
+    app = Starlette(
+        routes=routes, exception_handlers={HTTPException: http_error}, middleware=middleware
+    )
+    if console:
+        ui.configure(app.state, allow_write)
+    app.state.auth = auth
     app.state.store = store
     app.state.share_sessions = ShareSessions(store)
     app.state.max_limit = max_limit
@@ -253,11 +275,25 @@ class _Uvicorn(uvicorn.Server):
 class HttpServer:
     """Serves an ASGI app over HTTP from a background thread (uvicorn, its own event loop).
     Binds to loopback unless `listen` ("HOST:PORT") names another address; port 0 picks a free
-    port (see `address`). Use as a context manager, or start() and stop()."""
+    port (see `address`). With `tls_cert` (and `tls_key` unless the PEM holds both) it speaks
+    HTTPS. Use as a context manager, or start() and stop()."""
 
-    def __init__(self, app: Any, listen: str = "127.0.0.1:0", *, shutdown_timeout: int = 5):
+    def __init__(
+        self,
+        app: Any,
+        listen: str = "127.0.0.1:0",
+        *,
+        shutdown_timeout: int = 5,
+        tls_cert: str | None = None,
+        tls_key: str | None = None,
+    ):
         self.app = app
         self.host, self.port = parse_listen(listen)
+        if tls_key is not None and tls_cert is None:
+            raise InvalidConfigError("tls_key needs tls_cert")
+        if tls_cert is not None:
+            tls_context(tls_cert, tls_key)  # a bad certificate or key is refused here
+        self.tls_cert, self.tls_key = tls_cert, tls_key
         self.shutdown_timeout = shutdown_timeout
         self._server: _Uvicorn | None = None
         self._thread: threading.Thread | None = None
@@ -282,6 +318,8 @@ class HttpServer:
             access_log=False,
             lifespan="off",
             timeout_graceful_shutdown=self.shutdown_timeout,
+            ssl_certfile=self.tls_cert,
+            ssl_keyfile=self.tls_key,
         )
         server = self._server = _Uvicorn(config)
         self._thread = threading.Thread(
@@ -311,7 +349,7 @@ class HttpServer:
     @property
     def url(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
+        return f"{'https' if self.tls_cert else 'http'}://{host}:{self.port}"
 
     def stop(self) -> None:
         """Stop listening, let requests in progress finish (up to shutdown_timeout), return."""

@@ -137,7 +137,13 @@ class Server:
         self._stopping = threading.Event()
         # -- HTTP query API (server/http.py): "HOST:PORT" or None --
         if http is not None:
-            parse_listen(http)  # a bad address is refused here, as `listen` is
+            http_host, _ = parse_listen(http)  # a bad address is refused here, as `listen` is
+            if self.sasl is not None:  # Basic passwords: over TLS or on loopback only
+                from mqcore.server.httpauth import check_transport
+
+                check_transport(http_host, self.tls is not None)
+        self._tls_cert = _path(tls_cert)
+        self._tls_key = _path(tls_key)
         self.http = http
         self.http_server: HttpServer | None = None
 
@@ -179,9 +185,16 @@ class Server:
         # -- HTTP query API: after the Kafka listener; a failure to bind stops that too --
         if self.http is not None:
             from mqcore.server.http import HttpServer, create_app  # starlette, uvicorn: only here
+            from mqcore.server.httpauth import HttpAuth
 
             try:
-                self.http_server = HttpServer(create_app(self.store), self.http).start()
+                auth = None
+                if self.sasl is not None:  # the same users (and ACLs) over HTTP Basic
+                    auth = HttpAuth(self.sasl, self.authorizer)
+                self.http_server = HttpServer(
+                    create_app(self.store, auth=auth), self.http, tls_cert=self._tls_cert,
+                    tls_key=self._tls_key,
+                ).start()  # fmt: skip
             except BaseException:
                 self.stop()
                 raise

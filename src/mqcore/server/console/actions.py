@@ -1,0 +1,189 @@
+"""The console's write actions (only with allow_write; 403 otherwise): produce a test
+message, reset a consumer group's offsets to a time, resend a dead-lettered message to its
+origin topic. Each is a POST of an HTML form carrying the app's CSRF token; with auth on, the
+principal needs `write` on every topic the action writes to (auth.Authorizer). A done action
+redirects (303) to what it made: the new message, or the group."""
+
+from __future__ import annotations
+
+import hmac
+import time
+import urllib.parse
+from collections.abc import Callable
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+
+from mqcore.consume.offsets import OffsetAndMetadata
+from mqcore.consume.retry import H_PARTITION, H_TOPIC, RETRY_HEADERS
+from mqcore.errors import InvalidConfigError, MessageNotFoundError, MQCoreError
+from mqcore.server.console import browse, render
+from mqcore.server.httpbase import log, status_of
+from mqcore.store import Store
+
+MAX_FORM_BYTES = 1 << 20  # a test message is small; a larger form is refused
+WRITE = "write"
+
+
+class Refused(Exception):
+    """The action is not allowed (answered 403 with the reason)."""
+
+
+class Form:
+    """A urlencoded form's fields (each at most once) and who sent it."""
+
+    def __init__(self, fields: dict[str, str], principal: str | None, request: Request):
+        self.fields = fields
+        self.principal = principal
+        self.request = request
+
+    def get(self, name: str) -> str | None:
+        value = self.fields.get(name)
+        return None if value == "" else value
+
+    def need(self, name: str) -> str:
+        value = self.get(name)
+        if value is None:
+            raise InvalidConfigError(f"the form needs {name}")
+        return value
+
+    def integer(self, name: str) -> int | None:
+        text = self.get(name)
+        if text is None:
+            return None
+        if not text.isascii() or not text.isdigit() or len(text) > 19:
+            raise InvalidConfigError(f"{name} must be an integer >= 0, not {text[:40]!r}")
+        return int(text)
+
+    def check_write(self, topic: str) -> None:
+        auth = self.request.app.state.auth
+        if auth is not None and not auth.allows(self.principal, WRITE, topic):
+            raise Refused(f"{self.principal} may not write to topic {topic!r} (ACL)")
+
+
+def detail_url(topic: str, partition: int, offset: int) -> str:
+    return f"/ui/topics/{urllib.parse.quote(topic, safe='')}/partitions/{partition}/offsets/{offset}"
+
+
+def produce(store: Store, form: Form) -> str:
+    """Append one message (key, value, tag, partition as the form gives them)."""
+    topic = form.need("topic")
+    form.check_write(topic)
+    key = form.get("key")
+    md = store.append(
+        topic,
+        (form.get("value") or "").encode("utf-8"),
+        key=None if key is None else key.encode("utf-8"),
+        partition=form.integer("partition"),
+        tag=form.get("tag"),
+    )
+    store.flush()
+    return detail_url(md.topic, md.partition, md.offset)
+
+
+def reset_offsets(store: Store, form: Form) -> str:
+    """Commit, for each partition the group has committed (of `topic` only, when given; every
+    partition of `topic` when the group has none there), the first offset at or after the
+    time (the end offset when nothing is that new). Consumers of the group running elsewhere
+    overwrite it with their next commit: stop them first, as with Kafka."""
+    group = form.need("group")
+    tz = browse.parse_zone(form.get("tz"))
+    ms = browse.parse_time("time", form.need("time"), tz)
+    topic = form.get("topic")
+    places = [(p.topic, p.partition) for p in store.group_lag(group).get(group, [])]
+    if topic is not None:
+        places = [tp for tp in places if tp[0] == topic] or [
+            (topic, p) for p in store.available_partitions(topic)
+        ]
+    if not places:
+        raise InvalidConfigError(f"group {group!r} has no committed offsets: name a topic")
+    for t in sorted({t for t, _ in places}):
+        form.check_write(t)
+    now = int(time.time() * 1000)
+    offsets = {}
+    for t, p in places:
+        found = store.offset_for_time(t, p, ms)
+        offsets[(t, p)] = OffsetAndMetadata(
+            store.end_offset(t, p) if found is None else found, "reset by mqcore console", now
+        )
+    store.offset_store().commit(group, offsets)
+    return f"/ui/groups/{urllib.parse.quote(group, safe='')}"
+
+
+def resend(store: Store, form: Form) -> str:
+    """Append a dead-lettered copy's key, value and headers (without the retry headers, so
+    with the original's unique ID: its trace goes on) to the partition it came from."""
+    topic, partition, offset = form.need("topic"), form.integer("partition"), form.integer("offset")
+    if partition is None or offset is None:
+        raise InvalidConfigError("the form needs partition and offset")
+    m = store.get(topic, partition, offset)
+    if m is None:
+        raise MessageNotFoundError(f"no message at offset {offset} of {topic}-{partition}")
+    origin, origin_partition = m.header(H_TOPIC), m.header(H_PARTITION)
+    if origin is None or origin_partition is None:
+        raise InvalidConfigError(
+            f"{topic}/{partition}/{offset} has no {H_TOPIC} and {H_PARTITION} headers: it is "
+            "not a dead-lettered or retry copy"
+        )
+    try:
+        to_topic, to_partition = origin.decode("utf-8"), int(origin_partition)
+    except (UnicodeDecodeError, ValueError) as e:
+        raise InvalidConfigError(f"the origin headers of {topic}/{partition}/{offset}: {e}") from e
+    form.check_write(to_topic)
+    headers = [(k, v) for k, v in m.headers if k not in RETRY_HEADERS]
+    md = store.append(to_topic, m.value, key=m.key, headers=headers, partition=to_partition)
+    store.flush()
+    return detail_url(md.topic, md.partition, md.offset)
+
+
+def action(fn: Callable[[Store, Form], str]) -> Callable[[Request], object]:
+    """A write action as a POST endpoint."""
+
+    async def endpoint(request: Request) -> Response:
+        state = request.app.state
+        if not state.console_allow_write:
+            return render.page(
+                request, "error.html", 403, title="Refused",
+                error="write actions are off: start the console with --allow-write",
+            )  # fmt: skip
+        try:
+            form = await read_form(request)
+            if not hmac.compare_digest(form.get("csrf") or "", state.console_csrf):
+                raise Refused("the form's CSRF token is missing or stale: reload the page")
+            url = await run_in_threadpool(fn, state.store, form)
+        except Refused as e:
+            return render.page(request, "error.html", 403, title="Refused", error=str(e))
+        except MQCoreError as e:
+            return render.page(request, "error.html", status_of(e), title="Error", error=str(e))
+        except Exception:
+            log.exception("%s %s failed", request.method, request.url.path)
+            return render.page(
+                request, "error.html", 500, title="Error", error="internal error (see the server log)"
+            )
+        return RedirectResponse(url, status_code=303)
+
+    return endpoint
+
+
+async def read_form(request: Request) -> Form:
+    """The urlencoded body (no multipart: the console's forms send none)."""
+    kind = request.headers.get("content-type", "").split(";")[0].strip()
+    if kind != "application/x-www-form-urlencoded":
+        raise InvalidConfigError("a write action takes an application/x-www-form-urlencoded form")
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_FORM_BYTES:
+            raise InvalidConfigError(f"the form is larger than {MAX_FORM_BYTES} bytes")
+    try:
+        pairs = urllib.parse.parse_qsl(body.decode("utf-8"), keep_blank_values=True,
+                                       errors="strict")  # fmt: skip
+    except UnicodeDecodeError as e:
+        raise InvalidConfigError("the form is not UTF-8") from e
+    fields: dict[str, str] = {}
+    for k, v in pairs:
+        if k in fields:
+            raise InvalidConfigError(f"form field {k!r} is given more than once")
+        fields[k] = v
+    return Form(fields, getattr(request.state, "principal", None), request)
