@@ -436,7 +436,8 @@ def test_message_detail_shows_headers_ids_and_trace(
     # cust-31's first message (order 31, partition 1, offset 10) was read and committed by the
     # billing group and delivered to the share group's member, which released it
     run_query(driver, url, "orders", key="cust-31", limit="100")
-    first = rows(driver)[0]
+    assert (1, 10) in places(driver)
+    first = {"partition": 1, "offset": 10}
     link = driver.find_element(
         By.CSS_SELECTOR,
         f'table#results tr.message[data-partition="{first["partition"]}"]'
@@ -607,6 +608,7 @@ class Console:
             env=child_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
+        self.stderr = ""
         self.url = self._read_url()
 
     def _read_url(self) -> str:
@@ -626,12 +628,10 @@ class Console:
     def stop(self) -> None:
         self.proc.terminate()
         try:
-            self.proc.wait(timeout=WAIT)
+            _, self.stderr = self.proc.communicate(timeout=WAIT)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-            self.proc.wait()
-        assert self.proc.stderr is not None
-        self.stderr = self.proc.stderr.read()
+            _, self.stderr = self.proc.communicate()
         assert "Traceback" not in self.stderr, self.stderr
 
 
@@ -675,24 +675,22 @@ def test_produce_works_with_allow_write(
 ) -> None:
     console = Console(small_store, "--allow-write")
     try:
-        open_page(driver, console.url + "/ui/topics/t")
+        open_page(driver, console.url + "/ui/")
         form = driver.find_element(
             By.CSS_SELECTOR, 'form.write-action[action$="/ui/actions/produce"]'
         )
-        for name in ("key", "value"):
-            field = form.find_element(By.NAME, name)
-            field.clear()
-            field.send_keys(WRITE_ACTIONS["produce"][name])
-        partition = form.find_elements(By.NAME, "partition")
-        if partition and partition[0].tag_name == "select":
-            Select(partition[0]).select_by_value("0")
-        elif partition:
-            partition[0].clear()
-            partition[0].send_keys("0")
+        Select(form.find_element(By.NAME, "topic")).select_by_visible_text("t")
+        for name in ("partition", "key", "value"):
+            form.find_element(By.NAME, name).send_keys(WRITE_ACTIONS["produce"][name])
         page = driver.find_element(By.TAG_NAME, "html")
-        form.find_element(By.CSS_SELECTOR, "button[type=submit], input[type=submit]").click()
+        form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
         wait_for(driver, ec.staleness_of(page), "the produce form's answer")
+        wait_for(driver, ec.presence_of_element_located((By.ID, "nav")), "the answer's page")
         no_error(driver)
+        # the answer is the new message's detail page
+        assert driver.current_url.endswith("/ui/topics/t/partitions/0/offsets/2")
+        assert text_of(driver, "value") == "written"
+        screenshot(driver, tmp_path, "produced.png", stable=False)
     finally:
         console.stop()
     with mqcore.open(small_store, read_only=True) as s:
