@@ -172,10 +172,21 @@ def driver() -> Iterator[WebDriver]:
 # -- helpers ------------------------------------------------------------------------------------
 
 
-def screenshot(driver: WebDriver, tmp_path: Path, name: str, stable: bool = True) -> None:
+def screenshot(
+    driver: WebDriver, tmp_path: Path, name: str, stable: bool = True, whole: bool = False
+) -> None:
     """The page as PNG under the test's tmp_path; with $MQCORE_CONSOLE_SCREENSHOTS, also there
-    under `name` (the names docs/console.md shows) when `stable`."""
-    driver.save_screenshot(str(tmp_path / name))
+    under `name` (the names docs/console.md shows) when `stable`. `whole`: the page's whole
+    height (up to 1600 px) rather than the 800 px window."""
+    size = driver.get_window_size()
+    if whole:
+        height = driver.execute_script("return document.documentElement.scrollHeight")
+        driver.set_window_size(size["width"], size["height"] + min(max(height - 800, 0), 800))
+    try:
+        driver.save_screenshot(str(tmp_path / name))
+    finally:
+        if whole:
+            driver.set_window_size(size["width"], size["height"])
     out = os.environ.get("MQCORE_CONSOLE_SCREENSHOTS")
     if out and stable:
         os.makedirs(out, exist_ok=True)
@@ -183,7 +194,10 @@ def screenshot(driver: WebDriver, tmp_path: Path, name: str, stable: bool = True
 
 
 def wait_for(driver: WebDriver, condition: Callable[[WebDriver], Any], what: str) -> Any:
-    return WebDriverWait(driver, WAIT).until(condition, f"waited {WAIT} s for {what}")
+    # polled every 50 ms (WebDriverWait's default is 500 ms: most of a page's time here)
+    return WebDriverWait(driver, WAIT, poll_frequency=0.05).until(
+        condition, f"waited {WAIT} s for {what}"
+    )
 
 
 def results_state(driver: WebDriver) -> str | None:
@@ -482,7 +496,7 @@ def test_message_detail_shows_headers_ids_and_trace(
     assert [e for e in events if e.startswith("share_")] == ["share_" + d.event for d in shares]
     assert events[0] == "appended"
     assert {"delivered", "committed"} <= set(events) and shares
-    screenshot(driver, tmp_path, "detail.png")
+    screenshot(driver, tmp_path, "detail.png", whole=True)
 
 
 def test_lookup_recognises_ids_and_keys(
