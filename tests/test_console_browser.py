@@ -486,7 +486,7 @@ def test_message_detail_shows_headers_ids_and_trace(
     }
     assert {m.unique_id, m.msg_id} <= copies
     events = [
-        e.get_attribute("data-event")
+        e.get_attribute("data-event") or ""
         for e in driver.find_elements(By.CSS_SELECTOR, "ol#trace li.event")
     ]
     assert [e for e in events if not e.startswith("share_")] == [
