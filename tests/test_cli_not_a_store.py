@@ -28,6 +28,8 @@ COMMANDS = [
     ["compact", "{}", "orders"],
     ["retention"],
     ["groups"],
+    ["console", "{}", "--http", "127.0.0.1:0"],
+    ["console", "{}", "--http", "127.0.0.1:0", "--allow-write"],
 ]
 
 

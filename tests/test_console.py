@@ -2,7 +2,7 @@
 HttpServer over a real store on disk, asked with urllib. What a page shows is compared with
 the Store's own answers and with brute force over every message read back with Store.read;
 the browser's rows are gathered chunk by chunk as its script does (cursor after cursor).
-The Selenium tests drive the same pages in Chromium (tests/test_console_browser.py)."""
+The Selenium tests drive the same pages in Chromium."""
 
 from __future__ import annotations
 
@@ -35,7 +35,9 @@ from mqcore.server.httpauth import HttpAuth  # noqa: E402
 TAGS = ["paid", "shipped", "refund"]
 XSS_IMG = "<img src=x onerror=alert(1)>"
 XSS_SCRIPT = "<script>alert('x')</script>"
-ROW = re.compile(r'<tr class="message" data-partition="(\d+)" data-offset="(\d+)"(?: data-topic="([^"]*)")?')
+ROW = re.compile(
+    r'<tr class="message" data-partition="(\d+)" data-offset="(\d+)"(?: data-topic="([^"]*)")?'
+)
 
 
 class Client:
@@ -78,9 +80,7 @@ class Client:
         cursor = None
         while True:
             q = dict(query, **({"cursor": cursor} if cursor else {}))
-            status, body, _ = self.request(
-                f"/ui/topics/{topic}/rows?" + urllib.parse.urlencode(q)
-            )
+            status, body, _ = self.request(f"/ui/topics/{topic}/rows?" + urllib.parse.urlencode(q))
             assert status == 200, body
             answer = json.loads(body)
             chunks.append(answer)
@@ -137,11 +137,7 @@ def client(store: mqcore.Store) -> Iterator[Client]:
 
 
 def everything(store: mqcore.Store, topic: str) -> list[Any]:
-    return [
-        m
-        for p in store.available_partitions(topic)
-        for m in store.read(topic, p, 0, 10**6)
-    ]
+    return [m for p in store.available_partitions(topic) for m in store.read(topic, p, 0, 10**6)]
 
 
 # -- pages --------------------------------------------------------------------------------------
@@ -214,7 +210,9 @@ def brute(store: mqcore.Store, pred: Any, partition: int | None = None) -> list[
 def test_browser_rows_are_what_brute_force_finds(
     store: mqcore.Store, client: Client, form: dict[str, Any], pred: Any
 ) -> None:
-    assert datetime.fromisoformat("2026-09-21T14:15:00+00:00").timestamp() * 1000 == 1_790_000_100_000
+    assert (
+        datetime.fromisoformat("2026-09-21T14:15:00+00:00").timestamp() * 1000 == 1_790_000_100_000
+    )
     found, chunks = client.rows("orders", limit=37, **form)
     assert len(found) == len(set(found))  # every message once, across pages
     assert sorted(found) == brute(store, pred)
@@ -345,7 +343,7 @@ def test_detail_shows_value_headers_ids_and_trace(store: mqcore.Store, client: C
     assert '<span id="value-format">json</span>' in page
     value = html.unescape(re.search(r'<pre id="value">(.*?)</pre>', page, re.S)[1])  # type: ignore[index]
     assert json.loads(value) == json.loads(origin.value)
-    assert f'<span id="timestamp-type">CreateTime</span>' in page
+    assert '<span id="timestamp-type">CreateTime</span>' in page
     events = re.findall(r'<li class="event" data-event="([a-z_]+)"', page)
     assert events == [e.event for e in store.trace(origin.unique_id)]  # type: ignore[arg-type]
     assert {"appended", "nacked", "dead_lettered"} <= set(events)
@@ -358,19 +356,25 @@ def test_detail_shows_value_headers_ids_and_trace(store: mqcore.Store, client: C
     # binary as hex, and a format asked for
     page = client.page("/ui/topics/events/partitions/0/offsets/0")
     assert '<span id="value-format">hex</span>' in page and "00 01 ff" in page
-    page = client.page(f"/ui/topics/orders/partitions/{origin.partition}/offsets/{origin.offset}?format=text")
+    page = client.page(
+        f"/ui/topics/orders/partitions/{origin.partition}/offsets/{origin.offset}?format=text"
+    )
     assert '<span id="value-format">text</span>' in page
     status, body, _ = client.request("/ui/topics/events/partitions/0/offsets/0?format=pdf")
     assert status == 400 and 'id="error"' in body
 
 
 def test_message_contents_are_escaped_everywhere(store: mqcore.Store, client: Client) -> None:
-    hostile = [m for m in everything(store, "orders") if m.value in (XSS_IMG.encode(), XSS_SCRIPT.encode())]
+    hostile = [
+        m for m in everything(store, "orders") if m.value in (XSS_IMG.encode(), XSS_SCRIPT.encode())
+    ]
     assert len(hostile) == 2
     pages = [client.page(f"/ui/topics/orders/partitions/{m.partition}/offsets/{m.offset}")
              for m in hostile]  # fmt: skip
     pages.append(client.page("/ui/topics/events/partitions/0/offsets/0"))  # key <script>
-    pages.append(client.page("/ui/lookup?" + urllib.parse.urlencode({"q": XSS_SCRIPT, "topic": "events"})))
+    pages.append(
+        client.page("/ui/lookup?" + urllib.parse.urlencode({"q": XSS_SCRIPT, "topic": "events"}))
+    )
     _, chunks = client.rows("orders", contains="<", limit=10)
     pages += [c["html"] for c in chunks]
     text = "\n".join(pages)
@@ -379,9 +383,10 @@ def test_message_contents_are_escaped_everywhere(store: mqcore.Store, client: Cl
     assert "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;" in text
     assert text.count("<script") == text.count('<script src="/ui/static/console.js"></script>')
     _, _, headers = client.request("/ui/")
-    assert "script-src" in headers["content-security-policy"] or "default-src 'self'" in headers[
-        "content-security-policy"
-    ]
+    assert (
+        "script-src" in headers["content-security-policy"]
+        or "default-src 'self'" in headers["content-security-policy"]
+    )
 
 
 def test_static_files_are_served(client: Client) -> None:
@@ -459,8 +464,8 @@ def test_write_actions_with_allow_write(writable: mqcore.Store) -> None:
         origin_p = int(dead.header("mq.origin.partition"))  # type: ignore[arg-type]
         before = s.end_offset("orders", origin_p)
         status, body, headers = client.request(
-            "/ui/actions/resend", {"csrf": token, "topic": "__dlq.billing", "partition": "0",
-                                   "offset": "0"}  # fmt: skip
+            "/ui/actions/resend",
+            {"csrf": token, "topic": "__dlq.billing", "partition": "0", "offset": "0"},  # fmt: skip
         )
         assert status == 303, body
         copy = s.get("orders", origin_p, before)
@@ -470,7 +475,8 @@ def test_write_actions_with_allow_write(writable: mqcore.Store) -> None:
         # a message that is no dead-letter copy, a missing token: refused, nothing written
         end = s.end_offset("orders", 0)
         status, body, _ = client.request(
-            "/ui/actions/resend", {"csrf": token, "topic": "orders", "partition": "0", "offset": "0"}
+            "/ui/actions/resend",
+            {"csrf": token, "topic": "orders", "partition": "0", "offset": "0"},
         )
         assert status == 400 and "not a dead-lettered" in body
         status, body, _ = client.request("/ui/actions/produce", {"topic": "orders", "value": "x"})
@@ -497,12 +503,14 @@ def test_basic_auth_and_write_acl(writable: mqcore.Store, tmp_path: Path) -> Non
         token = form_token(alice.page("/ui/"))
         end = writable.end_offset("orders", 0)
         status, body, _ = bob.request(
-            "/ui/actions/produce", {"csrf": token, "topic": "orders", "partition": "0", "value": "b"}
+            "/ui/actions/produce",
+            {"csrf": token, "topic": "orders", "partition": "0", "value": "b"},
         )
         assert status == 403 and "ACL" in body
         assert writable.end_offset("orders", 0) == end
         status, _, _ = alice.request(
-            "/ui/actions/produce", {"csrf": token, "topic": "orders", "partition": "0", "value": "a"}
+            "/ui/actions/produce",
+            {"csrf": token, "topic": "orders", "partition": "0", "value": "a"},
         )
         assert status == 303
         assert writable.end_offset("orders", 0) == end + 1
@@ -561,3 +569,147 @@ def test_cli_console_refuses_basic_auth_without_tls_off_loopback(tmp_path: Path)
          "--auth-credentials", str(creds)], capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert r.returncode == 1 and "TLS" in r.stderr and "Traceback" not in r.stderr
+
+
+# -- mqcore serve --http ------------------------------------------------------------------------
+
+
+def test_serve_http_serves_the_console_with_the_servers_users(tmp_path: Path) -> None:
+    from mqcore.errors import InvalidConfigError
+    from mqcore.server import Server
+
+    creds = tmp_path / "users"
+    add_user(creds, "alice", "wonder")
+    store_path = str(tmp_path / "s")
+    with Server(store_path, "127.0.0.1:0", http="127.0.0.1:0", sasl_credentials=creds) as server:
+        assert server.store is not None and server.http_server is not None
+        server.store.create_topic("orders")
+        url = server.http_server.url
+        assert Client(url).request("/ui/")[0] == 401
+        page = Client(url, "alice", "wonder").page("/ui/")
+        assert '<tr data-topic="orders">' in page and "write-action" not in page
+        status, _, _ = Client(url, "alice", "wonder").request(
+            "/ui/actions/produce", {"topic": "orders", "value": "x"}
+        )
+        assert status == 403
+    with pytest.raises(InvalidConfigError, match="TLS"):
+        Server(store_path, "127.0.0.1:0", http="0.0.0.0:0", sasl_credentials=creds)
+
+
+def test_share_groups_and_share_deliveries_show(tmp_path: Path) -> None:
+    """A share group's available and in-flight counts (store.share_group_lag) on the groups
+    pages, and its deliveries of a record (the pull log) on the record's trace timeline."""
+    with mqcore.open(str(tmp_path / "s")) as s:
+        s.create_topic("t")
+        for i in range(10):
+            s.append("t", f"m{i}".encode())
+        sc = s.share_consumer("workers", "t", explicit_ack=True, max_in_flight_records=4)
+        got = sc.poll()
+        sc.acknowledge(got[0], "accept")
+        sc.commit()
+        with HttpServer(create_app(s)) as server:
+            client = Client(server.url)
+            lag = s.share_group_lag("workers")["workers"]
+            for path in ("/ui/groups", "/ui/groups/workers", "/ui/"):
+                page = client.page(path)
+                assert 'data-group="workers" data-kind="share"' in page, path
+            page = client.page("/ui/groups/workers")
+            for share in lag:
+                row = re.search(
+                    rf'data-topic="{share.topic}" data-partition="{share.partition}">(.*?)</tr>',
+                    page, re.S,
+                )  # fmt: skip
+                assert row
+                assert f'class="available num">{share.available}<' in row[1]
+                assert f'class="in-flight num">{share.in_flight}<' in row[1]
+            assert sum(x.in_flight for x in lag) > 0
+            page = client.page(f"/ui/topics/t/partitions/0/offsets/{got[0].offset}")
+            events = re.findall(r'<li class="event" data-event="([a-z_]+)"', page)
+            expected = [e.event for e in s.share_deliveries("t", 0, got[0].offset)]
+            assert events == [f"share_{e}" for e in expected]
+            assert events[:2] == ["share_delivered", "share_accepted"]
+        sc.close()
+
+
+def test_scans_stop_at_max_scan_and_from_end_resolves_to_a_time(
+    store: mqcore.Store, client: Client
+) -> None:
+    status, body, _ = client.request("/ui/topics/orders/rows?contains=nowhere&max_scan=100")
+    answer = json.loads(body)
+    assert status == 200 and answer["reason"] == "max_scan" and answer["cursor"]
+    assert answer["count"] == 0 and answer["scanned_records"] >= 100
+    # from=end becomes the time of the oldest of the newest `limit` messages: the form and the
+    # rows URL carry it, so every later page of the query agrees on it
+    page = client.page("/ui/topics/orders?from=end&limit=4")
+    newest = [
+        m.timestamp
+        for p in range(3)
+        for m in store.read("orders", p, store.end_offset("orders", p) - 4, 4)
+    ]
+    shown = datetime.fromtimestamp(min(newest) / 1000, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+    assert re.search(rf'name="time" value="{shown}\.\d{{3}}"', page)
+    rows_url = html.unescape(re.search(r'data-rows-url="([^"]+)"', page)[1])  # type: ignore[index]
+    assert urllib.parse.parse_qs(urllib.parse.urlsplit(rows_url).query)["time"][0].startswith(shown)
+
+
+def test_cli_console_over_tls_with_basic_auth(tmp_path: Path) -> None:
+    """--tls-cert/--tls-key: HTTPS with the given certificate; Basic credentials are then
+    accepted on any address (here loopback, as the test machine has no other)."""
+    import ssl
+
+    trustme = pytest.importorskip("trustme")
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1")
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    cert.private_key_pem.write_to_path(str(tmp_path / "key.pem"))
+    cert.cert_chain_pems[0].write_to_path(str(tmp_path / "cert.pem"))
+    creds = tmp_path / "users"
+    add_user(creds, "alice", "wonder")
+    path = str(tmp_path / "s")
+    with mqcore.open(path) as s:
+        s.create_topic("orders")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mqcore.cli", "console", path, "--http", "127.0.0.1:0",
+         "--auth-credentials", str(creds), "--tls-cert", str(tmp_path / "cert.pem"),
+         "--tls-key", str(tmp_path / "key.pem")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        m = re.search(r"(https://127\.0\.0\.1:\d+)/ui/", line)
+        assert m, line
+        ctx = ssl.create_default_context(cafile=str(tmp_path / "ca.pem"))
+        token = base64.b64encode(b"alice:wonder").decode()
+        req = urllib.request.Request(m[1] + "/ui/", headers={"Authorization": f"Basic {token}"})
+        with urllib.request.urlopen(req, context=ctx, timeout=30) as r:
+            assert '<tr data-topic="orders">' in r.read().decode()
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(m[1] + "/ui/", context=ctx, timeout=30)
+        assert e.value.code == 401
+        e.value.close()
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+
+
+def test_cli_console_port_in_use_is_one_line_naming_it(tmp_path: Path) -> None:
+    import socket
+
+    path = str(tmp_path / "s")
+    with mqcore.open(path) as s:
+        s.create_topic("t")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        where = f"127.0.0.1:{taken.getsockname()[1]}"
+        r = subprocess.run(
+            [sys.executable, "-m", "mqcore.cli", "console", path, "--http", where],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    assert r.returncode == 1 and r.stdout == ""
+    assert r.stderr.splitlines() == [r.stderr.strip()] and where in r.stderr

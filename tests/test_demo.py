@@ -244,3 +244,35 @@ def test_the_commands_it_suggests_run_without_an_activated_venv(tmp_path: os.Pat
     )
     assert listed.returncode == 0, (commands[0], listed.stderr)
     assert demo.ACCESS in listed.stdout and demo.EVENTS in listed.stdout
+
+
+def test_it_ends_with_the_console_command_which_serves_the_demo_store(
+    ran: tuple[str, str],
+) -> None:
+    """The last lines name `mqcore console <store>` and its URL (printed, not started: the
+    demo does not block); that command, on a free port, serves the demo's topics."""
+    pytest.importorskip("jinja2", reason="the server extra (jinja2) is missing")
+    import signal
+    import urllib.request
+
+    path, out = ran
+    tail = out.rstrip().splitlines()[-2:]
+    assert tail[0].startswith("Browse it: ") and tail[0].endswith(f" console {path}")
+    assert demo.CONSOLE_URL in tail[1]
+    command = tail[0].removeprefix("Browse it: ") + " --http 127.0.0.1:0"
+    proc = subprocess.Popen(
+        command, shell=True, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        found = re.search(r"(http://127\.0\.0\.1:\d+/ui/)", line)
+        assert found, line
+        with urllib.request.urlopen(found[1], timeout=30) as r:
+            page = r.read().decode()
+        assert f'data-topic="{demo.ACCESS}"' in page and f'data-topic="{demo.EVENTS}"' in page
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.communicate(timeout=30)
+    assert proc.returncode in (0, -signal.SIGTERM)

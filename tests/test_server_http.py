@@ -328,7 +328,7 @@ BAD: list[tuple[str, int, str, str]] = [
     ("/v1/groups/bad%20name", 400, "InvalidGroupError", "bad name"),
     ("/v1/groups/nobody", 404, "UnknownGroupError", "'nobody'"),
     ("/v1/nothing/here", 404, "HTTPError", "/v1/nothing/here"),
-    ("/", 404, "HTTPError", "no route"),
+    ("/nothing", 404, "HTTPError", "no route"),  # (`/` redirects to the console, /ui/)
 ]
 
 

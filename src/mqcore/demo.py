@@ -607,6 +607,9 @@ def spark_session(log_path: str = SPARK_LOG) -> Any:
     return session
 
 
+CONSOLE_URL = "http://127.0.0.1:8080/ui/"  # where `mqcore console` listens by default
+
+
 def cli_command() -> str:
     """How to run this interpreter's `mqcore` command from here: `mqcore` when the shell finds
     this one (an activated venv or an install on PATH), else its path (`.venv/bin/mqcore` after
@@ -683,6 +686,11 @@ def run(path: str, messages: int, seed: int, out: TextIO, spark: Any = None) -> 
         shown = os.path.relpath(activate)
         shown = shown if not shown.startswith("..") else activate
         out.write(f"   (or run `source {shown}` once, then plain `mqcore ...`)\n")
+    # printed, not started: the demo never blocks (`make demo` runs it non-interactively)
+    out.write(
+        f"Browse it: {cli} console {path}\n"
+        f"   then open {CONSOLE_URL} (read-only; Ctrl-C stops it; docs/console.md)\n"
+    )
     return report
 
 

@@ -31,12 +31,12 @@
     mqcore server-user remove FILE USER
 
 The commands that read (consume, get, query, topics, groups, stats, trace, console without
---allow-write, and verify without --repair) open the store read-only: no lock is taken and nothing is written, so they are safe
-beside a running writer. Those that change files (produce, verify --repair, compact,
-retention) take the writer lock and fail with StoreLockedError while another process holds it,
-saying what to do instead (docs/operations.md "What each command needs"); `serve` holds it
-while it runs. A path that is not a
-store is refused with NotAStoreError and nothing is created (only produce makes a store).
+--allow-write, and verify without --repair) open the store read-only: no lock is taken and
+nothing is written, so they are safe beside a running writer. Those that change files
+(produce, verify --repair, compact, retention) take the writer lock and fail with
+StoreLockedError while another process holds it, saying what to do instead (docs/operations.md
+"What each command needs"); `serve` holds it while it runs. A path that is not a store is
+refused with NotAStoreError and nothing is created (only produce makes a store).
 
 `--json` prints one JSON object per line; bytes that are not UTF-8 appear as {"base64": "..."}
 there (kcat's \\xNN escapes in `consume --json`, which writes kcat -J

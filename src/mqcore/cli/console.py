@@ -73,7 +73,8 @@ def cmd_console(args: argparse.Namespace, out: TextIO) -> int:
     stop = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
-        with mqcore.open(args.store, read_only=not args.allow_write) as store:
+        # never makes a store: a typo in the path is an error, not a new empty store
+        with mqcore.open(args.store, read_only=not args.allow_write, create=False) as store:
             app = create_app(store, allow_write=args.allow_write, auth=auth)
             server = HttpServer(app, args.http, tls_cert=args.tls_cert, tls_key=args.tls_key)
             with server:

@@ -17,7 +17,6 @@ from typing import Any, TextIO
 import mqcore
 from mqcore.cli import render
 from mqcore.cli.options import add_json
-from mqcore.log.trace import TraceEvent
 from mqcore.query.ids import parse_uid, uid_text
 
 
@@ -41,10 +40,8 @@ def cmd_trace(args: argparse.Namespace, out: TextIO) -> int:
         events = store.trace(uid)
         for m in store.find_by_unique_id(uid, limit=10).messages:
             events += [
-                TraceEvent(uid, f"share_{e.event}", e.time, e.topic, e.partition, e.offset,
-                           e.group, {"member": e.member, "delivery_count": e.delivery_count})
-                for e in store.share_deliveries(m.topic, m.partition, m.offset)
-            ]  # fmt: skip
+                e.trace_event(uid) for e in store.share_deliveries(m.topic, m.partition, m.offset)
+            ]
         events.sort(key=lambda e: e.time)
     if not events:
         print(f"mqcore: no trace events recorded for {uid}", file=sys.stderr)

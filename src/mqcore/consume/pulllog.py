@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from mqcore.consume.offsets import BigEndianReader, encode_string
+from mqcore.log.trace import TraceEvent
 from mqcore.storage.retention import delete_below
 
 if TYPE_CHECKING:
@@ -55,6 +56,14 @@ class PullEntry:
     offset: int
     delivery_count: int
     position: int
+
+    def trace_event(self, unique_id: str) -> TraceEvent:
+        """This step as a trace event (`share_<event>`, the member and the delivery count in
+        its detail): how `mqcore trace` and the console show it beside the store's trace."""
+        return TraceEvent(
+            unique_id, f"share_{self.event}", self.time, self.topic, self.partition, self.offset,
+            self.group, {"member": self.member, "delivery_count": self.delivery_count},
+        )  # fmt: skip
 
 
 def pull_topic(group: str) -> str:

@@ -308,9 +308,10 @@ class HttpServer:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind((self.host, self.port))
             sock.listen(128)
-        except OSError:
+        except OSError as e:
             sock.close()
-            raise
+            where = f"{self.host}:{self.port}"
+            raise OSError(e.errno, f"cannot listen on {where} (HTTP): {e.strerror}") from e
         self.port = sock.getsockname()[1]
         config = uvicorn.Config(
             self.app,

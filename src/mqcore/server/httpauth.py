@@ -53,14 +53,16 @@ class HttpAuth:
         return cls(Sasl(credentials, (PLAIN,)), Authorizer.load(acl) if acl else None)
 
     def principal(self, authorization: str | None) -> str | None:
-        """"User:NAME" for a valid `Authorization: Basic ...` header value, else None."""
+        """The principal ("User:NAME") of a valid `Authorization: Basic ...` value, else None."""
         if authorization is None:
             return None
         scheme, _, token = authorization.partition(" ")
         if scheme.lower() != "basic":
             return None
         try:
-            user, sep, password = base64.b64decode(token.strip(), validate=True).decode().partition(":")
+            user, sep, password = (
+                base64.b64decode(token.strip(), validate=True).decode().partition(":")
+            )
         except (binascii.Error, UnicodeDecodeError):
             return None
         if not sep or not user:

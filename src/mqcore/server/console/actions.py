@@ -63,7 +63,9 @@ class Form:
 
 
 def detail_url(topic: str, partition: int, offset: int) -> str:
-    return f"/ui/topics/{urllib.parse.quote(topic, safe='')}/partitions/{partition}/offsets/{offset}"
+    return (
+        f"/ui/topics/{urllib.parse.quote(topic, safe='')}/partitions/{partition}/offsets/{offset}"
+    )
 
 
 def produce(store: Store, form: Form) -> str:
@@ -159,7 +161,11 @@ def action(fn: Callable[[Store, Form], str]) -> Callable[[Request], object]:
         except Exception:
             log.exception("%s %s failed", request.method, request.url.path)
             return render.page(
-                request, "error.html", 500, title="Error", error="internal error (see the server log)"
+                request,
+                "error.html",
+                500,
+                title="Error",
+                error="internal error (see the server log)",
             )
         return RedirectResponse(url, status_code=303)
 

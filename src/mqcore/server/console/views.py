@@ -153,8 +153,14 @@ def browser(store: Store, request: Request, params: Params) -> Response:
     prev = None
     if q is not None and q.history:
         back = q.history[-1]
-        prev = base + "?" + query_string(
-            q.fields, cursor=None if back == "-" else back, hist=",".join(q.history[:-1]) or None
+        prev = (
+            base
+            + "?"
+            + query_string(
+                q.fields,
+                cursor=None if back == "-" else back,
+                hist=",".join(q.history[:-1]) or None,
+            )
         )
     rows_url = None
     if q is not None:
@@ -266,10 +272,9 @@ def history(store: Store, m: Any) -> list[TraceEvent]:
     if m.unique_id is not None:
         events += store.trace(uid_text(parse_uid(m.unique_id)))
     events += [
-        TraceEvent(m.unique_id or "", f"share_{e.event}", e.time, e.topic, e.partition,
-                   e.offset, e.group, {"member": e.member, "delivery_count": e.delivery_count})
+        e.trace_event(m.unique_id or "")
         for e in store.share_deliveries(m.topic, m.partition, m.offset)
-    ]  # fmt: skip
+    ]
     events.sort(key=lambda e: e.time)
     return events
 
@@ -295,7 +300,8 @@ def message(store: Store, request: Request, params: Params) -> Response:
         size=len(m.value) if m.value is not None else 0,
         headers=[(render.text_of(k.encode("utf-8", "surrogateescape")), render.header_value(v))
                  for k, v in m.headers],
-        timestamp=render.time_text(m.timestamp, tz), timestamp_type=timestamp_type(m.timestamp_type),
+        timestamp=render.time_text(m.timestamp, tz),
+        timestamp_type=timestamp_type(m.timestamp_type),
         zone=render.zone_name(tz), events=[
             {"event": e.event, "topic": e.topic, "partition": e.partition, "offset": e.offset,
              "group": e.group, "detail": e.detail, "when": render.time_text(e.time, tz)}

@@ -99,9 +99,11 @@
     cancel.disabled = true;
     if (cursor && reason !== "exhausted" && reason !== "error") {
       // the next page starts at this cursor; this page's own cursor goes on the back stack
+      // the form as the server checked it (from=end carries the time it was resolved to)
       const page = new URL(table.dataset.pageUrl, window.location.href);
-      const here = new URLSearchParams(window.location.search);
-      here.forEach(function (value, name) { if (value !== "") page.searchParams.set(name, value); });
+      new URL(rowsUrl, window.location.href).searchParams.forEach(function (value, name) {
+        if (name !== "cursor") page.searchParams.set(name, value);
+      });
       page.searchParams.set("cursor", cursor);
       const hist = table.dataset.hist ? table.dataset.hist.split(",") : [];
       hist.push(table.dataset.cursor || "-");
