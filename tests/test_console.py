@@ -647,9 +647,14 @@ def test_scans_stop_at_max_scan_and_from_end_resolves_to_a_time(
         for m in store.read("orders", p, store.end_offset("orders", p) - 4, 4)
     ]
     shown = datetime.fromtimestamp(min(newest) / 1000, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
-    assert re.search(rf'name="time" value="{shown}\.\d{{3}}"', page)
+    assert re.search(rf'<span id="tail" class="note">end: from {shown}\.\d{{3}}Z</span>', page)
     rows_url = html.unescape(re.search(r'data-rows-url="([^"]+)"', page)[1])  # type: ignore[index]
-    assert urllib.parse.parse_qs(urllib.parse.urlsplit(rows_url).query)["time"][0].startswith(shown)
+    assert urllib.parse.parse_qs(urllib.parse.urlsplit(rows_url).query)["tail"] == [
+        str(min(newest))
+    ]
+    # a time left in the form from an earlier from=time query does not stand in for it
+    page = client.page("/ui/topics/orders?from=end&limit=4&time=2020-01-01T00:00")
+    assert f"end: from {shown}" in page
 
 
 def test_cli_console_over_tls_with_basic_auth(tmp_path: Path) -> None:
@@ -713,3 +718,33 @@ def test_cli_console_port_in_use_is_one_line_naming_it(tmp_path: Path) -> None:
         )  # fmt: skip
     assert r.returncode == 1 and r.stdout == ""
     assert r.stderr.splitlines() == [r.stderr.strip()] and where in r.stderr
+
+
+def test_serve_shows_the_members_of_its_kafka_clients_groups(tmp_path: Path) -> None:
+    """Beside `mqcore serve`, the group coordinator knows the members of its clients' groups:
+    the group page lists them (a kafka-python consumer here)."""
+    kafka = pytest.importorskip("kafka")
+    from mqcore.server import Server
+
+    with Server(
+        str(tmp_path / "s"), "127.0.0.1:0", http="127.0.0.1:0", group_initial_rebalance_delay=0
+    ) as server:
+        assert server.store is not None and server.http_server is not None
+        server.store.create_topic("orders", partitions=2)
+        server.store.append("orders", b"x", partition=0)
+        consumer = kafka.KafkaConsumer(
+            "orders", bootstrap_servers=server.bootstrap, group_id="pickers",
+            client_id="picker-1", auto_offset_reset="earliest", enable_auto_commit=False,
+        )  # fmt: skip
+        try:
+            for _ in range(60):
+                if consumer.poll(timeout_ms=500) and consumer.assignment():
+                    break
+            assert consumer.assignment()
+            page = Client(server.http_server.url).page("/ui/groups/pickers")
+            members = re.findall(r'<li class="member" data-member="([^"]+)">', page)
+            assert len(members) == 1 and members[0].startswith("picker-1")
+            assert '<span class="client-id">picker-1</span>' in page
+            assert '<span id="group-state">Stable</span>' in page
+        finally:
+            consumer.close()

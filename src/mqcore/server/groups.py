@@ -200,6 +200,22 @@ class GroupCoordinator:
             self._offsets = self.store.offset_store()
         return self._offsets
 
+    def member_list(self, group_id: str) -> tuple[str, list[dict[str, str | None]]] | None:
+        """(state, members) of a group this coordinator holds, each member's ID, static
+        instance ID, client ID and host, in join order; None for a group it does not hold
+        (the console's groups page shows them)."""
+        with self._cond:
+            group = self._groups.get(group_id)
+            if group is None:
+                return None
+            self._tick(group, self.clock())
+            members = [
+                {"member_id": m.member_id, "instance_id": m.instance_id,
+                 "client_id": m.client_id, "client_host": m.client_host}
+                for m in group.members.values()
+            ]  # fmt: skip
+            return group.state, members
+
     def handlers(self) -> dict[int, Callable[[Api, Any, Any], Any]]:
         """API key -> handler, for the Broker's table."""
         return {

@@ -20,6 +20,7 @@ import contextlib
 import dataclasses
 import socket
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import uvicorn
@@ -209,13 +210,15 @@ def create_app(
     console: bool = True,
     allow_write: bool = False,
     auth: HttpAuth | None = None,
+    group_members: Callable[[str], tuple[str, list[dict[str, Any]]] | None] | None = None,
 ) -> Starlette:
     """The JSON query API over `store` (left open: the caller owns it) under /v1, and with
     `console` the console's pages under /ui (server/console; `/` redirects there). A
     request's `limit` is cut to `max_limit` messages; a scan runs at most `max_timeout`
     seconds. Either then answers with its reason ("limit", "timeout") and a cursor to go on
     from. `allow_write` turns the console's write actions on (403 without); `auth` asks every
-    request for HTTP Basic credentials (server/httpauth.py)."""
+    request for HTTP Basic credentials (server/httpauth.py). `group_members(group)` gives a
+    consumer group's state and members where a coordinator knows them (`mqcore serve`)."""
     routes = [
         Route("/v1/topics", json_endpoint(list_topics)),
         Route("/v1/topics/{topic}", json_endpoint(describe_topic)),
@@ -250,6 +253,7 @@ def create_app(
     if console:
         ui.configure(app.state, allow_write)
     app.state.auth = auth
+    app.state.group_members = group_members
     app.state.store = store
     app.state.share_sessions = ShareSessions(store)
     app.state.max_limit = max_limit

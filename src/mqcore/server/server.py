@@ -192,7 +192,8 @@ class Server:
                 if self.sasl is not None:  # the same users (and ACLs) over HTTP Basic
                     auth = HttpAuth(self.sasl, self.authorizer)
                 self.http_server = HttpServer(
-                    create_app(self.store, auth=auth), self.http, tls_cert=self._tls_cert,
+                    create_app(self.store, auth=auth, group_members=self.broker.groups.member_list),
+                    self.http, tls_cert=self._tls_cert,
                     tls_key=self._tls_key,
                 ).start()  # fmt: skip
             except BaseException:

@@ -4,7 +4,8 @@ checked field by field, and turned into the Store call that answers it.
 - from=beginning: every selected partition from its start; from=offset: one partition from
   that offset (a query cursor placed there); from=time: messages with timestamp >= the time
   (the time index skips the segments before it); from=end: the newest `limit` messages of
-  each selected partition, as a time: the smallest timestamp among them (the form shows it).
+  each selected partition, as a time: the smallest timestamp among them, resolved once and
+  carried by the query's links as `tail` (the page shows it).
   `to` bounds every one of them above (exclusive).
 - key: the key index (Store.find_by_key), answered in one call; tag, where (SQL92), contains
   and regex: Store.search, which the page calls in chunks of CHUNK_SECONDS with the cursor
@@ -30,8 +31,10 @@ DEFAULT_PAGE = 50  # rows a page shows when the form names no limit
 MAX_PAGE = 1000
 CHUNK_SECONDS = 0.3  # one chunk's scan: a browser that goes away leaves at most this running
 MAX_HISTORY = 200  # pages the back link remembers
+# `tail` (ms) is not a form input: from=end's time, resolved when the query's first page was
+# made and carried by its rows and paging links (a new submission of the form resolves it anew)
 FORM_FIELDS = ("partition", "from", "offset", "time", "to", "tz", "key", "tag", "where",
-               "contains", "regex", "limit", "max_scan")  # fmt: skip
+               "contains", "regex", "limit", "max_scan", "tail")  # fmt: skip
 PAGE_FIELDS = (*FORM_FIELDS, "cursor", "hist")
 _ZONE = re.compile(r"[A-Za-z][A-Za-z0-9_+\-]*(/[A-Za-z0-9_+\-]+){0,2}")
 
@@ -68,12 +71,6 @@ def parse_time(name: str, text: str, tz: tzinfo) -> int:
     if ms < 0:
         raise InvalidConfigError(f"{name} {shown(text)} is before 1970")
     return ms
-
-
-def picker_text(ms: int, tz: tzinfo) -> str:
-    """ms as the date-time picker's value in `tz` (seconds and milliseconds kept)."""
-    dt = datetime.fromtimestamp(ms / 1000, tz).replace(tzinfo=None)
-    return dt.isoformat(timespec="milliseconds")
 
 
 @dataclass
@@ -125,10 +122,12 @@ def parse_query(store: Store, topic: str, params: Params) -> BrowseQuery:
     if start_from == "offset":
         if offset is None or partition is None:
             raise InvalidConfigError("from=offset needs an offset and one partition")
-    if start_from == "time" or (start_from == "end" and "time" in values):
+    if start_from == "time":
         if "time" not in values:
             raise InvalidConfigError("from=time needs a time")
         start = parse_time("time", values["time"], tz)
+    if start_from == "end":
+        start = params.integer("tail")
     if "to" in values:
         end = parse_time("to", values["to"], tz)
     key = params.bytes("key")
@@ -162,7 +161,7 @@ def parse_query(store: Store, topic: str, params: Params) -> BrowseQuery:
     if start_from == "end" and start is None:
         q.start = tail_time(store, topic, q)
         if q.start is not None:
-            q.fields["time"] = picker_text(q.start, tz)
+            q.fields["tail"] = str(q.start)
     return q
 
 

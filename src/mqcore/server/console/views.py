@@ -172,6 +172,7 @@ def browser(store: Store, request: Request, params: Params) -> Response:
         history=",".join(q.history) if q else "", cursor=(q.cursor or "-") if q else "-",
         limit=q.limit if q else browse.DEFAULT_PAGE,
         max_scan=q.max_scan if q else 0, froms=browse.FROM,
+        tail=render.time_text(q.start, q.tz) if q and q.start_from == "end" and q.start else None,
     )  # fmt: skip
 
 
@@ -339,14 +340,16 @@ def group_rows(store: Store, name: str | None) -> list[dict[str, Any]]:
 def groups(store: Store, request: Request, params: Params) -> Response:
     name = request.path_params.get("group")
     found = group_rows(store, name)
-    if name is not None and not found:
+    known = request.app.state.group_members
+    live = known(name) if known is not None and name is not None else None
+    if name is not None and not found and live is None:
         raise MessageNotFoundError(f"no consumer group or share group {name!r} in this store")
     utc = browse.parse_zone(None)
     return render.page(
         request, "groups.html", title=name or "Groups", group=name, rows=found,
         groups=group_summaries(store) if name is None else [],
         utc=lambda ms: render.time_text(ms, utc),
-        kinds=sorted({r["kind"] for r in found}),
+        kinds=sorted({r["kind"] for r in found}), live=live, knows_members=known is not None,
         topics=sorted({r["topic"] for r in found if r["kind"] == "consumer"}),
     )  # fmt: skip
 
