@@ -30,9 +30,11 @@ build: $(VENV)/.ext-stamp
 test: build test-tools
 	$(PY) -m pytest -q -p no:cacheprovider tests
 
-# Programs the tests drive that pip cannot install: kcat (tests/test_server_kcat.py), from
-# Debian's packages, only when it is missing and only as root; elsewhere those tests skip and
-# say why.
+# Programs the tests drive that pip cannot install, from Debian's packages, only when missing and
+# only as root (apt-get update first only if the install fails): kcat (tests/test_server_kcat.py),
+# and Chromium with its WebDriver (tests/test_console_browser.py drives the console in a headless
+# browser through Selenium). Elsewhere, or when the install fails, those tests skip and say why;
+# `make test` goes on either way.
 test-tools:
 	@command -v kcat >/dev/null 2>&1 || { \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
@@ -40,6 +42,14 @@ test-tools:
 			 (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q kcat >/dev/null 2>&1)) || \
 			echo "kcat could not be installed: its tests will skip"; \
 		else echo "kcat is missing (apt-get install kcat as root): its tests will skip"; fi; }
+	@{ [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; } || { \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			(apt-get install -y -q --no-install-recommends chromium chromium-driver >/dev/null 2>&1 || \
+			 (apt-get update -q >/dev/null 2>&1 && \
+			  apt-get install -y -q --no-install-recommends chromium chromium-driver >/dev/null 2>&1)) || \
+			echo "chromium could not be installed: the console's browser tests will skip"; \
+		else echo "chromium is missing (apt-get install chromium chromium-driver as root):" \
+			"the console's browser tests will skip"; fi; }
 
 demo: build
 	$(PY) -m mqcore.demo
