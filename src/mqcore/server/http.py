@@ -307,7 +307,11 @@ class HttpServer:
         """Bind (an OSError here, in the caller), then serve until stop()."""
         if self._thread is not None:
             return self
-        sock = socket.socket(socket.AF_INET6 if ":" in self.host else socket.AF_INET)
+        # IPPROTO_TCP named, not left 0: asyncio sets TCP_NODELAY only on connections whose
+        # socket says TCP, and without it every response on a kept-alive connection waited
+        # ~40 ms for the client's delayed ACK (Nagle)
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind((self.host, self.port))
