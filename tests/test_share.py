@@ -607,6 +607,35 @@ def test_trace_shows_who_got_a_record_and_how_it_ended(tmp_path: Path) -> None:
         ]
 
 
+def test_history_tells_each_share_step_once_with_tracing_on(tmp_path: Path) -> None:
+    """store.history(m) (what `mqcore trace` and the console show): the appended event from
+    the trace and each share step from the pull log, once; the share group's own trace events
+    say the same and are left out, a consumer group's stay."""
+    with mqcore.open(str(tmp_path / "s"), trace=True) as store:
+        store.create_topic("t")
+        uid = store.append("t", b"x").unique_id
+        sc = store.share_consumer("g", "t", explicit_ack=True)
+        (m,) = sc.poll()
+        sc.acknowledge(m, "release")
+        (m,) = sc.poll()
+        sc.acknowledge(m, "accept")
+        sc.commit()
+        with store.consumer("c", "t") as c:
+            assert len(c.poll(10)) == 1
+            c.commit()
+        assert {e.group for e in store.trace(uid)} == {None, "g", "c"}
+        got = [(e.event, e.group) for e in store.history(m)]
+        assert got[0] == ("appended", None)
+        assert [g for g in got if g[1] == "g"] == [
+            ("share_delivered", "g"), ("share_released", "g"),
+            ("share_delivered", "g"), ("share_accepted", "g"),
+        ]  # fmt: skip
+        assert [g for g in got if g[1] == "c"] == [
+            (e.event, "c") for e in store.trace(uid) if e.group == "c"
+        ]
+        assert len(got) == 1 + 4 + sum(1 for e in store.trace(uid) if e.group == "c")
+
+
 def test_the_pull_log_says_who_got_each_record_and_is_trimmed_behind_the_start(
     tmp_path: Path,
 ) -> None:

@@ -458,6 +458,28 @@ class Store(Sender[RecordMetadata, BatchMetadata, list[BatchMetadata]]):
                 ]
         return out
 
+    def history(self, *messages: Message) -> list[TraceEvent]:
+        """Everything recorded about these messages (one message, or its copies that kept its
+        unique ID), oldest first: the trace events of their unique IDs (with `trace=` on and
+        the message sampled) and, always, what share groups did with each, from their pull
+        logs (`share_delivered`, `share_accepted`, ...). A share group's own trace events
+        (delivered, acknowledged) say again what its pull log says, so they are left out for
+        the groups whose pull log names the record (`mqcore trace`, the console's detail)."""
+        from mqcore.query.ids import parse_uid, uid_text
+
+        uids: dict[str, None] = {}
+        pulled: list[tuple[str, PullEntry]] = []
+        for m in messages:
+            uid = "" if m.unique_id is None else uid_text(parse_uid(m.unique_id))
+            if uid:
+                uids[uid] = None
+            pulled += [(uid, e) for e in self.share_deliveries(m.topic, m.partition, m.offset)]
+        shared = {e.group for _, e in pulled}
+        events = [e for uid in uids for e in self.trace(uid) if e.group not in shared]
+        events += [e.trace_event(uid) for uid, e in pulled]
+        events.sort(key=lambda e: e.time)
+        return events
+
     def _end_or_none(self, topic: str, partition: int) -> int | None:
         part = self.log.find_partition(topic, partition)
         return None if part is None else part.end_offset

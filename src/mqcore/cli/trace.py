@@ -37,12 +37,9 @@ def add_parsers(sub: Any) -> None:
 def cmd_trace(args: argparse.Namespace, out: TextIO) -> int:
     uid = uid_text(parse_uid(args.unique_id))  # canonical form: the trace topic's key
     with mqcore.open(args.store, read_only=True) as store:
-        events = store.trace(uid)
-        for m in store.find_by_unique_id(uid, limit=10).messages:
-            events += [
-                e.trace_event(uid) for e in store.share_deliveries(m.topic, m.partition, m.offset)
-            ]
-        events.sort(key=lambda e: e.time)
+        found = store.find_by_unique_id(uid, limit=10).messages
+        # the message and the copies that kept its ID; once it is gone (retention), its trace
+        events = store.history(*found) if found else store.trace(uid)
     if not events:
         print(f"mqcore: no trace events recorded for {uid}", file=sys.stderr)
         return 1

@@ -18,6 +18,12 @@ created again gets new directories. The generation is taken before the open: a c
 the store opens makes the next generation differ, so the handle is reopened rather than
 trusted. A store whose directory is gone or changed is closed and opened again, and then fails
 or reads as a fresh open would.
+
+A handle is lent (`with shared_store(path) as store:`), never closed while lent: a handle
+replaced or evicted while a task still reads through it is closed when that task is done. A
+handle nobody has borrowed for IDLE_SECONDS is closed by a background thread: an open store
+keeps the files of the segments it has read open, and retention's deletions free their disk
+space only once the last descriptor goes, so an idle Spark worker must not pin them.
 """
 
 from __future__ import annotations
@@ -26,18 +32,42 @@ import atexit
 import contextlib
 import os
 import threading
+import time
 from collections import OrderedDict
+from collections.abc import Iterator
 
 import mqcore
 from mqcore.errors import NotAStoreError
 from mqcore.store import Store
 
-MAX_STORES = 4  # paths kept per process; the least recently used is closed beyond that
+MAX_STORES = 4  # paths kept per process; the least recently used idle one is closed beyond
+IDLE_SECONDS = 30.0  # a handle not lent for this long is closed
 
 Generation = tuple[tuple[object, ...], ...]
 
+
+class _Kept:
+    """One kept handle: the generation it was opened at, how many callers hold it now, and
+    when the last one gave it back."""
+
+    __slots__ = ("generation", "idle_since", "retired", "store", "users")
+
+    def __init__(self, generation: Generation, store: Store):
+        self.generation, self.store = generation, store
+        self.users = 0
+        self.idle_since = time.monotonic()
+        self.retired = False  # replaced or evicted: closed when the last user gives it back
+
+    def retire(self) -> None:
+        self.retired = True
+        if self.users == 0:
+            self.store.close()
+
+
 _lock = threading.Lock()
-_stores: OrderedDict[str, tuple[Generation, Store]] = OrderedDict()
+_stores: OrderedDict[str, _Kept] = OrderedDict()
+_reaper: threading.Thread | None = None
+_wake = threading.Event()
 
 
 def store_generation(path: str) -> Generation:
@@ -67,38 +97,65 @@ def _directory_rows(name: str, path: str) -> list[tuple[object, ...]]:
     return rows
 
 
-def shared_store(path: str) -> Store:
-    """A read-only Store of `path` as it is on disk now, shared by the callers of this process
-    (it stays open: do not close it). Opens, or reopens, when the generation changed."""
-    key = os.path.abspath(path)
+@contextlib.contextmanager
+def shared_store(path: str) -> Iterator[Store]:
+    """Lend the read-only Store of `path` as it is on disk now, shared by the callers of this
+    process (do not close it); opened, or reopened, when the generation changed."""
+    kept = _borrow(os.path.abspath(path))
+    try:
+        yield kept.store
+    finally:
+        with _lock:
+            kept.users -= 1
+            kept.idle_since = time.monotonic()
+            if kept.retired and kept.users == 0:
+                kept.store.close()
+
+
+def _borrow(key: str) -> _Kept:
+    global _reaper
     with _lock:
         kept = _stores.pop(key, None)
         try:
             generation = store_generation(key)
         except OSError:
             generation = None
-        if kept is not None:
-            if kept[0] == generation:
-                _stores[key] = kept
-                return kept[1]
-            kept[1].close()
-        if generation is None:  # not a directory (now): the open says what is wrong
-            mqcore.open(key, read_only=True).close()
-            raise NotAStoreError(f"{key} could not be listed (it changed while being opened)")
-        store = mqcore.open(key, read_only=True)
-        _stores[key] = (generation, store)
-        while len(_stores) > MAX_STORES:
-            _, (_, oldest) = _stores.popitem(last=False)
-            oldest.close()
-        return store
+        if kept is not None and kept.generation != generation:
+            kept.retire()
+            kept = None
+        if kept is None:
+            if generation is None:  # not a directory (now): the open says what is wrong
+                mqcore.open(key, read_only=True).close()
+                raise NotAStoreError(f"{key} could not be listed (it changed while being opened)")
+            kept = _Kept(generation, mqcore.open(key, read_only=True))
+        kept.users += 1
+        _stores[key] = kept
+        idle = [k for k, held in _stores.items() if held.users == 0]
+        for k in idle[: max(0, len(_stores) - MAX_STORES)]:
+            _stores.pop(k).retire()
+        if _reaper is None:
+            _reaper = threading.Thread(target=_close_idle, name="mqcore-spark-handles", daemon=True)
+            _reaper.start()
+        return kept
+
+
+def _close_idle() -> None:
+    """Close the handles nobody borrowed for IDLE_SECONDS, checking every quarter of it."""
+    while not _wake.wait(IDLE_SECONDS / 4):
+        now = time.monotonic()
+        with _lock:
+            for key in [k for k, kept in _stores.items() if kept.users == 0]:
+                if now - _stores[key].idle_since >= IDLE_SECONDS:
+                    _stores.pop(key).retire()
 
 
 def close_shared_stores() -> None:
-    """Close every kept handle (at exit, so no store is left unclosed, and in tests)."""
+    """Close every kept handle not lent now; the lent ones close when given back (at exit, so
+    no store is left unclosed, and in tests)."""
     with _lock:
         while _stores:
-            _, (_, store) = _stores.popitem()
-            store.close()
+            _, kept = _stores.popitem()
+            kept.retire()
 
 
 atexit.register(close_shared_stores)

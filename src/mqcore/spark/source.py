@@ -156,13 +156,14 @@ class MqcoreReader(DataSourceReader):
         self.opts = opts
 
     def partitions(self) -> Sequence[InputPartition]:
-        slots = plan_slots(shared_store(self.opts.path), self.opts)
+        with shared_store(self.opts.path) as store:
+            slots = plan_slots(store, self.opts)
         return [InputPartition(slot) for slot in slots]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         slot = partition.value
         if not isinstance(slot, ReadSlot):
             raise TypeError(f"an mqcore batch task needs a ReadSlot, not {slot!r}")
-        store = shared_store(self.opts.path)  # this worker's handle, reopened when changed
-        for rng in read_ranges(store, self.opts, slot):
-            yield from range_batches(store, rng, self.opts)
+        with shared_store(self.opts.path) as store:  # this worker's handle, lent for the task
+            for rng in read_ranges(store, self.opts, slot):
+                yield from range_batches(store, rng, self.opts)

@@ -307,9 +307,9 @@ class MqcoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if not isinstance(rng, OffsetRange):
             return
         opts = self.opts.read
-        store = shared_store(opts.path)  # this worker's handle, reopened when changed
-        rng = checked_range(store, rng, opts)  # retention may have run since planning
-        yield from range_batches(store, rng, opts)
+        with shared_store(opts.path) as store:  # this worker's handle, lent for the task
+            rng = checked_range(store, rng, opts)  # retention may have run since planning
+            yield from range_batches(store, rng, opts)
 
     def commit(self, end: dict[str, Any]) -> None:
         self._commit_group(offsets_from_json(end))

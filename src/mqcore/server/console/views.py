@@ -23,8 +23,7 @@ from mqcore.errors import (
     MQCoreError,
 )
 from mqcore.log.internal import is_internal
-from mqcore.log.trace import TraceEvent
-from mqcore.query.ids import decode_msg_id, id_kind, parse_uid, uid_text
+from mqcore.query.ids import decode_msg_id, id_kind, parse_uid
 from mqcore.query.jsonform import timestamp_type
 from mqcore.server.console import browse, render
 from mqcore.server.httpbase import Params, error_response, log, path_int, status_of
@@ -267,19 +266,6 @@ def lookup_messages(store: Store, kind: str, q: str, topic: str | None) -> list[
 # -- message detail -----------------------------------------------------------------------------
 
 
-def history(store: Store, m: Any) -> list[TraceEvent]:
-    """The message's trace events and its share-group deliveries, oldest first."""
-    events: list[TraceEvent] = []
-    if m.unique_id is not None:
-        events += store.trace(uid_text(parse_uid(m.unique_id)))
-    events += [
-        e.trace_event(m.unique_id or "")
-        for e in store.share_deliveries(m.topic, m.partition, m.offset)
-    ]
-    events.sort(key=lambda e: e.time)
-    return events
-
-
 def message(store: Store, request: Request, params: Params) -> Response:
     topic = request.path_params["topic"]
     partition, offset = path_int(request, "partition"), path_int(request, "offset")
@@ -306,7 +292,7 @@ def message(store: Store, request: Request, params: Params) -> Response:
         zone=render.zone_name(tz), events=[
             {"event": e.event, "topic": e.topic, "partition": e.partition, "offset": e.offset,
              "group": e.group, "detail": e.detail, "when": render.time_text(e.time, tz)}
-            for e in history(store, m)
+            for e in store.history(m)
         ],
         origin=render.text_of(origin) if origin is not None else None,
         origin_partition=render.text_of(origin_partition) if origin_partition else None,
