@@ -10,11 +10,10 @@ write actions on. One line on stdout gives the URL; a clean stop exits 0.
 from __future__ import annotations
 
 import argparse
-import signal
-import threading
 from typing import Any, TextIO
 
 import mqcore
+from mqcore.cli.serve import stop_signals, wait_for_stop
 from mqcore.errors import InvalidConfigError, MQCoreError
 
 DEFAULT_HTTP = "127.0.0.1:8080"
@@ -70,9 +69,7 @@ def cmd_console(args: argparse.Namespace, out: TextIO) -> int:
     if args.auth_credentials:
         check_transport(host, args.tls_cert is not None)
         auth = HttpAuth.load(args.auth_credentials, args.acl)
-    stop = threading.Event()
-    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    try:
+    with stop_signals() as stop:
         # never makes a store: a typo in the path is an error, not a new empty store
         with mqcore.open(args.store, read_only=not args.allow_write, create=False) as store:
             app = create_app(store, allow_write=args.allow_write, auth=auth)
@@ -81,12 +78,6 @@ def cmd_console(args: argparse.Namespace, out: TextIO) -> int:
                 mode = "write actions on" if args.allow_write else "read-only"
                 print(f"mqcore: console for {args.store} ({mode}) on {server.url}/ui/", file=out)
                 out.flush()
-                try:
-                    while not stop.wait(0.5):
-                        pass
-                except KeyboardInterrupt:
-                    pass
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+                wait_for_stop(stop)
     print("mqcore: stopped", file=out)
     return 0

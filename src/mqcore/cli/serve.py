@@ -12,6 +12,7 @@ import contextlib
 import logging
 import signal
 import threading
+from collections.abc import Iterator
 from typing import Any, TextIO
 
 from mqcore.errors import InvalidConfigError, MQCoreError
@@ -111,21 +112,32 @@ def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
     handler.setFormatter(logging.Formatter("mqcore: %(levelname)s: %(message)s"))
     logging.getLogger("mqcore").addHandler(handler)
     logging.getLogger("mqcore").setLevel(logging.WARNING)
+    with stop_signals() as stop, server:
+        print(f"mqcore: serving {args.store} to Kafka clients on {server.bootstrap}", file=out)
+        if server.http_server is not None:
+            url = server.http_server.url
+            print(f"mqcore: HTTP query API on {url} (console: {url}/ui/)", file=out)
+        out.flush()
+        wait_for_stop(stop)
+    print("mqcore: stopped", file=out)
+    return 0
+
+
+@contextlib.contextmanager
+def stop_signals() -> Iterator[threading.Event]:
+    """An event SIGTERM sets while the block runs (a service manager's stop)."""
     stop = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
-        with server:
-            print(f"mqcore: serving {args.store} to Kafka clients on {server.bootstrap}", file=out)
-            if server.http_server is not None:
-                url = server.http_server.url
-                print(f"mqcore: HTTP query API on {url} (console: {url}/ui/)", file=out)
-            out.flush()
-            try:
-                while not stop.wait(0.5):
-                    pass
-            except KeyboardInterrupt:
-                pass
+        yield stop
     finally:
         signal.signal(signal.SIGTERM, previous)
-    print("mqcore: stopped", file=out)
-    return 0
+
+
+def wait_for_stop(stop: threading.Event) -> None:
+    """Until SIGTERM (`stop`) or Ctrl-C."""
+    try:
+        while not stop.wait(0.5):
+            pass
+    except KeyboardInterrupt:
+        pass
