@@ -746,5 +746,6 @@ def test_serve_shows_the_members_of_its_kafka_clients_groups(tmp_path: Path) -> 
             assert len(members) == 1 and members[0].startswith("picker-1")
             assert '<span class="client-id">picker-1</span>' in page
             assert '<span id="group-state">Stable</span>' in page
+            assert '<span class="assignment">orders: 0, 1</span>' in page  # kafka-python's
         finally:
             consumer.close()

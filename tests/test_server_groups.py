@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import datetime
 import os
+import random
 import signal
 import struct
 import subprocess
@@ -1109,3 +1110,22 @@ def test_a_new_groups_first_rebalance_waits_the_initial_delay(
         assert sorted(m.member_id for m in ra.members) == sorted([ida, idb])
     finally:
         coord.close()
+
+
+def test_consumer_assignments_decode_as_kafka_python_encodes_them() -> None:
+    """The console's member list decodes the leader's assignment bytes (a client's bytes):
+    compared with kafka-python's own encoder; anything else is None, never an exception."""
+    from kafka.protocol.old.consumer_protocol import ConsumerProtocolMemberAssignment_v0 as A
+
+    from mqcore.server.groups import consumer_assignment
+
+    raw = A(0, [("orders", [2, 0]), ("pay", [1])], b"user").encode()
+    assert consumer_assignment(raw) == {"orders": [0, 2], "pay": [1]}
+    assert consumer_assignment(b"") == {}
+    rng = random.Random(7)
+    for cut in range(len(raw)):
+        assert consumer_assignment(raw[:cut]) in (None, {})
+    for _ in range(2000):
+        junk = bytes(rng.randrange(256) for _ in range(rng.randrange(1, 40)))
+        got = consumer_assignment(junk)
+        assert got is None or isinstance(got, dict)

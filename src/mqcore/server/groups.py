@@ -32,6 +32,7 @@ docs/server.md "Consumer groups" lists the APIs, versions and what is not served
 from __future__ import annotations
 
 import datetime
+import importlib
 import struct
 import threading
 import time
@@ -41,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
+from kio.serial import entity_reader
 
 from mqcore.consume.group import validate_group
 from mqcore.consume.offsets import OffsetAndMetadata, OffsetStore
@@ -200,18 +202,21 @@ class GroupCoordinator:
             self._offsets = self.store.offset_store()
         return self._offsets
 
-    def member_list(self, group_id: str) -> tuple[str, list[dict[str, str | None]]] | None:
+    def member_list(self, group_id: str) -> tuple[str, list[dict[str, Any]]] | None:
         """(state, members) of a group this coordinator holds, each member's ID, static
-        instance ID, client ID and host, in join order; None for a group it does not hold
-        (the console's groups page shows them)."""
+        instance ID, client ID, host and, in a consumer group, its assignment ({topic:
+        partitions}, decoded by consumer_assignment), in join order; None for a group it does
+        not hold (the console's groups page shows them)."""
         with self._cond:
             group = self._groups.get(group_id)
             if group is None:
                 return None
             self._tick(group, self.clock())
+            consumer = group.protocol_type == "consumer"
             members = [
                 {"member_id": m.member_id, "instance_id": m.instance_id,
-                 "client_id": m.client_id, "client_host": m.client_host}
+                 "client_id": m.client_id, "client_host": m.client_host,
+                 "assignment": consumer_assignment(m.assignment) if consumer else None}
                 for m in group.members.values()
             ]  # fmt: skip
             return group.state, members
@@ -1119,6 +1124,26 @@ def storage_error(e: MQCoreError) -> ErrorCode:
     if isinstance(e, InvalidGroupError):
         return ErrorCode.invalid_group_id
     return ErrorCode.kafka_storage_error
+
+
+def consumer_assignment(raw: bytes) -> dict[str, list[int]] | None:
+    """A consumer group member's assignment, as the leader's SyncGroup gave it (Kafka's
+    ConsumerProtocolAssignment: int16 version, then that version's body, read by kio), as
+    {topic: partitions}; {} before the first assignment, None for bytes that are not one
+    (a client's bytes: never trusted to parse)."""
+    if not raw:
+        return {}
+    version = int.from_bytes(raw[:2], "big", signed=True) if len(raw) >= 2 else -1
+    if version < 0:
+        return None
+    module = importlib.import_module(
+        f"kio.schema.consumer_protocol_assignment.v{min(version, 3)}.data"
+    )
+    try:
+        found, _ = entity_reader(module.ConsumerProtocolAssignment)(raw, 2)
+    except Exception:  # noqa: BLE001 - any failure of kio's reader means "not an assignment"
+        return None
+    return {str(t.topic): sorted(int(p) for p in t.partitions) for t in found.assigned_partitions}
 
 
 def make_member_id(prefix: str) -> str:
