@@ -7,6 +7,7 @@ The Selenium tests drive the same pages in Chromium."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import html
 import json
 import os
@@ -218,6 +219,26 @@ def test_browser_rows_are_what_brute_force_finds(
     assert sorted(found) == brute(store, pred)
     assert chunks[-1]["reason"] == "exhausted"
     assert sum(c["scanned_records"] for c in chunks) > 0
+
+
+def test_browser_page_shows_the_topic_settings_and_partitions_as_the_cli_does(
+    store: mqcore.Store, client: Client
+) -> None:
+    """What `mqcore config TOPIC` and `mqcore stats` print, on the topic's page."""
+    page = client.page("/ui/topics/orders")
+    config = store.topic_config("orders")
+    shown = dict(re.findall(r'<tr data-setting="([a-z_]+)"><td class="name">[a-z_]+</td>'
+                            r'<td class="value">(.*?)</td>', page))  # fmt: skip
+    assert shown.keys() == set(dataclasses.asdict(config))
+    assert shown["retention_ms"] == str(config.retention_ms)
+    assert shown["cleanup_policy"] == html.escape(str(config.cleanup_policy))
+    for p in range(3):
+        row = re.search(rf'<tr data-partition="{p}">(.*?)</tr>', page, re.S)
+        assert row, p
+        cells = dict(re.findall(r'<td class="([a-z]+)">(\d+)</td>', row[1]))
+        assert int(cells["start"]) == store.start_offset("orders", p)
+        assert int(cells["end"]) == store.end_offset("orders", p)
+        assert int(cells["segments"]) == len(store.segment_offsets("orders", p))
 
 
 def test_browser_key_filter_uses_the_key_index(store: mqcore.Store, client: Client) -> None:

@@ -4,6 +4,7 @@ lookup, message detail, groups. Each is a plain function Starlette runs in its t
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import re
@@ -101,6 +102,17 @@ def topic_summary(store: Store, topic: str, now_ms: int) -> dict[str, Any]:
     }
 
 
+def partition_rows(store: Store, topic: str) -> list[dict[str, int]]:
+    """Each partition's offsets, segments and bytes on disk (what `mqcore stats` prints)."""
+    out = []
+    for p in store.available_partitions(topic):
+        start, end = store.start_offset(topic, p), store.end_offset(topic, p)
+        out.append({"partition": p, "start": start, "end": end, "messages": end - start,
+                    "segments": len(store.segment_offsets(topic, p)),
+                    "size": disk_bytes(store, topic, p)})  # fmt: skip
+    return out
+
+
 def group_summaries(store: Store) -> list[dict[str, Any]]:
     """Every consumer group (lag: the sum over its partitions) and share group (lag: records
     available plus in flight)."""
@@ -166,6 +178,8 @@ def browser(store: Store, request: Request, params: Params) -> Response:
         rows_url = f"{base}/rows?" + query_string(q.fields, cursor=browse.first_cursor(q))
     return render.page(
         request, "browser.html", 400 if error else 200, error=error, title=topic, topic=topic,
+        config=sorted(dataclasses.asdict(store.topic_config(topic)).items()),
+        partition_rows=partition_rows(store, topic),
         partitions=partitions, fields=fields, zone=render.zone_name(q.tz) if q else "UTC",
         rows_url=rows_url, prev_url=prev, page_url=base,
         history=",".join(q.history) if q else "", cursor=(q.cursor or "-") if q else "-",
