@@ -569,6 +569,17 @@ def test_cli_console_serves_a_store_another_process_writes_and_stops_on_sigterm(
             assert '<tr data-topic="orders">' in client.page("/ui/")
             detail = client.page(f"/ui/topics/orders/partitions/0/offsets/{md.offset}")
             assert html.escape(XSS_IMG) in detail
+            # what the writer appends while the console runs shows up (a read-only open sees
+            # the log as it was when it opened: each request borrows a handle reopened when
+            # the store changed, mqcore.handles)
+            later = [s.append("orders", b"later %d" % i, key=b"k") for i in range(3)]
+            s.flush()
+            for md2 in later:
+                page = client.page(f"/ui/topics/orders/partitions/0/offsets/{md2.offset}")
+                assert b"later %d" % (md2.offset - later[0].offset) in page.encode()
+            topics = json.loads(client.page("/v1/topics"))["topics"]
+            (orders,) = [t for t in topics if t["topic"] == "orders"]
+            assert orders["partitions"][0]["end_offset"] == later[-1].offset + 1
             proc.send_signal(signal.SIGTERM)
             out, err = proc.communicate(timeout=30)
         finally:

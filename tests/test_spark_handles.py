@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 import mqcore
+from mqcore import handles
 from mqcore.errors import NotAStoreError
-from mqcore.spark import handles
-from mqcore.spark.handles import close_shared_stores, shared_store
+from mqcore.handles import close_shared_stores, shared_store
 from mqcore.store import Store
 
 View = dict[str, list[tuple[int, int, int, list[bytes | None]]]]
@@ -147,7 +147,7 @@ def test_a_removed_store_is_not_served(tmp_path: Path) -> None:
 
 def test_handles_of_many_stores_are_bounded(tmp_path: Path) -> None:
     """Beyond MAX_STORES paths the least recently used handle is closed, not leaked."""
-    from mqcore.spark.handles import MAX_STORES
+    from mqcore.handles import MAX_STORES
 
     paths = [str(tmp_path / f"s{i}") for i in range(MAX_STORES + 2)]
     for p in paths:

@@ -207,7 +207,7 @@ def test_explicit_offsets_of_a_reused_dataframe_stay_fixed(
 def test_a_reused_dataframe_reads_a_topic_deleted_and_created_again(
     spark: SparkSession, tmp_path: Path
 ) -> None:
-    """The workers keep a read-only handle per store (mqcore.spark.handles): a DataFrame queried
+    """The workers keep a read-only handle per store (mqcore.handles): a DataFrame queried
     after its topic was deleted and created again with other records reads the new records,
     twice in a row, and after an append the new one too."""
     mqcore.spark.register(spark)

@@ -35,6 +35,7 @@ from mqcore.errors import (
     MessageNotFoundError,
     UnknownGroupError,
 )
+from mqcore.handles import shared_store
 from mqcore.log.internal import is_internal
 from mqcore.query.engine import QueryResult
 from mqcore.query.jsonform import message_object
@@ -218,7 +219,11 @@ def create_app(
     seconds. Either then answers with its reason ("limit", "timeout") and a cursor to go on
     from. `allow_write` turns the console's write actions on (403 without); `auth` asks every
     request for HTTP Basic credentials (server/httpauth.py). `group_members(group)` gives a
-    consumer group's state and members where a coordinator knows them (`mqcore serve`)."""
+    consumer group's state and members where a coordinator knows them (`mqcore serve`).
+
+    A read-only `store` (`mqcore console`) shows the store as it is on disk at each request,
+    not as it was when opened: each request borrows the process's kept handle of its path,
+    reopened when a writer changed the store since (mqcore.handles)."""
     routes = [
         Route("/v1/topics", json_endpoint(list_topics)),
         Route("/v1/topics/{topic}", json_endpoint(describe_topic)),
@@ -255,6 +260,10 @@ def create_app(
     app.state.auth = auth
     app.state.group_members = group_members
     app.state.store = store
+    path = store.path
+    app.state.lend = (
+        (lambda: shared_store(path)) if store.read_only else (lambda: contextlib.nullcontext(store))
+    )
     app.state.share_sessions = ShareSessions(store)
     app.state.max_limit = max_limit
     app.state.max_timeout = max_timeout

@@ -87,7 +87,8 @@ def json_endpoint(
     def endpoint(request: Request) -> JSONResponse:
         try:
             params = Params(request, allowed)
-            return JSONResponse(fn(request.app.state.store, request, params))
+            with request.app.state.lend() as store:  # server/http.py: the store as it is now
+                return JSONResponse(fn(store, request, params))
         except MQCoreError as e:
             return error_response(status_of(e), type(e).__name__, str(e))
         except Exception:  # a bug: logged here, answered without its traceback

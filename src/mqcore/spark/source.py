@@ -36,9 +36,9 @@ from pyspark.sql.types import (
 
 import mqcore
 from mqcore.errors import InvalidConfigError
+from mqcore.handles import shared_store
 from mqcore.spark.batches import range_batches
 from mqcore.spark.extras import EXTRA_COLUMNS
-from mqcore.spark.handles import shared_store
 from mqcore.spark.options import (
     ReadOptions,
     WriteOptions,

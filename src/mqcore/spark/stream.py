@@ -52,9 +52,9 @@ from mqcore.errors import (
     StoreLockedError,
     UnknownPartitionError,
 )
+from mqcore.handles import shared_store
 from mqcore.log.append import key_partition
 from mqcore.spark.batches import range_batches
-from mqcore.spark.handles import shared_store
 from mqcore.spark.options import StreamOptions, TopicPartition, WriteOptions
 from mqcore.spark.plan import (
     OffsetRange,

@@ -44,7 +44,8 @@ def html_page(
     @functools.wraps(fn)
     def endpoint(request: Request) -> Response:
         try:
-            return fn(request.app.state.store, request, Params(request, allowed))
+            with request.app.state.lend() as store:  # server/http.py: the store as it is now
+                return fn(store, request, Params(request, allowed))
         except MQCoreError as e:
             return render.page(request, "error.html", status_of(e), error=str(e), title="Error")
         except Exception:
@@ -192,35 +193,37 @@ def browser(store: Store, request: Request, params: Params) -> Response:
 def rows(request: Request) -> JSONResponse:
     """One chunk of the browser's results: server-rendered (escaped) rows and where the query
     stands. JSON errors, like the /v1 API."""
-    store: Store = request.app.state.store
     try:
-        params = Params(request, (*browse.PAGE_FIELDS, "page_left", "scan_left"))
-        topic = request.path_params["topic"]
-        q = browse.parse_query(store, topic, params)
-        limit = params.count("page_left", q.limit)
-        max_scan = params.count("scan_left", q.max_scan)
-        if limit < 1 or max_scan < 1:
-            raise InvalidConfigError("page_left and scan_left must be >= 1")
-        r = browse.run_chunk(store, topic, q, browse.first_cursor(q), min(limit, q.limit), max_scan)
-        html = render.fragment(
-            "rows.html", rows=[render.row(m, q.tz) for m in r.messages], topic=topic
-        )
-        return JSONResponse(
-            {
-                "html": html,
-                "count": len(r.messages),
-                "reason": r.reason,
-                "cursor": r.cursor,
-                "scanned_bytes": r.scanned_bytes,
-                "scanned_records": r.scanned_records,
-                "indexed": q.key is not None,
-            }
-        )
+        with request.app.state.lend() as store:
+            return rows_chunk(store, request)
     except MQCoreError as e:
         return error_response(status_of(e), type(e).__name__, str(e))
     except Exception:
         log.exception("%s %s failed", request.method, request.url.path)
         return error_response(500, "InternalError", "internal error (see the server log)")
+
+
+def rows_chunk(store: Store, request: Request) -> JSONResponse:
+    params = Params(request, (*browse.PAGE_FIELDS, "page_left", "scan_left"))
+    topic = request.path_params["topic"]
+    q = browse.parse_query(store, topic, params)
+    limit = params.count("page_left", q.limit)
+    max_scan = params.count("scan_left", q.max_scan)
+    if limit < 1 or max_scan < 1:
+        raise InvalidConfigError("page_left and scan_left must be >= 1")
+    r = browse.run_chunk(store, topic, q, browse.first_cursor(q), min(limit, q.limit), max_scan)
+    html = render.fragment("rows.html", rows=[render.row(m, q.tz) for m in r.messages], topic=topic)
+    return JSONResponse(
+        {
+            "html": html,
+            "count": len(r.messages),
+            "reason": r.reason,
+            "cursor": r.cursor,
+            "scanned_bytes": r.scanned_bytes,
+            "scanned_records": r.scanned_records,
+            "indexed": q.key is not None,
+        }
+    )
 
 
 # -- lookup -------------------------------------------------------------------------------------

@@ -1,11 +1,13 @@
-"""Read-only store handles kept per Python worker process, for Spark's planner and tasks.
+"""Read-only store handles kept per process and reopened when the store changed on disk: for
+Spark's planner and tasks, and for the HTTP server and console over a store it does not write
+(`mqcore console`), which must show what a writer appended since.
 
 Spark reuses its Python workers (spark.python.worker.reuse, on by default): the process that
 plans a read or runs a task runs the next one too. A task that opened the store anew each time
 paid the open (topics, checkpoints, every partition's newest segment and its indexes) and,
 because each open maps the segments afresh, a page-table fault per 64 KiB of log it read.
 `shared_store` keeps one read-only Store per path instead, valid for as long as the store's
-generation is unchanged.
+generation is unchanged; each HTTP request of a read-only console borrows it the same way.
 
 A read-only Store sees the log as it was when it opened (docs/architecture.md "Processes"), so
 a kept handle must not outlive a change on disk. The generation is the name, inode, size and
@@ -134,7 +136,7 @@ def _borrow(key: str) -> _Kept:
         for k in idle[: max(0, len(_stores) - MAX_STORES)]:
             _stores.pop(k).retire()
         if _reaper is None:
-            _reaper = threading.Thread(target=_close_idle, name="mqcore-spark-handles", daemon=True)
+            _reaper = threading.Thread(target=_close_idle, name="mqcore-store-handles", daemon=True)
             _reaper.start()
         return kept
 
