@@ -8,11 +8,8 @@ from __future__ import annotations
 
 import os
 import random
-import shutil
-import tempfile
 import textwrap
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import powerloss
@@ -43,18 +40,6 @@ OPTIONS = {
 
 def open_store(path: str, **options: object) -> mqcore.Store:
     return mqcore.open(path, **{**OPTIONS, **options})
-
-
-@pytest.fixture
-def fast_path() -> Iterator[str]:
-    """A store path on tmpfs when there is one: the cycles fdatasync several times each (the
-    durable order), which a disk turns into minutes; the sizes measured are the same."""
-    base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
-    root = tempfile.mkdtemp(prefix="mqcore-trim-", dir=base)
-    try:
-        yield os.path.join(root, "store")
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def disk_used(path: str) -> int:
