@@ -7,7 +7,6 @@ import os
 import random
 import shutil
 import site
-import subprocess
 import sys
 import sysconfig
 import tempfile
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cliserver import run_module_cli
 
 import mqcore
 
@@ -129,19 +129,15 @@ def plain_partition(store: mqcore.Store, key: bytes, partitions: int) -> int:
 
 
 def run_cli(*argv: str, stdin: bytes | None = None) -> tuple[int, str, str]:
-    """Run the `mqcore` command as a subprocess: (exit status, stdout, stderr). No run may
-    end in a traceback: every failure is a one-line error or a usage message."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "mqcore.cli", *argv],
-        env=child_env(),
-        input=stdin if stdin is not None else b"",
-        capture_output=True,
-        timeout=120,
-        check=False,
+    """Run the `mqcore` command as a process (`python -m mqcore.cli`, forked from an
+    interpreter that imported it: tests/cliserver.py): (exit status, stdout, stderr). No run
+    may end in a traceback: every failure is a one-line error or a usage message."""
+    status, stdout, stderr = run_module_cli(
+        list(argv), stdin if stdin is not None else b"", child_env(), timeout=120
     )
-    out, err = proc.stdout.decode(), proc.stderr.decode()
+    out, err = stdout.decode(), stderr.decode()
     assert "Traceback" not in err, err
-    return proc.returncode, out, err
+    return status, out, err
 
 
 @pytest.fixture(scope="session")
