@@ -22,6 +22,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 
 SERVER = r"""
 import json, os, runpy, socket, struct, sys, traceback
@@ -119,6 +120,7 @@ class _Server:
 # what changes from test to test and mqcore never reads: set in the run, not a new server
 PER_TEST = {"PYTEST_CURRENT_TEST"}
 _servers: dict[str, _Server] = {}
+_lock = threading.Lock()  # one request at a time on the socket, from any thread
 
 
 def _stop_all() -> None:
@@ -134,8 +136,9 @@ def run_module_cli(
 ) -> tuple[int, bytes, bytes]:
     """(exit status, stdout, stderr) of `python -m mqcore.cli *argv` in environment `env`."""
     key = json.dumps({k: v for k, v in env.items() if k not in PER_TEST}, sort_keys=True)
-    server = _servers.get(key)
-    if server is None or server.proc.poll() is not None:
-        _stop_all()  # one server at a time: an environment seldom comes back
-        server = _servers[key] = _Server(env)
-    return server.run(argv, stdin, env, timeout)
+    with _lock:
+        server = _servers.get(key)
+        if server is None or server.proc.poll() is not None:
+            _stop_all()  # one server at a time: an environment seldom comes back
+            server = _servers[key] = _Server(env)
+        return server.run(argv, stdin, env, timeout)
