@@ -494,20 +494,41 @@ def test_crash_at_every_swap_step_leaves_old_or_new(tmp_path: object, point: str
         assert records(s) == new
 
 
+# Imports mqcore once, then for each "path now k" line on stdin forks a process that opens the
+# store and compacts it, SIGKILLing itself before its k-th rename; prints that process's exit
+# status (-9 killed, 0 finished). A fork of an idle process is a fresh writer as a new
+# interpreter is, without the half second of start-up each of the walk's ~50 steps paid.
 RENAME_CHILD = """
-import os, signal, sys
+import os, signal, sys, traceback
 import mqcore
-with mqcore.open(sys.argv[1], flush="os") as s:
-    real, calls = os.rename, [0]
 
-    def rename(src, dst):
-        calls[0] += 1
-        if calls[0] == int(sys.argv[3]):
-            os.kill(os.getpid(), signal.SIGKILL)
-        real(src, dst)
 
-    os.rename = rename
-    s.compact("t", now=int(sys.argv[2]))
+def compact_until_rename(path, now, k):
+    with mqcore.open(path, flush="os") as s:
+        real, calls = os.rename, [0]
+
+        def rename(src, dst):
+            calls[0] += 1
+            if calls[0] == k:
+                os.kill(os.getpid(), signal.SIGKILL)
+            real(src, dst)
+
+        os.rename = rename
+        s.compact("t", now=now)
+
+
+for line in sys.stdin:
+    path, now, k = line.split()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            compact_until_rename(path, int(now), int(k))
+        except BaseException:
+            traceback.print_exc()
+            sys.stderr.flush()
+            os._exit(1)
+        os._exit(0)
+    print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), flush=True)
 """
 
 
@@ -525,37 +546,61 @@ def test_crash_between_any_two_renames(tmp_path: object) -> None:
     new_bases, new = _segment_records(new_path)
     ends = [*new_bases[1:], 1 << 62]
     k, finished = 0, False
-    while not finished:
-        k += 1
-        crash_path = os.path.join(root, f"crash{k}")
-        shutil.copytree(old_path, crash_path)
-        proc = subprocess.run(
-            [sys.executable, "-c", RENAME_CHILD, crash_path, str(now), str(k)],
+    with (
+        open(os.path.join(root, "child.err"), "w+") as errors,
+        subprocess.Popen(
+            [sys.executable, "-c", RENAME_CHILD],
             env=child_env(),
-            capture_output=True,
-            timeout=120,
-            check=False,
-        )
-        assert proc.returncode in (0, -9), proc.stderr.decode()
-        finished = proc.returncode == 0 or k >= 80
-        with mqcore.open(crash_path, flush="os") as s:
-            crashed_bases, got = s.segment_offsets("t"), records(s)
-            for lo, hi in zip(new_bases, ends, strict=True):
-                was = ([b for b in bases if lo <= b < hi], [r for r in old if lo <= r[0] < hi])
-                will = ([lo], [r for r in new if lo <= r[0] < hi])
-                mine = (
-                    [b for b in crashed_bases if lo <= b < hi],
-                    [r for r in got if lo <= r[0] < hi],
-                )
-                assert mine in (was, will), (k, lo, mine)
-            for offset, key, value in got:
-                m = s.get("t", 0, offset)
-                assert m is not None and (m.key, m.value) == (key, value)
-            for seg in s.log.partition("t", 0).segments:  # indexes match their logs
-                assert seg.offset_index.entries == 0 or seg.position_for(seg.next_offset - 1) < (
-                    seg.size
-                )
-            s.compact("t", now=now)
-            assert records(s) == new
-        shutil.rmtree(crash_path)
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=errors,
+            text=True,
+        ) as child,
+    ):  # leaving closes the child's stdin: it ends its loop and exits
+        assert child.stdin is not None and child.stdout is not None
+        while not finished:
+            k += 1
+            crash_path = os.path.join(root, f"crash{k}")
+            shutil.copytree(old_path, crash_path)
+            child.stdin.write(f"{crash_path} {now} {k}\n")
+            child.stdin.flush()
+            status = child.stdout.readline().strip()
+            errors.seek(0)
+            assert status in ("0", "-9"), (status, errors.read())
+            finished = status == "0" or k >= 80
+            check_rename_crash(crash_path, k, now, bases, old, new_bases, new, ends)
     assert k > 20  # the pass really renamed that many files before it finished
+
+
+def check_rename_crash(
+    crash_path: str,
+    k: int,
+    now: int,
+    bases: list[int],
+    old: list[tuple[int, bytes | None, bytes | None]],
+    new_bases: list[int],
+    new: list[tuple[int, bytes | None, bytes | None]],
+    ends: list[int],
+) -> None:
+    """The store a child killed before its k-th rename left: each range of the compacted
+    layout is wholly old or wholly new, reads agree, and finishing the pass gives `new`."""
+    with mqcore.open(crash_path, flush="os") as s:
+        crashed_bases, got = s.segment_offsets("t"), records(s)
+        for lo, hi in zip(new_bases, ends, strict=True):
+            was = ([b for b in bases if lo <= b < hi], [r for r in old if lo <= r[0] < hi])
+            will = ([lo], [r for r in new if lo <= r[0] < hi])
+            mine = (
+                [b for b in crashed_bases if lo <= b < hi],
+                [r for r in got if lo <= r[0] < hi],
+            )
+            assert mine in (was, will), (k, lo, mine)
+        for offset, key, value in got:
+            m = s.get("t", 0, offset)
+            assert m is not None and (m.key, m.value) == (key, value)
+        for seg in s.log.partition("t", 0).segments:  # indexes match their logs
+            assert seg.offset_index.entries == 0 or seg.position_for(seg.next_offset - 1) < (
+                seg.size
+            )
+        s.compact("t", now=now)
+        assert records(s) == new
+    shutil.rmtree(crash_path)

@@ -8,6 +8,8 @@ import glob
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -17,7 +19,7 @@ FUZZ_DIR = Path(__file__).resolve().parent.parent / "fuzz"
 HARNESSES = sorted(
     os.path.basename(p)[len("fuzz_") : -len(".py")] for p in glob.glob(str(FUZZ_DIR / "fuzz_*.py"))
 )
-SECONDS = 3  # per harness: the nine together stay under a minute with start-up
+SECONDS = 3  # per harness, two at a time (the runs fixture): the ten take about a minute
 
 pytest.importorskip(
     "atheris", reason="atheris (in the `dev` extra where a wheel exists) not installed"
@@ -56,22 +58,22 @@ def test_every_reader_has_a_harness() -> None:
     }
 
 
-@pytest.mark.parametrize("harness", HARNESSES)
-def test_harness_runs_clean(harness: str, corpus: Path, tmp_path: Path) -> None:
+def run_harness(harness: str, corpus: Path, workdir: Path) -> subprocess.CompletedProcess[bytes]:
+    """One harness for SECONDS over a copy of its seeds; crash files go to workdir/crash-*."""
     seeds = corpus / harness
     seeds.mkdir(exist_ok=True)
-    work = tmp_path / "corpus"
-    work.mkdir()
+    work = workdir / "corpus"
+    work.mkdir(parents=True)
     for seed in seeds.iterdir():
         (work / seed.name).write_bytes(seed.read_bytes())
-    proc = subprocess.run(
+    return subprocess.run(
         [
             sys.executable,
             str(FUZZ_DIR / f"fuzz_{harness}.py"),
             f"-max_total_time={SECONDS}",
             "-timeout=10",
             "-rss_limit_mb=2048",
-            f"-artifact_prefix={tmp_path}/crash-",
+            f"-artifact_prefix={workdir}/crash-",
             str(work),
         ],
         env=child_env(),
@@ -79,7 +81,30 @@ def test_harness_runs_clean(harness: str, corpus: Path, tmp_path: Path) -> None:
         timeout=60 + SECONDS,
         check=False,
     )
+
+
+@pytest.fixture(scope="module")
+def runs(
+    corpus: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, tuple[Path, Future[subprocess.CompletedProcess[bytes]]]]]:
+    """Every harness's run, two at a time: each spends most of its wall time importing mqcore
+    under instrumentation in one process, so two run side by side on CI's two cores in about
+    the time of one (the module took two minutes run one after another)."""
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        out = {}
+        for harness in HARNESSES:
+            workdir = tmp_path_factory.mktemp(f"fuzz-{harness}")
+            out[harness] = (workdir, pool.submit(run_harness, harness, corpus, workdir))
+        yield out
+
+
+@pytest.mark.parametrize("harness", HARNESSES)
+def test_harness_runs_clean(
+    harness: str, runs: dict[str, tuple[Path, Future[subprocess.CompletedProcess[bytes]]]]
+) -> None:
+    workdir, future = runs[harness]
+    proc = future.result()
     err = proc.stderr.decode(errors="replace")
     assert proc.returncode == 0, err[-4000:]
     assert "Done" in err and "runs in" in err, err[-2000:]
-    assert not list(tmp_path.glob("crash-*")), err[-4000:]
+    assert not list(workdir.glob("crash-*")), err[-4000:]

@@ -10,7 +10,6 @@ import shutil
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 from conftest import child_env
@@ -41,8 +40,9 @@ CHILD = textwrap.dedent(
         segs = sum(len(s.segment_offsets("t", p)) for p in range(partitions))
         print("fds", n, "segments", segs)
     if mode == "write":
+        # no check before the appends: the one after them makes the same reads of every
+        # segment with more descriptors held (each partition's new active segment)
         with mqcore.open(path, max_open_segments=100) as s:
-            check(s, 0)
             for p in range(partitions):
                 s.append("t", b"more", key=b"k3", partition=p)
             check(s, 1)
@@ -68,8 +68,8 @@ def build(path: str) -> None:
 
 
 @pytest.mark.slow
-def test_twenty_thousand_segments_under_256_descriptors(tmp_path: Path) -> None:
-    path = str(tmp_path / "store")
+def test_twenty_thousand_segments_under_256_descriptors(fast_path: str) -> None:
+    path = fast_path
     build(path)
     with mqcore.open(path, flush="os") as s:  # writes the checkpoint of the copied partitions
         assert sum(len(s.segment_offsets("t", p)) for p in range(PARTITIONS)) == 20_000
