@@ -36,12 +36,18 @@ EXPECTED: tuple[type[BaseException], ...] = (MQCoreError,)
 # a decompressor that ignores it, which shows as -rss_limit_mb).
 MAX_DECOMPRESSED = 1 << 20
 
-# Where harnesses that need files put them: tmpfs when there is one.
-SCRATCH = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+# Where harnesses that need files put them: MQCORE_FUZZ_SCRATCH when set, else tmpfs when there
+# is one. libFuzzer ends the process with exit(), which skips Python's atexit, so a run's
+# directories stay behind: the smoke test (tests/test_fuzz_smoke.py) points them into its own
+# temporary directory.
+SCRATCH = os.environ.get("MQCORE_FUZZ_SCRATCH") or (
+    "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+)
 
 
 def scratch_dir(prefix: str) -> str:
-    """A fresh directory under SCRATCH for one harness run, removed when the run exits."""
+    """A fresh directory under SCRATCH for one harness run, removed when Python exits normally
+    (not when libFuzzer ends the run: see SCRATCH)."""
     path = tempfile.mkdtemp(prefix=prefix, dir=SCRATCH)
     atexit.register(shutil.rmtree, path, True)
     return path

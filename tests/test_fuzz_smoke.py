@@ -66,6 +66,8 @@ def run_harness(harness: str, corpus: Path, workdir: Path) -> subprocess.Complet
     work.mkdir(parents=True)
     for seed in seeds.iterdir():
         (work / seed.name).write_bytes(seed.read_bytes())
+    scratch = workdir / "scratch"  # the harness's files: here, not left in /dev/shm
+    scratch.mkdir()
     return subprocess.run(
         [
             sys.executable,
@@ -76,20 +78,32 @@ def run_harness(harness: str, corpus: Path, workdir: Path) -> subprocess.Complet
             f"-artifact_prefix={workdir}/crash-",
             str(work),
         ],
-        env=child_env(),
+        env={**child_env(), "MQCORE_FUZZ_SCRATCH": str(scratch)},
         capture_output=True,
         timeout=60 + SECONDS,
         check=False,
     )
 
 
+def shared_scratch() -> set[str]:
+    """The harnesses' directories in the machine-wide default scratch place (tmpfs)."""
+    shm = Path("/dev/shm")
+    return {p.name for p in shm.glob("mqcore-fuzz-*")} if shm.is_dir() else set()
+
+
+@pytest.fixture(scope="module")
+def shm_before() -> set[str]:
+    return shared_scratch()
+
+
 @pytest.fixture(scope="module")
 def runs(
-    corpus: Path, tmp_path_factory: pytest.TempPathFactory
+    corpus: Path, tmp_path_factory: pytest.TempPathFactory, shm_before: set[str]
 ) -> Iterator[dict[str, tuple[Path, Future[subprocess.CompletedProcess[bytes]]]]]:
     """Every harness's run, two at a time: each spends most of its wall time importing mqcore
     under instrumentation in one process, so two run side by side on CI's two cores in about
-    the time of one (the module took two minutes run one after another)."""
+    the time of one (the module took two minutes run one after another). `shm_before` is
+    taken first, so the leak check compares with the time before any run."""
     with ThreadPoolExecutor(max_workers=2) as pool:
         out = {}
         for harness in HARNESSES:
@@ -108,3 +122,14 @@ def test_harness_runs_clean(
     assert proc.returncode == 0, err[-4000:]
     assert "Done" in err and "runs in" in err, err[-2000:]
     assert not list(workdir.glob("crash-*")), err[-4000:]
+
+
+def test_harness_runs_leave_nothing_in_dev_shm(
+    shm_before: set[str],
+    runs: dict[str, tuple[Path, Future[subprocess.CompletedProcess[bytes]]]],
+) -> None:
+    """libFuzzer's exit skips the harnesses' cleanup: their files go to each run's own
+    directory, which pytest removes, and none is left in /dev/shm (three per run were)."""
+    for _, future in runs.values():
+        future.result()
+    assert shared_scratch() - shm_before == set()
