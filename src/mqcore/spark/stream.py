@@ -192,8 +192,11 @@ class MqcoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     f"available; drop the option or upgrade PySpark"
                 )
 
-    def _open(self) -> mqcore.Store:
-        return mqcore.open(self.opts.read.path, read_only=True)
+    def _open(self) -> contextlib.AbstractContextManager[mqcore.Store]:
+        """The driver process's kept read-only handle, lent for one call (mqcore.handles): the
+        driver asks for the log's ends at every trigger, and an open each time paid the open;
+        the handle is reopened when the store changed and closed after 30 s unused."""
+        return shared_store(self.opts.read.path)
 
     def _log_ends(self, store: mqcore.Store) -> Offsets:
         return {
