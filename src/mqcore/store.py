@@ -65,6 +65,7 @@ if TYPE_CHECKING:
     from mqcore.consume.offsets import OffsetStore
     from mqcore.consume.pulllog import PullEntry
     from mqcore.consume.share import ShareConsumer, ShareGroups, ShareLag
+    from mqcore.consume.sharestate import ShareStateStore
 
 # the parked logs of transactions and delays and their bookkeeping: trimmed by resolution
 # (produce/trim.py), never by retention or compaction
@@ -296,7 +297,6 @@ class Store(Sender[RecordMetadata, BatchMetadata, list[BatchMetadata]]):
         keeps it as long as its state does. Kafka keeps one type per group ID too."""
         from mqcore.consume.group import validate_group
         from mqcore.consume.offsets import OffsetStore
-        from mqcore.consume.sharestate import ShareStateStore
 
         self.log.check_open()
         validate_group(group)
@@ -309,8 +309,7 @@ class Store(Sender[RecordMetadata, BatchMetadata, list[BatchMetadata]]):
         offsets = OffsetStore(self.log) if consume is None else consume.offsets
         if any(key[0] == group for key in offsets.all_offsets()):
             return "consumer"
-        states = ShareStateStore(self.log) if share is None else share.store
-        return "share" if states.group_snapshots(group) else None
+        return "share" if self._share_states().group_snapshots(group) else None
 
     def _refuse_group_type(self, group: str, other: str) -> None:
         if self.group_type(group) == other:
@@ -373,6 +372,21 @@ class Store(Sender[RecordMetadata, BatchMetadata, list[BatchMetadata]]):
         return group_lags(offsets, self._end_or_none)
 
     _share: ShareGroups | None = None  # created by the first share_consumer()
+    _states: ShareStateStore | None = None  # the share state, replayed once (_share_states)
+
+    def _share_states(self) -> ShareStateStore:
+        """The one replay of `__share_group_state` this store keeps: the open share groups'
+        (which write through it), else one made on first use and handed to them later, so
+        group_type (each JoinGroup and OffsetCommit of `mqcore serve`) and share_group_lag
+        do not replay the topic at every call."""
+        from mqcore.consume.sharestate import ShareStateStore
+
+        with self.log.lock:
+            if self._share is not None:
+                return self._share.store
+            if self._states is None:
+                self._states = ShareStateStore(self.log)
+            return self._states
 
     def share_consumer(
         self,
@@ -391,7 +405,7 @@ class Store(Sender[RecordMetadata, BatchMetadata, list[BatchMetadata]]):
         state = self._consume_state()
         with self.log.lock:
             if self._share is None:
-                self._share = ShareGroups(self.log, state, self._tracer)
+                self._share = ShareGroups(self.log, state, self._tracer, self._states)
             groups = self._share
         with self._group_types:
             self._refuse_group_type(group, "consumer")
@@ -403,14 +417,13 @@ class Store(Sender[RecordMetadata, BatchMetadata, list[BatchMetadata]]):
         process, else from `__share_group_state` (read-only stores too)."""
         from mqcore.consume.group import validate_group
         from mqcore.consume.share import share_lags
-        from mqcore.consume.sharestate import ShareStateStore
 
         self.log.check_open()
         if group is not None:
             validate_group(group)
         if self._share is not None:
             return self._share.lag(group)
-        return share_lags(self.log, ShareStateStore(self.log), {}, group)
+        return share_lags(self.log, self._share_states(), {}, group)
 
     def share_pull_log(
         self,

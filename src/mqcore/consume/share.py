@@ -458,9 +458,15 @@ class ShareGroup:
 class ShareGroups:
     """Every share group of one store, made by the first share_consumer()."""
 
-    def __init__(self, log: Log, state: ConsumeState, tracer: Tracer | None):
+    def __init__(
+        self,
+        log: Log,
+        state: ConsumeState,
+        tracer: Tracer | None,
+        store: ShareStateStore | None = None,
+    ):
         self.log, self.state, self.tracer = log, state, tracer
-        self.store = ShareStateStore(log)
+        self.store = ShareStateStore(log) if store is None else store  # the store's replay
         self._lock = threading.Lock()
         self.groups: dict[str, ShareGroup] = {}
 
