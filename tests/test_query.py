@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import random
 import textwrap
+import threading
+from typing import Any
 
 import pytest
 import xxhash
@@ -15,7 +17,8 @@ from hypothesis import strategies as st
 
 import mqcore
 from mqcore._ext.hashing import xxh64_hash
-from mqcore.errors import InvalidConfigError, InvalidMessageIdError
+from mqcore.errors import CorruptRecordError, InvalidConfigError, InvalidMessageIdError
+from mqcore.query import engine
 from mqcore.query.ids import decode_msg_id, encode_msg_id, parse_uid, uid_time_ms
 
 TOPIC = "q"
@@ -210,6 +213,167 @@ def test_search_budget_stops_with_a_cursor(built: tuple[str, list[mqcore.Message
             s.search(TOPIC, cursor="bogus")
         table = s.search(TOPIC, tag="TagA", limit=10).to_arrow()
         assert table.num_rows == 10 and table.column_names[:3] == ["key", "value", "topic"]
+
+
+# -- scans on several threads (engine.ScanAhead) ---------------------------------------------
+
+
+def answer(r: engine.QueryResult) -> tuple[object, ...]:
+    """Everything a caller can see of a result."""
+    return (ids(r), r.reason, r.cursor, r.scanned_records, r.scanned_bytes, r.missing_properties)
+
+
+def helper_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "mqcore-scan-ahead"]
+
+
+@pytest.fixture
+def ahead_always(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Every segment is scanned ahead however small (this store's are 16 KiB, the threshold is
+    4 MiB); returns a list that counts the helper results the scans took."""
+    taken: list[int] = []
+    take = engine.ScanAhead.take
+
+    def counting(self: engine.ScanAhead, pos: int, offset: int) -> list[Any]:
+        got = take(self, pos, offset)
+        taken.append(len(got))
+        return got
+
+    monkeypatch.setattr(engine, "SCAN_AHEAD_BYTES", 0)
+    monkeypatch.setattr(engine.ScanAhead, "take", counting)
+    return taken
+
+
+@settings(
+    max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    lo=st.sampled_from([None, T0 + 20_000]),
+    contains=st.sampled_from([None, b"red", b"value 1", b"nothing"]),
+    regex=st.sampled_from([None, rb"value \d+ gre+n"]),
+    tag=st.sampled_from([None, "TagA"]),
+    where=st.sampled_from([None, "amount > 50", "region = 'a' AND amount < 30", "absent = 'x'"]),
+    partition=st.sampled_from([None, 0, 2]),
+    limit=st.sampled_from([1, 7, 100, 100_000]),
+    max_scan=st.sampled_from([1, 25, 400, 10_000_000]),
+    timeout=st.sampled_from([None, 0]),
+    threads=st.sampled_from([2, 3, 8]),
+)
+def test_scans_on_several_threads_give_the_one_thread_answer(
+    built: tuple[str, list[mqcore.Message]],
+    ahead_always: list[int],
+    lo: int | None,
+    contains: bytes | None,
+    regex: bytes | None,
+    tag: str | None,
+    where: str | None,
+    partition: int | None,
+    limit: int,
+    max_scan: int,
+    timeout: float | None,
+    threads: int,
+) -> None:
+    """Every page of a query, followed by its cursors, is the same with helper threads as
+    without: messages, reason, cursor, counts and the selector's missing names; the kernel
+    filters, the Python ones (regex), limits, budgets and a zero timeout alike."""
+    path, _ = built
+    query: dict[str, Any] = {"contains": contains, "regex": regex, "tag": tag, "where": where,
+             "partition": partition, "start": lo, "limit": limit, "max_scan": max_scan,
+             "timeout": timeout}  # fmt: skip
+    with mqcore.open(path, read_only=True) as s:
+        cursors: dict[int, str | None] = {1: None, threads: None}
+        for _ in range(6):
+            pages = {n: s.search(TOPIC, **query, cursor=cursors[n], threads=n) for n in cursors}
+            assert answer(pages[threads]) == answer(pages[1])
+            if pages[1].cursor is None:
+                break
+            cursors = {n: pages[n].cursor for n in cursors}
+    assert helper_threads() == []
+
+
+def test_scan_ahead_is_used_and_its_threads_end(
+    built: tuple[str, list[mqcore.Message]], ahead_always: list[int]
+) -> None:
+    """The helpers' results are what the scan takes (not redone), the answer is brute force's,
+    and no helper outlives its search, also when the limit stops it in the first segment."""
+    path, msgs = built
+    with mqcore.open(path, read_only=True) as s:
+        r = s.search(TOPIC, contains=b"red", limit=100_000, threads=2)
+        assert r.reason == "exhausted"
+        assert ids(r) == ids([m for m in msgs if b"red" in (m.value or b"")])
+        assert len(ahead_always) > 10 and all(ahead_always)
+        assert helper_threads() == []
+        first = s.search(TOPIC, contains=b"red", limit=1, threads=4)
+        assert first.reason == "limit" and len(first) == 1
+        assert helper_threads() == []
+
+
+def test_interrupted_scan_with_helpers_resumes_where_it_stopped(
+    built: tuple[str, list[mqcore.Message]],
+    ahead_always: list[int],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Ctrl-C while helpers scan ahead: QueryInterrupted's cursor resumes exactly past what was
+    returned, and the helpers are stopped before it propagates."""
+    path, msgs = built
+    calls = {"n": 0}
+    filter_chunk = engine.filter_chunk
+
+    def interrupting(*args: object) -> object:
+        calls["n"] += 1
+        if calls["n"] == 9:
+            raise KeyboardInterrupt
+        return filter_chunk(*args)  # type: ignore[arg-type]
+
+    with mqcore.open(path, read_only=True) as s:
+        monkeypatch.setattr(engine, "filter_chunk", interrupting)
+        with pytest.raises(mqcore.errors.QueryInterrupted) as stop:
+            s.search(TOPIC, contains=b"green", limit=100_000, threads=3)
+        assert helper_threads() == []
+        monkeypatch.setattr(engine, "filter_chunk", filter_chunk)
+        first = stop.value.result
+        rest = s.search(TOPIC, contains=b"green", limit=100_000, cursor=first.cursor, threads=3)
+    assert rest.reason == "exhausted" and len(first) > 0
+    assert ids(first) + ids(rest) == ids([m for m in msgs if b"green" in (m.value or b"")])
+
+
+def test_corruption_ahead_is_reported_as_on_one_thread(tmp_path: object) -> None:
+    """A damaged batch in a later segment: the same CorruptRecordError with helpers as without
+    (the helper's own error is dropped; the caller's call meets it); a query that ends before
+    it is answered, and the file is left as it was."""
+    path = str(tmp_path)
+    build(path, n=600)
+    directory = os.path.join(path, f"{TOPIC}-0")
+    last = sorted(n for n in os.listdir(directory) if n.endswith(".log"))[-2]
+    log = os.path.join(directory, last)
+    with open(log, "r+b") as f:
+        data = bytearray(f.read())
+        at = data.rindex(b"value ")
+        data[at] ^= 0x20  # a value byte: the batch's CRC no longer matches
+        f.seek(0)
+        f.write(data)
+    errors = {}
+    with mqcore.open(path, read_only=True) as s:
+        for threads in (1, 2, 3):
+            with pytest.raises(CorruptRecordError) as err:
+                s.search(TOPIC, contains=b"nothing", partition=0, threads=threads)
+            errors[threads] = str(err.value)
+            assert helper_threads() == []
+            early = s.search(TOPIC, contains=b"value", partition=0, limit=3, threads=threads)
+            assert early.reason == "limit" and len(early) == 3
+    assert errors[2] == errors[3] == errors[1] and last in errors[1]
+    with open(log, "rb") as f:
+        assert f.read() == bytes(data)
+
+
+def test_threads_is_checked() -> None:
+    """`threads`: None (2 where two CPUs are usable) or an int in [1, 64]; anything else is
+    refused before anything is read."""
+    assert engine.check_threads(None) == (2 if engine.usable_cpus() >= 2 else 1)
+    assert engine.check_threads(1) == 1 and engine.check_threads(64) == 64
+    for bad in (0, -1, 65, True, 2.0, "2"):
+        with pytest.raises(InvalidConfigError, match="threads"):
+            engine.check_threads(bad)
 
 
 @given(data=st.binary(max_size=300), seed=st.integers(0, 2**64 - 1))

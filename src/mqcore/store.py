@@ -600,6 +600,7 @@ class Store(Sender[RecordMetadata, BatchMetadata, list[BatchMetadata]]):
         max_scan: int = 10_000_000,
         timeout: float | None = None,
         cursor: str | None = None,
+        threads: int | None = None,
         start_ts: int | None = None,
         end_ts: int | None = None,
     ) -> QueryResult:
@@ -617,6 +618,7 @@ class Store(Sender[RecordMetadata, BatchMetadata, list[BatchMetadata]]):
             max_scan=max_scan,
             timeout=timeout,
             cursor=cursor,
+            threads=threads,
         )
 
     def search(
@@ -634,13 +636,17 @@ class Store(Sender[RecordMetadata, BatchMetadata, list[BatchMetadata]]):
         max_scan: int = 10_000_000,
         timeout: float | None = None,
         cursor: str | None = None,
+        threads: int | None = None,
     ) -> QueryResult:
         """Messages whose value contains `contains` / matches `regex`, with tag `tag`, whose
-        properties satisfy the SQL92 selector `where`, within [start, end) ms."""
+        properties satisfy the SQL92 selector `where`, within [start, end) ms. `threads`: how
+        many threads the scan may read with (None: 2 on a machine with two CPUs or more; the
+        segments after the one being read are scanned ahead, the answer is the same)."""
         spec = engine.make_spec(start, end, contains, regex, tag, where)
         return engine.run_scan(
-            self.log.query_parts(topic, partition), spec, limit, max_scan, timeout, cursor
-        )
+            self.log.query_parts(topic, partition), spec, limit, max_scan, timeout, cursor,
+            threads,
+        )  # fmt: skip
 
     def trace(self, unique_id: str) -> list[TraceEvent]:
         """What happened to the message with this unique ID, oldest event first: appended,

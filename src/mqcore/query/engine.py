@@ -16,6 +16,7 @@ import math
 import os
 import re
 import struct
+import threading
 import time
 import warnings
 from collections.abc import Iterator, Sequence
@@ -50,6 +51,10 @@ SCAN_CHUNK = 4096  # records a scan kernel call may return before Python filters
 # records one scan kernel call may examine: a call is not interrupted, so this bounds how far
 # past its deadline a search can run (about 0.03 s of plain 1 KiB records, more compressed)
 SCAN_CALL_RECORDS = 1 << 18
+# a segment is scanned ahead on a helper thread (ScanAhead) only from this planned size on:
+# below it a thread's start and join cost more than the second core saves
+SCAN_AHEAD_BYTES = 4 << 20
+MAX_SCAN_THREADS = 64
 KEY_SPAN_MAX_HITS = 4096  # key_spans: candidates in one segment past which it is read whole
 NO_END = (1 << 63) - 1
 CURSOR_PREFIX = "c1-"
@@ -156,6 +161,25 @@ def resume_points(
     for part in parts:
         if part.partition >= resume_p:
             yield part, resume_o if part.partition == resume_p else 0
+
+
+def check_threads(threads: object) -> int:
+    """Threads a scan may use: an int in [1, MAX_SCAN_THREADS]; None is 2 where this process
+    may run on two CPUs or more, else 1."""
+    if threads is None:
+        return 2 if usable_cpus() >= 2 else 1
+    if isinstance(threads, bool) or not isinstance(threads, int):
+        raise InvalidConfigError(f"threads must be an int or None, not {shown(threads)}")
+    if not 1 <= threads <= MAX_SCAN_THREADS:
+        raise InvalidConfigError(f"threads must be in [1, {MAX_SCAN_THREADS}], not {threads}")
+    return threads
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity mask where the OS has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def check_limit(name: str, value: object, cap: int) -> int:
@@ -481,14 +505,32 @@ def scan_chunk(
     """One scan kernel call with `spec`'s kernel filters: time window, content, tag and the
     selector's program when the kernel runs it (the one place selectors reach the kernel:
     search(), the CLI, the server's filtered fetch and the consumer all come here)."""
+    r = kernel_call(view, pos, part, spec, min_offset, max_offset, limit, max_records,
+                    verify_crc, source)  # fmt: skip
+    spec.note_seen(r)
+    return r
+
+
+def kernel_call(
+    view: memoryview,
+    pos: int,
+    part: Partition | tuple[str, int],
+    spec: ScanSpec,
+    min_offset: int,
+    max_offset: int,
+    limit: int,
+    max_records: int,
+    verify_crc: bool,
+    source: str,
+) -> ScanResult:
+    """scan_chunk's kernel call alone, changing nothing in `spec` (ScanAhead's threads call it;
+    the caller notes what the selector saw when it takes the result)."""
     topic, partition = (part.topic, part.partition) if isinstance(part, Partition) else part
-    r = scan_records(
+    return scan_records(
         view, pos, topic, partition, min_offset, max_offset, spec.lo, spec.hi, spec.needle,
         False, spec.tag, limit, max_records, verify_crc, MAX_DECOMPRESSED, source, 0,
         spec.kernel_selector,
     )  # fmt: skip
-    spec.note_seen(r)
-    return r
 
 
 def selector_view(m: Message) -> dict[str, str]:
@@ -542,9 +584,16 @@ class ScanBudget:
 
 
 def scan_partition(
-    part: Partition, spec: ScanSpec, budget: ScanBudget, result: QueryResult, from_offset: int
+    part: Partition,
+    spec: ScanSpec,
+    budget: ScanBudget,
+    result: QueryResult,
+    from_offset: int,
+    threads: int = 1,
 ) -> str | None:
-    """Scan one partition into `result`; returns why it stopped early (None: exhausted)."""
+    """Scan one partition into `result`; returns why it stopped early (None: exhausted). With
+    `threads` > 1, up to threads - 1 of the segments after the one being scanned are scanned
+    ahead on helper threads (ScanAhead); the answer is the one a single thread gives."""
     start_offset = max(from_offset, part.start_offset)
     if spec.lo > 0:
         first = part.offset_for_time(spec.lo)
@@ -552,18 +601,34 @@ def scan_partition(
             return None
         start_offset = max(start_offset, first)
     next_offset = start_offset
-    with scan_plan(part, next_offset) as segments:
-        for seg, size, _end in segments:
-            if seg.max_timestamp < spec.lo:
-                continue
-            table = seg.key_table()
-            if table is not None and table.key_count and table.min_timestamp >= spec.hi:
-                continue
-            stop, next_offset = scan_segment(part, seg, size, spec, budget, result, next_offset)
-            if stop is not None:
-                result.cursor = encode_cursor(part.partition, next_offset)
-                return stop
+    with scan_plan(part, next_offset) as planned:
+        segments = [(seg, size) for seg, size, _end in planned if may_match(seg, spec)]
+        ahead: dict[int, ScanAhead] = {}
+        try:
+            for i, (seg, size) in enumerate(segments):
+                for later, later_size in segments[i + 1 : i + threads]:
+                    if later_size >= SCAN_AHEAD_BYTES and id(later) not in ahead:
+                        ahead[id(later)] = ScanAhead(part, later, later_size, start_offset,
+                                                     spec, budget, result)  # fmt: skip
+                stop, next_offset = scan_segment(
+                    part, seg, size, spec, budget, result, next_offset, ahead.get(id(seg))
+                )
+                ahead.pop(id(seg), None)
+                if stop is not None:
+                    result.cursor = encode_cursor(part.partition, next_offset)
+                    return stop
+        finally:
+            for helper in ahead.values():
+                helper.cancel()
     return None
+
+
+def may_match(seg: LogSegment, spec: ScanSpec) -> bool:
+    """False when the segment's timestamps (its time index, its key table's) rule it out."""
+    if seg.max_timestamp < spec.lo:
+        return False
+    table = seg.key_table()
+    return table is None or not table.key_count or table.min_timestamp < spec.hi
 
 
 def scan_segment(
@@ -574,20 +639,26 @@ def scan_segment(
     budget: ScanBudget,
     result: QueryResult,
     from_offset: int,
+    ahead: ScanAhead | None = None,
 ) -> tuple[str | None, int]:
     view = seg.view(0, size)
     try:
         pos = seg.position_for(max(from_offset, seg.base_offset))
         offset = from_offset
+        done = ahead.take(pos, max(from_offset, seg.base_offset)) if ahead is not None else []
         while True:
             room = min(SCAN_CHUNK, budget.limit - len(result.messages))
             if spec.filters_in_python:
                 room = SCAN_CHUNK  # Python filters follow: the limit counts after them
-            r = scan_chunk(
-                view, pos, part, spec, offset, NO_END, room,
-                max(1, min(budget.max_scan - result.scanned_records, SCAN_CALL_RECORDS)), True,
-                seg.log_path,
-            )  # fmt: skip
+            records = max(1, min(budget.max_scan - result.scanned_records, SCAN_CALL_RECORDS))
+            r = done.pop(0) if done else None
+            if r is not None and (len(r.messages) >= room or r.records_scanned >= records):
+                r, done = None, []  # the helper looked further than this call may: redo it
+            if r is None:
+                r = scan_chunk(view, pos, part, spec, offset, NO_END, room, records, True,
+                               seg.log_path)  # fmt: skip
+            else:
+                spec.note_seen(r)
             result.scanned_records += r.records_scanned
             result.scanned_bytes += r.bytes_scanned
             stopped = filter_chunk(r.messages, spec, budget, result)
@@ -602,6 +673,86 @@ def scan_segment(
                 return why, offset
     finally:
         view.release()
+
+
+class ScanAhead:
+    """One segment scanned on a helper thread while the caller scans the segments before it.
+
+    A scan from the page cache is bound by how fast one core reads memory (about 8-12 GB/s on
+    the test VM, 80 % of it in the CRC-and-needle pass; two cores read about 1.8 times that:
+    bench/README.md "Content search on several cores"), so a second core doubles a long scan.
+    The helper makes the kernel calls the caller's loop would make from the segment's start,
+    with bounds no smaller than the caller's (its room and records per call, the budget left
+    when it started), and keeps each result; the caller takes them in order and uses one only
+    when a call of its own, with its bounds at that moment, would have returned the same (fewer
+    matches than its room, fewer records than its budget), else it makes that call itself. So
+    limits, cursors, counts and errors are those of a single thread. The helper stops at the
+    segment's end, at the budget, at the deadline, at a kernel error (the caller meets it again
+    in its own call) or when cancelled; the kernel releases the GIL over the bytes, and the
+    view is taken on the caller's thread, inside the scan plan's pin, which outlives the helper
+    (scan_partition cancels and joins every helper before it leaves the plan)."""
+
+    def __init__(
+        self,
+        part: Partition,
+        seg: LogSegment,
+        size: int,
+        start_offset: int,
+        spec: ScanSpec,
+        budget: ScanBudget,
+        result: QueryResult,
+    ) -> None:
+        self.offset = max(start_offset, seg.base_offset)
+        self.pos = seg.position_for(self.offset)
+        self.results: list[ScanResult] = []
+        self.stopped = threading.Event()
+        view = seg.view(0, size)
+        records = max(1, budget.max_scan - result.scanned_records)
+        room = SCAN_CHUNK if spec.filters_in_python else min(SCAN_CHUNK, budget.limit)
+        where = (part.topic, part.partition)
+        args = (view, where, spec, room, records, budget.deadline, seg.log_path)
+        self.thread = threading.Thread(
+            target=self.run, args=args, name="mqcore-scan-ahead", daemon=True
+        )
+        self.thread.start()
+
+    def run(
+        self,
+        view: memoryview,
+        where: tuple[str, int],
+        spec: ScanSpec,
+        room: int,
+        records: int,
+        deadline: float,
+        source: str,
+    ) -> None:
+        pos, offset, matches = self.pos, self.offset, 0
+        try:
+            while not self.stopped.is_set() and records > 0 and matches < room:
+                r = kernel_call(view, pos, where, spec, offset, NO_END, room,
+                                min(records, SCAN_CALL_RECORDS), True, source)  # fmt: skip
+                self.results.append(r)
+                records -= r.records_scanned
+                if not spec.filters_in_python:
+                    matches += len(r.messages)
+                if r.reason == "end" or time.monotonic() >= deadline:
+                    break
+                pos, offset = r.next_position, r.next_offset
+        except Exception:  # noqa: BLE001, S110 - the caller's own call meets it and raises it
+            pass
+        finally:
+            view.release()
+
+    def take(self, pos: int, offset: int) -> list[ScanResult]:
+        """The helper's results, once it has finished, for a caller starting at (pos, offset);
+        none when it started elsewhere."""
+        self.thread.join()
+        return self.results if (pos, offset) == (self.pos, self.offset) else []
+
+    def cancel(self) -> None:
+        """Stop after the kernel call under way (at most SCAN_CALL_RECORDS records) and wait."""
+        self.stopped.set()
+        self.thread.join()
 
 
 def filter_chunk(
@@ -706,7 +857,9 @@ def run_scan(
     max_scan: int,
     timeout: float | None,
     cursor: str | None,
+    threads: int | None = None,
 ) -> QueryResult:
+    threads = check_threads(threads)
     budget = ScanBudget(
         check_limit("limit", limit, MAX_LIMIT),
         check_limit("max_scan", max_scan, NO_END),
@@ -716,7 +869,7 @@ def run_scan(
     try:
         for part, from_offset in resume_points(parts, cursor):
             budget.reached = (part.partition, from_offset)
-            stop = scan_partition(part, spec, budget, result, from_offset)
+            stop = scan_partition(part, spec, budget, result, from_offset, threads)
             if stop is not None:
                 result.reason = stop
                 if result.cursor is None:
