@@ -244,6 +244,14 @@ def ahead_always(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return taken
 
 
+@pytest.fixture
+def small_calls(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kernel calls of at most 5 matches and 23 records: the helper's calls meet the caller's
+    bounds inside a segment, as they do past 4096 matches and 262,144 records in a real one."""
+    monkeypatch.setattr(engine, "SCAN_CHUNK", 5)
+    monkeypatch.setattr(engine, "SCAN_CALL_RECORDS", 23)
+
+
 @settings(
     max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -262,6 +270,7 @@ def ahead_always(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 def test_scans_on_several_threads_give_the_one_thread_answer(
     built: tuple[str, list[mqcore.Message]],
     ahead_always: list[int],
+    small_calls: None,
     lo: int | None,
     contains: bytes | None,
     regex: bytes | None,
@@ -275,7 +284,8 @@ def test_scans_on_several_threads_give_the_one_thread_answer(
 ) -> None:
     """Every page of a query, followed by its cursors, is the same with helper threads as
     without: messages, reason, cursor, counts and the selector's missing names; the kernel
-    filters, the Python ones (regex), limits, budgets and a zero timeout alike."""
+    filters, the Python ones (regex), limits, budgets and a zero timeout alike, with kernel
+    calls cut short by their bounds (small_calls) as well as by segment ends."""
     path, _ = built
     query: dict[str, Any] = {"contains": contains, "regex": regex, "tag": tag, "where": where,
              "partition": partition, "start": lo, "limit": limit, "max_scan": max_scan,

@@ -651,9 +651,13 @@ def scan_segment(
             if spec.filters_in_python:
                 room = SCAN_CHUNK  # Python filters follow: the limit counts after them
             records = max(1, min(budget.max_scan - result.scanned_records, SCAN_CALL_RECORDS))
-            r = done.pop(0) if done else None
-            if r is not None and (len(r.messages) >= room or r.records_scanned >= records):
-                r, done = None, []  # the helper looked further than this call may: redo it
+            r = None
+            if done:
+                r, its_room, its_records = done.pop(0)
+                if (its_room != room and len(r.messages) >= room) or (
+                    its_records != records and r.records_scanned >= records
+                ):
+                    r, done = None, []  # the helper looked further than this call may: redo it
             if r is None:
                 r = scan_chunk(view, pos, part, spec, offset, NO_END, room, records, True,
                                seg.log_path)  # fmt: skip
@@ -680,12 +684,13 @@ class ScanAhead:
 
     A scan from the page cache is bound by how fast one core reads memory (about 8-12 GB/s on
     the test VM, 80 % of it in the CRC-and-needle pass; two cores read about 1.8 times that:
-    bench/README.md "Content search on several cores"), so a second core doubles a long scan.
+    bench/README.md "Content search on two cores"), so a second core speeds a long scan up.
     The helper makes the kernel calls the caller's loop would make from the segment's start,
     with bounds no smaller than the caller's (its room and records per call, the budget left
-    when it started), and keeps each result; the caller takes them in order and uses one only
-    when a call of its own, with its bounds at that moment, would have returned the same (fewer
-    matches than its room, fewer records than its budget), else it makes that call itself. So
+    when it started), and keeps each result with its bounds; the caller takes them in order and
+    uses one only when a call of its own, with its bounds at that moment, would have returned
+    the same (the same bounds, or fewer matches than its room and fewer records than its
+    budget), else it makes that call itself. So
     limits, cursors, counts and errors are those of a single thread. The helper stops at the
     segment's end, at the budget, at the deadline, at a kernel error (the caller meets it again
     in its own call) or when cancelled; the kernel releases the GIL over the bytes, and the
@@ -704,7 +709,7 @@ class ScanAhead:
     ) -> None:
         self.offset = max(start_offset, seg.base_offset)
         self.pos = seg.position_for(self.offset)
-        self.results: list[ScanResult] = []
+        self.results: list[tuple[ScanResult, int, int]] = []  # each call's result and bounds
         self.stopped = threading.Event()
         view = seg.view(0, size)
         records = max(1, budget.max_scan - result.scanned_records)
@@ -729,9 +734,10 @@ class ScanAhead:
         pos, offset, matches = self.pos, self.offset, 0
         try:
             while not self.stopped.is_set() and records > 0 and matches < room:
-                r = kernel_call(view, pos, where, spec, offset, NO_END, room,
-                                min(records, SCAN_CALL_RECORDS), True, source)  # fmt: skip
-                self.results.append(r)
+                call_records = min(records, SCAN_CALL_RECORDS)
+                r = kernel_call(view, pos, where, spec, offset, NO_END, room, call_records, True,
+                                source)  # fmt: skip
+                self.results.append((r, room, call_records))
                 records -= r.records_scanned
                 if not spec.filters_in_python:
                     matches += len(r.messages)
@@ -743,7 +749,7 @@ class ScanAhead:
         finally:
             view.release()
 
-    def take(self, pos: int, offset: int) -> list[ScanResult]:
+    def take(self, pos: int, offset: int) -> list[tuple[ScanResult, int, int]]:
         """The helper's results, once it has finished, for a caller starting at (pos, offset);
         none when it started elsewhere."""
         self.thread.join()
