@@ -281,6 +281,28 @@ TARGETS = [
         "spark/count/arrow-floor",
         "spark/count/parquet",
     ),
+    Target(
+        "Spark filter: mqcore vs the Python source API floor (Arrow in memory)",
+        "spark/filter/mqcore",
+        "spark/filter/arrow-floor",
+    ),
+    Target(
+        "Spark filter: the Python source API floor vs Parquet (time <= 1.5x)",
+        "spark/filter/arrow-floor",
+        "spark/filter/parquet",
+        1 / 1.5,
+    ),
+    Target(
+        "Spark filter + group-by 600k: mqcore vs the Python source API floor",
+        "spark/filter-groupby-600k/mqcore",
+        "spark/filter-groupby-600k/arrow-floor",
+    ),
+    Target(
+        "Spark filter + group-by 600k: the Python source API floor vs Parquet (time <= 1.5x)",
+        "spark/filter-groupby-600k/arrow-floor",
+        "spark/filter-groupby-600k/parquet",
+        1 / 1.5,
+    ),
     Target("Spark key = X: mqcore (key index) vs Parquet", "spark/key/mqcore", "spark/key/parquet"),
     Target(
         "mqcore serve: wire produce 1 KiB vs in-process append_batch",

@@ -13,6 +13,7 @@ import ctypes
 import faulthandler
 import mmap
 import os
+import random
 import signal
 import struct
 from collections.abc import Iterator, Sequence
@@ -708,6 +709,31 @@ def test_plain_records_match_the_reference_writer(
     msgs = decode_all(encode(values, keys=keys, now_ms=77, codec=codec, gather_threshold=threshold))
     assert [m.value for m in msgs] == values
     assert [m.key for m in msgs] == (keys if keys is not None else [None] * len(values))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    sizes=st.lists(st.integers(0, 3000), min_size=1, max_size=250),
+    keyed=st.booleans(),
+    max_bytes=st.sampled_from([0, 20_000, 100_000]),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_long_plain_batches_match_the_reference_writer(
+    sizes: list[int], keyed: bool, max_bytes: int, seed: int
+) -> None:
+    """Batches of up to 750 KB from the one-pass writer (its glue grows several times): the
+    bytes, CRC included, are the reference writer's, also when max_bytes ends the batch early."""
+    rng = random.Random(seed)
+    values: list[bytes | None] = [rng.randbytes(n) if n % 11 else None for n in sizes]
+    keys = [b"k%d" % i if i % 3 else None for i in range(len(values))] if keyed else None
+    eb = encode_batch(values, keys, now_ms=31, max_bytes=max_bytes)
+    count = eb.count
+    assert count == len(values) or eb.size <= max_bytes
+    records = b"".join(
+        ref_record(0, i, None if keys is None else keys[i], values[i], []) for i in range(count)
+    )
+    eb.set_base_offset(0)
+    assert eb.tobytes() == ref_batch(records, count, count - 1, 31, 31)
 
 
 @pytest.mark.parametrize("keyed", [False, True])
