@@ -501,36 +501,22 @@ def scan_chunk(
     max_records: int,
     verify_crc: bool,
     source: str,
+    note: bool = True,
 ) -> ScanResult:
     """One scan kernel call with `spec`'s kernel filters: time window, content, tag and the
     selector's program when the kernel runs it (the one place selectors reach the kernel:
-    search(), the CLI, the server's filtered fetch and the consumer all come here)."""
-    r = kernel_call(view, pos, part, spec, min_offset, max_offset, limit, max_records,
-                    verify_crc, source)  # fmt: skip
-    spec.note_seen(r)
-    return r
-
-
-def kernel_call(
-    view: memoryview,
-    pos: int,
-    part: Partition | tuple[str, int],
-    spec: ScanSpec,
-    min_offset: int,
-    max_offset: int,
-    limit: int,
-    max_records: int,
-    verify_crc: bool,
-    source: str,
-) -> ScanResult:
-    """scan_chunk's kernel call alone, changing nothing in `spec` (ScanAhead's threads call it;
-    the caller notes what the selector saw when it takes the result)."""
+    search(), the CLI, the server's filtered fetch and the consumer all come here). With
+    `note` False nothing in `spec` changes (ScanAhead's threads: the caller notes what the
+    selector saw when it takes the result)."""
     topic, partition = (part.topic, part.partition) if isinstance(part, Partition) else part
-    return scan_records(
+    r = scan_records(
         view, pos, topic, partition, min_offset, max_offset, spec.lo, spec.hi, spec.needle,
         False, spec.tag, limit, max_records, verify_crc, MAX_DECOMPRESSED, source, 0,
         spec.kernel_selector,
     )  # fmt: skip
+    if note:
+        spec.note_seen(r)
+    return r
 
 
 def selector_view(m: Message) -> dict[str, str]:
@@ -735,8 +721,8 @@ class ScanAhead:
         try:
             while not self.stopped.is_set() and records > 0 and matches < room:
                 call_records = min(records, SCAN_CALL_RECORDS)
-                r = kernel_call(view, pos, where, spec, offset, NO_END, room, call_records, True,
-                                source)  # fmt: skip
+                r = scan_chunk(view, pos, where, spec, offset, NO_END, room, call_records, True,
+                               source, note=False)  # fmt: skip
                 self.results.append((r, room, call_records))
                 records -= r.records_scanned
                 if not spec.filters_in_python:
