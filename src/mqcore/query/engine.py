@@ -604,8 +604,10 @@ def scan_partition(
                     result.cursor = encode_cursor(part.partition, next_offset)
                     return stop
         finally:
+            for helper in ahead.values():  # all told first: a second Ctrl-C in a join below
+                helper.stopped.set()  # leaves none scanning on
             for helper in ahead.values():
-                helper.cancel()
+                helper.thread.join()  # within one kernel call (SCAN_CALL_RECORDS records)
     return None
 
 
@@ -681,7 +683,7 @@ class ScanAhead:
     segment's end, at the budget, at the deadline, at a kernel error (the caller meets it again
     in its own call) or when cancelled; the kernel releases the GIL over the bytes, and the
     view is taken on the caller's thread, inside the scan plan's pin, which outlives the helper
-    (scan_partition cancels and joins every helper before it leaves the plan)."""
+    (scan_partition tells every helper to stop, then joins them, before it leaves the plan)."""
 
     def __init__(
         self,
@@ -740,11 +742,6 @@ class ScanAhead:
         none when it started elsewhere."""
         self.thread.join()
         return self.results if (pos, offset) == (self.pos, self.offset) else []
-
-    def cancel(self) -> None:
-        """Stop after the kernel call under way (at most SCAN_CALL_RECORDS records) and wait."""
-        self.stopped.set()
-        self.thread.join()
 
 
 def filter_chunk(
