@@ -347,6 +347,37 @@ def test_interrupted_scan_with_helpers_resumes_where_it_stopped(
     assert ids(first) + ids(rest) == ids([m for m in msgs if b"green" in (m.value or b"")])
 
 
+def test_scans_ahead_beside_a_writer_see_a_prefix(
+    tmp_path: object, ahead_always: list[int]
+) -> None:
+    """A writer thread appends (rolling 16 KiB segments) while another thread searches with
+    helpers: every answer is a prefix of the final log's matches, in order, never a torn or
+    repeated message, and once the writer stops the answer is the whole list."""
+    with mqcore.open(str(tmp_path)) as s:
+        s.create_topic(TOPIC, segment_bytes=16 << 10)
+        done = threading.Event()
+        answers: list[list[tuple[int, int]]] = []
+
+        def write() -> None:
+            for i in range(300):
+                s.append_batch(TOPIC, [b"v%d-%d %s" % (i, j, b"needle" * (j % 3 == 0))
+                                       for j in range(20)])  # fmt: skip
+            done.set()
+
+        writer = threading.Thread(target=write)
+        writer.start()
+        while not done.is_set():
+            answers.append(ids(s.search(TOPIC, contains=b"needle", limit=100_000, threads=3)))
+        writer.join()
+        final = ids(s.search(TOPIC, contains=b"needle", limit=100_000, threads=3))
+        brute = [(0, m.offset) for m in s.read(TOPIC, 0, 0, 1 << 20) if b"needle" in m.value]
+    assert final == brute and len(brute) == 300 * 7
+    assert len(answers) > 3 and sum(ahead_always) > 0
+    for got in answers:
+        assert got == brute[: len(got)]
+    assert helper_threads() == []
+
+
 def test_corruption_ahead_is_reported_as_on_one_thread(tmp_path: object) -> None:
     """A damaged batch in a later segment: the same CorruptRecordError with helpers as without
     (the helper's own error is dropped; the caller's call meets it); a query that ends before
