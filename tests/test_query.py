@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import textwrap
 import threading
 from typing import Any
@@ -316,6 +317,34 @@ def test_scan_ahead_is_used_and_its_threads_end(
         first = s.search(TOPIC, contains=b"red", limit=1, threads=4)
         assert first.reason == "limit" and len(first) == 1
         assert helper_threads() == []
+
+
+def test_a_helper_holds_a_bounded_number_of_candidates(
+    built: tuple[str, list[mqcore.Message]],
+    ahead_always: list[int],
+    small_calls: None,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A regex without a literal makes every record a candidate for the Python filter: a
+    helper stops once it holds SCAN_AHEAD_CANDIDATES of them (plus at most one call's room),
+    not a whole segment's, and the caller scans the rest; the answer is one thread's."""
+    path, msgs = built
+    held: list[int] = []
+    take = engine.ScanAhead.take
+
+    def measuring(self: engine.ScanAhead, pos: int, offset: int) -> list[Any]:
+        got = take(self, pos, offset)
+        held.append(sum(len(r.messages) for r, _, _ in got))
+        return got
+
+    monkeypatch.setattr(engine, "SCAN_AHEAD_CANDIDATES", 8)
+    monkeypatch.setattr(engine.ScanAhead, "take", measuring)
+    with mqcore.open(path, read_only=True) as s:
+        query = {"regex": rb"\d+ (red|blue)", "limit": 100_000}
+        many = s.search(TOPIC, **query, threads=2)  # type: ignore[arg-type]
+        assert answer(many) == answer(s.search(TOPIC, **query, threads=1))  # type: ignore[arg-type]
+    assert ids(many) == ids([m for m in msgs if re.search(rb"\d+ (red|blue)", m.value or b"")])
+    assert held and max(held) <= 8 + 5 - 1 and sum(held) > 0
 
 
 def test_interrupted_scan_with_helpers_resumes_where_it_stopped(

@@ -54,6 +54,7 @@ SCAN_CALL_RECORDS = 1 << 18
 # a segment is scanned ahead on a helper thread (ScanAhead) only from this planned size on:
 # below it a thread's start and join cost more than the second core saves
 SCAN_AHEAD_BYTES = 4 << 20
+SCAN_AHEAD_CANDIDATES = 16 * SCAN_CHUNK  # candidates a helper holds for Python filters
 MAX_SCAN_THREADS = 64
 KEY_SPAN_MAX_HITS = 4096  # key_spans: candidates in one segment past which it is read whole
 NO_END = (1 << 63) - 1
@@ -673,17 +674,20 @@ class ScanAhead:
     A scan from the page cache is bound by how fast one core reads memory (about 8-12 GB/s on
     the test VM, 80 % of it in the CRC-and-needle pass; two cores read about 1.8 times that:
     bench/README.md "Content search on two cores"), so a second core speeds a long scan up.
+
     The helper makes the kernel calls the caller's loop would make from the segment's start,
-    with bounds no smaller than the caller's (its room and records per call, the budget left
-    when it started), and keeps each result with its bounds; the caller takes them in order and
-    uses one only when a call of its own, with its bounds at that moment, would have returned
-    the same (the same bounds, or fewer matches than its room and fewer records than its
-    budget), else it makes that call itself. So
-    limits, cursors, counts and errors are those of a single thread. The helper stops at the
-    segment's end, at the budget, at the deadline, at a kernel error (the caller meets it again
-    in its own call) or when cancelled; the kernel releases the GIL over the bytes, and the
-    view is taken on the caller's thread, inside the scan plan's pin, which outlives the helper
-    (scan_partition tells every helper to stop, then joins them, before it leaves the plan)."""
+    with bounds no smaller than the caller's (room and records per call, the budget left when
+    it started), and keeps each result with its bounds. The caller takes them in order and
+    uses one only where its own call, with its bounds at that moment, would have returned the
+    same (the same bounds, or fewer matches than its room and fewer records than its budget);
+    else it makes that call itself. So limits, cursors, counts and errors are one thread's.
+
+    The helper stops at the segment's end, the budget, the limit's worth of matches
+    (SCAN_AHEAD_CANDIDATES candidates when Python filters them), the deadline, a kernel error
+    (the caller meets it again in its own call) or when told to. The kernel releases the GIL
+    over the bytes. The view is taken on the caller's thread, inside the scan plan's pin, which
+    outlives the helper: scan_partition tells every helper to stop, then joins them, before it
+    leaves the plan."""
 
     def __init__(
         self,
@@ -702,8 +706,11 @@ class ScanAhead:
         view = seg.view(0, size)
         records = max(1, budget.max_scan - result.scanned_records)
         room = SCAN_CHUNK if spec.filters_in_python else min(SCAN_CHUNK, budget.limit)
+        # messages it may hold: the limit's worth, or a bounded number of candidates when
+        # Python filters them later (a regex without a literal makes every record one)
+        held = SCAN_AHEAD_CANDIDATES if spec.filters_in_python else budget.limit
         where = (part.topic, part.partition)
-        args = (view, where, spec, room, records, budget.deadline, seg.log_path)
+        args = (view, where, spec, room, held, records, budget.deadline, seg.log_path)
         self.thread = threading.Thread(
             target=self.run, args=args, name="mqcore-scan-ahead", daemon=True
         )
@@ -715,20 +722,20 @@ class ScanAhead:
         where: tuple[str, int],
         spec: ScanSpec,
         room: int,
+        held: int,
         records: int,
         deadline: float,
         source: str,
     ) -> None:
-        pos, offset, matches = self.pos, self.offset, 0
+        pos, offset = self.pos, self.offset
         try:
-            while not self.stopped.is_set() and records > 0 and matches < room:
+            while not self.stopped.is_set() and records > 0 and held > 0:
                 call_records = min(records, SCAN_CALL_RECORDS)
                 r = scan_chunk(view, pos, where, spec, offset, NO_END, room, call_records, True,
                                source, note=False)  # fmt: skip
                 self.results.append((r, room, call_records))
                 records -= r.records_scanned
-                if not spec.filters_in_python:
-                    matches += len(r.messages)
+                held -= len(r.messages)
                 if r.reason == "end" or time.monotonic() >= deadline:
                     break
                 pos, offset = r.next_position, r.next_offset
