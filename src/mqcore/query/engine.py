@@ -10,6 +10,7 @@ the time index's answer, and skip segments whose timestamps cannot match. Result
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import inspect
 import math
@@ -589,14 +590,24 @@ def scan_partition(
         start_offset = max(start_offset, first)
     next_offset = start_offset
     with scan_plan(part, next_offset) as planned:
-        segments = [(seg, size) for seg, size, _end in planned if may_match(seg, spec)]
+        # may_match loads a segment: asked in order, only of the segments reached or read
+        # ahead, never of those past where the scan stops
+        matching = ((seg, size) for seg, size, _end in planned if may_match(seg, spec))
+        window: collections.deque[tuple[LogSegment, int]] = collections.deque()
         ahead: dict[int, ScanAhead] = {}
         try:
-            for i, (seg, size) in enumerate(segments):
-                for later, later_size in segments[i + 1 : i + threads]:
+            while True:
+                while len(window) < threads and (nxt := next(matching, None)) is not None:
+                    window.append(nxt)
+                if not window:
+                    return None
+                seg, size = window.popleft()
+                for later, later_size in window:
                     if later_size >= SCAN_AHEAD_BYTES and id(later) not in ahead:
-                        ahead[id(later)] = ScanAhead(part, later, later_size, start_offset,
-                                                     spec, budget, result)  # fmt: skip
+                        helper = ahead[id(later)] = ScanAhead(
+                            part, later, later_size, start_offset, spec, budget, result
+                        )
+                        helper.start()
                 stop, next_offset = scan_segment(
                     part, seg, size, spec, budget, result, next_offset, ahead.get(id(seg))
                 )
@@ -605,17 +616,16 @@ def scan_partition(
                     result.cursor = encode_cursor(part.partition, next_offset)
                     return stop
         finally:
-            for helper in ahead.values():  # all told first: a second Ctrl-C in a join below
-                helper.stopped.set()  # leaves none scanning on
-            for helper in ahead.values():
-                helper.thread.join()  # within one kernel call (SCAN_CALL_RECORDS records)
-    return None
+            for helper in ahead.values():  # not waited for: each stops after its kernel call
+                helper.stopped.set()  # under way, its view keeping the mapping meanwhile
 
 
 def may_match(seg: LogSegment, spec: ScanSpec) -> bool:
     """False when the segment's timestamps (its time index, its key table's) rule it out."""
     if seg.max_timestamp < spec.lo:
         return False
+    if spec.hi == NO_END:
+        return True  # no key table to load: nothing is at or past the end of time
     table = seg.key_table()
     return table is None or not table.key_count or table.min_timestamp < spec.hi
 
@@ -685,9 +695,11 @@ class ScanAhead:
     The helper stops at the segment's end, the budget, the limit's worth of matches
     (SCAN_AHEAD_CANDIDATES candidates when Python filters them), the deadline, a kernel error
     (the caller meets it again in its own call) or when told to. The kernel releases the GIL
-    over the bytes. The view is taken on the caller's thread, inside the scan plan's pin, which
-    outlives the helper: scan_partition tells every helper to stop, then joins them, before it
-    leaves the plan."""
+    over the bytes. A scan that ends before it reaches a helper's segment tells the helper to
+    stop and returns without waiting for the kernel call under way (at most SCAN_CALL_RECORDS
+    records): the helper's view, taken on the caller's thread inside the plan's pin, keeps the
+    mapping until the helper ends, past the pin, a retention close or Store.close() (a
+    MappedFile unmaps when its last buffer goes)."""
 
     def __init__(
         self,
@@ -703,18 +715,30 @@ class ScanAhead:
         self.pos = seg.position_for(self.offset)
         self.results: list[tuple[ScanResult, int, int]] = []  # each call's result and bounds
         self.stopped = threading.Event()
-        view = seg.view(0, size)
+        self.thread: threading.Thread | None = None
+        self.seg, self.size = seg, size
         records = max(1, budget.max_scan - result.scanned_records)
         room = SCAN_CHUNK if spec.filters_in_python else min(SCAN_CHUNK, budget.limit)
         # messages it may hold: the limit's worth, or a bounded number of candidates when
         # Python filters them later (a regex without a literal makes every record one)
         held = SCAN_AHEAD_CANDIDATES if spec.filters_in_python else budget.limit
         where = (part.topic, part.partition)
-        args = (view, where, spec, room, held, records, budget.deadline, seg.log_path)
-        self.thread = threading.Thread(
-            target=self.run, args=args, name="mqcore-scan-ahead", daemon=True
+        self.args = (where, spec, room, held, records, budget.deadline, seg.log_path)
+
+    def start(self) -> None:
+        """Start the thread, taking the segment's view on the caller's thread (inside the
+        plan's pin). Where no thread can be started (RuntimeError), the caller scans the
+        segment itself."""
+        view = self.seg.view(0, self.size)
+        thread = threading.Thread(
+            target=self.run, args=(view, *self.args), name="mqcore-scan-ahead", daemon=True
         )
-        self.thread.start()
+        try:
+            thread.start()
+        except RuntimeError:
+            view.release()
+            return
+        self.thread = thread
 
     def run(
         self,
@@ -746,7 +770,9 @@ class ScanAhead:
 
     def take(self, pos: int, offset: int) -> list[tuple[ScanResult, int, int]]:
         """The helper's results, once it has finished, for a caller starting at (pos, offset);
-        none when it started elsewhere."""
+        none when it started elsewhere or never started."""
+        if self.thread is None:
+            return []
         self.thread.join()
         return self.results if (pos, offset) == (self.pos, self.offset) else []
 
