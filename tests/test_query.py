@@ -513,6 +513,28 @@ def test_a_scan_loads_only_the_segments_it_reaches_and_reads_ahead(
     assert helpers_end()
 
 
+def test_segments_too_small_to_read_ahead_are_not_loaded_ahead(
+    built: tuple[str, list[mqcore.Message]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the real threshold (4 MiB; this store's segments are 16 KiB) no segment is read
+    ahead, so none is asked ahead either: a limit met in the first segment asks one key
+    table, as with one thread."""
+    from mqcore.storage.segment import LogSegment
+
+    path, _ = built
+    asked: list[object] = []
+    key_table = LogSegment.key_table
+
+    def counting(self: LogSegment) -> object:
+        asked.append(self)
+        return key_table(self)
+
+    monkeypatch.setattr(LogSegment, "key_table", counting)
+    with mqcore.open(path, read_only=True) as s:
+        r = s.search(TOPIC, contains=b"value", partition=0, end=T0 + 200_000, limit=1, threads=8)
+    assert r.reason == "limit" and len(asked) == 1 and helper_threads() == []
+
+
 def test_a_scan_without_threads_to_start_scans_alone(
     built: tuple[str, list[mqcore.Message]],
     ahead_always: list[int],

@@ -590,20 +590,29 @@ def scan_partition(
         start_offset = max(start_offset, first)
     next_offset = start_offset
     with scan_plan(part, next_offset) as planned:
-        # may_match loads a segment: asked in order, only of the segments reached or read
-        # ahead, never of those past where the scan stops
-        matching = ((seg, size) for seg, size, _end in planned if may_match(seg, spec))
+        # may_match loads a segment: asked only of the segment reached and of those big
+        # enough to be read ahead, never of those past where the scan stops
+        segments = iter(planned)
         window: collections.deque[tuple[LogSegment, int]] = collections.deque()
+        known: dict[int, bool] = {}
         ahead: dict[int, ScanAhead] = {}
+
+        def matches(seg: LogSegment) -> bool:
+            if id(seg) not in known:
+                known[id(seg)] = may_match(seg, spec)
+            return known[id(seg)]
+
         try:
             while True:
-                while len(window) < threads and (nxt := next(matching, None)) is not None:
-                    window.append(nxt)
+                while len(window) < threads and (nxt := next(segments, None)) is not None:
+                    window.append(nxt[:2])
                 if not window:
                     return None
                 seg, size = window.popleft()
+                if not matches(seg):
+                    continue
                 for later, later_size in window:
-                    if later_size >= SCAN_AHEAD_BYTES and id(later) not in ahead:
+                    if later_size >= SCAN_AHEAD_BYTES and id(later) not in ahead and matches(later):
                         helper = ahead[id(later)] = ScanAhead(
                             part, later, later_size, start_offset, spec, budget, result
                         )
