@@ -550,17 +550,21 @@ def test_markup_in_messages_renders_as_text_and_runs_nothing(
     screenshot(driver, tmp_path, "xss-detail.png", stable=False)
 
 
+def partition_row(driver: WebDriver, topic: str, partition: int) -> WebElement:
+    """The group page's table row of one partition."""
+    return driver.find_element(
+        By.CSS_SELECTOR,
+        f'table#group-partitions tr[data-topic="{topic}"][data-partition="{partition}"]',
+    )
+
+
 def test_groups_page_shows_group_lag(
     driver: WebDriver, url: str, store: mqcore.Store, tmp_path: Path
 ) -> None:
     open_page(driver, url + "/ui/groups/billing")
     no_error(driver)
     for lag in store.group_lag("billing")["billing"]:
-        row = driver.find_element(
-            By.CSS_SELECTOR,
-            f'table#group-partitions tr[data-topic="{lag.topic}"]'
-            f'[data-partition="{lag.partition}"]',
-        )
+        row = partition_row(driver, lag.topic, lag.partition)
         cell = {c: row.find_element(By.CSS_SELECTOR, "." + c).text for c in ("committed", "end")}
         assert int(cell["committed"]) == lag.committed
         assert int(cell["end"]) == lag.end_offset
@@ -568,11 +572,7 @@ def test_groups_page_shows_group_lag(
     open_page(driver, url + "/ui/groups/workers")
     no_error(driver)
     for share in store.share_group_lag("workers")["workers"]:
-        row = driver.find_element(
-            By.CSS_SELECTOR,
-            f'table#group-partitions tr[data-topic="{share.topic}"]'
-            f'[data-partition="{share.partition}"]',
-        )
+        row = partition_row(driver, share.topic, share.partition)
         assert int(row.find_element(By.CSS_SELECTOR, ".available").text) == share.available
         assert int(row.find_element(By.CSS_SELECTOR, ".in-flight").text) == share.in_flight
     open_page(driver, url + "/ui/groups")
