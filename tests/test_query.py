@@ -481,18 +481,11 @@ def test_store_closed_while_helpers_still_scan(
     assert helpers_end()
 
 
-def test_a_scan_loads_only_the_segments_it_reaches_and_reads_ahead(
-    built: tuple[str, list[mqcore.Message]],
-    ahead_always: list[int],
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """A scan asks a segment's key table (which may load or rebuild it) only for a bounded end
-    and only of the segments it reaches or reads ahead: a limit met in the first segment costs
-    one or `threads` of them, not the partition's 15 or so (the first version asked every
-    planned segment before scanning one)."""
+@pytest.fixture
+def key_tables_asked(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """The segments whose key table is asked for (which may load or rebuild it), in order."""
     from mqcore.storage.segment import LogSegment
 
-    path, _ = built
     asked: list[object] = []
     key_table = LogSegment.key_table
 
@@ -501,6 +494,20 @@ def test_a_scan_loads_only_the_segments_it_reaches_and_reads_ahead(
         return key_table(self)
 
     monkeypatch.setattr(LogSegment, "key_table", counting)
+    return asked
+
+
+def test_a_scan_loads_only_the_segments_it_reaches_and_reads_ahead(
+    built: tuple[str, list[mqcore.Message]],
+    ahead_always: list[int],
+    key_tables_asked: list[object],
+) -> None:
+    """A scan asks a segment's key table (which may load or rebuild it) only for a bounded end
+    and only of the segments it reaches or reads ahead: a limit met in the first segment costs
+    one or `threads` of them, not the partition's 15 or so (the first version asked every
+    planned segment before scanning one)."""
+    path, _ = built
+    asked = key_tables_asked
     with mqcore.open(path, read_only=True) as s:
         for threads in (1, 2, 3):
             asked.clear()
@@ -514,22 +521,13 @@ def test_a_scan_loads_only_the_segments_it_reaches_and_reads_ahead(
 
 
 def test_segments_too_small_to_read_ahead_are_not_loaded_ahead(
-    built: tuple[str, list[mqcore.Message]], monkeypatch: pytest.MonkeyPatch
+    built: tuple[str, list[mqcore.Message]], key_tables_asked: list[object]
 ) -> None:
     """With the real threshold (4 MiB; this store's segments are 16 KiB) no segment is read
     ahead, so none is asked ahead either: a limit met in the first segment asks one key
     table, as with one thread."""
-    from mqcore.storage.segment import LogSegment
-
     path, _ = built
-    asked: list[object] = []
-    key_table = LogSegment.key_table
-
-    def counting(self: LogSegment) -> object:
-        asked.append(self)
-        return key_table(self)
-
-    monkeypatch.setattr(LogSegment, "key_table", counting)
+    asked = key_tables_asked
     with mqcore.open(path, read_only=True) as s:
         r = s.search(TOPIC, contains=b"value", partition=0, end=T0 + 200_000, limit=1, threads=8)
     assert r.reason == "limit" and len(asked) == 1 and helper_threads() == []
