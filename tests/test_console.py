@@ -29,6 +29,7 @@ import mqcore
 
 pytest.importorskip("mqcore.server", reason="the server extra (kio) is missing")
 pytest.importorskip("jinja2", reason="the server extra (jinja2) is missing")
+from mqcore.errors import GroupNotEmptyError, GroupTypeError  # noqa: E402
 from mqcore.server.auth import add_user  # noqa: E402
 from mqcore.server.http import HttpServer, create_app  # noqa: E402
 from mqcore.server.httpauth import HttpAuth  # noqa: E402
@@ -505,6 +506,33 @@ def test_write_actions_with_allow_write(writable: mqcore.Store) -> None:
         assert s.end_offset("orders", 0) == end
 
 
+def test_reset_offsets_is_refused_while_the_group_has_members(writable: mqcore.Store) -> None:
+    """A member's next commit would undo the reset (the console let it happen before): as
+    Kafka's --reset-offsets, the form is refused (409, saying why) until the members leave,
+    and the committed offsets stay as they were; a share group's name is refused too."""
+    s = writable
+    before = {(p.partition, p.committed) for p in s.group_lag("billing")["billing"]}
+    member = s.consumer("billing", "orders")
+    reset = {"group": "billing", "time": "2026-09-21T14:23:20"}
+    with HttpServer(create_app(s, allow_write=True)) as server:
+        client = Client(server.url)
+        token = form_token(client.page("/ui/"))
+        status, body, _ = client.request("/ui/actions/reset-offsets", {"csrf": token, **reset})
+        assert status == 409 and "&#39;billing&#39; has 1 member; stop them" in body
+        assert {(p.partition, p.committed) for p in s.group_lag("billing")["billing"]} == before
+        member.close()
+        status, body, _ = client.request("/ui/actions/reset-offsets", {"csrf": token, **reset})
+        assert status == 303, body
+        assert {(p.partition, p.committed) for p in s.group_lag("billing")["billing"]} != before
+        with s.share_consumer("pullers", "orders"):
+            status, body, _ = client.request(
+                "/ui/actions/reset-offsets",
+                {"csrf": token, "group": "pullers", "topic": "orders", "time": reset["time"]},
+            )
+        assert status == 409 and "share group" in body
+        assert "pullers" not in s.group_lag()
+
+
 # -- auth ---------------------------------------------------------------------------------------
 
 
@@ -779,5 +807,11 @@ def test_serve_shows_the_members_of_its_kafka_clients_groups(tmp_path: Path) -> 
             assert '<span class="client-id">picker-1</span>' in page
             assert '<span id="group-state">Stable</span>' in page
             assert '<span class="assignment">orders: 0, 1</span>' in page  # kafka-python's
+            # members and no commit: a consumer group to the store, its name not free
+            assert server.store.group_type("pickers") == "consumer"
+            with pytest.raises(GroupTypeError):
+                server.store.share_consumer("pickers", "orders")
+            with pytest.raises(GroupNotEmptyError):
+                server.store.alter_group_offsets("pickers", {("orders", 0): 0})
         finally:
             consumer.close()

@@ -22,6 +22,8 @@ from mqcore.consume.offsets import (
 from mqcore.errors import (
     CommitFailedError,
     ConsumerClosedError,
+    GroupNotEmptyError,
+    GroupTypeError,
     InvalidConfigError,
     InvalidGroupError,
     InvalidTopicError,
@@ -110,6 +112,40 @@ def test_deleted_group_offsets_stay_deleted_after_replay(store_path: str) -> Non
     with mqcore.open(store_path, flush="os") as store:
         assert store.consumer("g", "t").committed(0) is None
         assert store.consumer("other", "t").committed(0) == 1
+
+
+def test_alter_group_offsets_is_refused_while_the_group_has_members(store_path: str) -> None:
+    """As Kafka's --reset-offsets: a member's next commit would undo an offset set under it,
+    so altering (or deleting) a group's offsets waits until its members leave; a share
+    group's name is refused; what is altered is durable and what is refused leaves the
+    committed offsets as they were."""
+    with mqcore.open(store_path, flush="os") as store:
+        fill(store, "t", 10, partitions=2)
+        c = store.consumer("g", "t", enable_auto_commit=False)
+        c.poll()
+        c.commit({("t", 0): 4, ("t", 1): 5})
+        assert store.group_members("g") == 1
+        with pytest.raises(GroupNotEmptyError, match="'g' has 1 member; stop them"):
+            store.alter_group_offsets("g", {("t", 0): 1})
+        with pytest.raises(InvalidGroupError):  # what delete_group raised before: still caught
+            store.delete_group("g")
+        assert {(p.partition, p.committed) for p in store.group_lag("g")["g"]} == {(0, 4), (1, 5)}
+        c.close()
+        assert store.group_members("g") == 0
+        store.alter_group_offsets("g", {("t", 0): 1, ("t", 1): 10}, "reset")
+        with pytest.raises(OffsetOutOfRangeError, match="offset 11 of t-1 is outside 0..10"):
+            store.alter_group_offsets("g", {("t", 1): 11})
+        with pytest.raises(UnknownPartitionError):
+            store.alter_group_offsets("g", {("t", 2): 0})
+        with store.share_consumer("s", "t"):
+            with pytest.raises(GroupTypeError, match="'s' is a share group"):
+                store.alter_group_offsets("s", {("t", 0): 0})
+        assert "s" not in store.group_lag()
+    with mqcore.open(store_path, flush="os") as store:
+        c = store.consumer("g", "t", enable_auto_commit=False)
+        assert c.committed(0) == 1 and c.committed(1) == 10
+        altered = store.offset_store().committed("g", "t", 1)
+        assert altered is not None and (altered.offset, altered.metadata) == (10, "reset")
 
 
 def test_uncommitted_progress_is_delivered_again(store: mqcore.Store) -> None:

@@ -37,6 +37,7 @@ from kio.index import load_payload_module  # noqa: E402
 from kio.schema.errors import ErrorCode  # noqa: E402
 from kio.static.constants import EntityType  # noqa: E402
 
+from mqcore.errors import GroupNotEmptyError, GroupTypeError  # noqa: E402
 from mqcore.server import Server  # noqa: E402
 from mqcore.server.broker import Session  # noqa: E402
 from mqcore.server.groups import GroupCoordinator  # noqa: E402
@@ -313,6 +314,39 @@ def test_a_share_group_name_is_not_a_consumer_group(
     assert cli.join("jobs").error_code == ErrorCode.group_id_not_found
     assert cli.commit("jobs", -1, "", {("t", 0): 1}) == {("t", 0): ErrorCode.group_id_not_found}
     assert cli.join("other").error_code == ErrorCode.member_id_required  # the usual first step
+
+
+def test_the_store_counts_the_coordinators_members(
+    coord: GroupCoordinator, store: mqcore.Store, clock: Clock
+) -> None:
+    """A group of Kafka clients with members but no commit is a consumer group to the store
+    (group_type said None before, so a share group could take its name), and its offsets are
+    not deleted or altered under its members. Expired or departed members, and a closed
+    coordinator's, no longer count."""
+    cli = Client(coord, "app")
+    member, _ = stable_member(cli, "wire", session=3.0)
+    assert store.group_members("wire") == 1 and store.group_type("wire") == "consumer"
+    with pytest.raises(GroupTypeError, match="'wire' is a consumer group"):
+        store.share_consumer("wire", "t")
+    with pytest.raises(GroupNotEmptyError):
+        store.alter_group_offsets("wire", {("t", 0): 0})
+    with pytest.raises(GroupNotEmptyError):
+        store.delete_group("wire")
+    assert "wire" not in store.group_lag()
+    pending = cli.join("joining")  # a member ID handed out: joining, a member to be
+    assert pending.error_code == ErrorCode.member_id_required
+    assert store.group_members("joining") == 1
+    clock.now += 4.0  # past the 3 s session: the member expired
+    assert store.group_members("wire") == 0 and store.group_type("wire") is None
+    store.alter_group_offsets("wire", {("t", 0): 0})
+    assert cli.call(13, 2, group_id="wire", member_id=member).error_code == (
+        ErrorCode.unknown_member_id
+    )
+    other = Client(coord, "b")
+    stable_member(other, "held")
+    assert store.group_members("held") == 1
+    coord.close()
+    assert store.group_members("held") == 0
 
 
 def test_a_join_waits_until_every_member_rejoined(

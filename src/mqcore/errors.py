@@ -39,6 +39,7 @@ __all__ = [
     "MessageNotFoundError",
     "SegmentDamagedError",
     "InvalidGroupError",
+    "GroupNotEmptyError",
     "UnknownGroupError",
     "ConsumerClosedError",
     "CommitFailedError",
@@ -201,6 +202,13 @@ class SegmentDamagedError(MQCoreError):
 
 class InvalidGroupError(InvalidTopicError):
     """A consumer group name that breaks the topic-name rule (groups name internal topics)."""
+
+
+class GroupNotEmptyError(InvalidGroupError):
+    """The consumer group has members (`store.consumer()` members in this process, or Kafka
+    clients of `mqcore serve`), which would overwrite what is asked with their next commit:
+    deleting or altering its offsets waits until they leave, as Kafka's NON_EMPTY_GROUP. A
+    subclass of InvalidGroupError, which `delete_group` raised for this before."""
 
 
 class UnknownGroupError(MQCoreError, LookupError):

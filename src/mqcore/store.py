@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from mqcore._ext import lookup
@@ -19,9 +19,9 @@ from mqcore.arrow import new_columns, to_record_batch
 from mqcore.clock import Clock, now_ms
 from mqcore.config import FlushPolicy, TopicConfig, validate_name
 from mqcore.errors import (
+    GroupNotEmptyError,
     GroupTypeError,
     InvalidConfigError,
-    InvalidGroupError,
     OffsetOutOfRangeError,
 )
 from mqcore.log.append import (
@@ -116,6 +116,9 @@ class Store(Sender[RecordMetadata, BatchMetadata, list[BatchMetadata]]):
         txn_delay_options = pop_options(topic_defaults)  # produce/delay.py TxnDelayOptions
         # a group's first member and the check of the group's type (group_type) are one step
         self._group_types = threading.Lock()
+        # coordinators above the store that hold consumer-group members of their own
+        # (add_member_source: mqcore serve's Kafka group coordinator)
+        self._member_sources: list[Callable[[str], int]] = []
         intervals = _maintenance_intervals(
             retention_check_interval_ms, compaction_check_interval_ms
         )
@@ -291,7 +294,8 @@ class Store(Sender[RecordMetadata, BatchMetadata, list[BatchMetadata]]):
             return Consumer(self.log, state, self._tracer, group, topics, tag, where, **options)
 
     def group_type(self, group: str) -> str | None:
-        """ "consumer" when `group` has committed offsets or members of a consumer group here,
+        """ "consumer" when `group` has committed offsets or members of a consumer group here
+        (in this process or, through `add_member_source`, of `mqcore serve`'s Kafka clients),
         "share" when it has share-group state or members, None when the name is free. A name
         keeps its type until its consumer offsets are deleted (`delete_group`); a share group
         keeps it as long as its state does. Kafka keeps one type per group ID too."""
@@ -303,13 +307,35 @@ class Store(Sender[RecordMetadata, BatchMetadata, list[BatchMetadata]]):
         share = self._share
         if share is not None and share.has_members(group):
             return "share"
-        consume = self._consume
-        if consume is not None and group in consume.groups and consume.groups[group].members():
+        if self.group_members(group):
             return "consumer"
+        consume = self._consume
         offsets = OffsetStore(self.log) if consume is None else consume.offsets
         if any(key[0] == group for key in offsets.all_offsets()):
             return "consumer"
         return "share" if self._share_states().group_snapshots(group) else None
+
+    def group_members(self, group: str) -> int:
+        """How many members consumer group `group` has now: its `consumer()`s in this process
+        and those of every member source (`add_member_source`). Members are not stored: a
+        read-only store beside the writer sees none."""
+        consume = self._consume
+        coord = None if consume is None else consume.groups.get(group)
+        here = 0 if coord is None else len(coord.members())
+        return here + sum(source(group) for source in list(self._member_sources))
+
+    def add_member_source(self, source: Callable[[str], int]) -> None:
+        """Have `source(group)` (how many members of consumer group `group` it holds) counted
+        by `group_members`, and so by `group_type`, `delete_group` and `alter_group_offsets`:
+        a coordinator above the store (mqcore serve's, for its Kafka clients) registers itself,
+        so a group whose members are elsewhere is neither taken for a free name nor reset
+        under them. Called without any store lock held; it may take its own."""
+        self._member_sources.append(source)
+
+    def remove_member_source(self, source: Callable[[str], int]) -> None:
+        """Stop counting `source` (its coordinator is closing)."""
+        with contextlib.suppress(ValueError):
+            self._member_sources.remove(source)
 
     def _refuse_group_type(self, group: str, other: str) -> None:
         if self.group_type(group) == other:
@@ -340,18 +366,50 @@ class Store(Sender[RecordMetadata, BatchMetadata, list[BatchMetadata]]):
     def delete_group(self, group: str) -> int:
         """Delete every committed offset of `group` (one batch of tombstones in
         `__consumer_offsets`, durable when this returns), as Kafka's DeleteGroups; returns
-        how many. Refused while the group has members in this process: InvalidGroupError."""
+        how many. Refused while the group has members (`group_members`): GroupNotEmptyError."""
         from mqcore.consume.group import validate_group
 
         validate_group(group)
         state = self._consume_state()
-        coord = state.groups.get(group)
-        if coord is not None and coord.members():
-            raise InvalidGroupError(
-                f"group {group!r} has {len(coord.members())} members; close them before "
-                "deleting its offsets"
+        with self._group_types:
+            self._refuse_members(group, "deleting its offsets")
+            return state.offsets.delete_group(group)
+
+    def alter_group_offsets(
+        self, group: str, offsets: Mapping[tuple[str, int], int], metadata: str = ""
+    ) -> None:
+        """Commit `offsets` ({(topic, partition): offset}, each with `metadata`) for consumer
+        group `group` from outside it, as Kafka's AdminClient.alterConsumerGroupOffsets and
+        `kafka-consumer-groups --reset-offsets`: one batch in `__consumer_offsets`, durable when
+        this returns. Refused while the group has members, whose next commit would overwrite
+        it (GroupNotEmptyError), and for a share group's name (GroupTypeError); an offset past
+        its partition's end: OffsetOutOfRangeError."""
+        from mqcore.consume.group import validate_group
+        from mqcore.consume.offsets import OffsetAndMetadata
+
+        validate_group(group)
+        state = self._consume_state()
+        stamp = now_ms()
+        commits = {}
+        for (topic, partition), offset in offsets.items():
+            end = self.end_offset(topic, partition)
+            if not 0 <= offset <= end:
+                raise OffsetOutOfRangeError(
+                    f"offset {offset} of {topic}-{partition} is outside 0..{end}"
+                )
+            commits[(topic, partition)] = OffsetAndMetadata(offset, metadata, stamp)
+        with self._group_types:
+            self._refuse_group_type(group, "share")
+            self._refuse_members(group, "altering its offsets")
+            state.offsets.commit(group, commits)
+
+    def _refuse_members(self, group: str, doing: str) -> None:
+        members = self.group_members(group)
+        if members:
+            raise GroupNotEmptyError(
+                f"group {group!r} has {members} member{'s' * (members != 1)}; stop them before "
+                f"{doing}"
             )
-        return state.offsets.delete_group(group)
 
     def group_lag(self, group: str | None = None) -> dict[str, list[PartitionLag]]:
         """Committed offset, end offset and lag of each partition every group (or `group`)

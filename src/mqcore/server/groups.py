@@ -47,6 +47,7 @@ from kio.serial import entity_reader
 from mqcore.consume.group import validate_group
 from mqcore.consume.offsets import OffsetAndMetadata, OffsetStore
 from mqcore.errors import (
+    GroupNotEmptyError,
     InvalidGroupError,
     MQCoreError,
     UnknownPartitionError,
@@ -188,12 +189,26 @@ class GroupCoordinator:
         self._cond = threading.Condition()
         self._groups: dict[str, Group] = {}
         self._offsets: OffsetStore | None = None
+        # the store counts this coordinator's members (group_type, delete_group,
+        # alter_group_offsets): a group of Kafka clients is a consumer group there too
+        store.add_member_source(self.member_count)
 
     def close(self) -> None:
         """Answer every waiting JoinGroup and SyncGroup at once (the server is stopping)."""
         with self._cond:
             self.closed = True
             self._cond.notify_all()
+        self.store.remove_member_source(self.member_count)
+
+    def member_count(self, group_id: str) -> int:
+        """How many members `group_id` has here, those still joining included (the store's
+        member source)."""
+        with self._cond:
+            group = self._groups.get(group_id)
+            if group is None:
+                return 0
+            self._tick(group, self.clock())
+            return len(group.members) + len(group.pending)
 
     @property
     def offsets(self) -> OffsetStore:
@@ -1112,7 +1127,7 @@ class GroupCoordinator:
             return ErrorCode.none
         try:
             self.store.delete_group(group_id)
-        except InvalidGroupError:  # an in-process store.consumer() group has members
+        except GroupNotEmptyError:  # an in-process store.consumer() group has members
             return ErrorCode.non_empty_group
         except MQCoreError as e:
             return storage_error(e)

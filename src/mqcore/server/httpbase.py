@@ -20,6 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from mqcore.errors import (
+    GroupNotEmptyError,
     GroupTypeError,
     InvalidConfigError,
     InvalidMessageIdError,
@@ -63,14 +64,14 @@ def error_response(status: int, error: str, message: str) -> JSONResponse:
 
 def status_of(e: MQCoreError) -> int:
     """404 for what is not there, 400 for a bad argument, 409 for a share acknowledgement of
-    a record the member does not hold or a group name of the other type, 503 for a closed
-    store, else 500."""
+    a record the member does not hold, a group name of the other type or a group whose members
+    are in, 503 for a closed store, else 500."""
     if isinstance(e, NOT_FOUND):
         return 404
+    if isinstance(e, (InvalidRecordStateError, GroupTypeError, GroupNotEmptyError)):
+        return 409
     if isinstance(e, BAD_REQUEST):
         return 400
-    if isinstance(e, (InvalidRecordStateError, GroupTypeError)):
-        return 409
     if isinstance(e, StoreClosedError):
         return 503
     return 500

@@ -7,7 +7,6 @@ redirects (303) to what it made: the new message, or the group."""
 from __future__ import annotations
 
 import hmac
-import time
 import urllib.parse
 from collections.abc import Callable
 
@@ -15,7 +14,6 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from mqcore.consume.offsets import OffsetAndMetadata
 from mqcore.consume.retry import H_PARTITION, H_TOPIC, RETRY_HEADERS
 from mqcore.errors import InvalidConfigError, MessageNotFoundError, MQCoreError
 from mqcore.server.console import browse, render
@@ -87,8 +85,9 @@ def produce(store: Store, form: Form) -> str:
 def reset_offsets(store: Store, form: Form) -> str:
     """Commit, for each partition the group has committed (of `topic` only, when given; every
     partition of `topic` when the group has none there), the first offset at or after the
-    time (the end offset when nothing is that new). Consumers of the group running elsewhere
-    overwrite it with their next commit: stop them first, as with Kafka."""
+    time (the end offset when nothing is that new). Refused while the group has members, here
+    or as Kafka clients of `mqcore serve` (their next commit would undo it), as Kafka's
+    `--reset-offsets` is, and for a share group (Store.alter_group_offsets)."""
     group = form.need("group")
     tz = browse.parse_zone(form.get("tz"))
     ms = browse.parse_time("time", form.need("time"), tz)
@@ -102,14 +101,11 @@ def reset_offsets(store: Store, form: Form) -> str:
         raise InvalidConfigError(f"group {group!r} has no committed offsets: name a topic")
     for t in sorted({t for t, _ in places}):
         form.check_write(t)
-    now = int(time.time() * 1000)
     offsets = {}
     for t, p in places:
         found = store.offset_for_time(t, p, ms)
-        offsets[(t, p)] = OffsetAndMetadata(
-            store.end_offset(t, p) if found is None else found, "reset by mqcore console", now
-        )
-    store.offset_store().commit(group, offsets)
+        offsets[(t, p)] = store.end_offset(t, p) if found is None else found
+    store.alter_group_offsets(group, offsets, "reset by mqcore console")
     return f"/ui/groups/{urllib.parse.quote(group, safe='')}"
 
 
