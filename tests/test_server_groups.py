@@ -342,6 +342,12 @@ def test_the_store_counts_the_coordinators_members(
     assert cli.call(13, 2, group_id="wire", member_id=member).error_code == (
         ErrorCode.unknown_member_id
     )
+    # a standalone commit (generation -1) under members of the store's own consumers: as under
+    # the coordinator's, UNKNOWN_MEMBER_ID (accepted before, and undone by their next commit)
+    local = store.consumer("local", "t")
+    assert cli.commit("local", -1, "", {("t", 0): 0}) == {("t", 0): ErrorCode.unknown_member_id}
+    local.close()
+    assert cli.commit("local", -1, "", {("t", 0): 0}) == {("t", 0): ErrorCode.none}
     other = Client(coord, "b")
     stable_member(other, "held")
     assert store.group_members("held") == 1

@@ -800,7 +800,8 @@ class GroupCoordinator:
         return build(found.response, throttle_time=NO_DURATION, topics=topics)
 
     def _commit_allowed(self, body: Any) -> ErrorCode:
-        """Kafka's checks, in its order: a standalone commit needs a group without members; a
+        """Kafka's checks, in its order: a standalone commit needs a group without members (here
+        or `store.consumer()`s in the store's process: Store.group_members); a
         member's needs its member ID and the current generation, and no rebalance between
         JoinGroup and SyncGroup. The commit counts as a heartbeat."""
         try:
@@ -812,8 +813,10 @@ class GroupCoordinator:
         generation = body.generation_id_or_member_epoch
         with self._cond:
             group = self._groups.get(body.group_id)
-            if group is None:
-                return ErrorCode.none if generation < 0 else ErrorCode.unknown_member_id
+            if group is None:  # no member here; members of the store's own consumers count
+                if generation < 0 and not self.store.group_members(body.group_id):
+                    return ErrorCode.none
+                return ErrorCode.unknown_member_id
             now = self.clock()
             self._tick(group, now)
             if group.fenced(body.member_id, getattr(body, "group_instance_id", None)):
