@@ -329,7 +329,10 @@ class Store(Sender[RecordMetadata, BatchMetadata, list[BatchMetadata]]):
         by `group_members`, and so by `group_type`, `delete_group` and `alter_group_offsets`:
         a coordinator above the store (mqcore serve's, for its Kafka clients) registers itself,
         so a group whose members are elsewhere is neither taken for a free name nor reset
-        under them. Called without any store lock held; it may take its own."""
+        under them. It is called with the store's group lock held (`delete_group`,
+        `alter_group_offsets`, a new consumer's type check), so it must not call back into
+        the store's group methods; it may take its own lock (reentrant, when the coordinator
+        calls `group_type` while holding it, as mqcore serve's does)."""
         self._member_sources.append(source)
 
     def remove_member_source(self, source: Callable[[str], int]) -> None:
