@@ -18,8 +18,15 @@ from typing import Any
 
 import pytest
 from cliserver import run_module_cli
+from hypothesis import settings
 
 import mqcore
+
+# No per-example deadline in any property test: a loaded 2-core CI machine stalls an example
+# past Hypothesis's default 200 ms now and then, and that DeadlineExceeded says nothing about
+# the code (the examples take 0-6 ms). Tests that need a bound on time say so themselves.
+settings.register_profile("mqcore", deadline=None)
+settings.load_profile("mqcore")
 
 
 def _import_root() -> str | None:

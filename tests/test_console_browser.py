@@ -22,6 +22,7 @@ import selectors
 import shutil
 import subprocess
 import sys
+import threading
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -60,6 +61,7 @@ from selenium.webdriver.remote.webelement import WebElement  # noqa: E402
 from selenium.webdriver.support import expected_conditions as ec  # noqa: E402
 from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
 
+from mqcore.server.console import browse  # noqa: E402
 from mqcore.server.http import HttpServer, create_app  # noqa: E402
 
 UTC = datetime.timezone.utc
@@ -641,18 +643,37 @@ def test_groups_page_shows_group_lag(
     screenshot(driver, tmp_path, "groups.png")
 
 
-def test_cancel_stops_a_long_scan(driver: WebDriver, url: str, tmp_path: Path) -> None:
-    # a shared URL runs its query as the page loads
-    open_page(driver, f"{url}/ui/topics/scan?" + urllib.parse.urlencode({"regex": "no[0-9]+match"}))
-    # at least one chunk back and the next one asked for: the scan is under way
-    wait_for(
-        driver,
-        lambda d: results_state(d) == "running" and number(text_of(d, "scanned-records")) > 0,
-        "a running scan with progress",
-    )
-    assert driver.find_element(By.ID, "progress").get_attribute("hidden") is None
-    driver.find_element(By.ID, "cancel").click()
-    wait_for(driver, lambda d: results_state(d) == "cancelled", "data-state=cancelled")
+def test_cancel_stops_a_long_scan(
+    driver: WebDriver, url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The whole scan takes about 1.5 s, so on a slow machine it could end before the click.
+    The chunks after the first therefore wait at a gate, on the server, until the cancel is
+    pressed: the page is always mid-scan when it is cancelled."""
+    gate = threading.Event()
+    run_chunk = browse.run_chunk
+
+    def gated(store: mqcore.Store, topic: str, q: Any, cursor: str | None, *rest: Any) -> Any:
+        if cursor is not None:  # a later chunk (the first has no cursor)
+            gate.wait(WAIT)
+        return run_chunk(store, topic, q, cursor, *rest)
+
+    monkeypatch.setattr(browse, "run_chunk", gated)
+    try:
+        # a shared URL runs its query as the page loads
+        open_page(
+            driver, f"{url}/ui/topics/scan?" + urllib.parse.urlencode({"regex": "no[0-9]+match"})
+        )
+        # at least one chunk back and the next one asked for: the scan is under way
+        wait_for(
+            driver,
+            lambda d: results_state(d) == "running" and number(text_of(d, "scanned-records")) > 0,
+            "a running scan with progress",
+        )
+        assert driver.find_element(By.ID, "progress").get_attribute("hidden") is None
+        driver.find_element(By.ID, "cancel").click()
+        wait_for(driver, lambda d: results_state(d) == "cancelled", "data-state=cancelled")
+    finally:
+        gate.set()
     assert text_of(driver, "reason").strip() == "cancelled"
     scanned = number(text_of(driver, "scanned-records"))
     assert 0 < scanned < SCAN_MESSAGES

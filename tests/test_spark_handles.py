@@ -186,7 +186,9 @@ def test_an_idle_handle_lets_retention_free_the_disk(
     """An open store keeps the segments it read open, so their disk space outlives retention's
     deletion; an idle Spark worker must not pin them: a handle nobody borrowed for
     IDLE_SECONDS is closed. A handle lent for longer than that stays open while lent."""
-    monkeypatch.setattr(handles, "IDLE_SECONDS", 0.2)
+    monkeypatch.setattr(handles, "IDLE_SECONDS", handles.IDLE_SECONDS)  # put back afterwards
+    # the reaper, started by an earlier test, takes 0.2 s at once (it waited out its 7.5 s)
+    handles.set_idle_seconds(0.2)
     path = str(tmp_path / "s")
     make(path, retention_bytes=1, retention_ms=-1)
     append(path, "t", [b"x" * 100 for _ in range(40)])

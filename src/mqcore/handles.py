@@ -69,7 +69,7 @@ class _Kept:
 _lock = threading.Lock()
 _stores: OrderedDict[str, _Kept] = OrderedDict()
 _reaper: threading.Thread | None = None
-_wake = threading.Event()
+_wake = threading.Event()  # set_idle_seconds: the reaper takes the new interval now
 
 
 def store_generation(path: str) -> Generation:
@@ -141,9 +141,20 @@ def _borrow(key: str) -> _Kept:
         return kept
 
 
+def set_idle_seconds(seconds: float) -> None:
+    """Close a handle once nobody has borrowed it for `seconds` (IDLE_SECONDS; tests shorten
+    it). The background thread takes the new interval at once, not after its current wait."""
+    global IDLE_SECONDS
+    IDLE_SECONDS = seconds
+    _wake.set()
+
+
 def _close_idle() -> None:
-    """Close the handles nobody borrowed for IDLE_SECONDS, checking every quarter of it."""
-    while not _wake.wait(IDLE_SECONDS / 4):
+    """Close the handles nobody borrowed for IDLE_SECONDS, checking every quarter of it (and at
+    once when set_idle_seconds changes it)."""
+    while True:
+        if _wake.wait(IDLE_SECONDS / 4):
+            _wake.clear()
         now = time.monotonic()
         with _lock:
             for key in [k for k, kept in _stores.items() if kept.users == 0]:
