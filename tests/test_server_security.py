@@ -636,7 +636,7 @@ def test_acl_grants_match_by_user_prefix_exact_name_and_wildcard(tmp_path: Path)
 @pytest.mark.parametrize(
     ("line", "complaint"),
     [
-        ("alice read", "USER OPERATIONS TOPICS"),
+        ("alice read", "USER OPERATIONS RESOURCES"),
         ("alice delete orders", "operation 'delete'"),
         ("alice read ord*ers", "topics 'ord\\*ers'"),
     ],

@@ -52,6 +52,9 @@ __all__ = [
     "ProducerClosedError",
     "ProtocolError",
     "AuthenticationError",
+    "AuthorizationError",
+    "TopicAuthorizationError",
+    "GroupAuthorizationError",
     "QueryInterrupted",
     "ImplausibleTimeWarning",
 ]
@@ -274,6 +277,25 @@ class AuthenticationError(MQCoreError):
     """SASL authentication failed: unknown user, wrong password or proof, a mechanism not
     enabled, or bytes that are not the mechanism's messages (`mqcore serve`, docs/server.md
     "Security")."""
+
+
+class AuthorizationError(MQCoreError):
+    """The principal may not do this (the ACLs of `mqcore serve`, docs/server.md "Security"):
+    answered TOPIC_/GROUP_AUTHORIZATION_FAILED over the Kafka protocol and 403 over HTTP.
+    `resource` names the topic or group, `operation` what was refused."""
+
+    def __init__(self, message: str, resource: str = "", operation: str = "") -> None:
+        super().__init__(message)
+        self.resource = resource
+        self.operation = operation
+
+
+class TopicAuthorizationError(AuthorizationError):
+    """No grant lets the principal do this to the topic."""
+
+
+class GroupAuthorizationError(AuthorizationError):
+    """No grant lets the principal do this to the consumer or share group."""
 
 
 class QueryInterrupted(KeyboardInterrupt):

@@ -15,14 +15,24 @@
   PLAIN is checked against the same keys (the password is salted and hashed as SCRAM does
   and its StoredKey compared), so no password, plain or reversible, is ever on disk.
   `add_user` and `remove_user` change it (`mqcore server-user add|remove` from the shell).
-- ACLs: `Authorizer` reads the ACL file, one grant a line, `USER OPERATIONS TOPICS`:
+- ACLs: `Authorizer` reads the ACL file, one grant a line, `USER OPERATIONS RESOURCES`:
 
-      alice  read,write  orders.*     # every topic whose name starts with "orders."
-      bob    read        orders.eu    # that topic only
-      *      describe    *            # any authenticated user, every topic
+      alice  read,write  orders.*          # every topic whose name starts with "orders."
+      bob    read        orders.eu         # that topic only
+      bob    read        group:billing     # consumer or share group "billing"
+      ops    read        __consumer_offsets  # an internal topic: only a grant naming it
+      *      describe    *                 # any authenticated user, every ordinary topic
 
-  Operations: read, write, describe, create, and all (or *); read and write imply describe.
-  Only grants exist (no deny); what no line grants is refused.
+  A resource is a topic (`NAME`, or `topic:NAME`) or a group (`group:NAME`); NAME is exact, a
+  prefix ending in `*`, or `*`. Topic operations: read, write, describe, create (managing the
+  topic: create, delete, alter, delete records), all; group operations: read (join, commit,
+  consume a share group), describe, delete (delete the group or its offsets, reset them),
+  all. read and write imply describe, as delete does for groups (Kafka's implications). Only
+  grants exist (no deny); what no line grants is refused. Internal topics (`__` names) are
+  matched only by a pattern that itself starts with `__`, never by `*` or another prefix,
+  and never for write or create: only mqcore writes them.
+- `Access` is one principal's view of the grants: the check every interface makes (the Kafka
+  listener, the HTTP API, the console), so they cannot drift apart.
 """
 
 from __future__ import annotations
@@ -44,7 +54,13 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from mqcore.errors import AuthenticationError, InvalidConfigError
+from mqcore.errors import (
+    AuthenticationError,
+    GroupAuthorizationError,
+    InvalidConfigError,
+    TopicAuthorizationError,
+)
+from mqcore.log.internal import INTERNAL_PREFIX, is_internal
 from mqcore.server.protocol import Api, build
 
 SASL_HANDSHAKE = 17
@@ -55,17 +71,24 @@ MECHANISMS = (SCRAM_SHA_256, PLAIN)
 _NO_LIFETIME = datetime.timedelta(0)  # SaslAuthenticate v1+: no re-authentication deadline
 SCRAM_MIN_ITERATIONS = 4096  # RFC 7677's floor for SCRAM-SHA-256 (and Kafka's)
 
-READ, WRITE, DESCRIBE, CREATE = "read", "write", "describe", "create"
-OPERATIONS = frozenset({READ, WRITE, DESCRIBE, CREATE})
-_IMPLIES = {
+READ, WRITE, DESCRIBE, CREATE, DELETE = "read", "write", "describe", "create", "delete"
+TOPIC, GROUP = "topic", "group"  # the resource types of an ACL line
+OPERATIONS = {
+    TOPIC: frozenset({READ, WRITE, DESCRIBE, CREATE}),
+    GROUP: frozenset({READ, DESCRIBE, DELETE}),
+}
+_IMPLIES = {  # what granting an operation grants with it (Kafka's AclEntry implications)
     READ: {READ, DESCRIBE},
     WRITE: {WRITE, DESCRIBE},
     DESCRIBE: {DESCRIBE},
     CREATE: {CREATE},
+    DELETE: {DELETE, DESCRIBE},
 }
 # gs2-header (no channel binding: "n" or "y"), then client-first-message-bare
 _CLIENT_FIRST = re.compile(r"([ny]),(?:a=([^,]*))?,(n=([^,]*),r=([\x21-\x2b\x2d-\x7e]+)(?:,.*)?)")
 _TOPIC_PATTERN = re.compile(r"[A-Za-z0-9._-]*\*?")
+_GROUP_PATTERN = re.compile(r"[^\s#*]*\*?")  # a group name is any string; no space, '#', '*'
+
 
 
 # -- TLS ----------------------------------------------------------------------------------------
@@ -447,24 +470,33 @@ def _sasl_name(raw: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Grant:
-    """One ACL line: `user` ("*": any authenticated user) may do `operations` on the topics
-    `pattern` names ("*": all; "x*": names starting with "x"; "x": that name)."""
+    """One ACL line: `user` ("*": any authenticated user) may do `operations` on the resources
+    of `kind` (TOPIC or GROUP) that `pattern` names ("*": all; "x*": names starting with "x";
+    "x": that name)."""
 
     user: str
     operations: frozenset[str]
     pattern: str
+    kind: str = TOPIC
 
-    def covers(self, user: str, operation: str, topic: str) -> bool:
-        if self.user not in ("*", user) or operation not in self.operations:
+    def covers(self, user: str, kind: str, operation: str, name: str) -> bool:
+        if kind != self.kind or self.user not in ("*", user) or operation not in self.operations:
             return False
+        if kind == TOPIC and is_internal(name):
+            # an internal topic: never written by a client; read or described only under a
+            # grant that names internal topics itself (a "*" must not hand out every group's
+            # offsets in __consumer_offsets)
+            if operation in (WRITE, CREATE) or not self.pattern.startswith(INTERNAL_PREFIX):
+                return False
         if self.pattern.endswith("*"):
-            return topic.startswith(self.pattern[:-1])
-        return topic == self.pattern
+            return name.startswith(self.pattern[:-1])
+        return name == self.pattern
 
 
 @dataclass(frozen=True, slots=True)
 class Authorizer:
-    """The ACL check, in one place: `allows(principal, operation, topic)`."""
+    """The ACL check, in one place: `allows(principal, operation, topic)` and
+    `allows_group(principal, operation, group)`."""
 
     grants: tuple[Grant, ...] = field(default=())
 
@@ -485,26 +517,76 @@ class Authorizer:
                 continue
             where = f"ACL file {path!r} line {number}"
             if len(words) != 3:
-                raise InvalidConfigError(f"{where}: not 'USER OPERATIONS TOPICS': {line!r}")
-            user, ops_text, pattern = words
-            ops: set[str] = set()
-            for op in ops_text.lower().split(","):
-                if op in ("all", "*"):
-                    ops |= OPERATIONS
-                elif op in OPERATIONS:
-                    ops |= _IMPLIES[op]
-                else:
-                    raise InvalidConfigError(
-                        f"{where}: operation {op!r} is not one of read, write, describe, "
-                        "create, all"
-                    )
-            if not _TOPIC_PATTERN.fullmatch(pattern) or pattern == "":
-                raise InvalidConfigError(
-                    f"{where}: topics {pattern!r} is not a name, a prefix ending in '*', or '*'"
-                )
-            grants.append(Grant(user, frozenset(ops), pattern))
+                raise InvalidConfigError(f"{where}: not 'USER OPERATIONS RESOURCES': {line!r}")
+            grants.append(_grant(where, *words))
         return cls(tuple(grants))
 
     def allows(self, principal: str, operation: str, topic: str) -> bool:
+        """Whether `principal` may do `operation` on the topic."""
         user = principal.removeprefix("User:")
-        return any(g.covers(user, operation, topic) for g in self.grants)
+        return any(g.covers(user, TOPIC, operation, topic) for g in self.grants)
+
+    def allows_group(self, principal: str, operation: str, group: str) -> bool:
+        """Whether `principal` may do `operation` on the consumer or share group."""
+        user = principal.removeprefix("User:")
+        return any(g.covers(user, GROUP, operation, group) for g in self.grants)
+
+
+def _grant(where: str, user: str, ops_text: str, resource: str) -> Grant:
+    """One ACL line's grant; InvalidConfigError naming what is wrong in it."""
+    kind, sep, pattern = resource.partition(":")
+    if not sep:
+        kind, pattern = TOPIC, resource
+    if kind not in OPERATIONS:
+        raise InvalidConfigError(
+            f"{where}: resource {resource!r}: the type is 'topic:' or 'group:', not {kind!r}"
+        )
+    allowed = OPERATIONS[kind]
+    ops: set[str] = set()
+    for op in ops_text.lower().split(","):
+        if op in ("all", "*"):
+            ops |= allowed
+        elif op in allowed:
+            ops |= _IMPLIES[op]
+        else:
+            raise InvalidConfigError(
+                f"{where}: operation {op!r} is not one of {', '.join(sorted(allowed))}, all "
+                f"(for a {kind})"
+            )
+    rule = _TOPIC_PATTERN if kind == TOPIC else _GROUP_PATTERN
+    if not rule.fullmatch(pattern) or pattern == "":
+        raise InvalidConfigError(
+            f"{where}: {kind}s {pattern!r} is not a name, a prefix ending in '*', or '*'"
+        )
+    return Grant(user, frozenset(ops), pattern, kind)
+
+
+@dataclass(frozen=True, slots=True)
+class Access:
+    """What one principal may do, as every interface asks it (the Kafka listener, the HTTP
+    API, the console): `authorizer` None means no ACLs, so everything is allowed except what
+    no client may ever do (writing an internal topic, refused where the write is made).
+    The check_* methods raise TopicAuthorizationError / GroupAuthorizationError."""
+
+    authorizer: Authorizer | None
+    principal: str = "User:ANONYMOUS"
+
+    def topic(self, operation: str, topic: str) -> bool:
+        return self.authorizer is None or self.authorizer.allows(self.principal, operation, topic)
+
+    def group(self, operation: str, group: str) -> bool:
+        return self.authorizer is None or self.authorizer.allows_group(
+            self.principal, operation, group
+        )
+
+    def check_topic(self, operation: str, topic: str) -> None:
+        if not self.topic(operation, topic):
+            raise TopicAuthorizationError(
+                f"{self.principal} may not {operation} topic {topic!r}", topic, operation
+            )
+
+    def check_group(self, operation: str, group: str) -> None:
+        if not self.group(operation, group):
+            raise GroupAuthorizationError(
+                f"{self.principal} may not {operation} group {group!r}", group, operation
+            )

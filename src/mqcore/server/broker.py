@@ -27,7 +27,7 @@ from mqcore.errors import (
     UnknownTopicError,
 )
 from mqcore.server.admin import AdminApis
-from mqcore.server.auth import CREATE, DESCRIBE, READ, WRITE, Authorizer
+from mqcore.server.auth import CREATE, DESCRIBE, READ, WRITE, Access, Authorizer
 from mqcore.server.common import (
     NO_TIME,
     ZERO_UUID,
@@ -123,18 +123,18 @@ class Broker:
 
     # -- authorization (server.auth; docs/server.md "Security") ---------------------------------
 
+    def access(self, session: Session) -> Access:
+        """The session's principal's grants (server.auth.Access: the same check the HTTP API
+        and the console make)."""
+        return Access(self.authorizer, session.principal)
+
     def allowed(self, session: Session, operation: str, topic: str) -> bool:
-        return self.authorizer is None or self.authorizer.allows(
-            session.principal, operation, topic
-        )
+        return self.access(session).topic(operation, topic)
 
     def authorize(self, session: Session, operation: str, topic: str) -> None:
-        """KafkaError TOPIC_AUTHORIZATION_FAILED unless the session's principal may."""
-        if not self.allowed(session, operation, topic):
-            raise KafkaError(
-                ErrorCode.topic_authorization_failed,
-                f"{session.principal} may not {operation} topic {topic!r}",
-            )
+        """TopicAuthorizationError (TOPIC_AUTHORIZATION_FAILED) unless the session's
+        principal may."""
+        self.access(session).check_topic(operation, topic)
 
     # -- cluster --------------------------------------------------------------------------------
 

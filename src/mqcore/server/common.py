@@ -14,6 +14,7 @@ from kio.schema.errors import ErrorCode
 from mqcore.config import TopicConfig
 from mqcore.errors import (
     CorruptRecordError,
+    GroupAuthorizationError,
     InvalidConfigError,
     InvalidRecordError,
     InvalidTimestampError,
@@ -25,6 +26,7 @@ from mqcore.errors import (
     ReadOnlyStoreError,
     RecordTooLargeError,
     StoreClosedError,
+    TopicAuthorizationError,
     TopicExistsError,
     UnknownPartitionError,
     UnknownTopicError,
@@ -59,6 +61,8 @@ def error_code(e: BaseException) -> ErrorCode:
 # most specific first: InvalidTimestampError is an InvalidRecordError, InternalTopicError an
 # InvalidTopicError
 _CODES: tuple[tuple[type[BaseException], ErrorCode], ...] = (
+    (TopicAuthorizationError, ErrorCode.topic_authorization_failed),
+    (GroupAuthorizationError, ErrorCode.group_authorization_failed),
     (UnknownTopicError, ErrorCode.unknown_topic_or_partition),
     (UnknownPartitionError, ErrorCode.unknown_topic_or_partition),
     (RecordTooLargeError, ErrorCode.message_too_large),
