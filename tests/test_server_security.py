@@ -42,9 +42,11 @@ from mqcore.server.auth import Authorizer, ScramCredential, add_user, load_crede
 WAIT = 30.0
 PASSWORDS = {"alice": "alice-secret-Pa55", "reader": "reader-secret-9x", "nobody": "n0-b0dy-pw"}
 ACL = """
-# user   operations          topics
+# user   operations          resources
 alice    read,write,create   *
+alice    all                 group:*
 reader   read                orders*     # a prefix: describe comes with read
+reader   read                group:*     # any consumer group
 nobody   describe            elsewhere   # an exact name
 """
 TOPIC_AUTHORIZATION_FAILED = 29

@@ -22,6 +22,7 @@ from mqcore.errors import (
     RecordTooLargeError,
 )
 from mqcore.log.epochs import EpochEntry, LeaderEpochCache
+from mqcore.log.internal import refuse_internal
 from mqcore.storage import durable, retention
 from mqcore.storage.partition import Partition, check_timestamps
 from mqcore.storage.producer_state import ProducerStateManager, check_producer_fields
@@ -255,6 +256,7 @@ class ReplicaLog:
         the CRC only when a timestamp changed. A writable buffer (bytearray) is stamped where
         it is, other bytes are copied once. Durable as the flush policy says."""
         _check_epoch(leader_epoch)
+        refuse_internal(self.topic, "produce to")  # a client-built batch: only mqcore writes these
         buf = _writable(records)
         batches = split_batches(buf, keep_offsets=False)
         if len(batches) != 1:
@@ -463,8 +465,10 @@ class ReplicaLog:
         """Kafka's DeleteRecords: move the log start offset to `offset` (at most the high
         watermark), durably (the partition's log-start-offset file); reads below it are
         refused, whole segments below it are deleted by retention's steps and the epoch cache
-        forgets what lies below. Returns the log start offset (Kafka's low watermark)."""
+        forgets what lies below. Returns the log start offset (Kafka's low watermark).
+        InternalTopicError on an internal topic, as Kafka refuses (mqcore's state lives there)."""
         _check_offset_type(offset)
+        refuse_internal(self.topic, "delete records of")
         if offset > self._hw:
             raise OffsetOutOfRangeError(
                 f"cannot move the log start of {self.topic}-{self.partition.partition} to "

@@ -80,7 +80,7 @@ class Broker:
         self.log.add_append_listener(self._on_append)
         # consumer groups; commits and offset fetches checked against the ACLs
         self.groups = GroupCoordinator(
-            store, node_id, host, port, allowed=self.allowed,
+            store, node_id, host, port, access=self.access,
             initial_rebalance_delay=group_initial_rebalance_delay,
         )  # fmt: skip
         self.handlers: dict[int, Handler] = {

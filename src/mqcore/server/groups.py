@@ -53,7 +53,7 @@ from mqcore.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
-from mqcore.server.auth import DESCRIBE, READ
+from mqcore.server.auth import DELETE, DESCRIBE, READ, Access
 from mqcore.server.protocol import Api, build
 
 if TYPE_CHECKING:
@@ -173,12 +173,14 @@ class GroupCoordinator:
         max_session_timeout: float = MAX_SESSION_TIMEOUT,
         initial_rebalance_delay: float = 0.0,
         clock: Callable[[], float] = time.monotonic,
-        allowed: Callable[[Any, str, str], bool] | None = None,
+        access: Callable[[Any], Access] | None = None,
     ):
         self.store = store
-        # allowed(session, operation, topic): the broker's ACL check (server.auth); offsets
-        # of a topic are committed with its `read` grant and fetched with `describe`
-        self.allowed = allowed
+        # access(session): the session's grants (server.auth.Access; None: no ACLs). Kafka's
+        # rules: a group's members need `read` on it, describing and fetching its offsets
+        # `describe`, deleting it or its offsets `delete`; offsets of a topic are committed
+        # with the topic's `read` and fetched with its `describe`
+        self.access = access
         self.node_id, self.host, self.port = node_id, host, port
         self.min_session_timeout = min_session_timeout
         self.max_session_timeout = max_session_timeout
@@ -252,16 +254,19 @@ class GroupCoordinator:
             47: self.offset_delete,
         }
 
+    # -- authorization (server.auth; docs/server.md "ACL file") --------------------------------
+
+    def topic_allowed(self, session: Any, operation: str, topic: str) -> bool:
+        return self.access is None or self.access(session).topic(operation, topic)
+
+    def group_allowed(self, session: Any, operation: str, group_id: str) -> bool:
+        return self.access is None or self.access(session).group(operation, group_id)
+
     # -- FindCoordinator ------------------------------------------------------------------------
 
     def find_coordinator(self, found: Api, body: Any, session: Any) -> Any:
         """This node, for every group (and transactional ID: one node coordinates all)."""
         key_type = getattr(body, "key_type", KEY_GROUP)
-        code, message = ErrorCode.none, None
-        if key_type not in (KEY_GROUP, KEY_TRANSACTION):
-            code, message = ErrorCode.invalid_request, f"coordinator key type {key_type}"
-        ok = code == ErrorCode.none
-        node, host, port = (self.node_id, self.host, self.port) if ok else (-1, "", -1)
         if found.version >= 4:  # KIP-699: a batch of keys
             coordinators = tuple(
                 build(
@@ -272,10 +277,12 @@ class GroupCoordinator:
                     port=port,
                     error_code=code,
                     error_message=message,
-                )
+                )  # fmt: skip
                 for key in body.coordinator_keys
+                for code, message, node, host, port in [self._coordinator(session, key_type, key)]
             )
             return build(found.response, throttle_time=NO_DURATION, coordinators=coordinators)
+        code, message, node, host, port = self._coordinator(session, key_type, body.key)
         return build(
             found.response,
             throttle_time=NO_DURATION,
@@ -285,6 +292,17 @@ class GroupCoordinator:
             host=host,
             port=port,
         )
+
+    def _coordinator(
+        self, session: Any, key_type: int, key: str
+    ) -> tuple[ErrorCode, str | None, int, str, int]:
+        """(error, message, node, host, port) for one key: a group's needs `describe` on it
+        (Kafka's rule, so a principal cannot learn of groups it may not see)."""
+        if key_type not in (KEY_GROUP, KEY_TRANSACTION):
+            return ErrorCode.invalid_request, f"coordinator key type {key_type}", -1, "", -1
+        if key_type == KEY_GROUP and not self.group_allowed(session, DESCRIBE, key):
+            return ErrorCode.group_authorization_failed, f"may not describe {key!r}", -1, "", -1
+        return ErrorCode.none, None, self.node_id, self.host, self.port
 
     # -- JoinGroup ------------------------------------------------------------------------------
 
@@ -329,6 +347,8 @@ class GroupCoordinator:
         protocols = [(p.name, bytes(p.metadata)) for p in body.protocols]
         if self.closed:
             return JoinResult(ErrorCode.rebalance_in_progress, member_id)
+        if not self.group_allowed(session, READ, body.group_id):  # Kafka's first check
+            return JoinResult(ErrorCode.group_authorization_failed, member_id)
         try:
             validate_group(body.group_id)
         except InvalidGroupError:
@@ -606,8 +626,11 @@ class GroupCoordinator:
 
     def sync_group(self, found: Api, body: Any, session: Any) -> Any:
         """The leader's assignments go to every member; a follower waits for them."""
-        with self._cond:
-            error, assignment = self._sync(body)
+        if not self.group_allowed(session, READ, body.group_id):
+            error, assignment = ErrorCode.group_authorization_failed, b""
+        else:
+            with self._cond:
+                error, assignment = self._sync(body)
         protocol_type = protocol_name = None  # v5's fields, null on an error as in Kafka
         group = self._groups.get(body.group_id)
         if group is not None and error == ErrorCode.none:
@@ -667,6 +690,11 @@ class GroupCoordinator:
         return result
 
     def heartbeat(self, found: Api, body: Any, session: Any) -> Any:
+        if not self.group_allowed(session, READ, body.group_id):
+            return build(
+                found.response, throttle_time=NO_DURATION,
+                error_code=ErrorCode.group_authorization_failed,
+            )  # fmt: skip
         with self._cond:
             code = self._heartbeat(body)
         return build(found.response, throttle_time=NO_DURATION, error_code=code)
@@ -696,6 +724,13 @@ class GroupCoordinator:
             leaving = [(m.member_id, m.group_instance_id) for m in body.members]
         else:
             leaving = [(body.member_id, None)]
+        if not self.group_allowed(session, READ, body.group_id):
+            denied = ErrorCode.group_authorization_failed
+            if found.version < 3:
+                return build(found.response, throttle_time=NO_DURATION, error_code=denied)
+            return build(
+                found.response, throttle_time=NO_DURATION, error_code=denied, members=()
+            )  # fmt: skip
         with self._cond:
             codes = self._leave(body.group_id, leaving)
         if found.version < 3:
@@ -753,7 +788,9 @@ class GroupCoordinator:
         """Commit a member's offsets (or a standalone consumer's, generation -1, to a group
         without members) to `__consumer_offsets`, durably, through the store's OffsetStore."""
         m = found.module
-        code = self._commit_allowed(body)
+        code = ErrorCode.group_authorization_failed
+        if self.group_allowed(session, READ, body.group_id):
+            code = self._commit_allowed(body)
         chosen: dict[tuple[str, int], OffsetAndMetadata] = {}
         codes: dict[tuple[str, int], ErrorCode] = {}
         now_ms = int(time.time() * 1000)
@@ -764,7 +801,7 @@ class GroupCoordinator:
                     codes[tp] = code
                     continue
                 metadata = p.committed_metadata or ""
-                if self.allowed is not None and not self.allowed(session, READ, t.name):
+                if not self.topic_allowed(session, READ, t.name):
                     codes[tp] = ErrorCode.topic_authorization_failed
                 elif len(metadata.encode()) > MAX_METADATA:
                     codes[tp] = ErrorCode.offset_metadata_too_large
@@ -856,10 +893,10 @@ class GroupCoordinator:
                     ),
                 )
                 for g in body.groups
-                for code, topics in [self._visible(session, *self._committed(g.group_id, g.topics))]
+                for code, topics in [self._offsets_for(session, g.group_id, g.topics)]
             )
             return build(found.response, throttle_time=NO_DURATION, groups=groups)
-        code, topics = self._visible(session, *self._committed(body.group_id, body.topics))
+        code, topics = self._offsets_for(session, body.group_id, body.topics)
         if found.version < 2 and code != ErrorCode.none:
             # v1 has no top-level error: each partition carries it
             topics = {t: {p: (-1, "", code) for p in parts} for t, parts in topics.items()}
@@ -871,6 +908,18 @@ class GroupCoordinator:
                 m.OffsetFetchResponseTopic, m.OffsetFetchResponsePartition, topics
             ),
         )
+
+    def _offsets_for(
+        self, session: Any, group_id: str, asked: Iterable[Any] | None
+    ) -> tuple[ErrorCode, dict[str, dict[int, tuple[int, str, ErrorCode]]]]:
+        """What OffsetFetch answers for one group: GROUP_AUTHORIZATION_FAILED without
+        `describe` on the group (each asked partition carrying it, for v0-v1), else the
+        committed offsets the session may see."""
+        if not self.group_allowed(session, DESCRIBE, group_id):
+            denied = ErrorCode.group_authorization_failed
+            return denied, {t.name: {p: (-1, "", denied) for p in t.partition_indexes}
+                            for t in asked or ()}  # fmt: skip
+        return self._visible(session, *self._committed(group_id, asked), every=asked is None)
 
     def _committed(
         self, group_id: str, asked: Iterable[Any] | None
@@ -900,16 +949,16 @@ class GroupCoordinator:
         session: Any,
         code: ErrorCode,
         topics: dict[str, dict[int, tuple[int, str, ErrorCode]]],
+        every: bool,
     ) -> tuple[ErrorCode, dict[str, dict[int, tuple[int, str, ErrorCode]]]]:
-        """The committed offsets of topics the session may describe; each partition of the
-        others answers TOPIC_AUTHORIZATION_FAILED."""
-        if self.allowed is None:
-            return code, topics
+        """The committed offsets of topics the session may describe. When the request asked
+        for every topic (`every`) the others are left out, as Kafka filters them; when it
+        named them, each of their partitions answers TOPIC_AUTHORIZATION_FAILED."""
         out = {}
         for name, parts in topics.items():
-            if self.allowed(session, DESCRIBE, name):
+            if self.topic_allowed(session, DESCRIBE, name):
                 out[name] = parts
-            else:
+            elif not every:
                 denied = ErrorCode.topic_authorization_failed
                 out[name] = {p: (-1, "", denied) for p in parts}
         return code, out
@@ -944,6 +993,11 @@ class GroupCoordinator:
         code = ErrorCode.none
         subscribed: set[str] | None = set()
         committed: dict[tuple[str, int], OffsetAndMetadata] = {}
+        if not self.group_allowed(session, DELETE, body.group_id):  # Kafka's first check
+            return build(
+                found.response, throttle_time=NO_DURATION,
+                error_code=ErrorCode.group_authorization_failed, topics=(),
+            )  # fmt: skip
         try:
             committed = self.offsets.group_offsets(body.group_id)
         except MQCoreError as e:
@@ -973,7 +1027,9 @@ class GroupCoordinator:
             for t in body.topics:
                 for p in t.partitions:
                     tp = (t.name, p.partition_index)
-                    if subscribed is None or t.name in subscribed:
+                    if not self.topic_allowed(session, READ, t.name):
+                        codes[tp] = ErrorCode.topic_authorization_failed
+                    elif subscribed is None or t.name in subscribed:
                         codes[tp] = ErrorCode.group_subscribed_to_topic
                     elif not self._partition_exists(*tp):
                         codes[tp] = ErrorCode.unknown_topic_or_partition
@@ -1037,7 +1093,13 @@ class GroupCoordinator:
                 if group is not None:
                     self._tick(group, self.clock())
                 code, message, state, ptype, pdata, members = ErrorCode.none, None, DEAD, "", "", ()
-                if group is not None or gid in with_offsets:
+                if not self.group_allowed(session, DESCRIBE, gid):  # as if it were not there
+                    code, message = (
+                        ErrorCode.group_authorization_failed,
+                        f"may not describe {gid!r}",
+                    )
+                    group = None
+                elif group is not None or gid in with_offsets:
                     state = group.state if group is not None else EMPTY
                     ptype = (group.protocol_type if group is not None else None) or ""
                 if group is not None and group.members:
@@ -1055,7 +1117,7 @@ class GroupCoordinator:
                         )
                         for mem in group.members.values()
                     )
-                elif state == DEAD and found.version >= 6:  # KIP-1043
+                elif state == DEAD and found.version >= 6 and not code:  # KIP-1043
                     code, message = ErrorCode.group_id_not_found, f"group {gid!r} does not exist"
                 described.append(
                     build(
@@ -1078,6 +1140,8 @@ class GroupCoordinator:
         types = {s.lower() for s in getattr(body, "types_filter", ())}
         listed = []
         for gid, group in self._known().items():
+            if not self.group_allowed(session, DESCRIBE, gid):  # Kafka lists only these
+                continue
             state = group.state if group is not None else EMPTY
             if states and state.lower() not in states:
                 continue
@@ -1108,7 +1172,9 @@ class GroupCoordinator:
             code = ErrorCode.none
             with self._cond:
                 group = self._groups.get(gid)
-                if gid not in known:
+                if not self.group_allowed(session, DELETE, gid):
+                    code = ErrorCode.group_authorization_failed
+                elif gid not in known:
                     code = ErrorCode.group_id_not_found
                 elif group is not None and (group.members or group.pending):
                     code = ErrorCode.non_empty_group
