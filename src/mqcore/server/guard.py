@@ -1,12 +1,15 @@
 """Every length and count of a request body checked against the bytes there are, before kio
-reads it.
+reads it, and every null checked against the schema.
 
 kio's native reader sizes an array from the count the client sent: a 158-byte Metadata request
 claiming 2**31 topics made it ask for 200 GB and abort the whole process (Rust's allocation
 failure is not an exception), found by fuzz/fuzz_server_request.py. So the body is walked here
 first, by the same schema (kio's dataclasses and their field metadata), and a count or length
 that cannot fit in what is left of the frame is a ProtocolError: the connection closes, the
-server goes on. A valid request costs one walk of its fields (records are skipped by length).
+server goes on. A null (-1) string, bytes or array where the schema's version has no null
+(kio reads it as None, and 17 handlers then failed on it) is refused the same way: Kafka's
+generated readers throw "non-nullable field ... was serialized as null" and its broker closes
+the connection. A valid request costs one walk of its fields (records are skipped by length).
 
 Wire forms (Kafka's protocol guide), per field kind, "flexible" versions in brackets:
     fixed       bool/int8 1, int16 2, int32 4, int64 8, uuid 16 bytes
@@ -34,10 +37,11 @@ _FIXED = {
 _STRING, _BYTES = "string", "bytes"
 _LENGTH_KINDS = {"string": _STRING, "bytes": _BYTES, "records": _BYTES}
 
-# A step: (kind, argument, flexible). kinds: "fixed" (argument: the size), "string" and
-# "bytes", "array" (argument: the element's step), "struct" (argument: its plan); a plan is
-# (steps, tagged: {tag: step} | None for a non-flexible struct).
-Step = tuple[str, Any, bool]
+# A step: (kind, argument, flexible, nullable). kinds: "fixed" (argument: the size), "string"
+# and "bytes", "array" (argument: the element's step), "struct" (argument: its plan); a plan is
+# (steps, tagged: {tag: step} | None for a non-flexible struct). `nullable`: the field's type
+# in this version admits None (kio writes `X | None` where Kafka's nullableVersions say so).
+Step = tuple[str, Any, bool, bool]
 Plan = tuple[tuple[Step, ...], "dict[int, Step] | None"]
 
 
@@ -52,7 +56,7 @@ def check_header(flexible: bool, buf: bytes | bytearray | memoryview) -> int:
     client_id, a nullable string with an int16 length even in v2, then v2's tagged fields.
     Returns where the body starts."""
     view = memoryview(buf)
-    pos = _walk((_STRING, None, False), view, 8, len(view)) if len(view) >= 8 else 8
+    pos = _walk((_STRING, None, False, True), view, 8, len(view)) if len(view) >= 8 else 8
     if flexible:
         pos = _walk_struct(((), {}), view, pos, len(view))
     return pos
@@ -75,17 +79,19 @@ def _plan(entity: type) -> Plan:
 def _step(tp: Any, metadata: Any, flexible: bool) -> Step:
     """The wire form of a field of type `tp` (kio's annotations: `X | None` is nullable, which
     the wire form itself carries; `tuple[X, ...]` an array; a dataclass a struct)."""
+    nullable = False
     if get_origin(tp) in (types.UnionType, Union):
+        nullable = type(None) in get_args(tp)
         tp = next(a for a in get_args(tp) if a is not type(None))
     if get_origin(tp) is tuple:
-        return ("array", _step(get_args(tp)[0], metadata, flexible), flexible)
+        return ("array", _step(get_args(tp)[0], metadata, flexible), flexible, nullable)
     if is_dataclass(tp):
-        return ("struct", _plan(tp), flexible)  # type: ignore[arg-type]
+        return ("struct", _plan(tp), flexible, nullable)  # type: ignore[arg-type]
     kafka_type = metadata["kafka_type"]
     if kafka_type in _FIXED:
-        return ("fixed", _FIXED[kafka_type], flexible)
+        return ("fixed", _FIXED[kafka_type], flexible, nullable)
     if kafka_type in _LENGTH_KINDS:
-        return (_LENGTH_KINDS[kafka_type], None, flexible)
+        return (_LENGTH_KINDS[kafka_type], None, flexible, nullable)
     raise LookupError(f"no wire form known for kafka_type {kafka_type!r}")
 
 
@@ -110,15 +116,17 @@ def _int(buf: memoryview, pos: int, end: int, size: int) -> tuple[int, int]:
     return int.from_bytes(buf[pos : pos + size], "big", signed=True), pos + size
 
 
-def _length(buf: memoryview, pos: int, end: int, flexible: bool, size: int) -> tuple[int, int]:
-    """A length or count: -1 for null."""
-    if flexible:
+def _length(buf: memoryview, pos: int, end: int, step: Step, size: int) -> tuple[int, int]:
+    """A length or count: -1 for null, where the step's field may be null."""
+    if step[2]:
         n, pos = _uvarint(buf, pos, end)
         n -= 1
     else:
         n, pos = _int(buf, pos, end, size)
     if n < -1:
         raise ProtocolError(f"a negative length or count ({n}) in the request")
+    if n == -1 and not step[3]:
+        raise ProtocolError(f"a null {step[0]} where the request's schema has no null")
     return n, pos
 
 
@@ -129,12 +137,12 @@ def _walk(step: Step, buf: memoryview, pos: int, end: int) -> int:
             raise ProtocolError("a request ends inside a field")
         return int(pos + step[1])
     if kind in (_STRING, _BYTES):
-        n, pos = _length(buf, pos, end, step[2], 2 if kind == _STRING else 4)
+        n, pos = _length(buf, pos, end, step, 2 if kind == _STRING else 4)
         if n > end - pos:
             raise ProtocolError(f"a {kind} of {n} bytes where {end - pos} are left")
         return pos + max(n, 0)
     if kind == "array":
-        n, pos = _length(buf, pos, end, step[2], 4)
+        n, pos = _length(buf, pos, end, step, 4)
         if n > end - pos:  # every element takes a byte at least
             raise ProtocolError(f"an array of {n} elements where {end - pos} bytes are left")
         for _ in range(max(n, 0)):
