@@ -4,7 +4,9 @@
 /v1: topics and their offsets, one topic's config and partitions, a message by place, by store
 ID or by unique ID, by key, by time, a search (tag, SQL92 selector, contains, regex) with
 cursors, a partition read in order from an offset, and consumer groups with their lag. The
-console (issue 14) mounts the same app.
+console (issue 14) mounts the same app. With authentication, each handler asks the principal's
+ACLs first (httpauth.access: describe to see a topic or group, read for its messages), so a
+refusal (403) never depends on whether the topic, group or message exists.
 `HttpServer(app, listen)` serves an ASGI app with uvicorn in a background thread, on its own
 event loop, so a Python program (or mqcore.server.Server) starts and stops it.
 
@@ -38,10 +40,11 @@ from mqcore.errors import (
 from mqcore.handles import shared_store
 from mqcore.log.internal import is_internal
 from mqcore.query.engine import QueryResult
+from mqcore.query.ids import decode_msg_id
 from mqcore.query.jsonform import message_object
 from mqcore.server.address import parse_listen
-from mqcore.server.auth import tls_context
-from mqcore.server.httpauth import BasicAuthMiddleware, HttpAuth
+from mqcore.server.auth import DESCRIBE, READ, tls_context
+from mqcore.server.httpauth import BasicAuthMiddleware, HttpAuth, access, find_unique, visible
 from mqcore.server.httpbase import (
     DEFAULT_MAX_SCAN,
     MAX_LIMIT,
@@ -87,15 +90,27 @@ def partition_offsets(store: Store, topic: str) -> list[dict[str, int]]:
 
 
 def list_topics(store: Store, request: Request, params: Params) -> dict[str, Any]:
+    """The topics the principal may describe (Kafka's Metadata for all topics)."""
+    may = access(request)
     topics = [
         {"topic": t, "internal": is_internal(t), "partitions": partition_offsets(store, t)}
         for t in store.topics()
+        if may.topic(DESCRIBE, t)
     ]
     return {"topics": topics}
 
 
+def readable_topic(request: Request) -> str:
+    """The path's topic, once the principal may read it (TopicAuthorizationError first, so a
+    refusal says nothing of whether the topic exists)."""
+    topic = request.path_params["topic"]
+    access(request).check_topic(READ, topic)
+    return topic
+
+
 def describe_topic(store: Store, request: Request, params: Params) -> dict[str, Any]:
     topic = request.path_params["topic"]
+    access(request).check_topic(DESCRIBE, topic)
     config = store.topic_config(topic)  # UnknownTopicError first
     partitions = partition_offsets(store, topic)
     for entry in partitions:
@@ -109,7 +124,7 @@ def describe_topic(store: Store, request: Request, params: Params) -> dict[str, 
 
 
 def get_message(store: Store, request: Request, params: Params) -> dict[str, Any]:
-    topic = request.path_params["topic"]
+    topic = readable_topic(request)
     partition, offset = path_int(request, "partition"), path_int(request, "offset")
     msg = store.get(topic, partition, offset)
     if msg is None:
@@ -120,7 +135,7 @@ def get_message(store: Store, request: Request, params: Params) -> dict[str, Any
 def read_messages(store: Store, request: Request, params: Params) -> dict[str, Any]:
     """Store.read: up to `limit` messages from `offset` on (a partition browsed in order);
     `next_offset` is where the next page starts, `end_offset` the partition's end then."""
-    topic, partition = request.path_params["topic"], path_int(request, "partition")
+    topic, partition = readable_topic(request), path_int(request, "partition")
     offset = params.count("offset", 0)
     msgs = store.read(topic, partition, offset, params.limit(request.app.state.max_limit))
     return {
@@ -131,7 +146,9 @@ def read_messages(store: Store, request: Request, params: Params) -> dict[str, A
 
 
 def get_by_id(store: Store, request: Request, params: Params) -> dict[str, Any]:
+    """The message a store ID names; the ID names its topic, which the principal must read."""
     msg_id = request.path_params["msg_id"]
+    access(request).check_topic(READ, decode_msg_id(msg_id)[0])
     msg = store.get_by_id(msg_id)
     if msg is None:
         raise MessageNotFoundError(f"no message with store ID {msg_id!r} (or no longer)")
@@ -139,7 +156,9 @@ def get_by_id(store: Store, request: Request, params: Params) -> dict[str, Any]:
 
 
 def by_unique_id(store: Store, request: Request, params: Params) -> dict[str, Any]:
-    r = store.find_by_unique_id(
+    r = find_unique(
+        store,
+        access(request),
         request.path_params["unique_id"],
         start=params.integer("start"),
         end=params.integer("end"),
@@ -153,7 +172,7 @@ def by_key(store: Store, request: Request, params: Params) -> dict[str, Any]:
     if key is None:
         raise InvalidConfigError("by-key needs key= (or key_base64=)")
     r = store.find_by_key(
-        request.path_params["topic"],
+        readable_topic(request),
         key,
         start=params.integer("start"),
         end=params.integer("end"),
@@ -167,7 +186,7 @@ def by_key(store: Store, request: Request, params: Params) -> dict[str, Any]:
 def search(store: Store, request: Request, params: Params) -> dict[str, Any]:
     """by-time and search: one Store.search, with the filters the request gives."""
     r = store.search(
-        request.path_params["topic"],
+        readable_topic(request),
         contains=params.bytes("contains"),
         regex=params.text("regex"),
         tag=params.text("tag"),
@@ -184,7 +203,13 @@ def search(store: Store, request: Request, params: Params) -> dict[str, Any]:
 
 
 def groups(store: Store, request: Request, params: Params) -> dict[str, Any]:
+    """Consumer groups' lag: the groups the principal may describe, each with the partitions
+    of the topics it may describe; one group needs its describe (403 whether or not it
+    exists)."""
     name = request.path_params.get("group")
+    may = access(request)
+    if name is not None:
+        may.check_group(DESCRIBE, name)
     lags = store.group_lag(name)
     if name is not None and not lags:
         raise UnknownGroupError(f"consumer group {name!r} has no committed offsets here")
@@ -194,7 +219,7 @@ def groups(store: Store, request: Request, params: Params) -> dict[str, Any]:
             "lag": sum(p.lag or 0 for p in parts),
             "partitions": [p.to_json() for p in parts],
         }
-        for group, parts in sorted(lags.items())
+        for group, parts in sorted(visible(lags, may).items())
     ]
     return found[0] if name is not None else {"groups": found}
 

@@ -4,8 +4,11 @@ The users are those of the SCRAM credentials file `mqcore serve --sasl-credentia
 (auth.py): a Basic password is checked as SASL PLAIN checks it, against the stored keys, so no
 password is kept anywhere. `BasicAuthMiddleware` guards the whole app: a request without valid
 credentials gets 401 (and a browser its login prompt); an accepted one carries its principal
-("User:NAME") in `request.state.principal`. `HttpAuth.allows` is the ACL check of the write
-actions (auth.Authorizer; without an ACL file every authenticated user may write).
+("User:NAME") in `request.state.principal`. `access(request)` is that principal's view of the
+ACL file (auth.Access, the check the Kafka listener makes too): every endpoint and page asks
+it before it touches the store, and `visible` leaves out of a group listing what Kafka's
+ListGroups and OffsetFetch leave out. Without credentials configured everything is allowed;
+with credentials but no ACL file, everything is allowed to every authenticated user.
 
 Basic credentials travel in clear text unless the server speaks TLS, so `check_transport`
 refuses them on a non-loopback address without TLS (docs/console.md "Security").
@@ -20,15 +23,20 @@ import hmac
 import ipaddress
 import secrets
 import threading
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, TypeVar
 
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
+from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mqcore.errors import InvalidConfigError
-from mqcore.server.auth import PLAIN, Authorizer, Sasl
+from mqcore.query import engine
+from mqcore.query.engine import QueryResult
+from mqcore.server.auth import DESCRIBE, PLAIN, READ, Access, Authorizer, Sasl
 from mqcore.server.httpbase import error_response
+from mqcore.store import Store
 
 REALM = "mqcore"
 
@@ -78,11 +86,53 @@ class HttpAuth:
             self._checked[user] = mark
         return "User:" + user
 
-    def allows(self, principal: str | None, operation: str, topic: str) -> bool:
-        """The ACL check; True without auth (principal None) or without an ACL file."""
-        if principal is None or self.authorizer is None:
-            return True
-        return self.authorizer.allows(principal, operation, topic)
+
+def principal_of(request: Request) -> str | None:
+    """The request's principal ("User:NAME"), None without authentication."""
+    return getattr(request.state, "principal", None)
+
+
+def access(request: Request) -> Access:
+    """What the request's principal may do (auth.Access): everything without credentials
+    configured or without an ACL file."""
+    auth: HttpAuth | None = request.app.state.auth
+    principal = principal_of(request)
+    if auth is None or principal is None:
+        return Access(None)
+    return Access(auth.authorizer, principal)
+
+
+class _GroupRow(Protocol):
+    @property
+    def topic(self) -> str: ...
+
+
+Row = TypeVar("Row", bound=_GroupRow)
+
+
+def visible(lags: Mapping[str, Sequence[Row]], may: Access) -> dict[str, list[Row]]:
+    """The groups `may` describes, each with the partitions of the topics it describes: what
+    Kafka's ListGroups and OffsetFetch (all topics) show a principal; the rest is left out."""
+    return {
+        group: [row for row in rows if may.topic(DESCRIBE, row.topic)]
+        for group, rows in lags.items()
+        if may.group(DESCRIBE, group)
+    }
+
+
+def find_unique(
+    store: Store, may: Access, unique_id: str, *, start: int | None, end: int | None, limit: int
+) -> QueryResult:
+    """Store.find_by_unique_id over the topics `may` reads only: the others are not searched,
+    so neither their messages nor their existence shows (the JSON API's unique-ids and the
+    console's lookup)."""
+    store.log.check_open()
+    parts = [
+        part
+        for part in store.log.all_partitions()
+        if part.config.key_index and may.topic(READ, part.topic)
+    ]
+    return engine.find_unique(parts, unique_id, start, end, limit)
 
 
 class BasicAuthMiddleware:

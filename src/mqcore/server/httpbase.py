@@ -20,6 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from mqcore.errors import (
+    AuthorizationError,
     GroupNotEmptyError,
     GroupTypeError,
     InvalidConfigError,
@@ -63,9 +64,12 @@ def error_response(status: int, error: str, message: str) -> JSONResponse:
 
 
 def status_of(e: MQCoreError) -> int:
-    """404 for what is not there, 400 for a bad argument, 409 for a share acknowledgement of
-    a record the member does not hold, a group name of the other type or a group whose members
-    are in, 503 for a closed store, else 500."""
+    """403 for what the principal's ACLs refuse, 404 for what is not there, 400 for a bad
+    argument, 409 for a share acknowledgement of a record the member does not hold, a group
+    name of the other type or a group whose members are in, 503 for a closed store, else
+    500."""
+    if isinstance(e, AuthorizationError):
+        return 403
     if isinstance(e, NOT_FOUND):
         return 404
     if isinstance(e, (InvalidRecordStateError, GroupTypeError, GroupNotEmptyError)):

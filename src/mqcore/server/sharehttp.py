@@ -21,6 +21,12 @@ Kafka's group.share.session.timeout.ms) is closed by the next request to the API
 records it held go back (as they would when their locks expire anyway). A process that dies
 holding records therefore loses them to the other members after `record_lock_ms` at most.
 Requests for one member are served one at a time (a member is used from one thread).
+
+With authentication (httpauth.py), joining needs the group's read and each topic's read; a
+member is bound to the principal that joined it, and any other principal's request for it is
+answered as one for a member that does not exist (404), after the group's read is checked.
+The lag needs the group's describe; the listing shows the groups the principal may describe,
+each with the partitions of topics it may describe.
 """
 
 from __future__ import annotations
@@ -38,6 +44,8 @@ from starlette.routing import Route
 from mqcore.consume.share import ShareConsumer
 from mqcore.errors import InvalidConfigError, MQCoreError, UnknownGroupError
 from mqcore.query.jsonform import message_object
+from mqcore.server.auth import DESCRIBE, READ
+from mqcore.server.httpauth import access, principal_of, visible
 from mqcore.server.httpbase import Params, error_response, json_endpoint
 from mqcore.store import Store
 
@@ -57,10 +65,13 @@ JOIN_OPTIONS = (
 
 
 class Session:
-    __slots__ = ("consumer", "last_seen", "lock", "timeout_s")
+    """One member: its consumer, the principal that joined it (None without auth), and when
+    it was last used."""
 
-    def __init__(self, consumer: ShareConsumer, timeout_s: float):
-        self.consumer, self.timeout_s = consumer, timeout_s
+    __slots__ = ("consumer", "last_seen", "lock", "principal", "timeout_s")
+
+    def __init__(self, consumer: ShareConsumer, timeout_s: float, principal: str | None):
+        self.consumer, self.timeout_s, self.principal = consumer, timeout_s, principal
         self.lock = threading.Lock()
         self.last_seen = time.monotonic()
 
@@ -73,18 +84,22 @@ class ShareSessions:
         self._lock = threading.Lock()
         self._sessions: dict[str, Session] = {}
 
-    def join(self, group: str, topics: list[str], timeout_s: float, **options: Any) -> str:
+    def join(
+        self, group: str, topics: list[str], timeout_s: float, principal: str | None, **options: Any
+    ) -> str:
         self.reap()
         sc = self.store.share_consumer(group, topics, **options)
         with self._lock:
-            self._sessions[sc.member_id] = Session(sc, timeout_s)
+            self._sessions[sc.member_id] = Session(sc, timeout_s, principal)
         return sc.member_id
 
-    def session(self, group: str, member: str) -> Session:
+    def session(self, group: str, member: str, principal: str | None) -> Session:
+        """The member, used by the principal that joined it; any other principal is told it
+        does not exist (UnknownGroupError), as it is told of a member that left."""
         self.reap()
         with self._lock:
             s = self._sessions.get(member)
-        if s is None or s.consumer.group != group:
+        if s is None or s.consumer.group != group or s.principal != principal:
             raise UnknownGroupError(
                 f"share group {group!r} has no member {member!r} here (it left, or its session "
                 "expired)"
@@ -92,10 +107,10 @@ class ShareSessions:
         s.last_seen = time.monotonic()
         return s
 
-    def leave(self, group: str, member: str) -> None:
-        s = self.session(group, member)
+    def leave(self, s: Session) -> None:
+        """Close the member: what it holds goes back."""
         with self._lock:
-            self._sessions.pop(member, None)
+            self._sessions.pop(s.consumer.member_id, None)
         with s.lock:
             s.consumer.close()
 
@@ -119,11 +134,16 @@ def _flag(name: str, text: str | None) -> bool | None:
 
 
 def join(store: Store, request: Request, params: Params) -> dict[str, Any]:
+    """A new member: the group's read, then each topic's read (Kafka's order: group first)."""
     sessions: ShareSessions = request.app.state.share_sessions
     group = request.path_params["group"]
     topics = [t for t in (params.text("topics") or "").split(",") if t]
     if not topics:
         raise InvalidConfigError("topics= names the topics to consume, comma-separated")
+    may = access(request)
+    may.check_group(READ, group)
+    for topic in topics:
+        may.check_topic(READ, topic)
     options: dict[str, Any] = {}
     for name in ("record_lock_ms", "delivery_count_limit", "max_in_flight_records"):
         value = params.integer(name)
@@ -139,13 +159,21 @@ def join(store: Store, request: Request, params: Params) -> dict[str, Any]:
     timeout_ms = params.count("session_timeout_ms", DEFAULT_SESSION_MS)
     if not 1000 <= timeout_ms <= 3_600_000:
         raise InvalidConfigError(f"session_timeout_ms must be in [1000, 3600000], not {timeout_ms}")
-    member = sessions.join(group, topics, timeout_ms / 1000, **options)
+    member = sessions.join(group, topics, timeout_ms / 1000, principal_of(request), **options)
     return {"member_id": member}
 
 
-def poll(store: Store, request: Request, params: Params) -> dict[str, Any]:
+def member_session(request: Request) -> Session:
+    """The path's member, once the principal may read its group and is the one that joined
+    it."""
+    group = request.path_params["group"]
+    access(request).check_group(READ, group)
     sessions: ShareSessions = request.app.state.share_sessions
-    s = sessions.session(request.path_params["group"], request.path_params["member"])
+    return sessions.session(group, request.path_params["member"], principal_of(request))
+
+
+def poll(store: Store, request: Request, params: Params) -> dict[str, Any]:
+    s = member_session(request)
     wait = min(params.count("timeout_ms", 0), MAX_POLL_WAIT_MS)
     with s.lock:
         msgs = s.consumer.poll(params.count("max_records", 500), wait)
@@ -181,8 +209,7 @@ async def _ack_body(request: Request) -> list[Any]:
 
 
 def acknowledge(store: Store, request: Request, params: Params) -> dict[str, Any]:
-    sessions: ShareSessions = request.app.state.share_sessions
-    s = sessions.session(request.path_params["group"], request.path_params["member"])
+    s = member_session(request)
     acks = request.state.acks
     with s.lock:
         for topic, partition, offset, kind in acks:
@@ -191,8 +218,7 @@ def acknowledge(store: Store, request: Request, params: Params) -> dict[str, Any
 
 
 def commit(store: Store, request: Request, params: Params) -> dict[str, Any]:
-    sessions: ShareSessions = request.app.state.share_sessions
-    s = sessions.session(request.path_params["group"], request.path_params["member"])
+    s = member_session(request)
     with s.lock:
         s.consumer.commit()
     return {}
@@ -200,12 +226,18 @@ def commit(store: Store, request: Request, params: Params) -> dict[str, Any]:
 
 def leave(store: Store, request: Request, params: Params) -> dict[str, Any]:
     sessions: ShareSessions = request.app.state.share_sessions
-    sessions.leave(request.path_params["group"], request.path_params["member"])
+    sessions.leave(member_session(request))
     return {}
 
 
 def lag(store: Store, request: Request, params: Params) -> dict[str, Any]:
+    """Share groups' backlog: the groups the principal may describe (one group needs its
+    describe, 403 whether or not it exists), each with the partitions of topics it may
+    describe."""
     name = request.path_params.get("group")
+    may = access(request)
+    if name is not None:
+        may.check_group(DESCRIBE, name)
     lags = store.share_group_lag(name)
     if name is not None and not lags:
         raise UnknownGroupError(f"share group {name!r} has no state here")
@@ -227,7 +259,7 @@ def lag(store: Store, request: Request, params: Params) -> dict[str, Any]:
                 for r in rows
             ],  # fmt: skip
         }
-        for group, rows in sorted(lags.items())
+        for group, rows in sorted(visible(lags, may).items())
     ]
     return found[0] if name is not None else {"share_groups": found}
 

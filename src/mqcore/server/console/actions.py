@@ -1,8 +1,12 @@
 """The console's write actions (only with allow_write; 403 otherwise): produce a test
 message, reset a consumer group's offsets to a time, resend a dead-lettered message to its
 origin topic. Each is a POST of an HTML form carrying the app's CSRF token; with auth on, the
-principal needs `write` on every topic the action writes to (auth.Authorizer). A done action
-redirects (303) to what it made: the new message, or the group."""
+principal's ACLs are asked first (httpauth.access), as the Kafka listener asks them: produce
+needs `write` on the topic, resend `read` on the copy's topic and `write` on the one it goes
+to, a reset the group's `read` and each topic's `read` (Kafka's OffsetCommit, which
+`kafka-consumer-groups --reset-offsets` sends). An internal topic is never written (403 from
+the ACLs, or 400 InternalTopicError from the store without them). A done action redirects
+(303) to what it made: the new message, or the group."""
 
 from __future__ import annotations
 
@@ -16,12 +20,13 @@ from starlette.responses import RedirectResponse, Response
 
 from mqcore.consume.retry import H_PARTITION, H_TOPIC, RETRY_HEADERS
 from mqcore.errors import InvalidConfigError, MessageNotFoundError, MQCoreError
+from mqcore.server.auth import READ, WRITE, Access
 from mqcore.server.console import browse, render
+from mqcore.server.httpauth import access
 from mqcore.server.httpbase import log, status_of
 from mqcore.store import Store
 
 MAX_FORM_BYTES = 1 << 20  # a test message is small; a larger form is refused
-WRITE = "write"
 
 
 class Refused(Exception):
@@ -29,12 +34,11 @@ class Refused(Exception):
 
 
 class Form:
-    """A urlencoded form's fields (each at most once) and who sent it."""
+    """A urlencoded form's fields (each at most once) and what its sender may do."""
 
-    def __init__(self, fields: dict[str, str], principal: str | None, request: Request):
+    def __init__(self, fields: dict[str, str], may: Access):
         self.fields = fields
-        self.principal = principal
-        self.request = request
+        self.may = may
 
     def get(self, name: str) -> str | None:
         value = self.fields.get(name)
@@ -54,11 +58,6 @@ class Form:
             raise InvalidConfigError(f"{name} must be an integer >= 0, not {text[:40]!r}")
         return int(text)
 
-    def check_write(self, topic: str) -> None:
-        auth = self.request.app.state.auth
-        if auth is not None and not auth.allows(self.principal, WRITE, topic):
-            raise Refused(f"{self.principal} may not write to topic {topic!r} (ACL)")
-
 
 def detail_url(topic: str, partition: int, offset: int) -> str:
     return (
@@ -69,7 +68,7 @@ def detail_url(topic: str, partition: int, offset: int) -> str:
 def produce(store: Store, form: Form) -> str:
     """Append one message (key, value, tag, partition as the form gives them)."""
     topic = form.need("topic")
-    form.check_write(topic)
+    form.may.check_topic(WRITE, topic)
     key = form.get("key")
     md = store.append(
         topic,
@@ -87,8 +86,10 @@ def reset_offsets(store: Store, form: Form) -> str:
     partition of `topic` when the group has none there), the first offset at or after the
     time (the end offset when nothing is that new). Refused while the group has members, here
     or as Kafka clients of `mqcore serve` (their next commit would undo it), as Kafka's
-    `--reset-offsets` is, and for a share group (Store.alter_group_offsets)."""
+    `--reset-offsets` is, and for a share group (Store.alter_group_offsets). Needs the
+    group's read and each topic's read, as Kafka's OffsetCommit does."""
     group = form.need("group")
+    form.may.check_group(READ, group)
     tz = browse.parse_zone(form.get("tz"))
     ms = browse.parse_time("time", form.need("time"), tz)
     topic = form.get("topic")
@@ -100,7 +101,7 @@ def reset_offsets(store: Store, form: Form) -> str:
     if not places:
         raise InvalidConfigError(f"group {group!r} has no committed offsets: name a topic")
     for t in sorted({t for t, _ in places}):
-        form.check_write(t)
+        form.may.check_topic(READ, t)
     offsets = {}
     for t, p in places:
         found = store.offset_for_time(t, p, ms)
@@ -115,6 +116,7 @@ def resend(store: Store, form: Form) -> str:
     topic, partition, offset = form.need("topic"), form.integer("partition"), form.integer("offset")
     if partition is None or offset is None:
         raise InvalidConfigError("the form needs partition and offset")
+    form.may.check_topic(READ, topic)
     m = store.get(topic, partition, offset)
     if m is None:
         raise MessageNotFoundError(f"no message at offset {offset} of {topic}-{partition}")
@@ -128,7 +130,7 @@ def resend(store: Store, form: Form) -> str:
         to_topic, to_partition = origin.decode("utf-8"), int(origin_partition)
     except (UnicodeDecodeError, ValueError) as e:
         raise InvalidConfigError(f"the origin headers of {topic}/{partition}/{offset}: {e}") from e
-    form.check_write(to_topic)
+    form.may.check_topic(WRITE, to_topic)
     headers = [(k, v) for k, v in m.headers if k not in RETRY_HEADERS]
     md = store.append(to_topic, m.value, key=m.key, headers=headers, partition=to_partition)
     store.flush()
@@ -188,4 +190,4 @@ async def read_form(request: Request) -> Form:
         if k in fields:
             raise InvalidConfigError(f"form field {k!r} is given more than once")
         fields[k] = v
-    return Form(fields, getattr(request.state, "principal", None), request)
+    return Form(fields, access(request))

@@ -1,6 +1,11 @@
 """The console's pages (docs/console.md): overview, message browser (with its rows endpoint),
 lookup, message detail, groups. Each is a plain function Starlette runs in its thread pool
-(the Store's calls block); bad input answers the page with a visible error and a 4xx status."""
+(the Store's calls block); bad input answers the page with a visible error and a 4xx status.
+
+With authentication each page asks the principal's ACLs first, as the JSON API does
+(httpauth.access): a topic is listed when it may be described, its messages shown when it may
+be read, a group listed and shown when it may be described (with the partitions of topics it
+may describe); a refusal is a 403 page, whether or not the topic or group exists."""
 
 from __future__ import annotations
 
@@ -26,7 +31,9 @@ from mqcore.errors import (
 from mqcore.log.internal import is_internal
 from mqcore.query.ids import decode_msg_id, id_kind, parse_uid
 from mqcore.query.jsonform import timestamp_type
+from mqcore.server.auth import DESCRIBE, READ, WRITE, Access
 from mqcore.server.console import browse, render
+from mqcore.server.httpauth import access, find_unique, visible
 from mqcore.server.httpbase import Params, error_response, log, path_int, status_of
 from mqcore.store import Store
 
@@ -114,27 +121,32 @@ def partition_rows(store: Store, topic: str) -> list[dict[str, int]]:
     return out
 
 
-def group_summaries(store: Store) -> list[dict[str, Any]]:
+def group_summaries(store: Store, may: Access) -> list[dict[str, Any]]:
     """Every consumer group (lag: the sum over its partitions) and share group (lag: records
-    available plus in flight)."""
+    available plus in flight) the principal may describe, over the topics it may describe."""
     out = [
         {"name": g, "kind": "consumer", "lag": sum(p.lag or 0 for p in parts),
          "partitions": len(parts)}
-        for g, parts in sorted(store.group_lag().items())
+        for g, parts in sorted(visible(store.group_lag(), may).items())
     ]  # fmt: skip
     out += [
         {"name": g, "kind": "share", "lag": sum(p.available + p.in_flight for p in parts),
          "partitions": len(parts)}
-        for g, parts in sorted(store.share_group_lag().items())
+        for g, parts in sorted(visible(store.share_group_lag(), may).items())
     ]  # fmt: skip
     return out
 
 
 def overview(store: Store, request: Request, params: Params) -> Response:
+    """The topics and groups the principal may describe; the produce form offers the topics
+    it may write."""
     now = int(time.time() * 1000)
-    topics = [topic_summary(store, t, now) for t in store.topics()]
+    may = access(request)
+    topics = [topic_summary(store, t, now) for t in store.topics() if may.topic(DESCRIBE, t)]
+    writable = [t["name"] for t in topics if not t["internal"] and may.topic(WRITE, t["name"])]
     return render.page(
-        request, "overview.html", title="Overview", topics=topics, groups=group_summaries(store),
+        request, "overview.html", title="Overview", topics=topics, writable=writable,
+        groups=group_summaries(store, may),
         utc=lambda ms: render.time_text(ms, browse.parse_zone(None)),
     )  # fmt: skip
 
@@ -149,8 +161,9 @@ def query_string(fields: dict[str, str], **more: str | None) -> str:
 
 def browser(store: Store, request: Request, params: Params) -> Response:
     """The page shell: the form, the status line and an empty results table the page's
-    script fills from `rows` in chunks."""
+    script fills from `rows` in chunks. The principal must read the topic."""
     topic = request.path_params["topic"]
+    access(request).check_topic(READ, topic)
     partitions = store.partitions(topic)  # UnknownTopicError: a 404 page
     error = None
     q = None
@@ -206,6 +219,7 @@ def rows(request: Request) -> JSONResponse:
 def rows_chunk(store: Store, request: Request) -> JSONResponse:
     params = Params(request, (*browse.PAGE_FIELDS, "page_left", "scan_left"))
     topic = request.path_params["topic"]
+    access(request).check_topic(READ, topic)
     q = browse.parse_query(store, topic, params)
     limit = params.count("page_left", q.limit)
     max_scan = params.count("scan_left", q.max_scan)
@@ -248,7 +262,7 @@ def lookup(store: Store, request: Request, params: Params) -> Response:
     if q:
         kind = recognise(q)
         try:
-            found = lookup_messages(store, kind, q, topic)
+            found = lookup_messages(store, access(request), kind, q, topic)
         except MQCoreError as e:
             error, status = str(e), status_of(e)
     utc = browse.parse_zone(None)
@@ -259,20 +273,27 @@ def lookup(store: Store, request: Request, params: Params) -> Response:
     )  # fmt: skip
 
 
-def lookup_messages(store: Store, kind: str, q: str, topic: str | None) -> list[Any]:
+def lookup_messages(store: Store, may: Access, kind: str, q: str, topic: str | None) -> list[Any]:
+    """The messages a pasted text names, in the topics the principal may read: a store ID or
+    a place names its topic (TopicAuthorizationError when it may not read it); a unique ID
+    or a key is looked for in the readable topics only (or in the one given)."""
     if kind == "store-id":
-        decode_msg_id(q)  # InvalidMessageIdError names what is wrong with it
+        may.check_topic(READ, decode_msg_id(q)[0])  # InvalidMessageIdError names what is wrong
         m = store.get_by_id(q)
         return [] if m is None else [m]
     if kind == "unique-id":
-        return store.find_by_unique_id(q, limit=10).messages
+        return find_unique(store, may, q, start=None, end=None, limit=10).messages
     if kind == "offset":
         match = _PLACE.fullmatch(q)
         assert match is not None
+        may.check_topic(READ, match[1])
         m = store.get(match[1], int(match[2]), int(match[3]))
         return [] if m is None else [m]
+    if topic:
+        may.check_topic(READ, topic)
     topics = [topic] if topic else [
-        t for t in store.topics() if not is_internal(t) and store.topic_config(t).key_index
+        t for t in store.topics()
+        if not is_internal(t) and may.topic(READ, t) and store.topic_config(t).key_index
     ]  # fmt: skip
     out = []
     for t in topics:
@@ -284,7 +305,11 @@ def lookup_messages(store: Store, kind: str, q: str, topic: str | None) -> list[
 
 
 def message(store: Store, request: Request, params: Params) -> Response:
+    """One message (the principal must read its topic) and its history, the events of groups
+    it may describe."""
     topic = request.path_params["topic"]
+    may = access(request)
+    may.check_topic(READ, topic)
     partition, offset = path_int(request, "partition"), path_int(request, "offset")
     wanted = params.text("format") or None
     if wanted is not None and wanted not in render.FORMATS:
@@ -310,6 +335,7 @@ def message(store: Store, request: Request, params: Params) -> Response:
             {"event": e.event, "topic": e.topic, "partition": e.partition, "offset": e.offset,
              "group": e.group, "detail": e.detail, "when": render.time_text(e.time, tz)}
             for e in store.history(m)
+            if e.group is None or may.group(DESCRIBE, e.group)
         ],
         origin=render.text_of(origin) if origin is not None else None,
         origin_partition=render.text_of(origin_partition) if origin_partition else None,
@@ -320,17 +346,18 @@ def message(store: Store, request: Request, params: Params) -> Response:
 # -- groups -------------------------------------------------------------------------------------
 
 
-def group_rows(store: Store, name: str | None) -> list[dict[str, Any]]:
-    """Every partition of the consumer groups and share groups (or of `name`)."""
+def group_rows(store: Store, may: Access, name: str | None) -> list[dict[str, Any]]:
+    """Every partition of the consumer groups and share groups (or of `name`) the principal
+    may describe, of the topics it may describe."""
     out: list[dict[str, Any]] = []
-    for g, parts in sorted(store.group_lag(name).items()):
+    for g, parts in sorted(visible(store.group_lag(name), may).items()):
         out += [
             {"group": g, "kind": "consumer", "topic": p.topic, "partition": p.partition,
              "committed": p.committed, "end": p.end_offset, "lag": p.lag,
              "commit_time": p.commit_time}
             for p in sorted(parts, key=lambda p: (p.topic, p.partition))
         ]  # fmt: skip
-    for g, shares in sorted(store.share_group_lag(name).items()):
+    for g, shares in sorted(visible(store.share_group_lag(name), may).items()):
         out += [
             {"group": g, "kind": "share", "topic": s.topic, "partition": s.partition,
              "start": s.start, "end": s.log_end, "available": s.available,
@@ -341,8 +368,13 @@ def group_rows(store: Store, name: str | None) -> list[dict[str, Any]]:
 
 
 def groups(store: Store, request: Request, params: Params) -> Response:
+    """Every group the principal may describe, or one (its describe first: a 403 page whether
+    or not it exists)."""
     name = request.path_params.get("group")
-    found = group_rows(store, name)
+    may = access(request)
+    if name is not None:
+        may.check_group(DESCRIBE, name)
+    found = group_rows(store, may, name)
     known = request.app.state.group_members
     live = known(name) if known is not None and name is not None else None
     if name is not None and not found and live is None:
@@ -350,7 +382,7 @@ def groups(store: Store, request: Request, params: Params) -> Response:
     utc = browse.parse_zone(None)
     return render.page(
         request, "groups.html", title=name or "Groups", group=name, rows=found,
-        groups=group_summaries(store) if name is None else [],
+        groups=group_summaries(store, may) if name is None else [],
         utc=lambda ms: render.time_text(ms, utc),
         kinds=sorted({r["kind"] for r in found}), live=live, knows_members=known is not None,
         topics=sorted({r["topic"] for r in found if r["kind"] == "consumer"}),
