@@ -10,49 +10,72 @@ it before it touches the store, and `visible` leaves out of a group listing what
 ListGroups and OffsetFetch leave out. Without credentials configured everything is allowed;
 with credentials but no ACL file, everything is allowed to every authenticated user.
 
+Failed logins back off per peer and per user (backoff.LoginBackoff): an attempt during a
+backoff is answered 429 with Retry-After before its password is checked, and a lockout is
+logged once, as a warning of the `mqcore.server.http` logger.
+
 Basic credentials travel in clear text unless the server speaks TLS, so `check_transport`
 refuses them on a non-loopback address without TLS (docs/console.md "Security").
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
+import contextlib
 import hashlib
 import hmac
 import ipaddress
+import math
 import secrets
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
 from starlette.requests import Request
+from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mqcore.errors import InvalidConfigError
 from mqcore.query import engine
 from mqcore.query.engine import QueryResult
 from mqcore.server.auth import DESCRIBE, PLAIN, READ, Access, Authorizer, Sasl
-from mqcore.server.httpbase import error_response
+from mqcore.server.backoff import LoginBackoff, peer_key
+from mqcore.server.httpbase import error_response, log
 from mqcore.store import Store
 
 REALM = "mqcore"
 
 
-class HttpAuth:
-    """Who may use the HTTP server: the users of a credentials file, and with an ACL file
-    what each may write."""
+class LoginRefused(Exception):
+    """The attempt comes during a login backoff: answered 429 after `wait` seconds more,
+    without its password being checked."""
 
-    def __init__(self, sasl: Sasl, authorizer: Authorizer | None = None):
+    def __init__(self, wait: float):
+        super().__init__(f"wait {wait:.1f} s")
+        self.wait = wait
+
+
+class HttpAuth:
+    """Who may use the HTTP server: the users of a credentials file, what each may do (the
+    ACL file; everything without one), and how failed logins back off (`backoff`, per peer
+    and per user: server/backoff.py)."""
+
+    def __init__(
+        self, sasl: Sasl, authorizer: Authorizer | None = None, backoff: LoginBackoff | None = None
+    ):
         self.sasl = sasl
         self.authorizer = authorizer
+        self.backoff = backoff if backoff is not None else LoginBackoff(logger=log)
         # a password once checked is remembered as an HMAC under a key of this process, so
         # each request does not pay PBKDF2 again (a browser sends Basic with every request)
         self._key = secrets.token_bytes(32)
         self._checked: dict[str, bytes] = {}
         self._lock = threading.Lock()
+        self._locks = _KeyedLocks()
 
     @classmethod
     def load(cls, credentials: str, acl: str | None = None) -> HttpAuth:
@@ -60,31 +83,84 @@ class HttpAuth:
         naming a bad line)."""
         return cls(Sasl(credentials, (PLAIN,)), Authorizer.load(acl) if acl else None)
 
-    def principal(self, authorization: str | None) -> str | None:
-        """The principal ("User:NAME") of a valid `Authorization: Basic ...` value, else None."""
-        if authorization is None:
+    async def login(self, peer: str, authorization: str | None) -> str | None:
+        """The principal ("User:NAME") of a valid `Authorization: Basic ...` value from `peer`
+        (backoff.peer_key), else None. LoginRefused during a backoff, before any check: a
+        remembered password too, or the remembered HMAC would test guesses for free. Checks
+        that need PBKDF2 run one at a time per peer and per user, so parallel requests do
+        not get round the backoff."""
+        given = basic_credentials(authorization)
+        if given is None:
             return None
-        scheme, _, token = authorization.partition(" ")
-        if scheme.lower() != "basic":
-            return None
-        try:
-            user, sep, password = (
-                base64.b64decode(token.strip(), validate=True).decode().partition(":")
-            )
-        except (binascii.Error, UnicodeDecodeError):
-            return None
-        if not sep or not user:
-            return None
-        mark = hmac.new(self._key, password.encode(), hashlib.sha256).digest()
+        user, password = given
+        self._refuse_during_backoff(peer, user)
+        if self._remembered(user, password):
+            return "User:" + user
+        async with self._locks.hold("peer " + peer), self._locks.hold("user " + user):
+            self._refuse_during_backoff(peer, user)  # the attempt before may have failed
+            if self._remembered(user, password):
+                return "User:" + user
+            # PBKDF2 takes milliseconds: off the event loop
+            if not await run_in_threadpool(self.sasl.check_password, user, password):
+                self.backoff.failed(peer, user)
+                return None
+            self._remember(user, password)
+        self.backoff.succeeded(peer, user)
+        return "User:" + user
+
+    def _refuse_during_backoff(self, peer: str, user: str) -> None:
+        wait = self.backoff.wait(peer, user)
+        if wait > 0:
+            raise LoginRefused(wait)
+
+    def _mark(self, password: str) -> bytes:
+        return hmac.new(self._key, password.encode(), hashlib.sha256).digest()
+
+    def _remembered(self, user: str, password: str) -> bool:
         with self._lock:
             known = self._checked.get(user)
-        if known is not None and hmac.compare_digest(known, mark):
-            return "User:" + user
-        if not self.sasl.check_password(user, password):
-            return None
+        return known is not None and hmac.compare_digest(known, self._mark(password))
+
+    def _remember(self, user: str, password: str) -> None:
         with self._lock:
-            self._checked[user] = mark
-        return "User:" + user
+            self._checked[user] = self._mark(password)
+
+
+def basic_credentials(authorization: str | None) -> tuple[str, str] | None:
+    """(user, password) of an `Authorization: Basic ...` value; None for anything else."""
+    if authorization is None:
+        return None
+    scheme, _, token = authorization.partition(" ")
+    if scheme.lower() != "basic":
+        return None
+    try:
+        user, sep, password = base64.b64decode(token.strip(), validate=True).decode().partition(":")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+    return (user, password) if sep and user else None
+
+
+class _KeyedLocks:
+    """asyncio locks by name, each kept only while a request holds or waits for it (so as
+    many as requests in flight at most). Used on the event loop only."""
+
+    def __init__(self) -> None:
+        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
+
+    @contextlib.asynccontextmanager
+    async def hold(self, key: str) -> AsyncIterator[None]:
+        lock, users = self._locks.get(key, (None, 0))
+        lock = lock or asyncio.Lock()
+        self._locks[key] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._locks[key]
+            if users == 1:
+                del self._locks[key]
+            else:
+                self._locks[key] = (lock, users - 1)
 
 
 def principal_of(request: Request) -> str | None:
@@ -136,7 +212,8 @@ def find_unique(
 
 
 class BasicAuthMiddleware:
-    """ASGI middleware: 401 unless the request carries valid Basic credentials."""
+    """ASGI middleware: 401 unless the request carries valid Basic credentials, 429 (with
+    Retry-After) during a login backoff."""
 
     def __init__(self, app: ASGIApp, auth: HttpAuth):
         self.app = app
@@ -146,9 +223,14 @@ class BasicAuthMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        header = Headers(scope=scope).get("authorization")
-        # PBKDF2 on a first check takes milliseconds: off the event loop
-        principal = await run_in_threadpool(self.auth.principal, header)
+        client = scope.get("client")
+        try:
+            principal = await self.auth.login(
+                peer_key(client[0] if client else None), Headers(scope=scope).get("authorization")
+            )
+        except LoginRefused as e:
+            await too_many_failures(e.wait)(scope, receive, send)
+            return
         if principal is None:
             response = error_response(
                 401, "AuthenticationError", "this server needs a user name and password"
@@ -159,6 +241,17 @@ class BasicAuthMiddleware:
         state: dict[str, Any] = scope.setdefault("state", {})
         state["principal"] = principal
         await self.app(scope, receive, send)
+
+
+def too_many_failures(wait: float) -> JSONResponse:
+    """429 with Retry-After: the attempt came during a login backoff."""
+    seconds = math.ceil(wait)
+    response = error_response(
+        429, "AuthenticationError",
+        f"too many failed logins from this address or as this user: try again in {seconds} s",
+    )  # fmt: skip
+    response.headers["Retry-After"] = str(seconds)
+    return response
 
 
 def is_loopback(host: str) -> bool:
