@@ -45,6 +45,11 @@ def add_parsers(sub: Any) -> None:
         "`mqcore serve --sasl-credentials` reads); only over TLS or on loopback",
     )  # fmt: skip
     sec.add_argument("--acl", metavar="FILE", help="who may write (needs --auth-credentials)")
+    sec.add_argument(
+        "--allowed-host", action="append", default=[], metavar="NAME",
+        help="a host name browsers may reach the console by, besides the listen address and "
+        "localhost (the Host header is checked against DNS rebinding); repeatable",
+    )  # fmt: skip
     sec.add_argument("--tls-cert", metavar="PEM", help="serve HTTPS with this certificate")
     sec.add_argument("--tls-key", metavar="PEM", help="the certificate's private key")
     p.set_defaults(run=cmd_console)
@@ -72,7 +77,9 @@ def cmd_console(args: argparse.Namespace, out: TextIO) -> int:
     with stop_signals() as stop:
         # never makes a store: a typo in the path is an error, not a new empty store
         with mqcore.open(args.store, read_only=not args.allow_write, create=False) as store:
-            app = create_app(store, allow_write=args.allow_write, auth=auth)
+            app = create_app(
+                store, allow_write=args.allow_write, auth=auth, allowed_hosts=args.allowed_host
+            )
             server = HttpServer(app, args.http, tls_cert=args.tls_cert, tls_key=args.tls_key)
             with server:
                 mode = "write actions on" if args.allow_write else "read-only"

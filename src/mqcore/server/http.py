@@ -22,7 +22,7 @@ import contextlib
 import dataclasses
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import uvicorn
@@ -44,7 +44,14 @@ from mqcore.query.ids import decode_msg_id
 from mqcore.query.jsonform import message_object
 from mqcore.server.address import parse_listen
 from mqcore.server.auth import DESCRIBE, READ, tls_context
-from mqcore.server.httpauth import BasicAuthMiddleware, HttpAuth, access, find_unique, visible
+from mqcore.server.httpauth import (
+    BasicAuthMiddleware,
+    HttpAuth,
+    SameOriginMiddleware,
+    access,
+    find_unique,
+    visible,
+)
 from mqcore.server.httpbase import (
     DEFAULT_MAX_SCAN,
     MAX_LIMIT,
@@ -237,6 +244,7 @@ def create_app(
     allow_write: bool = False,
     auth: HttpAuth | None = None,
     group_members: Callable[[str], tuple[str, list[dict[str, Any]]] | None] | None = None,
+    allowed_hosts: Iterable[str] = (),
 ) -> Starlette:
     """The JSON query API over `store` (left open: the caller owns it) under /v1, and with
     `console` the console's pages under /ui (server/console; `/` redirects there). A
@@ -245,6 +253,9 @@ def create_app(
     from. `allow_write` turns the console's write actions on (403 without); `auth` asks every
     request for HTTP Basic credentials (server/httpauth.py). `group_members(group)` gives a
     consumer group's state and members where a coordinator knows them (`mqcore serve`).
+    Every request's Host must name the server: the address it listens on, localhost on
+    loopback, or one of `allowed_hosts`; a write from another site's page is refused
+    (httpauth.SameOriginMiddleware).
 
     A read-only `store` (`mqcore console`) shows the store as it is on disk at each request,
     not as it was when opened: each request borrows the process's kept handle of its path,
@@ -276,7 +287,9 @@ def create_app(
         from mqcore.server import console as ui  # jinja2: only when the console is served
 
         routes += ui.console_routes()
-    middleware = [] if auth is None else [Middleware(BasicAuthMiddleware, auth=auth)]
+    middleware = [Middleware(SameOriginMiddleware, allowed_hosts=allowed_hosts)]
+    if auth is not None:
+        middleware.append(Middleware(BasicAuthMiddleware, auth=auth))
     app = Starlette(
         routes=routes, exception_handlers={HTTPException: http_error}, middleware=middleware
     )

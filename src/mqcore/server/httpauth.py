@@ -30,7 +30,8 @@ import ipaddress
 import math
 import secrets
 import threading
-from collections.abc import AsyncIterator, Mapping, Sequence
+import urllib.parse
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
 from starlette.concurrency import run_in_threadpool
@@ -252,6 +253,102 @@ def too_many_failures(wait: float) -> JSONResponse:
     )  # fmt: skip
     response.headers["Retry-After"] = str(seconds)
     return response
+
+
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+class SameOriginMiddleware:
+    """ASGI middleware against DNS rebinding and cross-site requests. Every request's Host
+    must name this server (421 otherwise): the address the connection came to, `localhost`
+    when that is a loopback address, or one of `allowed_hosts` (a page of evil.example whose
+    name was rebound to 127.0.0.1 sends Host evil.example). A request that changes something
+    (any method but GET, HEAD, OPTIONS) whose Origin, or without one its Referer, is another
+    site's page is refused (403): browsers send them; other clients need not, and the
+    console's write actions require one (actions.py)."""
+
+    def __init__(self, app: ASGIApp, allowed_hosts: Iterable[str] = ()):
+        self.app = app
+        self.allowed = frozenset(host_name(h) for h in allowed_hosts)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        refusal = self.refusal(scope) if scope["type"] == "http" else None
+        if refusal is not None:
+            await refusal(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+    def refusal(self, scope: Scope) -> JSONResponse | None:
+        headers = Headers(scope=scope)
+        host = headers.get("host", "")
+        server = scope.get("server")
+        local = server[0] if server else None
+        if not self.serves(host_name(host), local):
+            names = ", ".join(sorted({*self.allowed, *served_names(local)})) or "none"
+            return error_response(
+                421, "HTTPError",
+                f"Host {host_name(host)!r} is not a name this server answers to ({names}; "
+                "add names with --allowed-host)",
+            )  # fmt: skip
+        source = headers.get("origin") or headers.get("referer")
+        if scope["method"] in SAFE_METHODS or source is None or same_site(source, host):
+            return None
+        return error_response(
+            403, "HTTPError",
+            f"cross-origin {scope['method']} refused: {source[:200]!r} is not a page of "
+            f"this server ({host[:200]!r})",
+        )  # fmt: skip
+
+    def serves(self, name: str, local: str | None) -> bool:
+        return bool(name) and (name in self.allowed or name in served_names(local))
+
+
+def host_name(value: str) -> str:
+    """The host of a Host header or a name ("[::1]:8080" -> "::1", "Example.COM.:80" ->
+    "example.com"), lower case, without a trailing dot."""
+    value = value.strip().lower()
+    if value.startswith("["):
+        name = value[1:].partition("]")[0]
+    else:
+        name = value.rpartition(":")[0] if value.count(":") == 1 else value
+    return name.rstrip(".")
+
+
+def served_names(local: str | None) -> set[str]:
+    """The names a connection to the local address `local` answers to: the address itself
+    (an IPv4-mapped IPv6 address as the IPv4 one too) and localhost when it is loopback."""
+    if not local:
+        return set()
+    names = {local.lower()}
+    try:
+        ip = ipaddress.ip_address(local)
+    except ValueError:
+        return names
+    names.add(str(ip))
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+        names.add(str(ip))
+    if ip.is_loopback:
+        names.add("localhost")
+    return names
+
+
+def same_site(url: str, host: str) -> bool:
+    """Whether the page `url` (an Origin or a Referer) is of the server the Host header
+    `host` names: the same host name and the same port (a port the scheme implies counts as
+    none, as browsers write it)."""
+    try:
+        page = urllib.parse.urlsplit(url)
+        page_port = page.port
+    except ValueError:
+        return False
+    if page.scheme not in ("http", "https") or not page.hostname:
+        return False
+    if page_port == {"http": 80, "https": 443}[page.scheme]:
+        page_port = None
+    _, colon, port = host.strip().rpartition(":")
+    host_port = int(port) if colon and port.isdigit() and not host.endswith("]") else None
+    return host_name(page.hostname) == host_name(host) and page_port == host_port
 
 
 def is_loopback(host: str) -> bool:

@@ -47,7 +47,7 @@ def console_routes() -> list[Any]:
 
 
 def configure(state: Any, allow_write: bool) -> None:
-    """The app state the console reads: whether writes are on, and the CSRF token its forms
-    carry (random per app: a page of another site cannot read it)."""
+    """The app state the console reads: whether writes are on, and the key of its forms'
+    CSRF tokens (random per app; csrf.py)."""
     state.console_allow_write = allow_write
-    state.console_csrf = secrets.token_urlsafe(24)
+    state.console_key = secrets.token_bytes(32)

@@ -10,7 +10,6 @@ the ACLs, or 400 InternalTopicError from the store without them). A done action 
 
 from __future__ import annotations
 
-import hmac
 import urllib.parse
 from collections.abc import Callable
 
@@ -21,7 +20,7 @@ from starlette.responses import RedirectResponse, Response
 from mqcore.consume.retry import H_PARTITION, H_TOPIC, RETRY_HEADERS
 from mqcore.errors import InvalidConfigError, MessageNotFoundError, MQCoreError
 from mqcore.server.auth import READ, WRITE, Access
-from mqcore.server.console import browse, render
+from mqcore.server.console import browse, csrf, render
 from mqcore.server.httpauth import access
 from mqcore.server.httpbase import log, status_of
 from mqcore.store import Store
@@ -149,8 +148,7 @@ def action(fn: Callable[[Store, Form], str]) -> Callable[[Request], object]:
             )  # fmt: skip
         try:
             form = await read_form(request)
-            if not hmac.compare_digest(form.get("csrf") or "", state.console_csrf):
-                raise Refused("the form's CSRF token is missing or stale: reload the page")
+            check_sender(request, form)
             url = await run_in_threadpool(fn, state.store, form)
         except Refused as e:
             return render.page(request, "error.html", 403, title="Refused", error=str(e))
@@ -168,6 +166,18 @@ def action(fn: Callable[[Store, Form], str]) -> Callable[[Request], object]:
         return RedirectResponse(url, status_code=303)
 
     return endpoint
+
+
+def check_sender(request: Request, form: Form) -> None:
+    """Refused unless the form comes from a page of this console in this browser session,
+    as this principal: a browser's Origin or Referer (httpauth.SameOriginMiddleware refused
+    another site's already; one of them must be there) and the session's CSRF token."""
+    if "origin" not in request.headers and "referer" not in request.headers:
+        raise Refused("a write action needs the browser's Origin or Referer header")
+    if not csrf.valid(request, form.get("csrf")):
+        raise Refused(
+            "the form's CSRF token is missing, stale or another session's: reload the page"
+        )
 
 
 async def read_form(request: Request) -> Form:

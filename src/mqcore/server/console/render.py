@@ -15,6 +15,7 @@ from starlette.responses import HTMLResponse
 
 from mqcore._ext.batch import Message
 from mqcore.query.jsonform import timestamp_type
+from mqcore.server.console import csrf
 
 TEMPLATES = os.path.join(os.path.dirname(__file__), "templates")
 PREVIEW_CHARS = 120  # characters of a key or value a result row shows
@@ -31,17 +32,19 @@ ENV = jinja2.Environment(
 
 def page(request: Request, template: str, status: int = 200, **context: Any) -> HTMLResponse:
     """A whole page: `template` with the console's common context (store, read-only, write
-    actions on, the CSRF token of the forms)."""
+    actions on, the CSRF token of the forms: csrf.py, whose session cookie it sets)."""
     state = request.app.state
     html = ENV.get_template(template).render(
         store_path=state.store.path,
         read_only=state.store.read_only,
         allow_write=state.console_allow_write,
-        csrf=state.console_csrf,
+        csrf=csrf.token(request),
         error=context.pop("error", None),
         **context,
     )
-    return HTMLResponse(html, status_code=status, headers=SECURITY_HEADERS)
+    response = HTMLResponse(html, status_code=status, headers=SECURITY_HEADERS)
+    csrf.attach(request, response)
+    return response
 
 
 def fragment(template: str, **context: Any) -> str:
