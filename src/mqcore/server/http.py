@@ -54,32 +54,24 @@ from mqcore.server.httpauth import (
 )
 from mqcore.server.httpbase import (
     DEFAULT_MAX_SCAN,
+    DEFAULT_MAX_SCANS,
     MAX_LIMIT,
     MAX_TIMEOUT,
+    SCAN_WAIT,
     Params,
+    Scan,
+    Scans,
     http_error,
     json_endpoint,
     log,
     path_int,
+    result_object,
+    scan_endpoint,
 )
 from mqcore.server.sharehttp import ShareSessions, share_routes
 from mqcore.store import Store
 
 # -- answers ------------------------------------------------------------------------------------
-
-
-def result_object(r: QueryResult) -> dict[str, Any]:
-    """A QueryResult: its messages and how the query ended (reason, cursor, scan counts)."""
-    missing = r.missing_properties
-    return {
-        "messages": [message_object(m) for m in r.messages],
-        "reason": r.reason,
-        "complete": r.complete,
-        "cursor": r.cursor,
-        "scanned_records": r.scanned_records,
-        "scanned_bytes": r.scanned_bytes,
-        "missing_properties": None if missing is None else list(missing),
-    }
 
 
 def partition_offsets(store: Store, topic: str) -> list[dict[str, int]]:
@@ -190,23 +182,35 @@ def by_key(store: Store, request: Request, params: Params) -> dict[str, Any]:
     return result_object(r)
 
 
-def search(store: Store, request: Request, params: Params) -> dict[str, Any]:
-    """by-time and search: one Store.search, with the filters the request gives."""
-    r = store.search(
-        readable_topic(request),
-        contains=params.bytes("contains"),
-        regex=params.text("regex"),
-        tag=params.text("tag"),
-        where=params.text("where"),
-        partition=params.integer("partition"),
-        start=params.integer("start"),
-        end=params.integer("end"),
-        limit=params.limit(request.app.state.max_limit),
-        max_scan=params.count("max_scan", DEFAULT_MAX_SCAN),
-        timeout=params.timeout(request.app.state.max_timeout),
-        cursor=params.text("cursor"),
+def search(request: Request, params: Params) -> Scan:
+    """by-time and search: Store.search with the filters the request gives, run in slices
+    under the app's bound on scans (httpbase.Scans)."""
+    topic = readable_topic(request)
+    filters: dict[str, Any] = {
+        "contains": params.bytes("contains"),
+        "regex": params.text("regex"),
+        "tag": params.text("tag"),
+        "where": params.text("where"),
+        "partition": params.integer("partition"),
+        "start": params.integer("start"),
+        "end": params.integer("end"),
+    }
+
+    def call(
+        store: Store, limit: int, max_scan: int, timeout: float, cursor: str | None
+    ) -> QueryResult:
+        return store.search(
+            topic, **filters, limit=limit, max_scan=max_scan, timeout=timeout, cursor=cursor
+        )
+
+    state = request.app.state
+    return Scan(
+        call,
+        params.limit(state.max_limit),
+        params.count("max_scan", DEFAULT_MAX_SCAN),
+        params.timeout(state.max_timeout),
+        params.text("cursor"),
     )
-    return result_object(r)
 
 
 def groups(store: Store, request: Request, params: Params) -> dict[str, Any]:
@@ -245,6 +249,8 @@ def create_app(
     auth: HttpAuth | None = None,
     group_members: Callable[[str], tuple[str, list[dict[str, Any]]] | None] | None = None,
     allowed_hosts: Iterable[str] = (),
+    max_scans: int = DEFAULT_MAX_SCANS,
+    scan_wait: float = SCAN_WAIT,
 ) -> Starlette:
     """The JSON query API over `store` (left open: the caller owns it) under /v1, and with
     `console` the console's pages under /ui (server/console; `/` redirects there). A
@@ -255,7 +261,9 @@ def create_app(
     consumer group's state and members where a coordinator knows them (`mqcore serve`).
     Every request's Host must name the server: the address it listens on, localhost on
     loopback, or one of `allowed_hosts`; a write from another site's page is refused
-    (httpauth.SameOriginMiddleware).
+    (httpauth.SameOriginMiddleware). At most `max_scans` scans (search, by-time, the
+    console's browser rows) run at once; one more waits `scan_wait` seconds for a slot, then
+    is answered 503 (httpbase.Scans).
 
     A read-only `store` (`mqcore console`) shows the store as it is on disk at each request,
     not as it was when opened: each request borrows the process's kept handle of its path,
@@ -272,10 +280,10 @@ def create_app(
             json_endpoint(read_messages, ("offset", "limit")),
         ),
         Route("/v1/topics/{topic}/by-key", json_endpoint(by_key, (*PAGE, "key", "key_base64"))),
-        Route("/v1/topics/{topic}/by-time", json_endpoint(search, SCAN)),
+        Route("/v1/topics/{topic}/by-time", scan_endpoint(search, SCAN)),
         Route(
             "/v1/topics/{topic}/search",
-            json_endpoint(search, (*SCAN, "tag", "where", "contains", "contains_base64", "regex")),
+            scan_endpoint(search, (*SCAN, "tag", "where", "contains", "contains_base64", "regex")),
         ),
         Route("/v1/messages/{msg_id}", json_endpoint(get_by_id)),
         Route("/v1/unique-ids/{unique_id}", json_endpoint(by_unique_id, ("start", "end", "limit"))),
@@ -303,6 +311,7 @@ def create_app(
         (lambda: shared_store(path)) if store.read_only else (lambda: contextlib.nullcontext(store))
     )
     app.state.share_sessions = ShareSessions(store)
+    app.state.scans = Scans(max_scans, scan_wait)
     app.state.max_limit = max_limit
     app.state.max_timeout = max_timeout
     return app
@@ -401,6 +410,12 @@ class HttpServer:
     def address(self) -> tuple[str, int]:
         """(host, port) listened on (the port chosen when listen asked for port 0)."""
         return self.host, self.port
+
+    @property
+    def open_connections(self) -> int:
+        """HTTP connections open now (tests wait on a client's close being seen)."""
+        server = self._server
+        return 0 if server is None else len(server.server_state.connections)
 
     @property
     def url(self) -> str:

@@ -1,23 +1,43 @@
 """The request plumbing of the HTTP API (server/http.py, server/sharehttp.py): query
 parameters checked by name and type, errors answered as JSON with the HTTP status their
-mqcore.errors class calls for, and the endpoint wrapper that runs a handler in Starlette's
-thread pool (the Store's calls block)."""
+mqcore.errors class calls for, the endpoint wrapper that runs a handler in Starlette's
+thread pool (the Store's calls block), and `Scans`, the bound on scans (below).
+
+Scans (the API's search and by-time, the console's browser rows) are the expensive requests:
+a search may run `max_timeout` seconds. Sixty of them at once took every thread of
+Starlette's pool (anyio's 40), so cheap requests waited for them (10.5 s), and a scan whose
+client had gone ran on to its end. So:
+- at most `max_scans` run at once (default 2 x the CPUs), each on a thread of the scans' own
+  (anyio.CapacityLimiter of that size), never on the pool cheap requests are served from;
+- one over the bound waits for a slot at most `scan_wait` seconds (default 2) without a
+  thread, then is answered 503 with Retry-After: a short burst (the console's chunks, a
+  script's few searches) is absorbed, a flood is refused early rather than queued for
+  minutes;
+- the API's search runs in slices of SCAN_SLICE seconds, each resuming at the previous one's
+  cursor, and stops when its client has gone (counted in `Scans.abandoned`); the console's
+  rows are one 0.3 s chunk a request anyway. Slices answer what one call would: the pages of
+  a query hold exactly its messages (docs/query.md)."""
 
 from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import functools
 import logging
 import math
 import re
+import time
 import urllib.parse
-from collections.abc import Callable
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
+import anyio
+import anyio.to_thread
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 
 from mqcore.errors import (
     AuthorizationError,
@@ -36,6 +56,8 @@ from mqcore.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
+from mqcore.query.engine import LIMIT, MAX_SCAN, TIMEOUT, QueryResult, usable_cpus
+from mqcore.query.jsonform import message_object
 from mqcore.store import Store
 
 log = logging.getLogger("mqcore.server.http")  # one logger for the whole HTTP API
@@ -44,6 +66,9 @@ DEFAULT_LIMIT = 100  # messages a query returns when the request names no limit
 MAX_LIMIT = 10_000  # a larger limit is cut to this (reason "limit" and a cursor say so)
 DEFAULT_MAX_SCAN = 10_000_000  # records a scan examines at most (the Store's default)
 MAX_TIMEOUT = 10.0  # seconds a scan may run per request; it then answers "timeout" + cursor
+DEFAULT_MAX_SCANS = 2 * usable_cpus()  # scans running at once (Scans)
+SCAN_WAIT = 2.0  # seconds a scan waits for a slot before it is answered 503
+SCAN_SLICE = 0.5  # seconds of one slice of a search: its client's presence is checked between
 _DIGITS = re.compile(r"[0-9]{1,19}")
 
 # -- errors -------------------------------------------------------------------------------------
@@ -81,6 +106,19 @@ def status_of(e: MQCoreError) -> int:
     return 500
 
 
+def error_answer(request: Request, e: Exception) -> JSONResponse:
+    """An exception as the JSON error: an mqcore error with its status, a busy scan bound
+    503, anything else a bug, logged here and answered without its traceback."""
+    if isinstance(e, MQCoreError):
+        return error_response(status_of(e), type(e).__name__, str(e))
+    if isinstance(e, ScansBusy):
+        response = error_response(503, "HTTPError", str(e))
+        response.headers["Retry-After"] = "1"
+        return response
+    log.error("%s %s failed", request.method, request.url.path, exc_info=e)
+    return error_response(500, "InternalError", "internal error (see the server log)")
+
+
 def json_endpoint(
     fn: Callable[[Store, Request, Params], Any], allowed: tuple[str, ...] = ()
 ) -> Callable[[Request], JSONResponse]:
@@ -94,13 +132,166 @@ def json_endpoint(
             params = Params(request, allowed)
             with request.app.state.lend() as store:  # server/http.py: the store as it is now
                 return JSONResponse(fn(store, request, params))
-        except MQCoreError as e:
-            return error_response(status_of(e), type(e).__name__, str(e))
-        except Exception:  # a bug: logged here, answered without its traceback
-            log.exception("%s %s failed", request.method, request.url.path)
-            return error_response(500, "InternalError", "internal error (see the server log)")
+        except Exception as e:  # noqa: BLE001 - every error is answered as JSON
+            return error_answer(request, e)
 
     return endpoint
+
+
+# -- scans --------------------------------------------------------------------------------------
+
+T = TypeVar("T")
+
+
+class ScansBusy(Exception):
+    """No scan slot came free within the wait (answered 503 with Retry-After)."""
+
+
+class Scans:
+    """The bound on one app's scans (see the module docstring): `slot()` to run one,
+    `run(fn, ...)` for its blocking calls, `slices(request, scan)` for a search.
+    `running`, `waiting` (for a slot), `abandoned` (stopped because the client went away)
+    and `refused` (503) say what happened; all are used on the event loop only."""
+
+    def __init__(self, max_scans: int = DEFAULT_MAX_SCANS, wait: float = SCAN_WAIT):
+        if max_scans < 1 or not wait >= 0:
+            raise InvalidConfigError(
+                f"max_scans must be >= 1 and scan_wait >= 0, not {max_scans} and {wait}"
+            )
+        self.max_scans, self.wait = max_scans, wait
+        self._slots = anyio.CapacityLimiter(max_scans)
+        self._threads = anyio.CapacityLimiter(max_scans)  # the scans' own: never the pool's
+        self.running = self.waiting = self.abandoned = self.refused = 0
+
+    @contextlib.asynccontextmanager
+    async def slot(self) -> AsyncIterator[None]:
+        """Hold one of the max_scans slots, waiting `wait` seconds at most (ScansBusy)."""
+        acquired = await self._acquire()
+        if not acquired:
+            self.refused += 1
+            raise ScansBusy(
+                f"{self.max_scans} scans are running (the server's bound) and none ended "
+                f"within {self.wait:g} s: try again"
+            )
+        self.running += 1
+        try:
+            yield
+        finally:
+            self.running -= 1
+            self._slots.release()
+
+    async def _acquire(self) -> bool:
+        """A slot at once if one is free, else within `wait` seconds; False when none came."""
+        try:
+            self._slots.acquire_nowait()
+            return True
+        except anyio.WouldBlock:
+            pass
+        self.waiting += 1
+        try:
+            with anyio.move_on_after(self.wait):
+                await self._slots.acquire()
+                return True
+        finally:
+            self.waiting -= 1
+        return False
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        """fn(*args) on one of the scans' threads."""
+        return await anyio.to_thread.run_sync(fn, *args, limiter=self._threads)
+
+    async def slices(self, request: Request, scan: Scan) -> QueryResult | None:
+        """`scan` run SCAN_SLICE seconds at a time on a scan thread, each slice resuming at
+        the previous one's cursor, until the query ends (exhausted, limit, max_scan) or its
+        timeout passes: the answer one call would give. None when the client went away
+        between two slices (counted in `abandoned`)."""
+        deadline = time.monotonic() + scan.timeout
+        total, cursor = QueryResult(), scan.cursor
+        limit, max_scan = scan.limit, scan.max_scan
+        while True:
+            timeout = min(SCAN_SLICE, max(0.0, deadline - time.monotonic()))
+            piece = await self.run(lent_call, request, scan.call, limit, max_scan, timeout, cursor)
+            merge(total, piece)
+            limit = scan.limit - len(total.messages)
+            max_scan = scan.max_scan - total.scanned_records
+            if piece.reason != TIMEOUT or time.monotonic() >= deadline:
+                return total
+            if limit < 1 or max_scan < 1:  # the time ran out just as the limit was met
+                total.reason = LIMIT if limit < 1 else MAX_SCAN
+                return total
+            if await request.is_disconnected():
+                self.abandoned += 1
+                return None
+            cursor = piece.cursor
+
+
+@dataclass(frozen=True)
+class Scan:
+    """What a scan request asks for: `call(store, limit, max_scan, timeout, cursor)` is one
+    Store.search of it."""
+
+    call: Callable[[Store, int, int, float, str | None], QueryResult]
+    limit: int
+    max_scan: int
+    timeout: float
+    cursor: str | None
+
+
+def lent_call(request: Request, call: Callable[..., T], *args: Any) -> T:
+    """call(store, *args) with the store as it is now (server/http.py lend)."""
+    with request.app.state.lend() as store:
+        return call(store, *args)
+
+
+def merge(total: QueryResult, piece: QueryResult) -> None:
+    """A slice's result added to the whole: its messages, counts, how it ended; a property
+    is missing when no slice that examined a message saw it."""
+    total.messages += piece.messages
+    total.scanned_records += piece.scanned_records
+    total.scanned_bytes += piece.scanned_bytes
+    total.reason, total.cursor = piece.reason, piece.cursor
+    if piece.missing_properties is not None:
+        before = total.missing_properties
+        total.missing_properties = (
+            piece.missing_properties
+            if before is None
+            else tuple(sorted(set(before) & set(piece.missing_properties)))
+        )
+
+
+def scan_endpoint(
+    plan: Callable[[Request, Params], Scan], allowed: tuple[str, ...]
+) -> Callable[[Request], Awaitable[Response]]:
+    """A scan as an endpoint: `plan` checks the request (on the event loop: no store call),
+    then the scan waits for a slot and runs in slices (Scans); the answer is its result."""
+
+    async def endpoint(request: Request) -> Response:
+        try:
+            scan = plan(request, Params(request, allowed))
+            scans: Scans = request.app.state.scans
+            async with scans.slot():
+                result = await scans.slices(request, scan)
+        except Exception as e:  # noqa: BLE001 - every error is answered as JSON
+            return error_answer(request, e)
+        if result is None:  # nobody is there to read it
+            return error_response(499, "HTTPError", "the client went away")
+        return JSONResponse(result_object(result))
+
+    return endpoint
+
+
+def result_object(r: QueryResult) -> dict[str, Any]:
+    """A QueryResult: its messages and how the query ended (reason, cursor, scan counts)."""
+    missing = r.missing_properties
+    return {
+        "messages": [message_object(m) for m in r.messages],
+        "reason": r.reason,
+        "complete": r.complete,
+        "cursor": r.cursor,
+        "scanned_records": r.scanned_records,
+        "scanned_bytes": r.scanned_bytes,
+        "missing_properties": None if missing is None else list(missing),
+    }
 
 
 async def http_error(request: Request, exc: Exception) -> JSONResponse:

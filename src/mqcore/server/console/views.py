@@ -34,7 +34,15 @@ from mqcore.query.jsonform import timestamp_type
 from mqcore.server.auth import DESCRIBE, READ, WRITE, Access
 from mqcore.server.console import browse, render
 from mqcore.server.httpauth import access, find_unique, visible
-from mqcore.server.httpbase import Params, error_response, log, path_int, status_of
+from mqcore.server.httpbase import (
+    Params,
+    Scans,
+    error_answer,
+    lent_call,
+    log,
+    path_int,
+    status_of,
+)
 from mqcore.store import Store
 
 RATE_WINDOW_MS = 5 * 60_000  # the overview's append rate: messages per minute over this
@@ -203,17 +211,16 @@ def browser(store: Store, request: Request, params: Params) -> Response:
     )  # fmt: skip
 
 
-def rows(request: Request) -> JSONResponse:
+async def rows(request: Request) -> JSONResponse:
     """One chunk of the browser's results: server-rendered (escaped) rows and where the query
-    stands. JSON errors, like the /v1 API."""
+    stands. A scan, so under the app's bound on scans, on a scan thread (httpbase.Scans: 503
+    when no slot comes free). JSON errors, like the /v1 API."""
     try:
-        with request.app.state.lend() as store:
-            return rows_chunk(store, request)
-    except MQCoreError as e:
-        return error_response(status_of(e), type(e).__name__, str(e))
-    except Exception:
-        log.exception("%s %s failed", request.method, request.url.path)
-        return error_response(500, "InternalError", "internal error (see the server log)")
+        scans: Scans = request.app.state.scans
+        async with scans.slot():
+            return await scans.run(lent_call, request, rows_chunk, request)
+    except Exception as e:  # noqa: BLE001 - every error is answered as JSON
+        return error_answer(request, e)
 
 
 def rows_chunk(store: Store, request: Request) -> JSONResponse:
