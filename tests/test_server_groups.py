@@ -40,6 +40,7 @@ from kio.static.constants import EntityType  # noqa: E402
 from mqcore.errors import GroupNotEmptyError, GroupTypeError  # noqa: E402
 from mqcore.server import Server  # noqa: E402
 from mqcore.server.broker import Session  # noqa: E402
+from mqcore.server.delayed import resolve  # noqa: E402
 from mqcore.server.groups import GroupCoordinator  # noqa: E402
 from mqcore.server.protocol import api, build  # noqa: E402
 
@@ -88,7 +89,10 @@ class Client:
     def call(self, key: int, version: int, /, **values: Any) -> Any:
         found = api(key, version)
         assert found is not None
-        return self.coord.handlers()[key](found, build(found.request, **values), self.session)
+        # a JoinGroup or SyncGroup that waits is a Delayed: waited for here, as Broker.handle does
+        return resolve(
+            self.coord.handlers()[key](found, build(found.request, **values), self.session)
+        )
 
     def join(
         self,

@@ -26,7 +26,8 @@ from mqcore.errors import (
     TopicExistsError,
     UnknownTopicError,
 )
-from mqcore.server.admin import AdminApis
+from mqcore.server.admin import AdminApis, creation_errors, request_limit, throttle_time
+from mqcore.server.admin import create_topic as admin_create_topic
 from mqcore.server.auth import CREATE, DESCRIBE, READ, WRITE, Access, Authorizer
 from mqcore.server.common import (
     NO_TIME,
@@ -37,10 +38,12 @@ from mqcore.server.common import (
     error_code,
     topic_setting,
 )
+from mqcore.server.delayed import NOT_YET, Delayed, Purgatory, resolve
 from mqcore.server.fetchwire import FetchAnswer, FetchedPartition, FetchedTopic
-from mqcore.server.groups import INITIAL_REBALANCE_DELAY, GroupCoordinator
+from mqcore.server.groups import INITIAL_REBALANCE_DELAY, WAKE_KEY, GroupCoordinator
 from mqcore.server.producewire import ProduceAnswer, ProducedPartition, ProducedTopic
 from mqcore.server.protocol import APIS, CONNECTION_APIS, Api, api_keys, build
+from mqcore.server.quota import QuotaExceeded
 from mqcore.store import Store
 
 EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3  # ListOffsets' special timestamps
@@ -64,6 +67,7 @@ class Broker:
         default_partitions: int = 1,
         authorizer: Authorizer | None = None,
         group_initial_rebalance_delay: float = INITIAL_REBALANCE_DELAY,
+        execute: Callable[[Callable[[], None]], None] | None = None,
     ):
         self.store = store
         self.authorizer = authorizer  # None: no ACLs, every request allowed
@@ -74,7 +78,11 @@ class Broker:
         self.auto_create_topics = auto_create_topics
         self.default_partitions = default_partitions
         self.closed = False
-        # fetches waiting for data sleep on this; every append to the store wakes them
+        # requests that wait (fetches for min_bytes, joins and syncs for the rebalance) wait in
+        # the purgatory without a thread; `execute` runs their checks (the server's request
+        # threads; a thread per check for a Broker used alone). Blocking callers of handle()
+        # sleep on _appended instead, which every append wakes too.
+        self.purgatory = Purgatory(execute or _thread_per_call)
         self._appended = threading.Condition()
         self._generation = 0
         self.log.add_append_listener(self._on_append)
@@ -82,6 +90,7 @@ class Broker:
         self.groups = GroupCoordinator(
             store, node_id, host, port, access=self.access,
             initial_rebalance_delay=group_initial_rebalance_delay,
+            wake=lambda: self.purgatory.wake(WAKE_KEY),
         )  # fmt: skip
         self.handlers: dict[int, Handler] = {
             0: self.produce,
@@ -105,21 +114,29 @@ class Broker:
         assert set(self.handlers) == set(APIS) - CONNECTION_APIS
 
     def close(self) -> None:
-        """Stop listening for appends and wake every waiting fetch, JoinGroup and SyncGroup."""
+        """Stop listening for appends and answer every waiting fetch, JoinGroup and SyncGroup
+        (those in the purgatory through its executor, which must still run)."""
         self.closed = True
         self.groups.close()
         self.log.remove_append_listener(self._on_append)
         with self._appended:
             self._appended.notify_all()
+        self.purgatory.close()
 
-    def _on_append(self, *_: Any) -> None:
+    def _on_append(self, topic: str, partition: int, *_: Any) -> None:
         with self._appended:
             self._generation += 1
             self._appended.notify_all()
+        self.purgatory.wake((topic, partition))
+
+    def begin(self, found: Api, body: Any, session: Session) -> Any:
+        """The response body to one request (None: no response, as for acks=0), or a Delayed
+        to hand to `purgatory` when the request waits (server/delayed.py)."""
+        return self.handlers[found.key](found, body, session)
 
     def handle(self, found: Api, body: Any, session: Session) -> Any:
-        """The response body to one request (None: no response, as for acks=0)."""
-        return self.handlers[found.key](found, body, session)
+        """The response body to one request, waited for in this thread if it waits."""
+        return resolve(self.begin(found, body, session))
 
     # -- authorization (server.auth; docs/server.md "Security") ---------------------------------
 
@@ -168,10 +185,10 @@ class Broker:
         try:
             self.authorize(session, DESCRIBE, name)
             validate_name(name)
-            if name not in self.store.topics():
+            if not self.log.has_topic(name):  # a dict lookup (topics() sorts every name)
                 if not create or not self.allowed(session, CREATE, name):
                     raise UnknownTopicError(name)
-                self._create(name, self.default_partitions, {})
+                self._create(name, self.default_partitions, {}, session)
             count = self.store.partitions(name)
         except TopicExistsError:  # created meanwhile by another connection
             count = self.store.partitions(name)
@@ -196,16 +213,23 @@ class Broker:
             topic_authorized_operations=-2**31,
         )  # fmt: skip
 
-    def _create(self, name: str, partitions: int, settings: dict[str, Any]) -> TopicConfig:
-        self.store.create_topic(name, partitions, **settings)
-        return self.store.topic_config(name)
+    def _create(
+        self, name: str, partitions: int, settings: dict[str, Any], session: Session
+    ) -> TopicConfig:
+        """A topic created for a client: metered by its principal's mutation quota, bounded
+        by the store's partition limits (admin.create_topic)."""
+        return admin_create_topic(self, name, partitions, settings, session)
 
     def create_topics(self, found: Api, body: Any, session: Session) -> Any:
         m = found.module
         results = []
+        too_many = request_limit(self, body.topics)  # the whole request, as Kafka refuses it
+        throttle = 0
         for t in body.topics:
             code, message, cfg = ErrorCode.none, None, None
             try:
+                if too_many is not None:
+                    raise too_many
                 self.authorize(session, CREATE, t.name)
                 if t.assignments:
                     raise KafkaError(ErrorCode.invalid_request, "replica assignments: one node")
@@ -218,15 +242,19 @@ class Broker:
                     raise KafkaError(ErrorCode.invalid_partitions, "partitions must be >= 1")
                 count = self.default_partitions if t.num_partitions == -1 else t.num_partitions
                 settings = dict(topic_setting(c.name, c.value) for c in t.configs)
+                validate_name(t.name)
+                if self.log.has_topic(t.name):
+                    raise TopicExistsError(f"topic {t.name!r} already exists")
                 if body.validate_only:
-                    validate_name(t.name)
-                    if t.name in self.store.topics():
-                        raise TopicExistsError(f"topic {t.name!r} already exists")
                     cfg = self.store.new_topic_config(count, **settings)
+                    with creation_errors():
+                        self.log.check_limits(t.name, count)
                 else:
-                    cfg = self._create(t.name, count, settings)
+                    cfg = self._create(t.name, count, settings, session)
             except MQCoreError as e:
                 code, message = error_code(e), str(e)
+                if isinstance(e, QuotaExceeded):
+                    throttle = max(throttle, e.throttle_ms)
             results.append(
                 build(
                     m.CreatableTopicResult,
@@ -240,7 +268,7 @@ class Broker:
                     configs=None,
                 )  # fmt: skip
             )
-        return build(found.response, throttle_time=NO_TIME, topics=tuple(results))
+        return build(found.response, throttle_time=throttle_time(throttle), topics=tuple(results))
 
     # -- producing ------------------------------------------------------------------------------
 
@@ -305,11 +333,30 @@ class Broker:
 
     # -- fetching -------------------------------------------------------------------------------
 
-    def fetch(self, found: Api, body: Any, session: Session) -> FetchAnswer:
-        """Whole stored batches from each partition's fetch offset, waiting up to max_wait for
-        min_bytes (woken by appends). The records stay file regions until the connection
-        sends them (server/fetchwire.py)."""
+    def fetch(self, found: Api, body: Any, session: Session) -> FetchAnswer | Delayed:
+        """Whole stored batches from each partition's fetch offset; short of min_bytes, a
+        Delayed that answers when appends to those partitions bring them, or at max_wait. The
+        records stay file regions until the connection sends them (server/fetchwire.py)."""
         deadline = time.monotonic() + body.max_wait.total_seconds()
+        answer = self._fetch_once(body, session)
+        if answer.size >= body.min_bytes or deadline <= time.monotonic() or self.closed:
+            return answer
+        answer.close()
+
+        def poll(final: bool) -> Any:
+            got = self._fetch_once(body, session)
+            if got.size >= body.min_bytes or final or self.closed:
+                return got
+            got.close()
+            return NOT_YET
+
+        keys = [(t.topic, p.partition) for t in body.topics for p in t.partitions]
+        return Delayed(poll, lambda: self._fetch_waiting(body, session, deadline),
+                       deadline=deadline, keys=keys)  # fmt: skip
+
+    def _fetch_waiting(self, body: Any, session: Session, deadline: float) -> FetchAnswer:
+        """A fetch waited for in this thread: polled at each append until min_bytes or the
+        deadline."""
         while True:
             generation = self._generation
             answer = self._fetch_once(body, session)
@@ -396,3 +443,8 @@ class Broker:
             return -1, -1
         m = self.store.get(topic, partition, offset)
         return (m.timestamp if m is not None else -1), offset
+
+
+def _thread_per_call(fn: Callable[[], None]) -> None:
+    """The purgatory's executor for a Broker without a server: each check on a thread."""
+    threading.Thread(target=fn, name="mqcore-delayed", daemon=True).start()

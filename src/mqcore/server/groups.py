@@ -7,7 +7,8 @@ through Kafka's states:
       ^                  ^   (members that did not rejoin are dropped)        │ leader's SyncGroup
       └── last member ───┴──── join, leave, session expiry ──────── Stable <──┘
 
-A JoinGroup waits (long-polls, in its connection's thread) until the rebalance completes: every
+A JoinGroup waits (long-polls, as a server/delayed.py Delayed: no thread is held) until the
+rebalance completes: every
 known member has rejoined, or the largest rebalance timeout of the members passed. Then the
 generation goes up, one protocol (assignor) all members support is chosen, and the leader's
 response carries every member's subscription metadata; the leader sends the assignments in its
@@ -25,13 +26,16 @@ consumers, `store.consumer(...)`, `store.group_lag()` and `mqcore groups` see th
 Membership of wire groups and of in-process `store.consumer()` groups is separate.
 
 Time is checked lazily: whenever a request touches a group, and by every waiting JoinGroup or
-SyncGroup at its group's next deadline, so no thread of its own is needed.
+SyncGroup at its group's next deadline (the purgatory's recheck), so no thread of its own is
+needed. Every change to a group wakes the waiting requests (`wake`, the purgatory's "groups"
+key).
 docs/server.md "Consumer groups" lists the APIs, versions and what is not served.
 """
 
 from __future__ import annotations
 
 import datetime
+import functools
 import importlib
 import struct
 import threading
@@ -54,6 +58,7 @@ from mqcore.errors import (
     UnknownTopicError,
 )
 from mqcore.server.auth import DELETE, DESCRIBE, READ, Access
+from mqcore.server.delayed import NOT_YET, Delayed
 from mqcore.server.protocol import Api, build
 
 if TYPE_CHECKING:
@@ -80,6 +85,7 @@ MAX_METADATA = 4096
 INITIAL_REBALANCE_DELAY = 3.0
 MAX_WAIT_SLICE = 1.0  # a waiter re-checks the clock at least this often (the clock may be a test's)
 KEY_GROUP, KEY_TRANSACTION = 0, 1
+WAKE_KEY = "groups"  # the purgatory key every group change wakes
 NO_DURATION = datetime.timedelta(0)  # throttle_time
 
 _I16 = struct.Struct(">h")
@@ -174,6 +180,7 @@ class GroupCoordinator:
         initial_rebalance_delay: float = 0.0,
         clock: Callable[[], float] = time.monotonic,
         access: Callable[[Any], Access] | None = None,
+        wake: Callable[[], None] | None = None,
     ):
         self.store = store
         # access(session): the session's grants (server.auth.Access; None: no ACLs). Kafka's
@@ -181,6 +188,7 @@ class GroupCoordinator:
         # `describe`, deleting it or its offsets `delete`; offsets of a topic are committed
         # with the topic's `read` and fetched with its `describe`
         self.access = access
+        self._wake = wake  # a group changed: the Broker wakes the purgatory's WAKE_KEY
         self.node_id, self.host, self.port = node_id, host, port
         self.min_session_timeout = min_session_timeout
         self.max_session_timeout = max_session_timeout
@@ -199,8 +207,14 @@ class GroupCoordinator:
         """Answer every waiting JoinGroup and SyncGroup at once (the server is stopping)."""
         with self._cond:
             self.closed = True
-            self._cond.notify_all()
+            self._changed()
         self.store.remove_member_source(self.member_count)
+
+    def _changed(self) -> None:
+        """A group changed (held lock): wake the requests waiting on one, blocked or Delayed."""
+        self._cond.notify_all()
+        if self._wake is not None:
+            self._wake()
 
     def member_count(self, group_id: str) -> int:
         """How many members `group_id` has here, those still joining included (the store's
@@ -307,13 +321,16 @@ class GroupCoordinator:
     # -- JoinGroup ------------------------------------------------------------------------------
 
     def join_group(self, found: Api, body: Any, session: Any) -> Any:
-        """Join (or rejoin) and wait until the rebalance completes."""
+        """Join (or rejoin); a Delayed answered when the rebalance completes."""
         with self._cond:
             result = self._join(found.version, body, session)
-            if isinstance(result, Waiter):
-                result = self._await(
-                    result, body.group_id, JoinResult(ErrorCode.rebalance_in_progress, "")
-                )
+        answer = functools.partial(self._join_response, found)
+        if isinstance(result, Waiter):
+            closing = JoinResult(ErrorCode.rebalance_in_progress, "")
+            return self._delayed(result, body.group_id, closing, answer)
+        return answer(result)
+
+    def _join_response(self, found: Api, result: JoinResult) -> Any:
         m = found.module
         members = tuple(
             build(m.JoinGroupResponseMember, member_id=mid, group_instance_id=iid, metadata=data)
@@ -473,7 +490,7 @@ class GroupCoordinator:
         group.static[old.instance_id] = new_id
         old.member_id = new_id
         group.members[new_id] = old
-        self._cond.notify_all()
+        self._changed()
         return old
 
     def _current(self, group: Group, member_id: str) -> JoinResult:
@@ -498,7 +515,7 @@ class GroupCoordinator:
         group.rebalance_deadline = now + max(
             (m.rebalance_timeout for m in group.members.values()), default=0.0
         )
-        self._cond.notify_all()
+        self._changed()
 
     def _maybe_complete_join(self, group: Group, now: float) -> None:
         """Complete the rebalance once every member rejoined and no handed-out member ID is
@@ -515,7 +532,7 @@ class GroupCoordinator:
         group.generation += 1
         if not group.members:
             group.state, group.protocol_name, group.leader = EMPTY, None, None
-            self._cond.notify_all()
+            self._changed()
             return
         first = next(iter(group.members.values()))
         group.protocol_type = first.protocol_type
@@ -540,7 +557,7 @@ class GroupCoordinator:
             )
             m.join = None
             m.deadline = now + m.session_timeout
-        self._cond.notify_all()
+        self._changed()
 
     def _select_protocol(self, group: Group) -> str:
         """Kafka's vote: of the protocols every member supports, each member votes for the
@@ -571,7 +588,7 @@ class GroupCoordinator:
         member.join = member.sync = None
         if group.leader == member.member_id:
             group.leader = None
-        self._cond.notify_all()
+        self._changed()
 
     def _members_left(self, group: Group, now: float) -> None:
         if group.state in (STABLE, COMPLETING):
@@ -604,35 +621,74 @@ class GroupCoordinator:
                 times.append(group.join_not_before)
         return min(times, default=float("inf"))
 
+    def _delayed(
+        self, waiter: Waiter, group_id: str, closing: Any, answer: Callable[[Any], Any]
+    ) -> Delayed:
+        """A JoinGroup's or SyncGroup's wait for `waiter`, as a Delayed: polled when a group
+        changes and at the group's next deadline; a closing server answers `closing`."""
+
+        def poll(final: bool) -> Any:
+            with self._cond:
+                result = self._poll(waiter, group_id, closing)
+            return closing if result is NOT_YET and final else result
+
+        def block() -> Any:
+            with self._cond:
+                return self._await(waiter, group_id, closing)
+
+        return Delayed(
+            poll, block, keys=(WAKE_KEY,), then=answer,
+            recheck=lambda: self._recheck(group_id),
+        )  # fmt: skip
+
+    def _poll(self, waiter: Waiter, group_id: str, closing: Any) -> Any:
+        """`waiter`'s answer after the group's deadlines up to now, or NOT_YET (held lock)."""
+        group = self._groups.get(group_id)
+        if group is not None:
+            self._tick(group, self.clock())
+        if waiter.result is not None:
+            return waiter.result
+        return closing if self.closed else NOT_YET
+
+    def _recheck(self, group_id: str) -> float:
+        """When (time.monotonic) the group's next deadline falls, by this coordinator's clock
+        (a test's clock moves by hand: the purgatory looks at least every MAX_RECHECK)."""
+        with self._cond:
+            group = self._groups.get(group_id)
+            if group is None:
+                return time.monotonic() + MAX_WAIT_SLICE
+            wait = max(self._next_deadline(group) - self.clock(), 0.001)
+        return time.monotonic() + min(wait, MAX_WAIT_SLICE)
+
     def _await(self, waiter: Waiter, group_id: str, closing: Any) -> Any:
         """Wait (holding the condition between waits) until `waiter` is answered, checking
         the group's deadlines as they come; a closing server answers `closing` at once."""
-        while waiter.result is None:
+        while (result := self._poll(waiter, group_id, closing)) is NOT_YET:
             group = self._groups.get(group_id)
-            now = self.clock()
-            if group is not None:
-                self._tick(group, now)
-            if waiter.result is not None:
-                break
-            if self.closed:
-                return closing
             wait = MAX_WAIT_SLICE
             if group is not None:
-                wait = min(wait, max(self._next_deadline(group) - now, 0.001))
+                wait = min(wait, max(self._next_deadline(group) - self.clock(), 0.001))
             self._cond.wait(wait)
-        return waiter.result
+        return result
 
     # -- SyncGroup, Heartbeat, LeaveGroup -------------------------------------------------------
 
     def sync_group(self, found: Api, body: Any, session: Any) -> Any:
         """The leader's assignments go to every member; a follower waits for them."""
+        answer = functools.partial(self._sync_response, found, body.group_id)
         if not self.group_allowed(session, READ, body.group_id):
-            error, assignment = ErrorCode.group_authorization_failed, b""
-        else:
-            with self._cond:
-                error, assignment = self._sync(body)
+            return answer((ErrorCode.group_authorization_failed, b""))
+        with self._cond:
+            result = self._sync(body)
+        if isinstance(result, Waiter):
+            closing = (ErrorCode.rebalance_in_progress, b"")
+            return self._delayed(result, body.group_id, closing, answer)
+        return answer(result)
+
+    def _sync_response(self, found: Api, group_id: str, result: tuple[ErrorCode, bytes]) -> Any:
+        error, assignment = result
         protocol_type = protocol_name = None  # v5's fields, null on an error as in Kafka
-        group = self._groups.get(body.group_id)
+        group = self._groups.get(group_id)
         if group is not None and error == ErrorCode.none:
             protocol_type, protocol_name = group.protocol_type, group.protocol_name
         return build(
@@ -644,7 +700,7 @@ class GroupCoordinator:
             assignment=assignment,
         )
 
-    def _sync(self, body: Any) -> tuple[ErrorCode, bytes]:
+    def _sync(self, body: Any) -> tuple[ErrorCode, bytes] | Waiter:
         group = self._groups.get(body.group_id)
         if group is None:
             return ErrorCode.unknown_member_id, b""
@@ -679,15 +735,12 @@ class GroupCoordinator:
                     m.sync.result = (ErrorCode.none, m.assignment)
                     m.sync = None
             group.state = STABLE
-            self._cond.notify_all()
+            self._changed()
             return ErrorCode.none, member.assignment
         if member.sync is not None:
             member.sync.result = (ErrorCode.rebalance_in_progress, b"")
         member.sync = Waiter()
-        result: tuple[ErrorCode, bytes] = self._await(
-            member.sync, group.group_id, (ErrorCode.rebalance_in_progress, b"")
-        )
-        return result
+        return member.sync
 
     def heartbeat(self, found: Api, body: Any, session: Any) -> Any:
         if not self.group_allowed(session, READ, body.group_id):

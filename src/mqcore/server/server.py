@@ -1,34 +1,47 @@
 """`mqcore serve`: a store behind the Kafka protocol, for clients in any language.
 
-One thread accepts, one thread serves each connection: it reads a frame, answers it, reads
-the next, so a connection's responses go out in the order of its requests (Kafka's rule, which
-clients with several requests in flight rely on). The store's own calls release the GIL where
-they wait (fdatasync, file reads), and an idle connection's thread sleeps in recv().
+Kafka's broker's shape: one network thread reads and writes every connection
+(server/network.py), a pool of `io_threads` request threads answers the requests, and requests
+that wait (a Fetch for min_bytes, a JoinGroup or SyncGroup for the rebalance) wait in the
+purgatory (server/delayed.py) without a thread. A connection is muted from the moment its
+request is read until its response is written, so its responses go out in the order of its
+requests (Kafka's rule, which clients with several requests in flight rely on). The store's
+own calls release the GIL where they wait (fdatasync, file reads).
 
-Limits, each a keyword of Server: `max_connections` (refused at accept: the socket is closed),
-`max_request_bytes` (a frame announcing more is refused from its 4-byte size, before its body
-is read: the connection closes), `idle_timeout` (a connection silent between requests is
-closed), `request_timeout` (a frame that stops arriving midway is dropped with its connection).
-A frame that does not parse closes that connection only; the server goes on serving the others.
+Limits, each a keyword of Server (docs/server.md "Limits and bad input"): `max_connections`
+and `max_connections_per_ip` (refused at accept: the socket is closed), `max_request_bytes`
+(a frame announcing more is refused from its 4-byte size, before its body is read or
+allocated: the connection closes), `max_unauthenticated_request_bytes` (the same, before SASL
+authentication), `max_queued_request_bytes` (what every connection's partial and pending
+requests may hold together), `idle_timeout` (a connection silent between requests is closed),
+`request_timeout` (a request, or the TLS handshake, that has not wholly arrived this long after
+its first byte is dropped with its connection; with SASL, a connection not authenticated this
+long after it opened is closed). A frame that does not parse closes that connection only; the
+server goes on serving the others.
 
 Security (server.auth, docs/server.md "Security"): `tls_cert`/`tls_key` (and `tls_ca` to
-require client certificates) make every connection TLS, its handshake done in the connection's
-thread under `request_timeout`, so a client that stalls in it never holds up accept.
-`sasl_credentials` turns SASL on: until a connection has authenticated, only ApiVersions,
-SaslHandshake and SaslAuthenticate are answered and anything else closes it. `acl` (with
-SASL) names the ACL file the broker checks each topic operation against.
+require client certificates) make every connection TLS, its handshake done by the network
+thread without blocking, under `request_timeout`. `sasl_credentials` turns SASL on: until a
+connection has authenticated, only ApiVersions, SaslHandshake and SaslAuthenticate are
+answered and anything else closes it. `acl` (with SASL) names the ACL file the broker checks
+each topic and group operation against.
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import logging
 import os
+import queue
+import resource
 import socket
 import ssl
 import threading
+import time
 import uuid
+from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -39,23 +52,31 @@ from mqcore.server.auth import (
     PLAIN,
     Authorizer,
     Sasl,
-    SaslState,
     sasl_not_enabled,
     tls_context,
 )
 from mqcore.server.broker import Broker
-from mqcore.server.common import CloseConnection, Session
-from mqcore.server.fetchwire import FetchAnswer, FetchFrame, encode_fetch, send_frame
+from mqcore.server.common import CloseConnection
+from mqcore.server.delayed import Delayed
+from mqcore.server.fetchwire import FetchAnswer, FetchFrame, encode_fetch
 from mqcore.server.groups import INITIAL_REBALANCE_DELAY
+from mqcore.server.network import (
+    NEED_MEMORY,
+    WOULD_BLOCK,
+    Connection,
+    Limits,
+    Network,
+    PeerClosed,
+)
 from mqcore.server.producewire import ProduceAnswer, encode_produce
 from mqcore.server.protocol import (
     API_VERSIONS,
     CONNECTION_APIS,
+    Request,
     encode_response,
     frame_size,
     parse_request,
     peek_header,
-    read_frame_size,
     unsupported_versions_response,
 )
 from mqcore.storage import durable
@@ -68,7 +89,14 @@ log = logging.getLogger("mqcore.server")
 
 DEFAULT_PORT = 9092
 MAX_REQUEST_BYTES = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes
+MAX_UNAUTHENTICATED_REQUEST_BYTES = 512 * 1024  # Kafka's sasl.server.max.receive.size
+MAX_QUEUED_REQUEST_BYTES = 512 * 1024 * 1024  # every connection's request buffers together
+MAX_CONNECTIONS_PER_IP = 1000
+IO_THREADS = 8  # Kafka's num.io.threads
+HOT_REQUESTS = 16  # requests of one connection a request thread answers in a row at most
+FD_RESERVE = 256  # descriptors kept for the store when connections are bounded by the limit
 CLUSTER_FILE = "mqcore-cluster-id"
+_Failure = (OSError, ProtocolError, AuthenticationError, CloseConnection, PeerClosed, ssl.SSLError)
 
 
 class Server:
@@ -88,9 +116,13 @@ class Server:
         auto_create_topics: bool = True,
         default_partitions: int = 1,
         max_connections: int = 4096,
+        max_connections_per_ip: int = MAX_CONNECTIONS_PER_IP,
         max_request_bytes: int = MAX_REQUEST_BYTES,
+        max_unauthenticated_request_bytes: int = MAX_UNAUTHENTICATED_REQUEST_BYTES,
+        max_queued_request_bytes: int = MAX_QUEUED_REQUEST_BYTES,
         idle_timeout: float = 600.0,
         request_timeout: float = 30.0,
+        io_threads: int = IO_THREADS,
         group_initial_rebalance_delay: float = INITIAL_REBALANCE_DELAY,
         tls_cert: str | os.PathLike[str] | None = None,
         tls_key: str | os.PathLike[str] | None = None,
@@ -120,10 +152,17 @@ class Server:
         self.node_id = node_id
         self.auto_create_topics = auto_create_topics
         self.default_partitions = default_partitions
+        _check_limits(max_connections, max_connections_per_ip, max_request_bytes,
+                      max_unauthenticated_request_bytes, max_queued_request_bytes,
+                      idle_timeout, request_timeout, io_threads)  # fmt: skip
         self.max_connections = max_connections
+        self.max_connections_per_ip = max_connections_per_ip
         self.max_request_bytes = max_request_bytes
+        self.max_unauthenticated_request_bytes = max_unauthenticated_request_bytes
+        self.max_queued_request_bytes = max_queued_request_bytes
         self.idle_timeout = idle_timeout
         self.request_timeout = request_timeout
+        self.io_threads = io_threads
         self.group_initial_rebalance_delay = group_initial_rebalance_delay
         self._store_arg = store
         self._store_options = store_options
@@ -131,9 +170,8 @@ class Server:
         self.broker: Broker | None = None
         self._owns_store = False
         self._sock: socket.socket | None = None
-        self._accepter: threading.Thread | None = None
-        self._lock = threading.Lock()
-        self._connections: dict[socket.socket, threading.Thread] = {}
+        self._network: Network | None = None
+        self._threads: RequestThreads | None = None
         self._stopping = threading.Event()
         # -- HTTP query API (server/http.py): "HOST:PORT" or None --
         if http is not None:
@@ -172,15 +210,29 @@ class Server:
             raise OSError(e.errno, f"cannot listen on {self.host}:{self.port}: {e.strerror}") from e
         self._sock = sock
         self.port = sock.getsockname()[1]
+        self._stopping.clear()
+        self._threads = RequestThreads(self.io_threads)
         self.broker = Broker(
             self.store, self.advertised_host or self.host, self.port, node_id=self.node_id,
             cluster_id=cluster_id(self.store.path), auto_create_topics=self.auto_create_topics,
             default_partitions=self.default_partitions, authorizer=self.authorizer,
             group_initial_rebalance_delay=self.group_initial_rebalance_delay,
+            execute=self._threads.submit,
         )  # fmt: skip
-        self._stopping.clear()
-        self._accepter = threading.Thread(target=self._accept, name="mqcore-accept", daemon=True)
-        self._accepter.start()
+        limits = Limits(
+            max_connections=_connections_within_fd_limit(self.max_connections),
+            max_connections_per_ip=self.max_connections_per_ip,
+            max_request_bytes=self.max_request_bytes,
+            max_unauthenticated_request_bytes=self.max_unauthenticated_request_bytes,
+            idle_timeout=self.idle_timeout,
+            request_timeout=self.request_timeout,
+            sasl=self.sasl is not None,
+        )
+        self._network = Network(
+            sock, limits, self._dispatch, tls=self.tls,
+            max_queued_request_bytes=self.max_queued_request_bytes,
+        )  # fmt: skip
+        self._network.start()
         log.info("serving %s on %s:%d", self.store.path, self.host, self.port)
         # -- HTTP query API: after the Kafka listener; a failure to bind stops that too --
         if self.http is not None:
@@ -224,20 +276,14 @@ class Server:
             self.http_server = None
         # -- end HTTP query API --
         self._stopping.set()
-        with contextlib.suppress(OSError):
-            self._sock.shutdown(socket.SHUT_RDWR)
-        self._sock.close()
-        if self._accepter is not None:
-            self._accepter.join()
         assert self.broker is not None and self.store is not None
+        assert self._network is not None and self._threads is not None
+        # waiting fetches, joins and syncs answer now, on the request threads, which then
+        # finish what they are doing; the network writes out what is queued and closes
         self.broker.close()
-        with self._lock:
-            connections = list(self._connections.items())
-        for conn, _ in connections:
-            with contextlib.suppress(OSError):
-                conn.shutdown(socket.SHUT_RDWR)
-        for _, thread in connections:
-            thread.join()
+        self._threads.stop()
+        self._network.stop()
+        self._sock.close()
         self._sock = None
         if self._owns_store:
             self.store.close()
@@ -252,108 +298,112 @@ class Server:
         self.stop()
 
     def connection_count(self) -> int:
-        with self._lock:
-            return len(self._connections)
+        """Connections open now."""
+        return self._network.connection_count() if self._network is not None else 0
 
-    # -- connections ----------------------------------------------------------------------------
+    def network_stats(self) -> dict[str, int]:
+        """Connections open, request-buffer bytes they hold, connections waiting for memory,
+        the most from one address, and the requests waiting in the purgatory."""
+        if self._network is None or self.broker is None:
+            return {}
+        return {**self._network.stats(), "waiting_requests": len(self.broker.purgatory)}
 
-    def _accept(self) -> None:
-        assert self._sock is not None
-        while not self._stopping.is_set():
-            try:
-                conn, peer = self._sock.accept()
-            except OSError:
-                if self._stopping.is_set():
-                    return
-                continue  # e.g. EMFILE: the connection is refused by the kernel's backlog
-            with self._lock:
-                if len(self._connections) >= self.max_connections or self._stopping.is_set():
-                    log.warning("refused %s: %d connections open", peer, len(self._connections))
-                    conn.close()
-                    continue
-                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                thread = threading.Thread(
-                    target=self._serve, args=(conn, peer), name=f"mqcore-conn-{peer}", daemon=True
-                )
-                self._connections[conn] = thread
-            thread.start()
+    # -- requests (on the request threads) -----------------------------------------------------
 
-    def _serve(self, conn: socket.socket, peer: Any) -> None:
-        session = Session(peer)
-        sasl = SaslState()
-        inbox = Inbox()
+    def _dispatch(self, conn: Connection, frame: memoryview) -> None:
+        """A whole request arrived (network thread): answer it on a request thread."""
+        assert self._threads is not None
+        self._threads.submit(functools.partial(self._serve, conn, frame))
+
+    def _serve(self, conn: Connection, frame: memoryview | bytes) -> None:
+        """Answer `frame`, then the connection's next requests while they are already in
+        (HOT_REQUESTS at most in a row, then its turn goes to the back of the queue)."""
         try:
-            if self.tls is not None:
-                conn = self._tls_wrap(conn)
-                if self._stopping.is_set():
+            for _ in range(HOT_REQUESTS):
+                response = self._respond(conn, frame)
+                if isinstance(response, _Waiting):
+                    assert self.broker is not None
+                    done = functools.partial(self._delayed_done, conn, response.request)
+                    self.broker.purgatory.add(response.delayed, done)
                     return
-                conn.settimeout(self.request_timeout)  # a stalled handshake ends the thread
-                conn.do_handshake()
-            while not self._stopping.is_set():
-                frame = self._read_frame(conn, inbox)
-                if frame is None:
+                got = self._send_and_read(conn, response)
+                if got is None:
                     return
-                if sasl.raw_tokens and sasl.principal is None:  # after SaslHandshake v0
-                    assert self.sasl is not None
-                    reply = self.sasl.raw_token(bytes(frame), sasl)
-                    session.principal = sasl.principal or session.principal
-                    conn.sendall(frame_size(len(reply)) + reply)
-                    continue
-                response = self._answer(frame, session, sasl)
-                if isinstance(response, FetchFrame):
-                    try:
-                        send_frame(conn, response)
-                    finally:
-                        response.close()
-                elif response is not None:
-                    conn.sendall(response)
-                if sasl.failed:
-                    log.info("closing %s: SASL authentication failed", peer)
-                    return
-                inbox.trim()
-        except (OSError, ProtocolError, AuthenticationError, CloseConnection) as e:
-            log.debug("closing %s: %s", peer, e)
+                frame = got
+            assert self._threads is not None
+            self._threads.submit(functools.partial(self._serve, conn, frame))
+        except _Failure as e:
+            self._close(conn, e)
         except Exception as e:  # a bug: this connection ends, the server serves the others
-            log.error("closing %s after an unexpected %s: %s", peer, type(e).__name__, e)
-            log.debug("the unexpected error's traceback", exc_info=True)
-        finally:
-            with self._lock:
-                self._connections.pop(conn, None)
-            conn.close()
+            self._close(conn, e, unexpected=True)
 
-    def _tls_wrap(self, conn: socket.socket) -> ssl.SSLSocket:
-        """`conn` as TLS, not yet shaken hands. The TLS socket takes the place of `conn` (now
-        detached) among the connections stop() shuts down; stop() sets _stopping before it
-        looks, so a caller that finds it unset after this returns is sure to be shut down by
-        a stop() that comes later."""
-        assert self.tls is not None
-        tls = self.tls.wrap_socket(conn, server_side=True, do_handshake_on_connect=False)
-        with self._lock:
-            self._connections[tls] = self._connections.pop(conn)
-        return tls
-
-    def _read_frame(self, conn: socket.socket, inbox: Inbox) -> memoryview | None:
-        """The next request's payload, in `inbox`; None when the client closed (or went idle
-        too long)."""
-        conn.settimeout(self.idle_timeout)
+    def _delayed_done(
+        self, conn: Connection, request: Request, body: Any, error: BaseException | None
+    ) -> None:
+        """A waiting request's answer (on a request thread): send it and serve on."""
         try:
-            head = _recv_exactly(conn, inbox.frame(4), allow_eof=True)
-        except TimeoutError:
-            return None
-        if head is None:
-            return None
-        size = read_frame_size(head)
-        if size < 0 or size > self.max_request_bytes:
-            raise ProtocolError(
-                f"a request of {size} bytes is over max_request_bytes={self.max_request_bytes}"
-            )
-        conn.settimeout(self.request_timeout)
-        return _recv_exactly(conn, inbox.frame(size), allow_eof=False)
+            if error is not None:
+                raise error
+            got = self._send_and_read(conn, self._encode(request, body))
+            if got is not None:
+                self._serve(conn, got)
+        except _Failure as e:
+            self._close(conn, e)
+        except Exception as e:
+            self._close(conn, e, unexpected=True)
 
-    def _answer(
-        self, frame: memoryview, session: Session, sasl: SaslState
-    ) -> bytes | FetchFrame | None:
+    def _send_and_read(
+        self, conn: Connection, response: bytes | FetchFrame | None
+    ) -> memoryview | None:
+        """Queue `response` and write it; then the next request if it is already in whole.
+        None when the connection went back to the network thread (or closed)."""
+        assert self._network is not None
+        network = self._network
+        if response is not None:
+            conn.queue(response)
+        if not conn.try_send(time.monotonic()):
+            network.resume(conn)  # the network thread writes the rest
+            return None
+        if conn.close_after:
+            raise CloseConnection("closed after the response, as the protocol says")
+        if self._stopping.is_set():
+            return None
+        got = conn.try_read(network.limits, network.pool, time.monotonic())
+        if got is WOULD_BLOCK:
+            conn.release_buffer(network.pool)
+            network.resume(conn)
+            return None
+        if got is NEED_MEMORY:
+            network.wait_for_memory(conn)
+            return None
+        return got  # type: ignore[no-any-return]
+
+    def _close(self, conn: Connection, e: BaseException, unexpected: bool = False) -> None:
+        if unexpected:
+            log.error("closing %s after an unexpected %s: %s", conn.peer, type(e).__name__, e)
+            log.debug("the unexpected error's traceback", exc_info=e)
+        else:
+            log.debug("closing %s: %s", conn.peer, e)
+        assert self._network is not None
+        self._network.close(conn)
+
+    def _respond(self, conn: Connection, frame: memoryview | bytes) -> Any:
+        """The response frame to one request (None: none), or _Waiting."""
+        sasl, session = conn.sasl, conn.session
+        if sasl.raw_tokens and sasl.principal is None:  # after SaslHandshake v0
+            assert self.sasl is not None
+            reply = self.sasl.raw_token(bytes(frame), sasl)
+            session.principal = sasl.principal or session.principal
+            return frame_size(len(reply)) + reply
+        response = self._answer(frame, conn)
+        if sasl.failed:
+            log.info("closing %s: SASL authentication failed", conn.peer)
+            conn.close_after = True
+        return response
+
+    def _answer(self, frame: memoryview | bytes, conn: Connection) -> Any:
         assert self.broker is not None
+        session, sasl = conn.session, conn.sasl
         try:
             request = parse_request(frame)
         except ProtocolError:
@@ -374,12 +424,19 @@ class Server:
         if self.sasl is not None and sasl.principal is None and key != API_VERSIONS:
             raise ProtocolError(f"{request.api.name} before SASL authentication", key)
         try:
-            body = self.broker.handle(request.api, request.body, session)
+            body = self.broker.begin(request.api, request.body, session)
         except CloseConnection:
             raise
         except MQCoreError as e:
             # a request-level failure the handler could not put in its response
             raise ProtocolError(f"{request.api.name} failed: {e}") from e
+        if isinstance(body, Delayed):
+            return _Waiting(request, body)
+        return self._encode(request, body)
+
+    @staticmethod
+    def _encode(request: Request, body: Any) -> bytes | FetchFrame | None:
+        """The frame of the response `body` to `request` (None: no response)."""
         if body is None:
             return None
         if isinstance(body, FetchAnswer):  # records sent from the files (server/fetchwire.py)
@@ -389,48 +446,88 @@ class Server:
         return encode_response(request.api, request.correlation_id, body)
 
 
+class _Waiting:
+    """A request whose answer waits in the purgatory."""
+
+    __slots__ = ("delayed", "request")
+
+    def __init__(self, request: Request, delayed: Delayed):
+        self.request, self.delayed = request, delayed
+
+
+class RequestThreads:
+    """`count` threads answering requests (Kafka's request handler pool): every call given to
+    submit() runs on one of them, in order of submission."""
+
+    def __init__(self, count: int):
+        self._queue: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._threads = [
+            threading.Thread(target=self._run, name=f"mqcore-request-{i}", daemon=True)
+            for i in range(count)
+        ]
+        for t in self._threads:
+            t.start()
+
+    def submit(self, fn: Callable[[], None]) -> None:
+        self._queue.put(fn)
+
+    def stop(self) -> None:
+        """Run what was submitted, then end the threads."""
+        for _ in self._threads:
+            self._queue.put(None)
+        for t in self._threads:
+            t.join()
+
+    def _run(self) -> None:
+        while (fn := self._queue.get()) is not None:
+            try:
+                fn()
+            except Exception:  # each call reports its own; this keeps the thread alive
+                log.exception("a request thread's call failed")
+
+
+def _check_limits(
+    max_connections: int, per_ip: int, max_request: int, unauthenticated: int, queued: int,
+    idle: float, request: float, io_threads: int,
+) -> None:  # fmt: skip
+    """InvalidConfigError naming a limit that cannot work."""
+    for name, value in (("max_connections", max_connections), ("max_connections_per_ip",
+                        per_ip), ("io_threads", io_threads), ("max_request_bytes", max_request),
+                        ("max_unauthenticated_request_bytes", unauthenticated)):  # fmt: skip
+        if type(value) is not int or value < 1:
+            raise InvalidConfigError(f"{name}={value!r}: a whole number >= 1")
+    if queued < max_request:
+        raise InvalidConfigError(
+            f"max_queued_request_bytes={queued} is below max_request_bytes={max_request}: the "
+            "largest request could never be read"
+        )
+    for name, seconds in (("idle_timeout", idle), ("request_timeout", request)):
+        if not seconds > 0:
+            raise InvalidConfigError(f"{name}={seconds!r}: seconds > 0")
+
+
+def _connections_within_fd_limit(wanted: int) -> int:
+    """`wanted`, or fewer when the process may not open that many descriptors and keep
+    FD_RESERVE for the store: the soft RLIMIT_NOFILE is raised to the hard one first (as
+    Kafka's packaging raises the ulimit), and a cut is logged."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or soft < hard):
+        with contextlib.suppress(ValueError, OSError):
+            target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+    if soft == resource.RLIM_INFINITY:
+        return wanted
+    room = max(soft - FD_RESERVE - soft // 4, 16)
+    if wanted > room:
+        log.warning("max_connections %d cut to %d: the process may open %d descriptors and "
+                    "keeps a quarter of them for the store", wanted, room, soft)  # fmt: skip
+        return room
+    return wanted
+
+
 def _path(path: str | os.PathLike[str] | None) -> str | None:
     return None if path is None else os.fspath(path)
-
-
-class Inbox:
-    """A connection's receive buffer, reused for each request (a fresh buffer per request
-    costs its page faults, and a copy out of it another pass over the bytes). A request's
-    bytes stay valid until its response is sent: the handlers run to the end before the next
-    read and keep no view of them, so a produce's records are stamped and appended where
-    they arrived (server/producewire.py)."""
-
-    KEEP = 2 << 20  # kept between requests: a 1 MiB batch's request fits; larger ones are let go
-
-    __slots__ = ("buf",)
-
-    def __init__(self) -> None:
-        self.buf = bytearray(4096)
-
-    def frame(self, size: int) -> memoryview:
-        """`size` bytes of the buffer to receive into, grown (never resized in place: a view
-        may still be out) to the next power of two when short."""
-        if size > len(self.buf):
-            self.buf = bytearray(1 << (size - 1).bit_length())
-        return memoryview(self.buf)[:size]
-
-    def trim(self) -> None:
-        if len(self.buf) > self.KEEP:
-            self.buf = bytearray(4096)
-
-
-def _recv_exactly(conn: socket.socket, view: memoryview, allow_eof: bool) -> memoryview | None:
-    """Fill `view` from `conn`; None on a clean close before the first byte."""
-    size = len(view)
-    got = 0
-    while got < size:
-        n = conn.recv_into(view[got:], size - got)
-        if n == 0:
-            if allow_eof and got == 0:
-                return None
-            raise ProtocolError(f"the connection closed {got} bytes into a {size}-byte read")
-        got += n
-    return view
 
 
 def cluster_id(store_path: str) -> str:
