@@ -30,6 +30,7 @@ from mqcore.server.http import HttpServer, create_app  # noqa: E402
 T0 = 1_790_000_000_000  # ms, 2026-09: plausible, and within any age the topic accepts
 TAGS = ["paid", "shipped", "refund"]
 BINARY_KEY = b"\xff\x00bin"
+UID = "01a216f5-d23b-7d3f-81a8-29efc9219a9d"  # a unique ID no message has
 
 
 class Api:
@@ -312,6 +313,10 @@ BAD: list[tuple[str, int, str, str]] = [
     ("/v1/topics/orders/search?where=amount%20%3E", 400, "SelectorSyntaxError", "column 9"),
     ("/v1/topics/orders/search?regex=(a)%5C1", 400, "InvalidConfigError", "backreference"),
     ("/v1/topics/orders/search?limit=0", 400, "InvalidConfigError", "limit"),
+    ("/v1/topics/orders/by-time?limit=0", 400, "InvalidConfigError", "limit"),
+    ("/v1/topics/orders/by-key?key=a&limit=0", 400, "InvalidConfigError", "limit"),
+    ("/v1/topics/orders/partitions/0/messages?limit=0", 400, "InvalidConfigError", "limit"),
+    (f"/v1/unique-ids/{UID}?limit=0", 400, "InvalidConfigError", "limit"),
     ("/v1/topics/orders/search?limit=ten", 400, "InvalidConfigError", "limit"),
     ("/v1/topics/orders/search?max_scan=0", 400, "InvalidConfigError", "max_scan"),
     ("/v1/topics/orders/search?timeout=nan", 400, "InvalidConfigError", "timeout"),

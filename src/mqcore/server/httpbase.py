@@ -362,8 +362,12 @@ class Params:
         return default if value is None else value
 
     def limit(self, cap: int, default: int = DEFAULT_LIMIT) -> int:
-        """`limit`, cut to `cap` (the result then ends with reason "limit")."""
-        return min(self.count("limit", default), cap)
+        """`limit` (>= 1: 0 is refused, as every Store query refuses it), cut to `cap` (the
+        result then ends with reason "limit")."""
+        value = self.count("limit", default)
+        if value < 1:
+            raise InvalidConfigError("limit must be >= 1, not 0")
+        return min(value, cap)
 
     def timeout(self, cap: float) -> float:
         """`timeout` in seconds (a number >= 0), never more than `cap` (its default)."""
