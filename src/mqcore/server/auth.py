@@ -43,6 +43,8 @@ import datetime
 import hashlib
 import hmac
 import json
+import logging
+import math
 import os
 import re
 import secrets
@@ -61,7 +63,10 @@ from mqcore.errors import (
     TopicAuthorizationError,
 )
 from mqcore.log.internal import INTERNAL_PREFIX, is_internal
+from mqcore.server.backoff import LoginBackoff
 from mqcore.server.protocol import Api, build
+
+_log = logging.getLogger("mqcore.server")
 
 SASL_HANDSHAKE = 17
 SASL_AUTHENTICATE = 36
@@ -88,7 +93,6 @@ _IMPLIES = {  # what granting an operation grants with it (Kafka's AclEntry impl
 _CLIENT_FIRST = re.compile(r"([ny]),(?:a=([^,]*))?,(n=([^,]*),r=([\x21-\x2b\x2d-\x7e]+)(?:,.*)?)")
 _TOPIC_PATTERN = re.compile(r"[A-Za-z0-9._-]*\*?")
 _GROUP_PATTERN = re.compile(r"[^\s#*]*\*?")  # a group name is any string; no space, '#', '*'
-
 
 
 # -- TLS ----------------------------------------------------------------------------------------
@@ -278,6 +282,7 @@ class SaslState:
     scram: _ScramExchange | None = None
     principal: str | None = None
     failed: bool = False
+    peer: str = ""  # the client's address, as login backoffs count it (backoff.peer_key)
 
 
 @dataclass(slots=True)
@@ -293,9 +298,16 @@ class _ScramExchange:
 
 class Sasl:
     """SASL over the credentials file at `path` with `mechanisms` enabled (a subset of
-    MECHANISMS)."""
+    MECHANISMS). Failed logins back off per peer and per user (`backoff`, server/backoff.py,
+    shared with the HTTP server's Basic logins): an attempt during a backoff is refused
+    before its password or proof is checked."""
 
-    def __init__(self, path: str | os.PathLike[str], mechanisms: Iterable[str] = MECHANISMS):
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        mechanisms: Iterable[str] = MECHANISMS,
+        backoff: LoginBackoff | None = None,
+    ):
         self.mechanisms = tuple(mechanisms)
         unknown = [m for m in self.mechanisms if m not in MECHANISMS]
         if unknown or not self.mechanisms:
@@ -304,6 +316,7 @@ class Sasl:
             )
         self.users = load_credentials(path)
         self._decoy_key = secrets.token_bytes(32)
+        self.backoff = backoff if backoff is not None else LoginBackoff(logger=_log)
 
     def handle(self, found: Api, body: Any, state: SaslState) -> Any:
         """The response to a SaslHandshake or SaslAuthenticate request."""
@@ -348,17 +361,33 @@ class Sasl:
 
     def _step(self, data: bytes, state: SaslState) -> bytes:
         if state.mechanism == PLAIN:
-            state.principal = "User:" + self._plain(data)
+            state.principal = "User:" + self._plain(data, state.peer)
             return b""
         if state.scram is None:
-            state.scram = self._scram_first(_text(data))
-            return state.scram.server_first.encode()
+            exchange = self._scram_first(_text(data))
+            self._may_try(state.peer, exchange.user)
+            state.scram = exchange
+            return exchange.server_first.encode()
         exchange, state.scram = state.scram, None
-        reply = self._scram_final(exchange, _text(data))
+        try:
+            reply = self._scram_final(exchange, _text(data))
+        except AuthenticationError:
+            self.backoff.failed(state.peer, exchange.user)
+            raise
+        self.backoff.succeeded(state.peer, exchange.user)
         state.principal = "User:" + exchange.user
         return reply
 
-    def _plain(self, data: bytes) -> str:
+    def _may_try(self, peer: str, user: str) -> None:
+        """AuthenticationError, before any password is checked, during a login backoff."""
+        wait = self.backoff.wait(peer, user)
+        if wait > 0:
+            raise AuthenticationError(
+                f"too many failed logins from {peer or 'this address'} or as {user!r}: "
+                f"try again in {math.ceil(wait)} s"
+            )
+
+    def _plain(self, data: bytes, peer: str) -> str:
         """RFC 4616: authzid NUL authcid NUL passwd. The user's name when the password is
         theirs."""
         parts = _text(data).split("\0")
@@ -367,8 +396,11 @@ class Sasl:
         authzid, user, password = parts
         if authzid and authzid != user:
             raise AuthenticationError(f"PLAIN: {user!r} may not act as {authzid!r}")
+        self._may_try(peer, user)
         if not self.check_password(user, password):
+            self.backoff.failed(peer, user)
             raise AuthenticationError(f"PLAIN: wrong user name or password for {user!r}")
+        self.backoff.succeeded(peer, user)
         return user
 
     def check_password(self, user: str, password: str) -> bool:

@@ -46,6 +46,7 @@ from typing import Any
 from mqcore.errors import ProtocolError
 from mqcore.log import FileRegion
 from mqcore.server.auth import SaslState
+from mqcore.server.backoff import peer_key
 from mqcore.server.common import Session
 
 log = logging.getLogger("mqcore.server")
@@ -116,7 +117,7 @@ class Connection:
         self.peer = peer
         self.ip: str = peer[0] if isinstance(peer, tuple) else str(peer)
         self.session = Session(peer)
-        self.sasl = SaslState()
+        self.sasl = SaslState(peer=peer_key(self.ip))
         self.state = READING
         self.connected_at = self.last_active = now
         self.frame_since: float | None = None  # the current frame's first byte

@@ -144,6 +144,7 @@ class Server:
             if tls_cert is not None
             else None
         )
+        # one login backoff for the Kafka listener's SASL and the HTTP server's Basic logins
         self.sasl = Sasl(sasl_credentials, sasl_mechanisms) if sasl_credentials else None
         self.authorizer = Authorizer.load(acl) if acl is not None else None
         if self.sasl is not None and self.tls is None and PLAIN in self.sasl.mechanisms:
@@ -242,7 +243,7 @@ class Server:
             try:
                 auth = None
                 if self.sasl is not None:  # the same users (and ACLs) over HTTP Basic
-                    auth = HttpAuth(self.sasl, self.authorizer)
+                    auth = HttpAuth(self.sasl, self.authorizer, backoff=self.sasl.backoff)
                 self.http_server = HttpServer(
                     create_app(self.store, auth=auth, group_members=self.broker.groups.member_list),
                     self.http, tls_cert=self._tls_cert,
