@@ -667,6 +667,28 @@ def test_list_groups_filters_by_state_and_type(coord: GroupCoordinator) -> None:
     assert set(listed(version=0)) == {"live", "old"}
 
 
+def test_abandoned_groups_are_forgotten(coord: GroupCoordinator, clock: Clock) -> None:
+    """Groups whose members all went (here: sessions expired, as when their processes were
+    killed) are Dead once Empty without committed offsets: no longer listed or kept (500
+    one-member groups stayed listed forever); a group with commits stays, Empty."""
+    cli = Client(coord)
+    for i in range(500):
+        stable_member(cli, f"gone-{i}", session=6.0)
+    member, generation = stable_member(cli, "kept", session=6.0)
+    cli.commit("kept", generation, member, {("t", 0): 3})
+
+    def listed() -> dict[str, str]:
+        return {g.group_id: g.group_state for g in cli.call(16, 4, states_filter=()).groups}
+
+    assert len(listed()) == 501
+    clock.now += 7.0  # every session is over
+    assert listed() == {"kept": "Empty"}
+    assert state(cli, "gone-3") == "Dead"
+    assert coord.member_count("gone-3") == 0
+    stable_member(cli, "gone-3")  # the name can be used again, from generation 1
+    assert cli.describe("gone-3").group_state == "Stable"
+
+
 def test_close_answers_a_waiting_join(coord: GroupCoordinator, pool: ThreadPoolExecutor) -> None:
     a, b = Client(coord, "a"), Client(coord, "b")
     stable_member(a, "g")

@@ -86,6 +86,7 @@ INITIAL_REBALANCE_DELAY = 3.0
 MAX_WAIT_SLICE = 1.0  # a waiter re-checks the clock at least this often (the clock may be a test's)
 KEY_GROUP, KEY_TRANSACTION = 0, 1
 WAKE_KEY = "groups"  # the purgatory key every group change wakes
+CLEANUP_INTERVAL = 60.0  # seconds: a new group's join forgets dead groups at most this often
 NO_DURATION = datetime.timedelta(0)  # throttle_time
 
 _I16 = struct.Struct(">h")
@@ -198,6 +199,7 @@ class GroupCoordinator:
         # one lock for every group: group operations are short, and waits release it
         self._cond = threading.Condition()
         self._groups: dict[str, Group] = {}
+        self._last_cleanup = -float("inf")  # when dead groups were last forgotten
         self._offsets: OffsetStore | None = None
         # the store counts this coordinator's members (group_type, delete_group,
         # alter_group_offsets): a group of Kafka clients is a consumer group there too
@@ -381,6 +383,8 @@ class GroupCoordinator:
         if group is None:
             if member_id:
                 return JoinResult(ErrorCode.unknown_member_id, member_id)
+            if now - self._last_cleanup > CLEANUP_INTERVAL:  # new groups: forget dead ones
+                self._forget_dead(self._committed_groups())
             group = self._groups[body.group_id] = Group(body.group_id)
         self._tick(group, now)
         if not self._supports(group, body.protocol_type, protocols, member_id):
@@ -1118,15 +1122,26 @@ class GroupCoordinator:
 
     def _known(self) -> dict[str, Group | None]:
         """Every group: those with members or a state here, and those that only have committed
-        offsets (None: Empty, no protocol type, as Kafka shows a group of standalone commits)."""
-        out: dict[str, Group | None] = dict.fromkeys(sorted(self._committed_groups()))
+        offsets (None: Empty, no protocol type, as Kafka shows a group of standalone commits).
+        An Empty group with no committed offsets is Dead: forgotten (Kafka's cleanup)."""
+        committed = self._committed_groups()
+        out: dict[str, Group | None] = dict.fromkeys(sorted(committed))
         with self._cond:
-            now = self.clock()
+            self._forget_dead(committed)
             for gid, group in self._groups.items():
-                self._tick(group, now)
-                if group.members or group.pending or group.generation or gid in out:
-                    out[gid] = group
+                out[gid] = group
         return out
+
+    def _forget_dead(self, committed: set[str]) -> None:
+        """Drop the groups left Empty (every member gone) that have no committed offsets:
+        abandoned groups are not listed forever, nor kept in memory (held lock)."""
+        now = self.clock()
+        self._last_cleanup = now
+        for gid, group in list(self._groups.items()):
+            self._tick(group, now)
+            if group.state == EMPTY and not group.members and not group.pending:
+                if gid not in committed:
+                    del self._groups[gid]
 
     def _committed_groups(self) -> set[str]:
         """The groups with committed offsets (none when the store cannot keep offsets: a
