@@ -6,6 +6,7 @@ another browser's session. A refused write leaves the store as it was."""
 from __future__ import annotations
 
 import re
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -172,3 +173,25 @@ def test_cli_console_allowed_host(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         proc.communicate(timeout=30)
+
+
+def test_an_ipv6_listener_answers_its_address_in_brackets(writable: mqcore.Store) -> None:
+    if not socket.has_ipv6:
+        pytest.skip("no IPv6")
+    try:
+        server = HttpServer(create_app(writable, allow_write=True), "[::1]:0").start()
+    except OSError as e:
+        pytest.skip(f"no IPv6 loopback here: {e}")
+    try:
+        port = port_of(server)
+        client = Client(server.url)
+        assert client.get("/ui/").status == 200  # Host [::1]:PORT
+        assert client.get("/ui/", Host=f"[0:0::1]:{port}").status == 200
+        assert client.get("/ui/", Host=f"localhost:{port}").status == 200
+        assert client.get("/ui/", Host=f"{EVIL}:{port}").status == 421
+        token = client.form_token()
+        form = {"csrf": token, **PRODUCE}
+        assert client.post_form("/ui/actions/produce", form).status == 303  # Origin [::1]
+        assert writable.end_offset("orders") == 1
+    finally:
+        server.stop()

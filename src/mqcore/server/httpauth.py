@@ -305,13 +305,17 @@ class SameOriginMiddleware:
 
 def host_name(value: str) -> str:
     """The host of a Host header or a name ("[::1]:8080" -> "::1", "Example.COM.:80" ->
-    "example.com"), lower case, without a trailing dot."""
+    "example.com"), lower case, without a trailing dot; an IP address in its usual form."""
     value = value.strip().lower()
     if value.startswith("["):
         name = value[1:].partition("]")[0]
     else:
         name = value.rpartition(":")[0] if value.count(":") == 1 else value
-    return name.rstrip(".")
+    name = name.rstrip(".")
+    try:
+        return str(ipaddress.ip_address(name))
+    except ValueError:
+        return name
 
 
 def served_names(local: str | None) -> set[str]:
@@ -344,11 +348,11 @@ def same_site(url: str, host: str) -> bool:
         return False
     if page.scheme not in ("http", "https") or not page.hostname:
         return False
-    if page_port == {"http": 80, "https": 443}[page.scheme]:
-        page_port = None
+    implied = {"http": 80, "https": 443}[page.scheme]
     _, colon, port = host.strip().rpartition(":")
     host_port = int(port) if colon and port.isdigit() and not host.endswith("]") else None
-    return host_name(page.hostname) == host_name(host) and page_port == host_port
+    same_port = (page_port or implied) == (host_port or implied)
+    return host_name(page.hostname) == host_name(host) and same_port
 
 
 def is_loopback(host: str) -> bool:
