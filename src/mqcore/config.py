@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import re
+import resource
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
-from mqcore.errors import InvalidConfigError, InvalidTopicError
+from mqcore.errors import InvalidConfigError, InvalidTopicError, PartitionLimitError
 
 # Kafka's legal topic characters and length (org.apache.kafka.common.internals.Topic).
 _LEGAL_NAME = re.compile(r"[a-zA-Z0-9._-]+")
@@ -189,6 +190,75 @@ class FlushPolicy:
         _choice("flush", self.mode, FLUSH_POLICIES)
         _positive_int("flush_interval_ms", self.interval_ms, 1, 2**40)
         _positive_int("flush_messages", self.messages, 1, 2**62)
+
+
+# Partition bounds (docs/operations.md "Limits"): each open partition holds one descriptor (its
+# active segment's .log) and, once written and read, four mappings (the .log and its three
+# indexes) and about 1 GiB of address space; vm.max_map_count is 65,530 by default
+REQUEST_PARTITIONS = 10_000  # Kafka's controller refuses more in one CreateTopics (KAFKA-17870)
+TOPIC_PARTITIONS = 4_096
+STORE_PARTITIONS_CAP = 10_000  # 40,000 mappings, with room for max_open_segments' 4,000
+
+
+@dataclass(frozen=True)
+class PartitionLimits:
+    """How many partitions one call may create (`max_partitions_per_request`), one topic may
+    have (`max_partitions_per_topic`) and the store may hold (`max_partitions`). Internal
+    topics count towards the store's total but are never refused: mqcore's own state must be
+    writable. `store=None` derives the store bound from the process's soft limit of open files
+    at each creation: half of it (the other half for connections and segments being opened),
+    at most STORE_PARTITIONS_CAP."""
+
+    request: int = REQUEST_PARTITIONS
+    topic: int = TOPIC_PARTITIONS
+    store: int | None = None
+
+    def __post_init__(self) -> None:
+        _positive_int("max_partitions_per_request", self.request, 1, MAX_PARTITIONS)
+        _positive_int("max_partitions_per_topic", self.topic, 1, MAX_PARTITIONS)
+        if self.store is not None:
+            _positive_int("max_partitions", self.store, 1, 1 << 30)
+
+    def store_bound(self) -> int:
+        """The store's bound: the one given, or half the soft RLIMIT_NOFILE, capped."""
+        if self.store is not None:
+            return self.store
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft == resource.RLIM_INFINITY:
+            return STORE_PARTITIONS_CAP
+        return max(1, min(soft // 2, STORE_PARTITIONS_CAP))
+
+    def check_request(self, adding: int) -> None:
+        """PartitionLimitError when one call would create more than the request bound."""
+        if adding > self.request:
+            raise PartitionLimitError(
+                f"{adding} new partitions in one request; max_partitions_per_request is "
+                f"{self.request}",
+                "max_partitions_per_request",
+                self.request,
+            )
+
+    def check(self, topic: str, adding: int, topic_total: int, store_total: int) -> None:
+        """Refuse (PartitionLimitError naming the bound) giving `topic` `adding` more
+        partitions, `topic_total` in all, in a store holding `store_total` now."""
+        self.check_request(adding)
+        if topic_total > self.topic:
+            raise PartitionLimitError(
+                f"topic {topic!r} would have {topic_total} partitions; max_partitions_per_topic "
+                f"is {self.topic}",
+                "max_partitions_per_topic",
+                self.topic,
+            )
+        bound = self.store_bound()
+        if store_total + adding > bound:
+            raise PartitionLimitError(
+                f"the store holds {store_total} partitions, and {adding} more for topic "
+                f"{topic!r} would pass max_partitions ({bound}"
+                + (", half the open-files limit" if self.store is None else "")
+                + ")",
+                "max_partitions",
+                bound,
+            )
 
 
 def _positive_int(name: str, value: object, low: int, high: int) -> None:

@@ -26,6 +26,7 @@ __all__ = [
     "TopicExistsError",
     "UnknownPartitionError",
     "InvalidConfigError",
+    "PartitionLimitError",
     "RecordTooLargeError",
     "InvalidRecordError",
     "InvalidTimestampError",
@@ -101,6 +102,17 @@ class ReadOnlyStoreError(StoreError):
 
 class InvalidConfigError(MQCoreError, ValueError):
     """A configuration value is out of its allowed range or of the wrong type."""
+
+
+class PartitionLimitError(InvalidConfigError):
+    """A creation would pass a bound on partitions (per call, per topic or per store; the
+    store options of docs/operations.md "Limits"); nothing was created. `limit` names the
+    option, `bound` is its value."""
+
+    def __init__(self, message: str, limit: str = "", bound: int = 0):
+        super().__init__(message)
+        self.limit = limit
+        self.bound = bound
 
 
 class InvalidTopicError(MQCoreError, ValueError):

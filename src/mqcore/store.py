@@ -17,7 +17,15 @@ from mqcore._ext.batch import Message
 from mqcore._ext.lookup import KEY_KIND
 from mqcore.arrow import new_columns, to_record_batch
 from mqcore.clock import Clock, now_ms
-from mqcore.config import FlushPolicy, TopicConfig, validate_name
+from mqcore.config import (
+    REQUEST_PARTITIONS,
+    TOPIC_PARTITIONS,
+    FlushPolicy,
+    PartitionLimits,
+    TopicConfig,
+    validate_name,
+)
+from mqcore.consume.expiry import OFFSETS_RETENTION_MS, RETENTION_CHECK_MS, GroupExpiry
 from mqcore.errors import (
     GroupNotEmptyError,
     GroupTypeError,
@@ -110,6 +118,11 @@ class Store(Sender[RecordMetadata, BatchMetadata, list[BatchMetadata]]):
         max_open_segments: int = 1000,
         full_recovery: bool = False,
         clock: Clock = now_ms,
+        max_partitions: int | None = None,
+        max_partitions_per_topic: int = TOPIC_PARTITIONS,
+        max_partitions_per_request: int = REQUEST_PARTITIONS,
+        offsets_retention_ms: int = OFFSETS_RETENTION_MS,
+        offsets_retention_check_interval_ms: int = RETENTION_CHECK_MS,
         **topic_defaults: Any,
     ):
         rate = sample_rate(trace)
@@ -122,6 +135,9 @@ class Store(Sender[RecordMetadata, BatchMetadata, list[BatchMetadata]]):
         intervals = _maintenance_intervals(
             retention_check_interval_ms, compaction_check_interval_ms
         )
+        self._expiry = GroupExpiry(
+            offsets_retention_ms, offsets_retention_check_interval_ms, clock
+        )  # fmt: skip
         self.log = Log(
             path,
             read_only=read_only,
@@ -135,6 +151,9 @@ class Store(Sender[RecordMetadata, BatchMetadata, list[BatchMetadata]]):
             max_open_segments=max_open_segments,
             full_recovery=full_recovery,
             clock=clock,
+            limits=PartitionLimits(
+                max_partitions_per_request, max_partitions_per_topic, max_partitions
+            ),
         )
         self._tracer = Tracer(self.log, rate) if rate > 0 else None
         if self._tracer is not None:
@@ -144,6 +163,10 @@ class Store(Sender[RecordMetadata, BatchMetadata, list[BatchMetadata]]):
                 retention_ms, compaction_ms = intervals
                 self.log.tasks.add("retention", retention_ms, self.apply_retention)
                 self.log.tasks.add("compaction", compaction_ms, self._compact_dirty)
+                if self._expiry.check_interval_ms > 0:
+                    self.log.tasks.add(
+                        "group_expiry", self._expiry.check_interval_ms, self.expire_groups
+                    )
                 self.log.start_tasks()
             self._txn_delay_setup(txn_delay_options)
         except BaseException:
@@ -392,7 +415,7 @@ class Store(Sender[RecordMetadata, BatchMetadata, list[BatchMetadata]]):
 
         validate_group(group)
         state = self._consume_state()
-        stamp = now_ms()
+        stamp = self.log.clock()
         commits = {}
         for (topic, partition), offset in offsets.items():
             end = self.end_offset(topic, partition)
@@ -413,6 +436,35 @@ class Store(Sender[RecordMetadata, BatchMetadata, list[BatchMetadata]]):
                 f"group {group!r} has {members} member{'s' * (members != 1)}; stop them before "
                 f"{doing}"
             )
+
+    def expire_groups(self, now: int | None = None) -> list[str]:
+        """Delete the committed offsets of every consumer group abandoned for
+        `offsets_retention_ms` (Kafka's offsets.retention.minutes, 7 days): no member now (in
+        this process or of a member source), and none seen and no commit for the retention
+        (consume/expiry.py says how it counts). Returns the groups expired; they leave
+        group_lag(), `mqcore groups` and the Kafka listings. The background task
+        "group_expiry" runs it every `offsets_retention_check_interval_ms`; expiry listeners
+        (add_group_expiry_listener) hear of every pass."""
+        from mqcore.consume.offsets import OFFSETS_TOPIC
+
+        self.log.check_writable()
+        if not self.log.has_topic(OFFSETS_TOPIC):
+            return []
+        state = self._consume_state()
+        when = self.log.clock() if now is None else now
+        with self._group_types:  # no member joins between the check and the tombstones
+            expired = self._expiry.expire(state.offsets, self.group_members, when)
+        self._expiry.tell(expired)
+        return expired
+
+    def add_group_expiry_listener(self, listener: Callable[[list[str]], None]) -> None:
+        """Call `listener(expired)` after every expiry pass, with the groups whose offsets
+        it deleted (maybe none): mqcore serve's coordinator forgets its empty groups."""
+        self._expiry.listeners.append(listener)
+
+    def remove_group_expiry_listener(self, listener: Callable[[list[str]], None]) -> None:
+        with contextlib.suppress(ValueError):
+            self._expiry.listeners.remove(listener)
 
     def group_lag(self, group: str | None = None) -> dict[str, list[PartitionLag]]:
         """Committed offset, end offset and lag of each partition every group (or `group`)

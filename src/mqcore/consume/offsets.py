@@ -165,33 +165,58 @@ class OffsetStore(ReplayedState[GroupKey, OffsetAndMetadata]):
         make it visible: once this returns the commit survives a power loss."""
         if not offsets:
             return
-        items = sorted(offsets.items())
         with self.lock:
-            loaded = self.loaded()
-            topic = self.log.internal_topic(
-                OFFSETS_TOPIC,
-                partitions=1,
-                cleanup_policy="compact",
-                unique_ids=False,
-                key_index=False,
-                segment_bytes=OFFSETS_SEGMENT_BYTES,
-            )
-            p = partition_for_group(group, self.log.config(topic).partitions)
-            part = self.log.partition(topic, p)
+            self._write({(group, t, p): om for (t, p), om in offsets.items()})
+
+    def _write(self, items: Mapping[GroupKey, OffsetAndMetadata | None]) -> None:
+        """Append `items` (None: a tombstone) to `__consumer_offsets`, one batch per partition
+        of it (a group's keys all go to partition_for_group's), fdatasync each, then make them
+        visible. Call with the lock held."""
+        if not items:
+            return
+        loaded = self.loaded()
+        topic = self.log.internal_topic(
+            OFFSETS_TOPIC,
+            partitions=1,
+            cleanup_policy="compact",
+            unique_ids=False,
+            key_index=False,
+            segment_bytes=OFFSETS_SEGMENT_BYTES,
+        )
+        count = self.log.config(topic).partitions
+        by_partition: dict[int, list[tuple[GroupKey, OffsetAndMetadata | None]]] = {}
+        for key, om in sorted(items.items()):
+            by_partition.setdefault(partition_for_group(key[0], count), []).append((key, om))
+        for p, entries in sorted(by_partition.items()):
             self.log.append_records(
                 topic,
                 p,
-                [None if om is None else encode_value(om) for _, om in items],
-                [encode_key(group, t, p) for (t, p), _ in items],
+                [None if om is None else encode_value(om) for _, om in entries],
+                [encode_key(*key) for key, _ in entries],
             )
             crash_point("offsets.after_append")
-            part.flush()  # the batch, and the names of a new segment or partition directory
+            self.log.partition(topic, p).flush()  # the batch, and a new segment's names
             crash_point("offsets.after_fdatasync")
-            for (t, p), om in items:
-                if om is None:
-                    loaded.pop((group, t, p), None)
-                else:
-                    loaded[(group, t, p)] = om
+        for key, om in items.items():
+            if om is None:
+                loaded.pop(key, None)
+            else:
+                loaded[key] = om
+
+    def expire(self, cutoffs: Mapping[str, int]) -> list[str]:
+        """Tombstone every offset of each group of `cutoffs` whose newest commit time is at or
+        before the group's cutoff (ms), all in one batch per partition, durable when this
+        returns; the groups expired, sorted. Decided under the lock, so a commit that lands
+        first keeps its group (docs/consume.md "Expiry of abandoned groups")."""
+        with self.lock:
+            newest: dict[str, int] = {}
+            for (group, _, _), om in self.loaded().items():
+                if group in cutoffs:
+                    newest[group] = max(newest.get(group, om.commit_time), om.commit_time)
+            expired = sorted(g for g, t in newest.items() if t <= cutoffs[g])
+            gone = set(expired)
+            self._write(dict.fromkeys((k for k in self.loaded() if k[0] in gone), None))
+            return expired
 
     def delete_group(self, group: str) -> int:
         """Tombstone every committed offset of `group` (one batch); returns how many."""

@@ -20,6 +20,7 @@ Durability after `append_records`/`append` returns, by flush policy (docs/operat
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -31,7 +32,7 @@ from typing import Any
 from mqcore import compression as codecs
 from mqcore._ext.batch import EncodedBatch
 from mqcore.clock import Clock, now_ms
-from mqcore.config import FlushPolicy, TopicConfig, validate_name
+from mqcore.config import FlushPolicy, PartitionLimits, TopicConfig, validate_name
 from mqcore.crashpoints import crash_point
 from mqcore.errors import (
     CorruptIndexError,
@@ -46,8 +47,10 @@ from mqcore.errors import (
     UnknownTopicError,
 )
 from mqcore.log.append import BatchMetadata, HeadersArg, Router, encode_fitting
-from mqcore.log.internal import SkipLog, refuse_internal
+from mqcore.log.changes import TopicChanges
+from mqcore.log.internal import SkipLog, is_internal, refuse_internal
 from mqcore.log.replica import ReplicaLog
+from mqcore.storage import durable
 from mqcore.storage.cache import SegmentCache
 from mqcore.storage.flusher import Flusher
 from mqcore.storage.logdir import LogDirectory
@@ -81,6 +84,7 @@ class Log:
         max_open_segments: int = 1000,
         full_recovery: bool = False,
         clock: Clock = now_ms,
+        limits: PartitionLimits | None = None,
     ):
         if (
             isinstance(max_open_segments, bool)
@@ -113,7 +117,10 @@ class Log:
         self._full_recovery = full_recovery
         self._dir = LogDirectory(path, writable=not read_only, create=create)
         self.path = self._dir.path
-        self._lock = threading.RLock()
+        self._lock = threading.RLock()  # publishing topic changes, replica handles, close
+        self.limits = limits if limits is not None else PartitionLimits()
+        self._changes = TopicChanges(self._dir.path)  # who changes which topic (log/changes.py)
+        self._deleting: dict[str, int] = {}  # deletions in progress: topic -> partitions
         self._configs: dict[str, TopicConfig] = {}
         self._topic_appends: dict[str, int] = {}  # batches written per topic since open
         # topic -> partition number -> Partition; a read-only store of a Kafka log directory
@@ -128,7 +135,9 @@ class Log:
         # and join cost 0.1-2 ms each on a 2-core VM
         self._background_deferred = False
         self._tasks_wanted = False
-        self.tasks = BackgroundTasks()
+        # what stopped the background tasks for good: every later call raises it
+        self._fault: StoreClosedError | None = None
+        self.tasks = BackgroundTasks(on_stop=self._tasks_stopped)
         self.skipped = SkipLog()  # internal records a reader could not parse (log/internal.py)
         self.recovery: dict[tuple[str, int], RecoveryReport] = {}
         self.stray_directories: list[str] = []
@@ -248,25 +257,96 @@ class Log:
         self.recovery = {}
 
     def _create_partitions(
-        self, topic: str, numbers: range, cfg: TopicConfig
+        self, topic: str, numbers: range, cfg: TopicConfig, made: list[str]
     ) -> dict[int, Partition]:
-        """New partitions `numbers` of `topic`, each with its first segment. Their directories
-        are made durable by one fsync of the store directory, before mqcore-topics.json
-        declares them (an open never recreates a declared partition's directory); the names of
-        each first segment, by the partition's first sync (docs/operations.md "Store
-        lifecycle")."""
-        made = False
+        """New partitions `numbers` of `topic`, each with its first segment; `made` collects
+        the directories made (the caller removes them if the creation fails). They are made
+        durable by one fsync of the store directory, before mqcore-topics.json declares them
+        (an open never recreates a declared partition's directory); the names in each by
+        fsyncs side by side (durable.sync_dirs), or under flush="os" by the partition's first
+        flush (docs/operations.md "Store lifecycle"). A directory already there (a stray left
+        by a crash) is opened as it is."""
         for p in numbers:
             directory = self._dir.partition_dir(topic, p)
             if not os.path.lexists(directory):
                 os.mkdir(directory)
-                made = True
+                made.append(directory)
         if made:
             self._dir.fsync_dir()
-        parts = {p: self._new_partition(topic, p, cfg) for p in numbers}
-        for part in parts.values():
-            part.open(0, clean=True)
+        fresh = set(made)
+        parts: dict[int, Partition] = {}
+        try:
+            for p in numbers:
+                part = parts[p] = self._new_partition(topic, p, cfg)
+                if part.directory in fresh:
+                    part.create()
+                else:
+                    part.open(0, clean=True)
+            if self.flush_policy.mode != "os":
+                durable.sync_dirs(made)  # each one's first segment, all at once
+        except BaseException:
+            for part in parts.values():
+                part.abandon()  # its descriptors, before the directories go
+            raise
         return parts
+
+    def _grow(
+        self, topic: str, numbers: range, cfg: TopicConfig, crash_at: str | None = None
+    ) -> None:
+        """Make partitions `numbers` of `topic` and declare it with `cfg` (a new topic, or
+        more partitions), all or nothing: a failure at any step (EMFILE at partition k, a full
+        disk writing the topic list) closes what was opened and removes the directories made,
+        and the store goes on as before. The limits are checked first, counting what other
+        creations in progress reserved."""
+        made: list[str] = []
+        with self._changes.reserving(len(numbers), lambda r: self._check_limits(topic, cfg, r)):
+            try:
+                parts = self._create_partitions(topic, numbers, cfg, made)
+                if crash_at is not None:
+                    crash_point(crash_at)
+                self._declare(topic, cfg, parts)
+            except BaseException:
+                with contextlib.suppress(OSError):  # strays at worst: the next creation reuses them
+                    self._dir.remove_trees(made)
+                raise
+
+    def check_limits(self, topic: str, partitions: int) -> None:
+        """PartitionLimitError unless `topic` may have `partitions` in all now (a new topic or
+        more partitions): what a creation checks first, for a request's validate_only."""
+        with self._changes.committing():
+            self._check_limits(topic, self.new_topic_config(partitions), self._changes.reserved)
+
+    def _check_limits(self, topic: str, cfg: TopicConfig, reserved: int) -> None:
+        """PartitionLimitError unless `topic` may have `cfg.partitions` (PartitionLimits);
+        internal topics count towards the store's total but are never refused."""
+        if is_internal(topic):
+            return
+        old = self._configs.get(topic)
+        adding = cfg.partitions - (old.partitions if old is not None else 0)
+        total = sum(c.partitions for c in self._configs.values()) + reserved
+        self.limits.check(topic, adding, cfg.partitions, total)
+
+    def _declare(self, topic: str, cfg: TopicConfig, parts: dict[int, Partition]) -> None:
+        """Write the topic list with `topic` as `cfg`, then publish its new partitions; the
+        partitions are closed if the write fails (the caller removes their directories)."""
+        with self._changes.committing():
+            configs = {**self._configs, topic: cfg}
+            try:
+                self._dir.save_topics(configs, self._deleting)
+            except BaseException:
+                for part in parts.values():
+                    part.abandon()
+                raise
+            grown = {**self._partitions.get(topic, {}), **parts}
+            with self._lock:
+                if topic in self._configs:  # more partitions: the lookups find them first
+                    self._partitions = {**self._partitions, topic: grown}
+                    self._configs = configs
+                else:  # a new topic: whoever finds its partitions finds its config
+                    self._configs = configs
+                    self._partitions = {**self._partitions, topic: grown}
+                for part in grown.values():
+                    part.reconfigure(cfg)
 
     def _new_partition(self, topic: str, p: int, cfg: TopicConfig) -> Partition:
         return Partition(
@@ -311,8 +391,10 @@ class Log:
         clean marker."""
         if not self._closed:
             # before the lock and before the log looks closed: a task finishes its run with
-            # the log still usable (a task may take the lock itself)
+            # the log still usable (a task may take the lock itself), and a topic change in
+            # progress finishes (its partitions land, and are closed below)
             self.tasks.stop()
+            self._changes.close()
         with self._lock:
             if self._closed:
                 return
@@ -335,15 +417,27 @@ class Log:
 
     @property
     def lock(self) -> AbstractContextManager[Any]:
-        """The log's lock (reentrant): held while topics are created or changed."""
+        """The log's lock (reentrant): held while a topic change is published (log/changes.py:
+        never for the change's slow part) and while replica handles are made."""
         return self._lock
 
     def check_open(self) -> None:
-        """StoreClosedError once closed; the flusher's error once it failed."""
+        """StoreClosedError once closed or once the background tasks stopped; the flusher's
+        error once it failed."""
         if self._closed:
             raise StoreClosedError(f"store {self.path} is closed")
+        if self._fault is not None:
+            raise self._fault
         if self._flusher is not None and self._flusher.error is not None:
             raise self._flusher.error
+
+    def _tasks_stopped(self, error: BaseException) -> None:
+        """The task thread ended on something no task may raise (tasks.py): the store stops
+        serving rather than run on without retention, delays and check-back."""
+        self._fault = StoreClosedError(
+            f"store {self.path} stopped: its background tasks ended on {error!r}; close it and "
+            "open it again"
+        )
 
     def check_writable(self) -> None:
         self.check_open()
@@ -366,7 +460,7 @@ class Log:
         self.check_writable()
         validate_name(name)
         cfg = self.new_topic_config(partitions, **config)
-        with self._lock:
+        with self._changes.changing(name):
             existing = self._configs.get(name)
             if existing is not None:
                 if existing.partitions != cfg.partitions:
@@ -375,10 +469,7 @@ class Log:
                         f"not {cfg.partitions}"
                     )
                 return
-            parts = self._create_partitions(name, range(cfg.partitions), cfg)
-            self._configs[name] = cfg
-            self._partitions[name] = parts
-            self._dir.save_topics(self._configs)
+            self._grow(name, range(cfg.partitions), cfg)
 
     def internal_topic(self, name: str, partitions: int = 1, **config: Any) -> str:
         """Create internal topic `name` (a `__` name) on first use, whatever
@@ -391,20 +482,24 @@ class Log:
         """Change settings of an existing topic (Store.alter_topic_config says what and when);
         returns its new settings."""
         self.check_writable()
-        self.partitions_of(topic)
-        with self._lock:
-            old = self._configs[topic]
+        with self._changes.changing(topic):
+            old = self._existing(topic)
             new = old.with_changes(**changes)
             old.changes_allowed(changes)
             if new == old:
                 return old
-            configs = dict(self._configs)
-            configs[topic] = new
-            self._dir.save_topics(configs)  # on disk first: a failed write changes nothing
-            self._configs = configs
-            for part in self._partitions[topic].values():
-                part.reconfigure(new)
+            self._declare(topic, new, {})  # on disk first: a failed write changes nothing
         return new
+
+    def _existing(self, topic: str) -> TopicConfig:
+        """The settings of `topic`, looked up while a change holds it (changing): a topic
+        deleted by a change before this one is UnknownTopicError, never a KeyError."""
+        self.check_writable()
+        cfg = self._configs.get(topic)
+        if cfg is None:
+            validate_name(topic)
+            raise UnknownTopicError(f"topic {topic!r} does not exist in {self.path}")
+        return cfg
 
     def delete_topic(self, name: str) -> None:
         """Delete a topic and its messages (Store.delete_topic says what a caller sees).
@@ -416,29 +511,40 @@ class Log:
         their directories are renamed to Kafka's `<topic>-<n>.<hex>-delete`; the topic list
         is saved without the `deleting` entry; the directories are removed."""
         self.check_writable()
-        self.partitions_of(name)  # UnknownTopicError
-        # the lock throughout: the name cannot be created again before its old directories
-        # are renamed (a maintenance pass never takes the log's lock, so waiting for one is safe)
-        with self._lock:
-            cfg = self._configs[name]
-            configs = {t: c for t, c in self._configs.items() if t != name}
-            self._dir.save_topics(configs, {name: cfg.partitions})
-            crash_point("delete_topic.after_save")
-            parts = self._partitions[name]
-            # partitions first: a lookup that finds them finds their config (_config_of)
-            self._partitions = {t: ps for t, ps in self._partitions.items() if t != name}
-            self._configs = configs
-            self._replicas = {k: v for k, v in self._replicas.items() if k.topic != name}
-            # a consumer that drained the topic looks again, and finds it gone
-            self._topic_appends[name] = self._topic_appends.get(name, 0) + 1
+        # the topic held throughout: the name cannot be created again before its old
+        # directories are renamed (a maintenance pass never takes a change, so waiting for one
+        # is safe); other topics change meanwhile, and appends and reads go on
+        with self._changes.changing(name):
+            cfg = self._existing(name)
+            parts = self._forget(name, cfg)
             for part in parts.values():
                 with part.maintenance:  # a retention or compaction pass of it finishes first
                     part.close(deleted=True)
-            self._dir.retire_partitions(name, cfg.partitions)
+            retired = self._dir.retire_partitions(name, cfg.partitions)
             crash_point("delete_topic.after_rename")
-            self._dir.save_topics(configs)
-            self._dir.remove_deleted()
+            with self._changes.committing():
+                del self._deleting[name]
+                self._dir.save_topics(self._configs, self._deleting)
+            self._dir.remove_trees(retired)
             self.checkpoint()
+
+    def _forget(self, name: str, cfg: TopicConfig) -> dict[int, Partition]:
+        """The commit point of a deletion: the topic list names `name` as deleting, durably,
+        and no lookup finds it any more. Returns its partitions (still open)."""
+        with self._changes.committing():
+            configs = {t: c for t, c in self._configs.items() if t != name}
+            self._dir.save_topics(configs, {**self._deleting, name: cfg.partitions})
+            self._deleting[name] = cfg.partitions
+            crash_point("delete_topic.after_save")
+            with self._lock:
+                parts = self._partitions[name]
+                # partitions first: a lookup that finds them finds their config (_config_of)
+                self._partitions = {t: ps for t, ps in self._partitions.items() if t != name}
+                self._configs = configs
+                self._replicas = {k: v for k, v in self._replicas.items() if k.topic != name}
+                # a consumer that drained the topic looks again, and finds it gone
+                self._topic_appends[name] = self._topic_appends.get(name, 0) + 1
+        return parts
 
     def add_partitions(self, topic: str, count: int, validate_only: bool = False) -> TopicConfig:
         """Grow `topic` to `count` partitions (Kafka's CreatePartitions); returns its new
@@ -447,9 +553,8 @@ class Log:
         that the next add_partitions reuses). Keys route by the count: after this, a key may
         go to another partition than before. `validate_only`: check, change nothing."""
         self.check_writable()
-        self.partitions_of(topic)
-        with self._lock:
-            old = self._configs[topic]
+        with self._changes.changing(topic):
+            old = self._existing(topic)
             if isinstance(count, bool) or not isinstance(count, int) or count <= old.partitions:
                 raise InvalidConfigError(
                     f"topic {topic!r} has {old.partitions} partitions: the count can only grow, "
@@ -457,20 +562,9 @@ class Log:
                 )
             new = old.with_changes(partitions=count)  # validates the upper bound
             if validate_only:
+                self.check_limits(topic, count)
                 return new
-            added = self._create_partitions(topic, range(old.partitions, count), new)
-            crash_point("add_partitions.after_dirs")
-            configs = {**self._configs, topic: new}
-            try:
-                self._dir.save_topics(configs)
-            except BaseException:
-                for part in added.values():
-                    part.close()
-                raise
-            self._configs = configs
-            self._partitions = {**self._partitions, topic: {**self._partitions[topic], **added}}
-            for part in self._partitions[topic].values():
-                part.reconfigure(new)
+            self._grow(topic, range(old.partitions, count), new, "add_partitions.after_dirs")
         return new
 
     def topics(self) -> list[str]:
@@ -494,7 +588,12 @@ class Log:
         parts = self._partitions.get(topic)
         flusher = self._flusher
         # check_open's conditions, inline (keep them the same as check_open's)
-        if parts is None or self._closed or (flusher is not None and flusher.error is not None):
+        if (
+            parts is None
+            or self._closed
+            or self._fault is not None
+            or (flusher is not None and flusher.error is not None)
+        ):
             parts = self.partitions_of(topic, create)  # the errors, or the creation
         return parts, self._config_of(topic)
 
@@ -508,14 +607,15 @@ class Log:
     def partitions_of(self, topic: str, create: bool = False) -> dict[int, Partition]:
         """The topic's open partitions by number (do not change the dict). With `create` an
         unknown topic is created when auto_create_topics allows it."""
-        if self._closed or self._flusher is not None:  # lookups are microseconds: skip a call
+        # lookups are microseconds: skip the call when nothing can be wrong
+        if self._closed or self._flusher is not None or self._fault is not None:
             self.check_open()
         parts = self._partitions.get(topic)
         if parts is None:
             if create and self.auto_create_topics:
                 refuse_internal(topic)  # auto-creation makes user topics only
                 self.create_topic(topic)
-                return self._partitions[topic]
+                return self.partitions_of(topic)  # deleted at once by another thread: unknown
             validate_name(topic)
             raise UnknownTopicError(f"topic {topic!r} does not exist in {self.path}")
         return parts
@@ -554,7 +654,7 @@ class Log:
 
     def query_parts(self, topic: str, partition: int | None) -> list[Partition]:
         """The partitions a query of `topic` (or of one `partition`) reads, in number order."""
-        if self._closed or self._flusher is not None:
+        if self._closed or self._flusher is not None or self._fault is not None:
             self.check_open()
         parts = self._partitions.get(topic)
         if parts is None or partition is not None:
@@ -623,6 +723,9 @@ class Log:
         for the log's life (it holds the leader-epoch cache and the high watermark). Its
         appends wake waiting consumers and the flusher like the log's own."""
         part = self.partition(topic, partition)
+        handle = self._replicas.get(part)  # no lock on the way of every produce and fetch
+        if handle is not None:
+            return handle
         with self._lock:
             handle = self._replicas.get(part)
             if handle is None:

@@ -360,16 +360,21 @@ def read_snapshot(path: str) -> dict[int, ProducerEntry]:
     return out
 
 
-def load(part: PartitionLog) -> ProducerStateManager:
-    """The partition's producer state after open (and recovery): the newest valid snapshot at
-    or below the log end (newer and corrupt ones are deleted), the batch headers after it, then
-    older batch headers for producers whose window is still short (docs/consume.md)."""
-    mgr = ProducerStateManager(
+def empty(part: PartitionLog) -> ProducerStateManager:
+    """The state of a partition with no producer yet (a new one, or before load reads)."""
+    return ProducerStateManager(
         f"{part.topic}-{part.partition}",
         part.directory,
         lambda: part.start_offset,
         part.flush_policy.mode != "os",
     )
+
+
+def load(part: PartitionLog) -> ProducerStateManager:
+    """The partition's producer state after open (and recovery): the newest valid snapshot at
+    or below the log end (newer and corrupt ones are deleted), the batch headers after it, then
+    older batch headers for producers whose window is still short (docs/consume.md)."""
+    mgr = empty(part)
     start, end = part.start_offset, part.end_offset
     for name in os.listdir(part.directory):
         if name.endswith(".tmp") and SNAPSHOT_SUFFIX + "." in name:

@@ -246,11 +246,18 @@ class LogSegment:
         self.fd = fd
         if not self.loaded or self.size == 0:
             self.size = st.st_size
-        if appending and _holds_reserve(st):
-            # a reserve left by a process that died is handed back before anything else
-            os.ftruncate(fd, st.st_size)
-        self.offset_index.open()
-        self.time_index.open()
+        try:
+            if appending and _holds_reserve(st):
+                # a reserve left by a process that died is handed back before anything else
+                os.ftruncate(fd, st.st_size)
+            self.offset_index.open()
+            self.time_index.open()
+        except BaseException:  # EMFILE at an index, say: the .log's descriptor goes too
+            self.offset_index.unmap()
+            self.time_index.unmap()
+            os.close(fd)
+            self.fd = -1
+            raise
         self.is_open = True
 
     def _changed(self, how: str) -> StoreChangedError:
