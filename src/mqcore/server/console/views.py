@@ -216,6 +216,7 @@ async def rows(request: Request) -> JSONResponse:
     stands. A scan, so under the app's bound on scans, on a scan thread (httpbase.Scans: 503
     when no slot comes free). JSON errors, like the /v1 API."""
     try:
+        access(request).check_topic(READ, request.path_params["topic"])  # before any slot
         scans: Scans = request.app.state.scans
         async with scans.slot():
             return await scans.run(lent_call, request, rows_chunk, request)
@@ -226,7 +227,6 @@ async def rows(request: Request) -> JSONResponse:
 def rows_chunk(store: Store, request: Request) -> JSONResponse:
     params = Params(request, (*browse.PAGE_FIELDS, "page_left", "scan_left"))
     topic = request.path_params["topic"]
-    access(request).check_topic(READ, topic)
     q = browse.parse_query(store, topic, params)
     limit = params.count("page_left", q.limit)
     max_scan = params.count("scan_left", q.max_scan)
