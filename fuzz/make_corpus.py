@@ -10,11 +10,19 @@ root with the package importable (PYTHONPATH=src).
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
 import glob
+import io
 import os
 import struct
 import sys
 import tempfile
+import types
+import uuid
+from collections.abc import Iterator
+from dataclasses import fields, is_dataclass
+from typing import Any, Union, get_args, get_origin
 
 import mqcore
 from mqcore._ext.batch import read_batch_info
@@ -137,6 +145,8 @@ def main(out_dir: str) -> None:
         put("selector", f"sel-{i}", text.encode() + b"\0" + PROPS)
     for name, frame in server_requests(first_batch):
         put("server_request", name, frame)
+    for name, frame in null_seeds():
+        put("server_request", name, frame)
     print(f"corpora written under {out_dir}")
 
 
@@ -197,6 +207,130 @@ def server_requests(batch: bytes) -> list[tuple[str, bytes]]:
     out.append(("init_producer_id-4", payload(22, 4, transactional_id=None,
                                              transaction_timeout=second)))  # fmt: skip
     return out
+
+
+def null_seeds() -> list[tuple[str, bytes]]:
+    """The null_requests of each API's highest version (none without kio)."""
+    try:
+        from mqcore.server.protocol import APIS
+    except ImportError:
+        return []
+    return [
+        (f"null-{key}-{version}-{place}", payload)
+        for key, version, place, _, payload in null_requests()
+        if version == APIS[key][2]
+    ]
+
+
+# -- requests with a null in every place one can go (guard.py refuses those the schema has not) --
+# kio and mqcore.server are imported by the functions below only: without kio (Python 3.10)
+# the corpus has no server requests
+
+_DEFAULTS = {
+    "bool": False, "int8": 0, "int16": 0, "uint16": 0, "int32": 0, "uint32": 0, "int64": 0,
+    "float64": 0.0, "string": "", "bytes": b"", "records": b"", "uuid": uuid.UUID(int=0),
+    "timedelta_i32": datetime.timedelta(0), "timedelta_i64": datetime.timedelta(0),
+    "error_code": 0,
+}  # fmt: skip
+
+
+def smallest(cls: type) -> Any:
+    """An instance of a kio entity with every field at its smallest non-null value."""
+    return cls(**{f.name: value_of(f.type, f.metadata) for f in fields(cls)})
+
+
+def value_of(tp: Any, metadata: Any) -> Any:
+    if get_origin(tp) in (types.UnionType, Union):
+        tp = next(a for a in get_args(tp) if a is not type(None))
+    if get_origin(tp) is tuple:
+        return (value_of(get_args(tp)[0], metadata),)
+    if is_dataclass(tp):
+        return smallest(tp)  # type: ignore[arg-type]
+    return _DEFAULTS[metadata["kafka_type"]]
+
+
+def null_places(
+    cls: type, plan: Any, buf: memoryview, pos: int, out: list[tuple[int, Any, bool]]
+) -> int:
+    """(position, step, nullable) of every string, bytes and array of the entity `cls` in the
+    body from `pos`, walking the plan the server's guard walks; `nullable` read from kio's
+    type of the field (Kafka's nullableVersions), not from the guard."""
+    from mqcore.server import guard
+
+    steps, tagged = plan
+    untagged = [f for f in fields(cls) if "tag" not in f.metadata]
+    for f, step in zip(untagged, steps, strict=True):
+        tp, nullable = f.type, False
+        if get_origin(tp) in (types.UnionType, Union):
+            nullable, tp = True, next(a for a in get_args(tp) if a is not type(None))
+        if step[0] in ("string", "bytes", "array"):
+            out.append((pos, step, nullable))
+        if step[0] == "array" and step[1][0] == "struct":
+            n, at = step_count(buf, pos, step)
+            for _ in range(n):
+                at = null_places(get_args(tp)[0], step[1][1], buf, at, out)
+        if step[0] == "struct":
+            null_places(tp, step[1], buf, pos, out)
+        pos = guard._walk(step, buf, pos, len(buf))
+    if tagged is not None:
+        pos += 1  # no tagged fields: a count of 0
+    return pos
+
+
+def step_count(buf: memoryview, pos: int, step: Any) -> tuple[int, int]:
+    """An array's element count and where its first element starts."""
+    if step[2]:  # compact: uvarint count + 1 (small here: one byte)
+        return buf[pos] - 1, pos + 1
+    return int.from_bytes(buf[pos : pos + 4], "big"), pos + 4
+
+
+def with_null(body: bytes, pos: int, step: Any) -> bytes:
+    """`body` with the empty string, bytes or one-element array at `pos` made null: the same
+    number of bytes (int16/int32 -1, or the compact form's 0)."""
+    kind, flexible = step[0], step[2]
+    if flexible:
+        assert body[pos] in (1, 2)  # "" / b"" (length + 1) or one element (count + 1)
+        return body[:pos] + b"\0" + body[pos + 1 :] if body[pos] == 1 else b""
+    size = 2 if kind == "string" else 4
+    if int.from_bytes(body[pos : pos + size], "big") != (1 if kind == "array" else 0):
+        return b""
+    return body[:pos] + b"\xff" * size + body[pos + size :]
+
+
+def null_requests() -> Iterator[tuple[int, int, int, bool, bytes]]:
+    """(api key, version, place, nullable, request payload) for every null a request can
+    carry: the smallest request of each served API and version (one element in each array,
+    zeros and empty strings elsewhere), with a null patched in at each string, bytes and
+    array in turn, and whether Kafka's schema allows that null there. tests/test_server_nulls.py
+    sends each to a server; the server_request harness's corpus starts from them."""
+    from kio.serial import entity_writer
+
+    from mqcore.server import guard
+    from mqcore.server.protocol import APIS, api, build
+
+    for key, (_, low, high) in sorted(APIS.items()):
+        for version in range(low, high + 1):
+            found = api(key, version)
+            assert found is not None
+            out = io.BytesIO()
+            request = smallest(found.request)
+            if key == 0:  # acks=0 is answered by no response at all
+                request = dataclasses.replace(request, acks=-1)
+            entity_writer(found.request)(out, request)
+            body = out.getvalue()
+            head = io.BytesIO()
+            header = found.request.__header_schema__
+            entity_writer(header)(head, build(header, request_api_key=key,
+                                              request_api_version=version,
+                                              correlation_id=key * 100 + version,
+                                              client_id="nulls"))  # fmt: skip
+            places: list[tuple[int, Any, bool]] = []
+            null_places(found.request, guard._plan(found.request), memoryview(body), 0, places)
+            for i, (pos, step, nullable) in enumerate(places):
+                patched = with_null(body, pos, step)
+                if patched:
+                    payload = head.getvalue() + patched
+                    yield key, version, i, nullable, payload
 
 
 if __name__ == "__main__":

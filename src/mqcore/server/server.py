@@ -345,7 +345,7 @@ class Server:
         try:
             if error is not None:
                 raise error
-            got = self._send_and_read(conn, self._encode(request, body))
+            got = self._send_and_read(conn, response_frame(request, body))
             if got is not None:
                 self._serve(conn, got)
         except _Failure as e:
@@ -433,18 +433,18 @@ class Server:
             raise ProtocolError(f"{request.api.name} failed: {e}") from e
         if isinstance(body, Delayed):
             return _Waiting(request, body)
-        return self._encode(request, body)
+        return response_frame(request, body)
 
-    @staticmethod
-    def _encode(request: Request, body: Any) -> bytes | FetchFrame | None:
-        """The frame of the response `body` to `request` (None: no response)."""
-        if body is None:
-            return None
-        if isinstance(body, FetchAnswer):  # records sent from the files (server/fetchwire.py)
-            return encode_fetch(request.api.version, request.correlation_id, body.topics)
-        if isinstance(body, ProduceAnswer):  # written by hand (server/producewire.py)
-            return encode_produce(request.api.version, request.correlation_id, body)
-        return encode_response(request.api, request.correlation_id, body)
+
+def response_frame(request: Request, body: Any) -> bytes | FetchFrame | None:
+    """The frame of the handler's response `body` to `request` (None: no response)."""
+    if body is None:
+        return None
+    if isinstance(body, FetchAnswer):  # records sent from the files (server/fetchwire.py)
+        return encode_fetch(request.api.version, request.correlation_id, body.topics)
+    if isinstance(body, ProduceAnswer):  # written by hand (server/producewire.py)
+        return encode_produce(request.api.version, request.correlation_id, body)
+    return encode_response(request.api, request.correlation_id, body)
 
 
 class _Waiting:
