@@ -15,6 +15,8 @@ import threading
 from collections.abc import Iterator
 from typing import Any, TextIO
 
+from mqcore.config import REQUEST_PARTITIONS, TOPIC_PARTITIONS
+from mqcore.consume.expiry import OFFSETS_RETENTION_MS
 from mqcore.errors import InvalidConfigError, MQCoreError
 
 FLUSH_POLICIES = ("always", "interval", "os")
@@ -71,7 +73,42 @@ def add_parsers(sub: Any) -> None:
         help="the mechanisms offered (default SCRAM-SHA-256,PLAIN)",
     )  # fmt: skip
     sec.add_argument("--acl", metavar="FILE", help="per-user topic permissions (needs SASL)")
+    add_store_limits(p)
     p.set_defaults(run=cmd_serve)
+
+
+def add_store_limits(p: Any) -> None:
+    """The store's bounds on partitions and its group expiry (docs/operations.md "Limits")."""
+    lim = p.add_argument_group('store limits (docs/operations.md "Limits")')
+    lim.add_argument(
+        "--max-partitions", type=int, metavar="N",
+        help="partitions the store may hold (default: half the open-files limit, at most 10000)",
+    )  # fmt: skip
+    lim.add_argument(
+        "--max-partitions-per-topic", type=int, default=TOPIC_PARTITIONS, metavar="N",
+        help=f"partitions one topic may have (default {TOPIC_PARTITIONS})",
+    )  # fmt: skip
+    lim.add_argument(
+        "--max-partitions-per-request", type=int, default=REQUEST_PARTITIONS, metavar="N",
+        help=f"partitions one request may create (default {REQUEST_PARTITIONS}, as Kafka)",
+    )  # fmt: skip
+    lim.add_argument(
+        "--offsets-retention-minutes", type=int, default=OFFSETS_RETENTION_MS // 60_000,
+        metavar="MIN",
+        help="delete the offsets of a consumer group left without members and commits this "
+        "long (default 10080, 7 days, as Kafka; -1 keeps them)",
+    )  # fmt: skip
+
+
+def store_limits(args: argparse.Namespace) -> dict[str, Any]:
+    """The store options of add_store_limits' flags."""
+    minutes = args.offsets_retention_minutes
+    return {
+        "max_partitions": args.max_partitions,
+        "max_partitions_per_topic": args.max_partitions_per_topic,
+        "max_partitions_per_request": args.max_partitions_per_request,
+        "offsets_retention_ms": -1 if minutes == -1 else minutes * 60_000,
+    }
 
 
 def raise_open_files_limit() -> None:
@@ -104,7 +141,7 @@ def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
         tls_cert=args.tls_cert, tls_key=args.tls_key, tls_ca=args.tls_ca,
         sasl_credentials=args.sasl_credentials,
         sasl_mechanisms=tuple(m.strip() for m in args.sasl_mechanisms.split(",") if m.strip()),
-        acl=args.acl,
+        acl=args.acl, **store_limits(args),
     )  # fmt: skip
     raise_open_files_limit()
     # the server's log (refused connections, errors) on stderr, one line each

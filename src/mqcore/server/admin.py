@@ -9,14 +9,22 @@ a setting mqcore fixes at creation is described read-only and refused by alter.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import datetime
 from collections import Counter
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
 from mqcore.config import FIXED_AT_CREATION, TopicConfig
-from mqcore.errors import InvalidConfigError, MQCoreError, UnknownTopicError
+from mqcore.errors import (
+    InvalidConfigError,
+    MQCoreError,
+    PartitionLimitError,
+    UnknownTopicError,
+)
 from mqcore.server.auth import CREATE, DESCRIBE
 from mqcore.server.common import (
     NO_TIME,
@@ -29,6 +37,7 @@ from mqcore.server.common import (
     topic_setting,
 )
 from mqcore.server.protocol import Api, build
+from mqcore.server.quota import QuotaExceeded, quota_of
 
 if TYPE_CHECKING:
     from mqcore.server.broker import Broker
@@ -39,6 +48,49 @@ DYNAMIC_TOPIC_CONFIG, DEFAULT_CONFIG = 1, 5  # DescribeConfigs config_source
 # DescribeConfigs config_type (v3+): BOOLEAN, STRING, LONG, DOUBLE
 _TYPES = {"bool": 1, "str": 2, "int": 5, "float": 6}
 _DEFAULTS = TopicConfig()
+
+
+@contextlib.contextmanager
+def creation_errors() -> Iterator[None]:
+    """Kafka's codes for a creation's refusals, nothing of it kept: a partition limit is
+    POLICY_VIOLATION (what Kafka's controller answers past its bound of partitions per
+    request), a file operation that failed (EMFILE, ENOSPC) is KAFKA_STORAGE_ERROR."""
+    try:
+        yield
+    except PartitionLimitError as e:
+        raise KafkaError(ErrorCode.policy_violation, str(e)) from None
+    except OSError as e:
+        raise KafkaError(ErrorCode.kafka_storage_error, f"creating partitions failed: {e}") from e
+
+
+def create_topic(
+    broker: Broker, name: str, partitions: int, settings: dict[str, Any], session: Session
+) -> TopicConfig:
+    """Create a topic for a client (CreateTopics, Metadata's auto-creation): admitted by the
+    principal's mutation quota (server/quota.py), bounded by the store's partition limits."""
+    quota = quota_of(broker)
+    quota.admit(session.principal)
+    with creation_errors():
+        broker.store.create_topic(name, partitions, **settings)
+    quota.record(session.principal, partitions)
+    return broker.store.topic_config(name)
+
+
+def throttle_time(ms: int) -> datetime.timedelta:
+    """A response's throttle_time: how long the client waits before it retries (KIP-599)."""
+    return datetime.timedelta(milliseconds=ms)
+
+
+def request_limit(broker: Broker, topics: Sequence[Any]) -> KafkaError | None:
+    """POLICY_VIOLATION for every topic of a CreateTopics asking for more partitions in all
+    than max_partitions_per_request (Kafka's controller refuses such a request whole)."""
+    asked = sum(max(t.num_partitions, 0) or broker.default_partitions for t in topics)
+    try:
+        with creation_errors():
+            broker.store.log.limits.check_request(asked)
+    except KafkaError as e:
+        return e
+    return None
 
 
 def setting_text(value: object) -> str:
@@ -234,6 +286,7 @@ class AdminApis:
         m = found.module
         seen = Counter(t.name for t in body.topics)
         out = []
+        throttle = 0
         for t in body.topics:
             code, message = ErrorCode.none, None
             try:
@@ -242,12 +295,11 @@ class AdminApis:
                 self.broker.authorize(session, CREATE, t.name)  # managing the topic
                 if t.assignments:
                     raise KafkaError(ErrorCode.invalid_request, "replica assignments: one node")
-                try:
-                    self.store.add_partitions(t.name, t.count, validate_only=body.validate_only)
-                except InvalidConfigError as e:  # the count: Kafka's code for it
-                    raise KafkaError(ErrorCode.invalid_partitions, str(e)) from None
+                self._add_partitions(t.name, t.count, body.validate_only, session)
             except MQCoreError as e:
                 code, message = error_code(e), str(e)
+                if isinstance(e, QuotaExceeded):
+                    throttle = max(throttle, e.throttle_ms)
             out.append(
                 build(
                     m.CreatePartitionsTopicResult,
@@ -256,4 +308,20 @@ class AdminApis:
                     error_message=message,
                 )  # fmt: skip
             )
-        return build(found.response, throttle_time=NO_TIME, results=tuple(out))
+        return build(found.response, throttle_time=throttle_time(throttle), results=tuple(out))
+
+    def _add_partitions(
+        self, topic: str, count: int, validate_only: bool, session: Session
+    ) -> None:
+        """Grow `topic` to `count` partitions, metered and bounded as a creation (create_topic)."""
+        quota = quota_of(self.broker)
+        if not validate_only:
+            quota.admit(session.principal)
+        before = self.store.partitions(topic)
+        try:
+            with creation_errors():
+                self.store.add_partitions(topic, count, validate_only=validate_only)
+        except InvalidConfigError as e:  # the count: Kafka's code for it
+            raise KafkaError(ErrorCode.invalid_partitions, str(e)) from None
+        if not validate_only:
+            quota.record(session.principal, count - before)
