@@ -18,11 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from mqcore.config import FIXED_AT_CREATION, TopicConfig
+from mqcore.config import FIXED_AT_CREATION, TopicConfig, validate_name
 from mqcore.errors import (
     InvalidConfigError,
     MQCoreError,
     PartitionLimitError,
+    TopicExistsError,
     UnknownTopicError,
 )
 from mqcore.server.auth import CREATE, DESCRIBE
@@ -74,6 +75,31 @@ def create_topic(
         broker.store.create_topic(name, partitions, **settings)
     quota.record(session.principal, partitions)
     return broker.store.topic_config(name)
+
+
+def create_requested(broker: Broker, t: Any, validate_only: bool, session: Session) -> TopicConfig:
+    """One topic of a CreateTopics request (`t`), checked as Kafka checks it and created (or
+    only checked and bounded, for validate_only); its settings."""
+    if t.assignments:
+        raise KafkaError(ErrorCode.invalid_request, "replica assignments: one node")
+    if t.replication_factor not in (-1, 1):
+        raise KafkaError(
+            ErrorCode.invalid_replication_factor,
+            f"replication factor {t.replication_factor}: a single node keeps 1",
+        )
+    if t.num_partitions == 0 or t.num_partitions < -1:
+        raise KafkaError(ErrorCode.invalid_partitions, "partitions must be >= 1")
+    count = broker.default_partitions if t.num_partitions == -1 else t.num_partitions
+    settings = dict(topic_setting(c.name, c.value) for c in t.configs)
+    validate_name(t.name)
+    if broker.log.has_topic(t.name):
+        raise TopicExistsError(f"topic {t.name!r} already exists")
+    if not validate_only:
+        return create_topic(broker, t.name, count, settings, session)
+    cfg = broker.store.new_topic_config(count, **settings)
+    with creation_errors():
+        broker.log.check_limits(t.name, count)
+    return cfg
 
 
 def throttle_time(ms: int) -> datetime.timedelta:

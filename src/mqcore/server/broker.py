@@ -26,7 +26,7 @@ from mqcore.errors import (
     TopicExistsError,
     UnknownTopicError,
 )
-from mqcore.server.admin import AdminApis, creation_errors, request_limit, throttle_time
+from mqcore.server.admin import AdminApis, create_requested, request_limit, throttle_time
 from mqcore.server.admin import create_topic as admin_create_topic
 from mqcore.server.auth import CREATE, DESCRIBE, READ, WRITE, Access, Authorizer
 from mqcore.server.common import (
@@ -36,7 +36,6 @@ from mqcore.server.common import (
     KafkaError,
     Session,
     error_code,
-    topic_setting,
 )
 from mqcore.server.delayed import NOT_YET, Delayed, Purgatory, resolve
 from mqcore.server.fetchwire import FetchAnswer, FetchedPartition, FetchedTopic
@@ -188,10 +187,11 @@ class Broker:
             if not self.log.has_topic(name):  # a dict lookup (topics() sorts every name)
                 if not create or not self.allowed(session, CREATE, name):
                     raise UnknownTopicError(name)
-                self._create(name, self.default_partitions, {}, session)
-            count = self.store.partitions(name)
-        except TopicExistsError:  # created meanwhile by another connection
-            count = self.store.partitions(name)
+                try:
+                    self._create(name, self.default_partitions, {}, session)
+                except TopicExistsError:
+                    pass  # created meanwhile by another connection, with another count
+            count = self.store.partitions(name)  # UnknownTopicError if deleted meanwhile
         except MQCoreError as e:
             code = error_code(e)
         partitions = tuple(
@@ -231,26 +231,7 @@ class Broker:
                 if too_many is not None:
                     raise too_many
                 self.authorize(session, CREATE, t.name)
-                if t.assignments:
-                    raise KafkaError(ErrorCode.invalid_request, "replica assignments: one node")
-                if t.replication_factor not in (-1, 1):
-                    raise KafkaError(
-                        ErrorCode.invalid_replication_factor,
-                        f"replication factor {t.replication_factor}: a single node keeps 1",
-                    )
-                if t.num_partitions == 0 or t.num_partitions < -1:
-                    raise KafkaError(ErrorCode.invalid_partitions, "partitions must be >= 1")
-                count = self.default_partitions if t.num_partitions == -1 else t.num_partitions
-                settings = dict(topic_setting(c.name, c.value) for c in t.configs)
-                validate_name(t.name)
-                if self.log.has_topic(t.name):
-                    raise TopicExistsError(f"topic {t.name!r} already exists")
-                if body.validate_only:
-                    cfg = self.store.new_topic_config(count, **settings)
-                    with creation_errors():
-                        self.log.check_limits(t.name, count)
-                else:
-                    cfg = self._create(t.name, count, settings, session)
+                cfg = create_requested(self, t, body.validate_only, session)
             except MQCoreError as e:
                 code, message = error_code(e), str(e)
                 if isinstance(e, QuotaExceeded):
