@@ -195,3 +195,17 @@ def test_an_ipv6_listener_answers_its_address_in_brackets(writable: mqcore.Store
         assert writable.end_offset("orders") == 1
     finally:
         server.stop()
+
+
+def test_mqcore_serve_answers_the_host_names_it_is_given(writable: mqcore.Store) -> None:
+    """Server(http_allowed_hosts=) reaches the HTTP app: a name given is answered, another
+    refused (421), as `mqcore serve --allowed-host` does."""
+    from mqcore.server import Server
+
+    with Server(writable, "127.0.0.1:0", http="127.0.0.1:0",
+                http_allowed_hosts=("mq.example",)) as srv:  # fmt: skip
+        assert srv.http_server is not None
+        client = Client(srv.http_server.url)
+        port = srv.http_server.address[1]
+        assert client.get("/v1/topics", Host=f"mq.example:{port}").status == 200
+        assert client.get("/v1/topics", Host=f"{EVIL}:{port}").status == 421

@@ -103,8 +103,10 @@ class Server:
     """The Kafka protocol over one store. `store` is an open Store (the server uses it, and
     leaves it open at stop) or a path (the server opens it with `store_options` and closes it
     at stop). Binds to loopback unless `listen` names another address. `http` ("HOST:PORT")
-    also serves the JSON query API there (server/http.py; `http_server.url`). Use as a context
-    manager, or start() and stop()."""
+    also serves the JSON query API there (server/http.py; `http_server.url`), answering
+    requests whose Host names the listen address, localhost on loopback, or one of
+    `http_allowed_hosts` (the names clients browse it by: DNS rebinding is refused). Use as a
+    context manager, or start() and stop()."""
 
     def __init__(
         self,
@@ -131,6 +133,7 @@ class Server:
         sasl_mechanisms: tuple[str, ...] = MECHANISMS,
         acl: str | os.PathLike[str] | None = None,
         http: str | None = None,
+        http_allowed_hosts: tuple[str, ...] = (),
         **store_options: Any,
     ):
         self.host, self.port = parse_listen(listen)
@@ -184,6 +187,7 @@ class Server:
         self._tls_cert = _path(tls_cert)
         self._tls_key = _path(tls_key)
         self.http = http
+        self.http_allowed_hosts = tuple(http_allowed_hosts)
         self.http_server: HttpServer | None = None
 
     # -- life -----------------------------------------------------------------------------------
@@ -245,7 +249,8 @@ class Server:
                 if self.sasl is not None:  # the same users (and ACLs) over HTTP Basic
                     auth = HttpAuth(self.sasl, self.authorizer, backoff=self.sasl.backoff)
                 self.http_server = HttpServer(
-                    create_app(self.store, auth=auth, group_members=self.broker.groups.member_list),
+                    create_app(self.store, auth=auth, group_members=self.broker.groups.member_list,
+                               allowed_hosts=self.http_allowed_hosts),
                     self.http, tls_cert=self._tls_cert,
                     tls_key=self._tls_key,
                 ).start()  # fmt: skip
