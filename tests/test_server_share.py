@@ -145,3 +145,48 @@ def test_a_consumer_group_name_is_refused_as_a_share_group(
     status, body = call(base + "/orders/members?topics=jobs", "POST")
     assert (status, body["error"]) == (409, "GroupTypeError"), body
     assert "'orders' is a consumer group" in body["message"]
+
+
+def test_waiting_polls_are_bounded_and_cheap_requests_still_answered(store: mqcore.Store) -> None:
+    """50 members long-poll an empty topic with max_share_polls=2: two wait, on threads of their
+    own, the other 48 are answered at once with nothing (before, each held one of the 40
+    threads every request is served from, so a cheap request waited behind them); a cheap
+    request is answered meanwhile, and an append reaches a waiting poll."""
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from mqcore.server.http import HttpServer, create_app
+
+    store.create_topic("quiet")
+    with HttpServer(create_app(store, max_share_polls=2)) as http:
+        base = http.url + "/v1/share-groups"
+        polls = http.app.state.share_polls
+        members = [call(base + "/q/members?topics=quiet", "POST")[1]["member_id"]
+                   for _ in range(50)]  # fmt: skip
+        with ThreadPoolExecutor(max_workers=50) as pool:
+            answers = [
+                pool.submit(call, f"{base}/q/members/{m}/poll?timeout_ms=30000", "POST")
+                for m in members
+            ]
+            deadline = time.monotonic() + 30
+            while sum(a.done() for a in answers) < 48 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert (polls.waiting, polls.shortened) == (2, 48)
+            waiting = [a for a in answers if not a.done()]
+            quick = [a.result(30) for a in answers if a.done()]
+            assert len(quick) == 48 and all(r == (200, {"messages": []}) for r in quick)
+            assert len(waiting) == 2
+            assert call(http.url + "/v1/topics", "GET")[0] == 200  # while two wait
+            got = []
+            for value in (b"first", b"second"):  # each append reaches one waiting poll
+                store.append("quiet", value)
+                store.flush()
+                deadline = time.monotonic() + 30
+                while len([a for a in waiting if a.done()]) <= len(got):
+                    assert time.monotonic() < deadline, "no waiting poll was answered"
+                    time.sleep(0.01)
+                done = [a.result() for a in waiting if a.done()]
+                got = [m["value"] for _, body in done for m in body["messages"]]
+            assert sorted(got) == ["first", "second"]
+        assert threading.active_count() < 100

@@ -68,7 +68,7 @@ from mqcore.server.httpbase import (
     result_object,
     scan_endpoint,
 )
-from mqcore.server.sharehttp import ShareSessions, share_routes
+from mqcore.server.sharehttp import MAX_SHARE_POLLS, ShareSessions, WaitingPolls, share_routes
 from mqcore.store import Store
 
 # -- answers ------------------------------------------------------------------------------------
@@ -251,6 +251,7 @@ def create_app(
     allowed_hosts: Iterable[str] = (),
     max_scans: int = DEFAULT_MAX_SCANS,
     scan_wait: float = SCAN_WAIT,
+    max_share_polls: int = MAX_SHARE_POLLS,
 ) -> Starlette:
     """The JSON query API over `store` (left open: the caller owns it) under /v1, and with
     `console` the console's pages under /ui (server/console; `/` redirects there). A
@@ -263,7 +264,8 @@ def create_app(
     loopback, or one of `allowed_hosts`; a write from another site's page is refused
     (httpauth.SameOriginMiddleware). At most `max_scans` scans (search, by-time, the
     console's browser rows) run at once; one more waits `scan_wait` seconds for a slot, then
-    is answered 503 (httpbase.Scans).
+    is answered 503 (httpbase.Scans). At most `max_share_polls` share polls wait for records
+    at once; one more answers at once (sharehttp.WaitingPolls).
 
     A read-only `store` (`mqcore console`) shows the store as it is on disk at each request,
     not as it was when opened: each request borrows the process's kept handle of its path,
@@ -311,6 +313,7 @@ def create_app(
         (lambda: shared_store(path)) if store.read_only else (lambda: contextlib.nullcontext(store))
     )
     app.state.share_sessions = ShareSessions(store)
+    app.state.share_polls = WaitingPolls(max_share_polls)
     app.state.scans = Scans(max_scans, scan_wait)
     app.state.max_limit = max_limit
     app.state.max_timeout = max_timeout

@@ -22,6 +22,11 @@ records it held go back (as they would when their locks expire anyway). A proces
 holding records therefore loses them to the other members after `record_lock_ms` at most.
 Requests for one member are served one at a time (a member is used from one thread).
 
+A poll that waits for records (`timeout_ms` > 0) holds a thread while it waits, so at most
+`max_share_polls` wait at once, on threads of their own: never the pool the other requests are
+served from (40 long polls took every thread of it). A poll past the bound answers at once
+with the records there are, as one with timeout_ms=0 would, and the client polls again.
+
 With authentication (httpauth.py), joining needs the group's read and each topic's read; a
 member is bound to the principal that joined it, and any other principal's request for it is
 answered as one for a member that does not exist (404), after the group's read is checked.
@@ -37,6 +42,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import anyio
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.routing import Route
@@ -51,6 +57,7 @@ from mqcore.store import Store
 
 DEFAULT_SESSION_MS = 45_000
 MAX_POLL_WAIT_MS = 30_000
+MAX_SHARE_POLLS = 32  # share polls waiting for records at once, each on a thread of its own
 MAX_ACK_BODY = 8 << 20
 JOIN_OPTIONS = (
     "topics",
@@ -172,9 +179,40 @@ def member_session(request: Request) -> Session:
     return sessions.session(group, request.path_params["member"], principal_of(request))
 
 
+class WaitingPolls:
+    """The bound on share polls that wait (see the module docstring). `waiting` and
+    `shortened` (answered without waiting, past the bound) say what happened."""
+
+    def __init__(self, limit: int = MAX_SHARE_POLLS):
+        if limit < 1:
+            raise InvalidConfigError(f"max_share_polls must be >= 1, not {limit}")
+        self.limit = limit
+        self._slots = anyio.CapacityLimiter(limit)
+        self._threads = anyio.CapacityLimiter(limit)  # their own: never the shared pool's
+        self.waiting = self.shortened = 0
+
+    async def answer(self, request: Request, endpoint: Callable[[Request], Any]) -> Any:
+        """`endpoint(request)` on a waiting poll's thread when a slot is free, else on the
+        shared pool with the wait taken out."""
+        try:
+            self._slots.acquire_nowait()
+        except anyio.WouldBlock:
+            self.shortened += 1
+            request.state.no_wait = True
+            return await run_in_threadpool(endpoint, request)
+        self.waiting += 1
+        try:
+            return await anyio.to_thread.run_sync(endpoint, request, limiter=self._threads)
+        finally:
+            self.waiting -= 1
+            self._slots.release()
+
+
 def poll(store: Store, request: Request, params: Params) -> dict[str, Any]:
     s = member_session(request)
     wait = min(params.count("timeout_ms", 0), MAX_POLL_WAIT_MS)
+    if getattr(request.state, "no_wait", False):  # past max_share_polls: answer at once
+        wait = 0
     with s.lock:
         msgs = s.consumer.poll(params.count("max_records", 500), wait)
     s.last_seen = time.monotonic()  # a long poll is not idleness
@@ -277,17 +315,24 @@ def _with_body(inner: Callable[[Request], Any]) -> Callable[[Request], Any]:
     return endpoint
 
 
+def _bounded_poll() -> Callable[[Request], Any]:
+    """The poll endpoint, waiting within the app's WaitingPolls (app.state.share_polls)."""
+    inner = json_endpoint(poll, ("max_records", "timeout_ms"))
+
+    async def endpoint(request: Request) -> Any:
+        polls: WaitingPolls = request.app.state.share_polls
+        return await polls.answer(request, inner)
+
+    return endpoint
+
+
 def share_routes() -> list[Route]:
     base = "/v1/share-groups/{group}/members"
     return [
         Route("/v1/share-groups", json_endpoint(lag), methods=["GET"]),
         Route("/v1/share-groups/{group}", json_endpoint(lag), methods=["GET"]),
         Route(base, json_endpoint(join, JOIN_OPTIONS), methods=["POST"]),
-        Route(
-            base + "/{member}/poll",
-            json_endpoint(poll, ("max_records", "timeout_ms")),
-            methods=["POST"],
-        ),  # fmt: skip
+        Route(base + "/{member}/poll", _bounded_poll(), methods=["POST"]),
         Route(
             base + "/{member}/acknowledge", _with_body(json_endpoint(acknowledge)), methods=["POST"]
         ),  # fmt: skip
