@@ -210,7 +210,10 @@ class Store(Sender[RecordMetadata, BatchMetadata, list[BatchMetadata]]):
 
         `config` takes TopicConfig fields (segment_bytes, segment_ms, max_message_bytes,
         timestamp_type, compression, retention_ms, ...); unset ones come from the store defaults.
-        A name starting with `__` is internal (InternalTopicError): mqcore creates those.
+        A name starting with `__` is internal (InternalTopicError): mqcore creates those. Past
+        a bound on partitions (the options max_partitions, max_partitions_per_topic,
+        max_partitions_per_request): PartitionLimitError. All or nothing: a failure partway
+        (EMFILE, ENOSPC) leaves no directory and no open file of the topic.
         """
         self.log.check_writable()
         validate_name(name)
@@ -257,7 +260,8 @@ class Store(Sender[RecordMetadata, BatchMetadata, list[BatchMetadata]]):
         Keys are routed by the partition count, so from now on a key may go to a different
         partition than its earlier messages: per-key order holds only within each era, as in
         Kafka. Internal topics are refused (InternalTopicError). `validate_only`: every check,
-        no change (CreatePartitions' validate_only)."""
+        no change (CreatePartitions' validate_only). Bounded and all or nothing as
+        create_topic."""
         self.log.check_writable()
         refuse_internal(topic, "add partitions to")
         return self.log.add_partitions(topic, count, validate_only)
