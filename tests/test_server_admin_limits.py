@@ -28,7 +28,7 @@ from kio.schema.errors import ErrorCode  # noqa: E402
 from kio.static.constants import EntityType  # noqa: E402
 
 from mqcore.server import Server  # noqa: E402
-from mqcore.server.quota import MutationQuota, install_quota  # noqa: E402
+from mqcore.server.quota import MutationQuota  # noqa: E402
 
 WAIT = 30.0
 CT = load_payload_module(19, 7, EntityType.request)
@@ -161,7 +161,7 @@ def test_a_burst_of_creations_is_throttled_until_the_bucket_refills(
     kafka_server: Any, wire: KioWire, store: mqcore.Store
 ) -> None:
     clock = Clock()
-    install_quota(kafka_server.broker, MutationQuota(rate=2, burst=5, clock=clock))
+    kafka_server.broker.quota = MutationQuota(rate=2, burst=5, clock=clock)
     got = create_topics(wire, ("a", 2), ("b", 2), ("c", 2), ("d", 1))
     # a creation is admitted while the bucket holds a token (5, 3, 1), then takes them all
     assert codes(got) == {"a": 0, "b": 0, "c": 0, "d": ErrorCode.throttling_quota_exceeded}
@@ -205,7 +205,7 @@ def test_racing_admin_requests_on_one_topic_get_kafka_codes(
     """DeleteTopics, CreatePartitions, IncrementalAlterConfigs and CreateTopics of one topic
     from four connections at once: every answer carries a code Kafka would give, and no
     connection is closed on an error of the server's own."""
-    install_quota(kafka_server.broker, MutationQuota(rate=1e9, burst=10**9))
+    kafka_server.broker.quota = MutationQuota(rate=1e9, burst=10**9)
     store.create_topic("t")
     rounds, seen, lock = 40, Counter[str](), threading.Lock()
     start = threading.Barrier(4)

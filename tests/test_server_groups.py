@@ -689,6 +689,23 @@ def test_abandoned_groups_are_forgotten(coord: GroupCoordinator, clock: Clock) -
     assert cli.describe("gone-3").group_state == "Stable"
 
 
+def test_a_group_whose_offsets_expire_is_forgotten(
+    coord: GroupCoordinator, store: mqcore.Store, clock: Clock
+) -> None:
+    """A wire group left Empty keeps its state while it has committed offsets; when the
+    store's expiry (offsets_retention_ms) deletes them, the coordinator hears of it
+    (Store.add_group_expiry_listener) and the group is Dead."""
+    cli = Client(coord)
+    member, generation = stable_member(cli, "old", session=6.0)
+    cli.commit("old", generation, member, {("t", 0): 0})
+    clock.now += 7.0  # its member's session is over: Empty, with offsets
+    assert state(cli, "old") == "Empty"
+    week_later = store.log.clock() + 8 * 24 * 3600 * 1000
+    assert store.expire_groups(now=week_later) == ["old"]
+    assert state(cli, "old") == "Dead"
+    assert "old" not in {g.group_id for g in cli.call(16, 4, states_filter=()).groups}
+
+
 def test_close_answers_a_waiting_join(coord: GroupCoordinator, pool: ThreadPoolExecutor) -> None:
     a, b = Client(coord, "a"), Client(coord, "b")
     stable_member(a, "g")

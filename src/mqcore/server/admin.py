@@ -38,7 +38,7 @@ from mqcore.server.common import (
     topic_setting,
 )
 from mqcore.server.protocol import Api, build
-from mqcore.server.quota import QuotaExceeded, quota_of
+from mqcore.server.quota import QuotaExceeded
 
 if TYPE_CHECKING:
     from mqcore.server.broker import Broker
@@ -53,13 +53,11 @@ _DEFAULTS = TopicConfig()
 
 @contextlib.contextmanager
 def creation_errors() -> Iterator[None]:
-    """Kafka's codes for a creation's refusals, nothing of it kept: a partition limit is
-    POLICY_VIOLATION (what Kafka's controller answers past its bound of partitions per
-    request), a file operation that failed (EMFILE, ENOSPC) is KAFKA_STORAGE_ERROR."""
+    """Kafka's code for a creation that failed on a file (EMFILE, ENOSPC), nothing of it
+    kept: KAFKA_STORAGE_ERROR. (A partition limit's PartitionLimitError is POLICY_VIOLATION
+    through common.error_code, what Kafka's controller answers past its bounds.)"""
     try:
         yield
-    except PartitionLimitError as e:
-        raise KafkaError(ErrorCode.policy_violation, str(e)) from None
     except OSError as e:
         raise KafkaError(ErrorCode.kafka_storage_error, f"creating partitions failed: {e}") from e
 
@@ -69,7 +67,7 @@ def create_topic(
 ) -> TopicConfig:
     """Create a topic for a client (CreateTopics, Metadata's auto-creation): admitted by the
     principal's mutation quota (server/quota.py), bounded by the store's partition limits."""
-    quota = quota_of(broker)
+    quota = broker.quota
     quota.admit(session.principal)
     with creation_errors():
         broker.store.create_topic(name, partitions, **settings)
@@ -107,14 +105,14 @@ def throttle_time(ms: int) -> datetime.timedelta:
     return datetime.timedelta(milliseconds=ms)
 
 
-def request_limit(broker: Broker, topics: Sequence[Any]) -> KafkaError | None:
-    """POLICY_VIOLATION for every topic of a CreateTopics asking for more partitions in all
-    than max_partitions_per_request (Kafka's controller refuses such a request whole)."""
+def request_limit(broker: Broker, topics: Sequence[Any]) -> PartitionLimitError | None:
+    """The refusal (POLICY_VIOLATION) for every topic of a CreateTopics asking for more
+    partitions in all than max_partitions_per_request (Kafka's controller refuses such a
+    request whole)."""
     asked = sum(max(t.num_partitions, 0) or broker.default_partitions for t in topics)
     try:
-        with creation_errors():
-            broker.store.log.limits.check_request(asked)
-    except KafkaError as e:
+        broker.store.log.limits.check_request(asked)
+    except PartitionLimitError as e:
         return e
     return None
 
@@ -340,13 +338,15 @@ class AdminApis:
         self, topic: str, count: int, validate_only: bool, session: Session
     ) -> None:
         """Grow `topic` to `count` partitions, metered and bounded as a creation (create_topic)."""
-        quota = quota_of(self.broker)
+        quota = self.broker.quota
         if not validate_only:
             quota.admit(session.principal)
         before = self.store.partitions(topic)
         try:
             with creation_errors():
                 self.store.add_partitions(topic, count, validate_only=validate_only)
+        except PartitionLimitError:
+            raise  # a bound: POLICY_VIOLATION (common.error_code)
         except InvalidConfigError as e:  # the count: Kafka's code for it
             raise KafkaError(ErrorCode.invalid_partitions, str(e)) from None
         if not validate_only:

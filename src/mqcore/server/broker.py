@@ -42,7 +42,7 @@ from mqcore.server.fetchwire import FetchAnswer, FetchedPartition, FetchedTopic
 from mqcore.server.groups import INITIAL_REBALANCE_DELAY, WAKE_KEY, GroupCoordinator
 from mqcore.server.producewire import ProduceAnswer, ProducedPartition, ProducedTopic
 from mqcore.server.protocol import APIS, CONNECTION_APIS, Api, api_keys, build
-from mqcore.server.quota import QuotaExceeded
+from mqcore.server.quota import MutationQuota, QuotaExceeded
 from mqcore.store import Store
 
 EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3  # ListOffsets' special timestamps
@@ -67,6 +67,7 @@ class Broker:
         authorizer: Authorizer | None = None,
         group_initial_rebalance_delay: float = INITIAL_REBALANCE_DELAY,
         execute: Callable[[Callable[[], None]], None] | None = None,
+        quota: MutationQuota | None = None,
     ):
         self.store = store
         self.authorizer = authorizer  # None: no ACLs, every request allowed
@@ -77,6 +78,8 @@ class Broker:
         self.auto_create_topics = auto_create_topics
         self.default_partitions = default_partitions
         self.closed = False
+        # KIP-599's mutation quota: partitions a principal may create per second (admin.py)
+        self.quota = quota if quota is not None else MutationQuota()
         # requests that wait (fetches for min_bytes, joins and syncs for the rebalance) wait in
         # the purgatory without a thread; `execute` runs their checks (the server's request
         # threads; a thread per check for a Broker used alone). Blocking callers of handle()

@@ -22,6 +22,7 @@ from mqcore.errors import (
     MQCoreError,
     OffsetOutOfRangeError,
     OutOfOrderSequenceError,
+    PartitionLimitError,
     ProducerFencedError,
     ReadOnlyStoreError,
     RecordTooLargeError,
@@ -74,6 +75,7 @@ _CODES: tuple[tuple[type[BaseException], ErrorCode], ...] = (
     (OffsetOutOfRangeError, ErrorCode.offset_out_of_range),
     (InvalidTopicError, ErrorCode.invalid_topic_exception),
     (TopicExistsError, ErrorCode.topic_already_exists),
+    (PartitionLimitError, ErrorCode.policy_violation),  # Kafka's answer past its bounds
     (InvalidConfigError, ErrorCode.invalid_config),
     (ReadOnlyStoreError, ErrorCode.kafka_storage_error),
     (StoreClosedError, ErrorCode.kafka_storage_error),

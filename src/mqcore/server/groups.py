@@ -204,6 +204,8 @@ class GroupCoordinator:
         # the store counts this coordinator's members (group_type, delete_group,
         # alter_group_offsets): a group of Kafka clients is a consumer group there too
         store.add_member_source(self.member_count)
+        # the store's expiry of abandoned groups' offsets: their Empty groups go too
+        store.add_group_expiry_listener(self._offsets_expired)
 
     def close(self) -> None:
         """Answer every waiting JoinGroup and SyncGroup at once (the server is stopping)."""
@@ -211,6 +213,7 @@ class GroupCoordinator:
             self.closed = True
             self._changed()
         self.store.remove_member_source(self.member_count)
+        self.store.remove_group_expiry_listener(self._offsets_expired)
 
     def _changed(self) -> None:
         """A group changed (held lock): wake the requests waiting on one, blocked or Delayed."""
@@ -850,7 +853,7 @@ class GroupCoordinator:
             code = self._commit_allowed(body)
         chosen: dict[tuple[str, int], OffsetAndMetadata] = {}
         codes: dict[tuple[str, int], ErrorCode] = {}
-        now_ms = int(time.time() * 1000)
+        now_ms = self.store.log.clock()  # the store's clock: offsets expire by it
         for t in body.topics:
             for p in t.partitions:
                 tp = (t.name, p.partition_index)
@@ -1131,6 +1134,13 @@ class GroupCoordinator:
             for gid, group in self._groups.items():
                 out[gid] = group
         return out
+
+    def _offsets_expired(self, expired: list[str]) -> None:
+        """The store's expiry pass ended (Store.add_group_expiry_listener): the groups whose
+        offsets it deleted, and every other Empty one without offsets, are Dead."""
+        committed = self._committed_groups()
+        with self._cond:
+            self._forget_dead(committed)
 
     def _forget_dead(self, committed: set[str]) -> None:
         """Drop the groups left Empty (every member gone) that have no committed offsets:

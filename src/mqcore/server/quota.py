@@ -18,7 +18,6 @@ from __future__ import annotations
 import math
 import threading
 import time
-import weakref
 from collections.abc import Callable
 
 from kio.schema.errors import ErrorCode
@@ -81,24 +80,4 @@ class MutationQuota:
                 }  # fmt: skip
 
 
-_QUOTAS: weakref.WeakKeyDictionary[object, MutationQuota] = weakref.WeakKeyDictionary()
-_QUOTAS_LOCK = threading.Lock()
-
-
-def quota_of(owner: object) -> MutationQuota:
-    """The quota of `owner` (a Broker): every creation path of its requests shares it. Made
-    with the defaults at first use unless install_quota gave one."""
-    with _QUOTAS_LOCK:
-        quota = _QUOTAS.get(owner)
-        if quota is None:
-            quota = _QUOTAS[owner] = MutationQuota()
-        return quota
-
-
-def install_quota(owner: object, quota: MutationQuota) -> None:
-    """Give `owner` (a Broker) this quota: its settings, or a test's clock."""
-    with _QUOTAS_LOCK:
-        _QUOTAS[owner] = quota
-
-
-__all__ = ["BURST", "RATE", "MutationQuota", "QuotaExceeded", "install_quota", "quota_of"]
+__all__ = ["BURST", "RATE", "MutationQuota", "QuotaExceeded"]
