@@ -249,46 +249,36 @@ def value_of(tp: Any, metadata: Any) -> Any:
     return _DEFAULTS[metadata["kafka_type"]]
 
 
-def null_places(
-    cls: type, plan: Any, buf: memoryview, pos: int, out: list[tuple[int, Any, bool]]
-) -> int:
-    """(position, step, nullable) of every string, bytes and array of the entity `cls` in the
-    body from `pos`, walking the plan the server's guard walks; `nullable` read from kio's
-    type of the field (Kafka's nullableVersions), not from the guard."""
-    from mqcore.server import guard
-
-    steps, tagged = plan
-    untagged = [f for f in fields(cls) if "tag" not in f.metadata]
-    for f, step in zip(untagged, steps, strict=True):
+def nullables(cls: type) -> list[bool]:
+    """Whether Kafka's schema allows a null at each string, bytes and array of the smallest
+    request of entity `cls` (one element in each array), in the order they come on the wire:
+    read from kio's type of each field (`X | None` where Kafka's nullableVersions say so),
+    independently of the server's guard."""
+    out: list[bool] = []
+    for f in fields(cls):
+        if "tag" in f.metadata:
+            continue
         tp, nullable = f.type, False
         if get_origin(tp) in (types.UnionType, Union):
             nullable, tp = True, next(a for a in get_args(tp) if a is not type(None))
-        if step[0] in ("string", "bytes", "array"):
-            out.append((pos, step, nullable))
-        if step[0] == "array" and step[1][0] == "struct":
-            n, at = step_count(buf, pos, step)
-            for _ in range(n):
-                at = null_places(get_args(tp)[0], step[1][1], buf, at, out)
-        if step[0] == "struct":
-            null_places(tp, step[1], buf, pos, out)
-        pos = guard._walk(step, buf, pos, len(buf))
-    if tagged is not None:
-        pos += 1  # no tagged fields: a count of 0
-    return pos
+        if get_origin(tp) is tuple:
+            out.append(nullable)
+            element = get_args(tp)[0]
+            if is_dataclass(element):
+                out += nullables(element)  # type: ignore[arg-type]
+            elif f.metadata.get("kafka_type") in ("string", "bytes", "records"):
+                out.append(False)  # an array's element: never null
+        elif is_dataclass(tp):
+            out += nullables(tp)  # type: ignore[arg-type]
+        elif f.metadata.get("kafka_type") in ("string", "bytes", "records"):
+            out.append(nullable)
+    return out
 
 
-def step_count(buf: memoryview, pos: int, step: Any) -> tuple[int, int]:
-    """An array's element count and where its first element starts."""
-    if step[2]:  # compact: uvarint count + 1 (small here: one byte)
-        return buf[pos] - 1, pos + 1
-    return int.from_bytes(buf[pos : pos + 4], "big"), pos + 4
-
-
-def with_null(body: bytes, pos: int, step: Any) -> bytes:
+def with_null(body: bytes, pos: int, kind: str, compact: bool) -> bytes:
     """`body` with the empty string, bytes or one-element array at `pos` made null: the same
     number of bytes (int16/int32 -1, or the compact form's 0)."""
-    kind, flexible = step[0], step[2]
-    if flexible:
+    if compact:
         assert body[pos] in (1, 2)  # "" / b"" (length + 1) or one element (count + 1)
         return body[:pos] + b"\0" + body[pos + 1 :] if body[pos] == 1 else b""
     size = 2 if kind == "string" else 4
@@ -324,10 +314,11 @@ def null_requests() -> Iterator[tuple[int, int, int, bool, bytes]]:
                                               request_api_version=version,
                                               correlation_id=key * 100 + version,
                                               client_id="nulls"))  # fmt: skip
-            places: list[tuple[int, Any, bool]] = []
-            null_places(found.request, guard._plan(found.request), memoryview(body), 0, places)
-            for i, (pos, step, nullable) in enumerate(places):
-                patched = with_null(body, pos, step)
+            places = guard.length_fields(found.request, body)
+            allowed = nullables(found.request)
+            assert len(places) == len(allowed), (key, version)
+            for i, ((pos, kind, compact), nullable) in enumerate(zip(places, allowed, strict=True)):
+                patched = with_null(body, pos, kind, compact)
                 if patched:
                     payload = head.getvalue() + patched
                     yield key, version, i, nullable, payload

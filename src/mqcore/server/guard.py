@@ -51,6 +51,16 @@ def check_body(entity: type, buf: bytes | bytearray | memoryview, pos: int) -> N
     _walk_struct(_plan(entity), memoryview(buf), pos, len(buf))
 
 
+def length_fields(entity: type, buf: bytes | bytearray | memoryview) -> list[tuple[int, str, bool]]:
+    """(position, kind, compact) of every string, bytes and array in the body of `entity` at
+    the start of `buf`, in the order they come (an array's elements after its count; tagged
+    fields left out): where a test or a fuzzer finds a length or count to change. `compact`:
+    the flexible form (unsigned varint of length + 1). ProtocolError as check_body."""
+    found: list[tuple[int, str, bool]] = []
+    _walk_struct(_plan(entity), memoryview(buf), 0, len(buf), found)
+    return found
+
+
 def check_header(flexible: bool, buf: bytes | bytearray | memoryview) -> int:
     """Request header v1 (v2 when `flexible`): api_key, api_version, correlation_id, then
     client_id, a nullable string with an int16 length even in v2, then v2's tagged fields.
@@ -130,8 +140,10 @@ def _length(buf: memoryview, pos: int, end: int, step: Step, size: int) -> tuple
     return n, pos
 
 
-def _walk(step: Step, buf: memoryview, pos: int, end: int) -> int:
+def _walk(step: Step, buf: memoryview, pos: int, end: int, found: list[Any] | None = None) -> int:
     kind = step[0]
+    if found is not None and kind != "fixed" and kind != "struct":
+        found.append((pos, kind, step[2]))
     if kind == "fixed":
         if pos + step[1] > end:
             raise ProtocolError("a request ends inside a field")
@@ -146,15 +158,17 @@ def _walk(step: Step, buf: memoryview, pos: int, end: int) -> int:
         if n > end - pos:  # every element takes a byte at least
             raise ProtocolError(f"an array of {n} elements where {end - pos} bytes are left")
         for _ in range(max(n, 0)):
-            pos = _walk(step[1], buf, pos, end)
+            pos = _walk(step[1], buf, pos, end, found)
         return pos
-    return _walk_struct(step[1], buf, pos, end)
+    return _walk_struct(step[1], buf, pos, end, found)
 
 
-def _walk_struct(plan: Plan, buf: memoryview, pos: int, end: int) -> int:
+def _walk_struct(
+    plan: Plan, buf: memoryview, pos: int, end: int, found: list[Any] | None = None
+) -> int:
     steps, tagged = plan
     for step in steps:
-        pos = _walk(step, buf, pos, end)
+        pos = _walk(step, buf, pos, end, found)
     if tagged is not None:
         count, pos = _uvarint(buf, pos, end)
         if count > end - pos:
