@@ -147,6 +147,10 @@ def test_with_sasl_a_connection_must_authenticate_within_request_timeout(
 def test_idle_connections_cost_no_thread(store: mqcore.Store) -> None:
     """2,000 idle connections: the server's thread count does not move (it was one thread per
     connection), and a new client is answered."""
+    from mqcore.server.server import raise_open_files_limit
+
+    if raise_open_files_limit() < 6000:  # 2,000 sockets on each side, and the store's
+        pytest.skip("needs an open-files limit of 6,000 (ulimit -n)")
     with Server(store, "127.0.0.1:0", max_connections_per_ip=5000) as srv:
         with connect(srv) as first:
             assert api_versions(first) == 0
@@ -327,3 +331,35 @@ def test_a_limit_that_cannot_work_is_refused(
     with pytest.raises(InvalidConfigError, match=complaint):
         Server(tmp_path / "never-made", "127.0.0.1:0", **{limit: value})
     assert not (tmp_path / "never-made").exists()
+
+
+def test_connections_leave_the_store_its_descriptors(tmp_path: Path) -> None:
+    """Under a hard open-files limit of 1,024 (a common default) max_connections (4,096) is cut
+    so that connections cannot take the descriptors the store's partitions need: the limit
+    minus the store's partition bound (half of it) minus 256, with a warning."""
+    import resource
+    import subprocess
+    import sys
+
+    from conftest import child_env
+
+    code = (
+        "import json, logging, sys\n"
+        "logging.basicConfig(level=logging.WARNING)\n"
+        "from mqcore.server import Server\n"
+        "with Server(sys.argv[1], '127.0.0.1:0') as srv:\n"
+        "    print(json.dumps(srv.network_stats()))\n"
+    )
+
+    def low_limit() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024))
+
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "s")], capture_output=True, text=True,
+        env=child_env(), preexec_fn=low_limit, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    import json
+
+    assert json.loads(proc.stdout)["max_connections"] == 1024 - 512 - 256
+    assert "max_connections 4096 cut to 256" in proc.stderr

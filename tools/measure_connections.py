@@ -134,8 +134,10 @@ def main() -> None:
     p.add_argument("--size", type=int, default=100 << 20)
     p.add_argument(
         "--server",
-        default='{"max_connections": 20000, "max_connections_per_ip": 20000}',
-        help="Server keywords as JSON (default: room for the idle connections)",
+        default='{"max_connections": 20000, "max_connections_per_ip": 20000, '
+        '"max_partitions": 100}',
+        help="Server keywords as JSON (default: room for the idle connections; the store "
+        "keeps a descriptor for each of max_partitions)",
     )
     measure(p.parse_args())
 
