@@ -672,11 +672,22 @@ class Store(Sender[RecordMetadata, BatchMetadata, list[BatchMetadata]]):
         return lookup.get_by_id(log.topic_partitions(), msg_id, decode_msg_id, MAX_DECOMPRESSED)
 
     def find_by_unique_id(
-        self, unique_id: str, *, start: int | None = None, end: int | None = None, limit: int = 1
+        self,
+        unique_id: str,
+        *,
+        start: int | None = None,
+        end: int | None = None,
+        limit: int = 1,
+        topics: Callable[[str], bool] | None = None,
     ) -> QueryResult:
         """Messages carrying this unique ID, in any topic that keeps a key index (normally
-        one message)."""
-        parts = [part for part in self.log.all_partitions() if part.config.key_index]
+        one message), or in those `topics(name)` accepts (a caller's ACLs: the others are not
+        searched, so neither their messages nor their existence shows)."""
+        parts = [
+            part
+            for part in self.log.all_partitions()
+            if part.config.key_index and (topics is None or topics(part.topic))
+        ]
         return engine.find_unique(parts, unique_id, start, end, limit)
 
     def find_by_key(

@@ -41,7 +41,6 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mqcore.errors import InvalidConfigError
-from mqcore.query import engine
 from mqcore.query.engine import QueryResult
 from mqcore.server.auth import DESCRIBE, PLAIN, READ, Access, Authorizer, Sasl
 from mqcore.server.backoff import LoginBackoff, peer_key
@@ -200,16 +199,11 @@ def visible(lags: Mapping[str, Sequence[Row]], may: Access) -> dict[str, list[Ro
 def find_unique(
     store: Store, may: Access, unique_id: str, *, start: int | None, end: int | None, limit: int
 ) -> QueryResult:
-    """Store.find_by_unique_id over the topics `may` reads only: the others are not searched,
-    so neither their messages nor their existence shows (the JSON API's unique-ids and the
-    console's lookup)."""
-    store.log.check_open()
-    parts = [
-        part
-        for part in store.log.all_partitions()
-        if part.config.key_index and may.topic(READ, part.topic)
-    ]
-    return engine.find_unique(parts, unique_id, start, end, limit)
+    """Store.find_by_unique_id over the topics `may` reads only (the JSON API's unique-ids
+    and the console's lookup)."""
+    return store.find_by_unique_id(
+        unique_id, start=start, end=end, limit=limit, topics=lambda t: may.topic(READ, t)
+    )
 
 
 class BasicAuthMiddleware:
