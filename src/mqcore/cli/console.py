@@ -52,7 +52,29 @@ def add_parsers(sub: Any) -> None:
     )  # fmt: skip
     sec.add_argument("--tls-cert", metavar="PEM", help="serve HTTPS with this certificate")
     sec.add_argument("--tls-key", metavar="PEM", help="the certificate's private key")
+    lim = p.add_argument_group('limits (docs/console.md "Limits")')
+    lim.add_argument(
+        "--max-connections", type=int, metavar="N",
+        help="connections at once (default 1024, at most a quarter of the open-files limit); "
+        "one more is closed at accept",
+    )  # fmt: skip
+    lim.add_argument(
+        "--max-connections-per-ip", type=int, metavar="N",
+        help="connections at once from one address (default 256)",
+    )  # fmt: skip
+    lim.add_argument(
+        "--request-timeout", type=float, metavar="S",
+        help="seconds a request may take to arrive from its first byte, and a client to take "
+        "any of its response (default 30)",
+    )  # fmt: skip
+    lim.add_argument(
+        "--idle-timeout", type=float, metavar="S",
+        help="seconds a connection may stay without a request (default 5)",
+    )  # fmt: skip
     p.set_defaults(run=cmd_console)
+
+
+LIMITS = ("max_connections", "max_connections_per_ip", "request_timeout", "idle_timeout")
 
 
 def cmd_console(args: argparse.Namespace, out: TextIO) -> int:
@@ -60,6 +82,7 @@ def cmd_console(args: argparse.Namespace, out: TextIO) -> int:
         from mqcore.server.address import parse_listen
         from mqcore.server.http import HttpServer, create_app
         from mqcore.server.httpauth import HttpAuth, check_transport
+        from mqcore.server.httplimits import HttpLimits
     except ImportError as e:
         raise MQCoreError(
             f"mqcore console needs the server extra ({e.name} is missing): "
@@ -70,6 +93,8 @@ def cmd_console(args: argparse.Namespace, out: TextIO) -> int:
         raise InvalidConfigError("--acl needs --auth-credentials: an ACL names users")
     if args.tls_key and not args.tls_cert:
         raise InvalidConfigError("--tls-key needs --tls-cert")
+    limits = {k: getattr(args, k) for k in LIMITS if getattr(args, k) is not None}
+    HttpLimits(**limits)  # a limit that cannot work is refused before the store is opened
     auth = None
     if args.auth_credentials:
         check_transport(host, args.tls_cert is not None)
@@ -80,7 +105,9 @@ def cmd_console(args: argparse.Namespace, out: TextIO) -> int:
             app = create_app(
                 store, allow_write=args.allow_write, auth=auth, allowed_hosts=args.allowed_host
             )
-            server = HttpServer(app, args.http, tls_cert=args.tls_cert, tls_key=args.tls_key)
+            server = HttpServer(
+                app, args.http, tls_cert=args.tls_cert, tls_key=args.tls_key, **limits
+            )
             with server:
                 mode = "write actions on" if args.allow_write else "read-only"
                 print(f"mqcore: console for {args.store} ({mode}) on {server.url}/ui/", file=out)

@@ -8,7 +8,9 @@ console (issue 14) mounts the same app. With authentication, each handler asks t
 ACLs first (httpauth.access: describe to see a topic or group, read for its messages), so a
 refusal (403) never depends on whether the topic, group or message exists.
 `HttpServer(app, listen)` serves an ASGI app with uvicorn in a background thread, on its own
-event loop, so a Python program (or mqcore.server.Server) starts and stops it.
+event loop, so a Python program (or mqcore.server.Server) starts and stops it, bounding what one
+client may hold: connections in all and per address (server/httplimits.py), the time a request
+may take to arrive, a connection may stay idle and a response may stay unread (_BoundedH11).
 
 Messages are mqcore.query.jsonform's objects, the ones `mqcore get/query --json` write. Every
 handler is a plain function, which Starlette runs in its thread pool: the Store's calls block
@@ -18,6 +20,7 @@ error naming what was wrong (the mqcore.errors message), never a traceback.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import socket
@@ -25,12 +28,14 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import h11
 import uvicorn
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.routing import Route
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from mqcore.errors import (
     InvalidConfigError,
@@ -67,6 +72,17 @@ from mqcore.server.httpbase import (
     path_int,
     result_object,
     scan_endpoint,
+)
+from mqcore.server.httplimits import (
+    IDLE_TIMEOUT,
+    MAX_CONNECTIONS,
+    MAX_CONNECTIONS_PER_IP,
+    MAX_HEADER_BYTES,
+    REQUEST_TIMEOUT,
+    HttpLimits,
+    ListenSocket,
+    Places,
+    within_open_files,
 )
 from mqcore.server.sharehttp import MAX_SHARE_POLLS, ShareSessions, WaitingPolls, share_routes
 from mqcore.store import Store
@@ -323,6 +339,96 @@ def create_app(
 # -- serving ------------------------------------------------------------------------------------
 
 
+class _Config(uvicorn.Config):
+    """uvicorn's options, and the request deadline it has none for."""
+
+    def __init__(self, app: Any, request_timeout: float, **options: Any):
+        super().__init__(app, **options)
+        self.request_timeout = request_timeout
+
+
+class _BoundedH11(H11Protocol):
+    """uvicorn's HTTP/1.1 protocol with the deadlines it lacks (docs/server.md "Limits"):
+    a request (headers and body) must arrive whole within request_timeout of its first byte
+    (uvicorn has no such deadline: a byte every few seconds held a connection forever); the
+    keep-alive timeout (idle_timeout) runs from the connection's start too, not only after a
+    first response; and a response its client takes nothing of for request_timeout drops the
+    connection (uvicorn's close waits for unsent bytes without end)."""
+
+    def __init__(self, config: uvicorn.Config, *args: Any, **kwargs: Any):
+        super().__init__(config, *args, **kwargs)
+        assert isinstance(config, _Config)
+        self.request_timeout = config.request_timeout
+        self._arrival: asyncio.TimerHandle | None = None  # the request arriving now
+        self._stall: asyncio.TimerHandle | None = None  # unsent bytes the client must take
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)  # type: ignore[arg-type]
+        self.timeout_keep_alive_task = self.loop.call_later(
+            self.timeout_keep_alive, self.timeout_keep_alive_handler
+        )
+
+    def data_received(self, data: bytes) -> None:
+        if self._arrival is None:  # a request's first byte
+            self._expect_arrival()
+        super().data_received(data)
+        if self.conn.their_state not in (h11.IDLE, h11.SEND_BODY):  # in whole, or ending
+            self._arrived()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        # a pipelined request whose body is not all in yet: its deadline runs from now
+        if self.conn.their_state is h11.SEND_BODY and self._arrival is None:
+            self._expect_arrival()
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        self._watch_unsent()
+
+    def timeout_keep_alive_handler(self) -> None:
+        self._watch_unsent()  # uvicorn's close waits for the unsent bytes, without end
+        super().timeout_keep_alive_handler()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._arrived()
+        if self._stall is not None:
+            self._stall.cancel()
+            self._stall = None
+        super().connection_lost(exc)
+
+    def _expect_arrival(self) -> None:
+        self._arrival = self.loop.call_later(self.request_timeout, self._arrived_too_slowly)
+
+    def _arrived(self) -> None:
+        if self._arrival is not None:
+            self._arrival.cancel()
+            self._arrival = None
+
+    def _arrived_too_slowly(self) -> None:
+        self._arrival = None
+        log.debug("closing %s: a request took over %g s to arrive", self.client,
+                  self.request_timeout)  # fmt: skip
+        self.transport.abort()
+
+    def _watch_unsent(self) -> None:
+        """Look again in request_timeout whether the client took any of the unsent bytes."""
+        unsent = self.transport.get_write_buffer_size()
+        if self._stall is None and unsent:
+            self._stall = self.loop.call_later(self.request_timeout, self._check_unsent, unsent)
+
+    def _check_unsent(self, before: int) -> None:
+        """Drop the connection when the unsent bytes did not go down since the last look;
+        look again while they do."""
+        self._stall = None
+        unsent = self.transport.get_write_buffer_size()
+        if unsent and unsent >= before:
+            log.debug("closing %s: it took none of its response for %g s", self.client,
+                      self.request_timeout)  # fmt: skip
+            self.transport.abort()
+        else:
+            self._watch_unsent()
+
+
 class _Uvicorn(uvicorn.Server):
     """uvicorn's server, saying when it listens (start() waits for that)."""
 
@@ -339,7 +445,14 @@ class HttpServer:
     """Serves an ASGI app over HTTP from a background thread (uvicorn, its own event loop).
     Binds to loopback unless `listen` ("HOST:PORT") names another address; port 0 picks a free
     port (see `address`). With `tls_cert` (and `tls_key` unless the PEM holds both) it speaks
-    HTTPS. Use as a context manager, or start() and stop()."""
+    HTTPS. Use as a context manager, or start() and stop().
+
+    What one client may hold (docs/server.md "Limits"; InvalidConfigError for a value that
+    cannot work): at most `max_connections` connections in all (cut to a quarter of the
+    open-files limit) and `max_connections_per_ip` from one address, one more closed at
+    accept; a request must arrive whole within `request_timeout` of its first byte; a
+    connection without a request under way is closed after `idle_timeout`; a response its
+    client takes nothing of for `request_timeout` drops the connection."""
 
     def __init__(
         self,
@@ -349,7 +462,14 @@ class HttpServer:
         shutdown_timeout: int = 5,
         tls_cert: str | None = None,
         tls_key: str | None = None,
+        max_connections: int = MAX_CONNECTIONS,
+        max_connections_per_ip: int = MAX_CONNECTIONS_PER_IP,
+        request_timeout: float = REQUEST_TIMEOUT,
+        idle_timeout: float = IDLE_TIMEOUT,
     ):
+        self.limits = HttpLimits(
+            max_connections, max_connections_per_ip, request_timeout, idle_timeout
+        )
         self.app = app
         self.host, self.port = parse_listen(listen)
         if tls_key is not None and tls_cert is None:
@@ -358,6 +478,7 @@ class HttpServer:
             tls_context(tls_cert, tls_key)  # a bad certificate or key is refused here
         self.tls_cert, self.tls_key = tls_cert, tls_key
         self.shutdown_timeout = shutdown_timeout
+        self._places: Places | None = None  # the connections' places, from start()
         self._server: _Uvicorn | None = None
         self._thread: threading.Thread | None = None
         self._failure: BaseException | None = None
@@ -366,11 +487,11 @@ class HttpServer:
         """Bind (an OSError here, in the caller), then serve until stop()."""
         if self._thread is not None:
             return self
-        # IPPROTO_TCP named, not left 0: asyncio sets TCP_NODELAY only on connections whose
-        # socket says TCP, and without it every response on a kept-alive connection waited
-        # ~40 ms for the client's delayed ACK (Nagle)
+        self._places = Places(
+            within_open_files(self.limits.max_connections), self.limits.max_connections_per_ip
+        )
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        sock = ListenSocket(family, self._places)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind((self.host, self.port))
@@ -380,14 +501,21 @@ class HttpServer:
             where = f"{self.host}:{self.port}"
             raise OSError(e.errno, f"cannot listen on {where} (HTTP): {e.strerror}") from e
         self.port = sock.getsockname()[1]
-        config = uvicorn.Config(
+        config = _Config(
             self.app,
+            self.limits.request_timeout,
             log_config=None,  # leave the host program's logging alone
             access_log=False,
             lifespan="off",
             timeout_graceful_shutdown=self.shutdown_timeout,
             ssl_certfile=self.tls_cert,
             ssl_keyfile=self.tls_key,
+            # asyncio's loop, never uvloop: its accept() is ListenSocket's, where connections
+            # are counted (uvloop accepts in C); h11 with the deadlines, whatever is installed
+            loop="asyncio",
+            http=_BoundedH11,
+            timeout_keep_alive=self.limits.idle_timeout,
+            h11_max_incomplete_event_size=MAX_HEADER_BYTES,
         )
         server = self._server = _Uvicorn(config)
         self._thread = threading.Thread(
@@ -419,6 +547,13 @@ class HttpServer:
         """HTTP connections open now (tests wait on a client's close being seen)."""
         server = self._server
         return 0 if server is None else len(server.server_state.connections)
+
+    def stats(self) -> dict[str, int]:
+        """What the connections hold now: how many are open (from accept to close, a TLS
+        handshake included), the most from one address, and how many were refused."""
+        if self._places is None:
+            return {"connections": 0, "most_from_one_address": 0, "refused": 0}
+        return self._places.stats()
 
     @property
     def url(self) -> str:
