@@ -382,14 +382,24 @@ def test_out_of_descriptors_connections_are_closed_not_retried_in_a_loop(tmp_pat
     assert "out of system resource" not in err, err
 
 
-def test_max_connections_is_cut_to_a_quarter_of_the_open_files_limit() -> None:
+def test_connections_are_cut_to_what_the_open_files_limit_leaves(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """With 1,024 descriptors (the usual soft limit of a desktop shell, where `mqcore console`
-    runs), HTTP connections may hold 256; the rest stays the store's."""
-    from mqcore.server.httplimits import HttpLimits, within_open_files
+    runs) the store keeps half and 256 more: the listeners share 256, a quarter of it for
+    mqcore serve's HTTP listener, all of it for the console's (server/bounds.py)."""
+    import resource
 
-    assert within_open_files(1024, soft_limit=1024) == 256
-    assert within_open_files(100, soft_limit=1024) == 100
-    assert within_open_files(1024, soft_limit=40) == 16
+    from mqcore.server import bounds
+    from mqcore.server.httplimits import HttpLimits
+
+    monkeypatch.setattr(resource, "getrlimit", lambda _: (1024, 1024))
+    assert bounds.connection_room() == 256
+    assert bounds.split_room(512, 1024, 4096) == (64, 192)
+    assert bounds.split_room(512, None, 4096) == (0, 256)
+    assert bounds.split_room(100, 50, 60) == (50, 60)  # room enough: nothing cut
+    assert bounds.within(1024, bounds.connection_room(), "HTTP max_connections") == 256
+    assert bounds.within(1024, 3, "x") == bounds.MIN_CONNECTIONS
     assert HttpLimits().max_connections == 1024
 
 

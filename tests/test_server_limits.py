@@ -147,9 +147,9 @@ def test_with_sasl_a_connection_must_authenticate_within_request_timeout(
 def test_idle_connections_cost_no_thread(store: mqcore.Store) -> None:
     """2,000 idle connections: the server's thread count does not move (it was one thread per
     connection), and a new client is answered."""
-    from mqcore.server.server import raise_open_files_limit
+    from mqcore.server.bounds import raise_open_files_limit
 
-    if raise_open_files_limit() < 6000:  # 2,000 sockets on each side, and the store's
+    if (raise_open_files_limit() or 1 << 20) < 6000:  # 2,000 sockets on each side, and the store's
         pytest.skip("needs an open-files limit of 6,000 (ulimit -n)")
     with Server(store, "127.0.0.1:0", max_connections_per_ip=5000) as srv:
         with connect(srv) as first:
@@ -363,3 +363,51 @@ def test_connections_leave_the_store_its_descriptors(tmp_path: Path) -> None:
 
     assert json.loads(proc.stdout)["max_connections"] == 1024 - 512 - 256
     assert "max_connections 4096 cut to 256" in proc.stderr
+
+
+def test_mqcore_serve_takes_the_limits_from_its_flags(tmp_path: Path) -> None:
+    """`mqcore serve --max-connections-per-ip 2 --request-timeout 1` in its own process: a
+    third connection from the address is closed at once, a request trickling in is dropped
+    after a second, a normal client is answered, and `mqcore serve --help` lists every
+    limit without the server extra's modules being imported for it."""
+    import subprocess
+    import sys
+
+    from conftest import child_env
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mqcore.cli", "serve", str(tmp_path / "s"), "--listen",
+         "127.0.0.1:0", "--max-connections-per-ip", "2", "--request-timeout", "1"],
+        env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        host, port = proc.stdout.readline().split()[-1].rsplit(":", 1)
+        address = (host, int(port))
+        first = socket.create_connection(address, timeout=WAIT)
+        second = socket.create_connection(address, timeout=WAIT)
+        assert api_versions(first) == 0 and api_versions(second) == 0
+        with socket.create_connection(address, timeout=WAIT) as third:
+            assert closed_by_peer(third)
+        second.sendall(struct.pack(">i", 100) + b"\0")  # then nothing more
+        assert closed_by_peer(second)
+        assert api_versions(first) == 0
+        first.close()
+        second.close()
+    finally:
+        proc.terminate()
+        proc.wait(WAIT)
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
+    shown = subprocess.run(
+        [sys.executable, "-c", "import sys, mqcore.cli.serve as s, argparse\n"
+         "p = argparse.ArgumentParser(); s.add_network_limits(p); p.print_help()\n"
+         "print('kio' in sys.modules)"],
+        env=child_env(), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    for flag in ("--max-connections-per-ip", "--max-unauthenticated-request-bytes",
+                 "--max-queued-request-bytes", "--io-threads", "--request-timeout",
+                 "--http-max-connections-per-ip", "--http-request-timeout"):  # fmt: skip
+        assert flag in shown.stdout
+    assert shown.stdout.strip().endswith("False")  # kio was not imported

@@ -74,7 +74,77 @@ def add_parsers(sub: Any) -> None:
     )  # fmt: skip
     sec.add_argument("--acl", metavar="FILE", help="per-user topic permissions (needs SASL)")
     add_store_limits(p)
+    add_network_limits(p)
     p.set_defaults(run=cmd_serve)
+
+
+def add_network_limits(p: Any) -> None:
+    """The bounds on what clients may hold (docs/server.md "Limits and bad input")."""
+    from mqcore.server import defaults as d  # no kio: the help needs no server extra
+
+    net = p.add_argument_group('network limits (docs/server.md "Limits and bad input")')
+    for flag, default, meta, what in (
+        ("--max-connections", d.MAX_CONNECTIONS, "N", "connections open at once (cut to "
+         "what the open-files limit leaves the store)"),
+        ("--max-connections-per-ip", d.MAX_CONNECTIONS_PER_IP, "N",
+         "connections from one address"),
+        ("--max-request-bytes", d.MAX_REQUEST_BYTES, "BYTES", "the largest request"),
+        ("--max-unauthenticated-request-bytes", d.MAX_UNAUTHENTICATED_REQUEST_BYTES,
+         "BYTES", "the largest request before SASL authentication"),
+        ("--max-queued-request-bytes", d.MAX_QUEUED_REQUEST_BYTES, "BYTES",
+         "what every connection's partial and pending requests may hold together"),
+        ("--io-threads", d.IO_THREADS, "N", "request threads"),
+        ("--controller-mutation-rate", d.MUTATION_RATE, "N",
+         "partitions one principal may create per second (KIP-599)"),
+    ):  # fmt: skip
+        kind = float if isinstance(default, float) else int
+        net.add_argument(flag, type=kind, default=default, metavar=meta,
+                         help=f"{what} (default {default:,})")  # fmt: skip
+    for flag, default, what in (
+        ("--idle-timeout", d.IDLE_TIMEOUT, "a connection silent between requests this long "
+         "is closed"),
+        ("--request-timeout", d.REQUEST_TIMEOUT, "a request (or the TLS handshake, or SASL "
+         "authentication) must arrive whole within this"),
+    ):  # fmt: skip
+        net.add_argument(flag, type=float, default=default, metavar="SECONDS",
+                         help=f"{what} (default {default:g})")  # fmt: skip
+    for flag, default, meta, what in (
+        ("--http-max-connections", d.HTTP_MAX_CONNECTIONS, "N", "HTTP connections open at once"),
+        ("--http-max-connections-per-ip", d.HTTP_MAX_CONNECTIONS_PER_IP, "N",
+         "HTTP connections from one address"),
+        ("--http-request-timeout", d.HTTP_REQUEST_TIMEOUT, "SECONDS",
+         "an HTTP request's headers and body must arrive within this"),
+        ("--http-idle-timeout", d.HTTP_IDLE_TIMEOUT, "SECONDS",
+         "an HTTP connection silent this long is closed"),
+    ):  # fmt: skip
+        kind = float if isinstance(default, float) else int
+        net.add_argument(flag, type=kind, default=default, metavar=meta,
+                         help=f"{what} (default {default:g})")  # fmt: skip
+    net.add_argument(
+        "--allowed-host", action="append", default=[], metavar="NAME",
+        help="a name browsers reach --http by besides its address (repeat for more); a "
+        "request naming any other Host is refused, against DNS rebinding",
+    )  # fmt: skip
+
+
+def network_limits(args: argparse.Namespace) -> dict[str, Any]:
+    """The Server keywords of add_network_limits' flags."""
+    return {
+        "max_connections": args.max_connections,
+        "max_connections_per_ip": args.max_connections_per_ip,
+        "max_request_bytes": args.max_request_bytes,
+        "max_unauthenticated_request_bytes": args.max_unauthenticated_request_bytes,
+        "max_queued_request_bytes": args.max_queued_request_bytes,
+        "io_threads": args.io_threads,
+        "controller_mutation_rate": args.controller_mutation_rate,
+        "idle_timeout": args.idle_timeout,
+        "request_timeout": args.request_timeout,
+        "http_allowed_hosts": tuple(args.allowed_host),
+        "http_max_connections": args.http_max_connections,
+        "http_max_connections_per_ip": args.http_max_connections_per_ip,
+        "http_request_timeout": args.http_request_timeout,
+        "http_idle_timeout": args.http_idle_timeout,
+    }
 
 
 def add_store_limits(p: Any) -> None:
@@ -111,19 +181,6 @@ def store_limits(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def raise_open_files_limit() -> None:
-    """Lift the soft limit of open files to the hard one: each connection is a descriptor,
-    and so are the segments, as a broker's `ulimit -n` is raised."""
-    try:
-        import resource
-    except ImportError:  # not POSIX
-        return
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard == resource.RLIM_INFINITY or soft < hard:
-        with contextlib.suppress(ValueError, OSError):
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-
-
 def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
     try:
         from mqcore.server import Server
@@ -141,9 +198,8 @@ def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
         tls_cert=args.tls_cert, tls_key=args.tls_key, tls_ca=args.tls_ca,
         sasl_credentials=args.sasl_credentials,
         sasl_mechanisms=tuple(m.strip() for m in args.sasl_mechanisms.split(",") if m.strip()),
-        acl=args.acl, **store_limits(args),
+        acl=args.acl, **store_limits(args), **network_limits(args),
     )  # fmt: skip
-    raise_open_files_limit()
     # the server's log (refused connections, errors) on stderr, one line each
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("mqcore: %(levelname)s: %(message)s"))

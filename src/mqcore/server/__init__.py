@@ -7,7 +7,21 @@
 Needs the `server` extra (`pip install 'mqcore[server]'`: kio, Kafka's message schemas).
 """
 
+from typing import TYPE_CHECKING, Any
+
 from mqcore.server.address import parse_listen
-from mqcore.server.server import Server
+
+if TYPE_CHECKING:
+    from mqcore.server.server import Server
 
 __all__ = ["Server", "parse_listen"]
+
+
+def __getattr__(name: str) -> Any:
+    """Server on first use: `mqcore.server.defaults` (what the command line's help shows)
+    imports without the server extra."""
+    if name == "Server":
+        from mqcore.server.server import Server
+
+        return Server
+    raise AttributeError(f"module 'mqcore.server' has no attribute {name!r}")

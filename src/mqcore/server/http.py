@@ -49,6 +49,7 @@ from mqcore.query.ids import decode_msg_id
 from mqcore.query.jsonform import message_object
 from mqcore.server.address import parse_listen
 from mqcore.server.auth import DESCRIBE, READ, tls_context
+from mqcore.server.bounds import connection_room, within
 from mqcore.server.httpauth import (
     BasicAuthMiddleware,
     HttpAuth,
@@ -82,7 +83,6 @@ from mqcore.server.httplimits import (
     HttpLimits,
     ListenSocket,
     Places,
-    within_open_files,
 )
 from mqcore.server.sharehttp import MAX_SHARE_POLLS, ShareSessions, WaitingPolls, share_routes
 from mqcore.store import Store
@@ -487,8 +487,11 @@ class HttpServer:
         """Bind (an OSError here, in the caller), then serve until stop()."""
         if self._thread is not None:
             return self
+        # beside a store's default share of the descriptors (mqcore serve has given its
+        # Kafka listener's share already: bounds.split_room)
         self._places = Places(
-            within_open_files(self.limits.max_connections), self.limits.max_connections_per_ip
+            within(self.limits.max_connections, connection_room(), "HTTP max_connections"),
+            self.limits.max_connections_per_ip,
         )
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
         sock = ListenSocket(family, self._places)

@@ -21,26 +21,31 @@ from __future__ import annotations
 import collections
 import errno
 import logging
-import math
 import os
-import resource
 import socket
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from mqcore.errors import InvalidConfigError
 from mqcore.server.backoff import peer_key
+from mqcore.server.bounds import check_counts, check_seconds
+from mqcore.server.defaults import (
+    HTTP_IDLE_TIMEOUT as IDLE_TIMEOUT,
+)
+from mqcore.server.defaults import (
+    HTTP_MAX_CONNECTIONS as MAX_CONNECTIONS,
+)
+from mqcore.server.defaults import (
+    HTTP_MAX_CONNECTIONS_PER_IP as MAX_CONNECTIONS_PER_IP,
+)
+from mqcore.server.defaults import (
+    HTTP_REQUEST_TIMEOUT as REQUEST_TIMEOUT,
+)
 
 log = logging.getLogger("mqcore.server.http")
 
-MAX_CONNECTIONS = 1024
-MAX_CONNECTIONS_PER_IP = 256
-REQUEST_TIMEOUT = 30.0  # the Kafka listener's
-IDLE_TIMEOUT = 5.0  # uvicorn's keep-alive
 MAX_HEADER_BYTES = 16 << 10  # h11's bound on an incomplete event (a request line and headers)
-MIN_CONNECTIONS = 16  # what a cut to the open-files limit leaves at least
 REFUSAL_LOG_INTERVAL = 10.0  # seconds between two lines about refused connections
 
 
@@ -56,28 +61,10 @@ class HttpLimits:
     named: str = field(default="", repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        for name in ("max_connections", "max_connections_per_ip"):
-            value = getattr(self, name)
-            if type(value) is not int or value < 1:
-                raise InvalidConfigError(f"{self.named}{name}={value!r}: a whole number >= 1")
-        for name in ("request_timeout", "idle_timeout"):
-            value = getattr(self, name)
-            number = isinstance(value, (int, float)) and not isinstance(value, bool)
-            if not (number and value > 0 and math.isfinite(value)):
-                raise InvalidConfigError(f"{self.named}{name}={value!r}: seconds > 0")
-
-
-def within_open_files(wanted: int, soft_limit: int | None = None) -> int:
-    """`wanted`, or a quarter of the soft open-files limit when that is less (the rest is the
-    store's, and the Kafka listener's under `mqcore serve`); a cut is logged."""
-    if soft_limit is None:
-        soft_limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    if soft_limit == resource.RLIM_INFINITY or wanted <= soft_limit // 4:
-        return wanted
-    room = max(soft_limit // 4, MIN_CONNECTIONS)
-    log.warning("HTTP max_connections %d cut to %d: the process may open %d descriptors",
-                wanted, room, soft_limit)  # fmt: skip
-    return room
+        check_counts(self.named, max_connections=self.max_connections,
+                     max_connections_per_ip=self.max_connections_per_ip)  # fmt: skip
+        check_seconds(self.named, request_timeout=self.request_timeout,
+                      idle_timeout=self.idle_timeout)  # fmt: skip
 
 
 class Places:

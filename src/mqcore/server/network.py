@@ -115,9 +115,10 @@ class Connection:
     def __init__(self, sock: socket.socket, peer: Any, now: float):
         self.sock = sock
         self.peer = peer
-        self.ip: str = peer[0] if isinstance(peer, tuple) else str(peer)
+        # the address as bounds and login backoffs count it (an IPv6 peer by its /64)
+        self.ip = peer_key(peer[0] if isinstance(peer, tuple) else str(peer))
         self.session = Session(peer)
-        self.sasl = SaslState(peer=peer_key(self.ip))
+        self.sasl = SaslState(peer=self.ip)
         self.state = READING
         self.connected_at = self.last_active = now
         self.frame_since: float | None = None  # the current frame's first byte
@@ -363,12 +364,14 @@ class Network:
             return len(self._conns)
 
     def stats(self) -> dict[str, int]:
-        """What the connections cost now: how many, the request-buffer bytes they hold, how
-        many wait for memory, and how many per address at most."""
+        """What the connections cost now: how many (and how many may be, after the cut to the
+        open-files limit), the request-buffer bytes they hold, how many wait for memory, and
+        how many per address at most."""
         with self._lock:
             busiest = max(self._per_ip.values(), default=0)
             count = len(self._conns)
         return {
+            "max_connections": self.limits.max_connections,
             "connections": count,
             "request_bytes": self.pool.used,
             "waiting_for_memory": len(self._memory_wait),
@@ -484,7 +487,7 @@ class Network:
             self._admit(sock, peer, now)
 
     def _admit(self, sock: socket.socket, peer: Any, now: float) -> None:
-        ip = peer[0] if isinstance(peer, tuple) else str(peer)
+        ip = peer_key(peer[0] if isinstance(peer, tuple) else str(peer))
         with self._lock:
             refusal = None
             if len(self._conns) >= self.limits.max_connections:

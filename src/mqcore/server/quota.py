@@ -24,9 +24,9 @@ from kio.schema.errors import ErrorCode
 
 from mqcore.errors import InvalidConfigError
 from mqcore.server.common import KafkaError
+from mqcore.server.defaults import MUTATION_BURST as BURST
+from mqcore.server.defaults import MUTATION_RATE as RATE
 
-RATE = 100.0  # partitions a second, per principal
-BURST = 1_100  # Kafka's burst: the rate times 11 one-second quota windows
 MAX_BUCKETS = 10_000  # full buckets are forgotten past this many principals
 
 

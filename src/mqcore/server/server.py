@@ -35,7 +35,6 @@ import functools
 import logging
 import os
 import queue
-import resource
 import socket
 import ssl
 import threading
@@ -46,6 +45,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from mqcore.errors import AuthenticationError, InvalidConfigError, MQCoreError, ProtocolError
+from mqcore.server import bounds, httplimits, quota
 from mqcore.server.address import parse_listen
 from mqcore.server.auth import (
     MECHANISMS,
@@ -57,6 +57,19 @@ from mqcore.server.auth import (
 )
 from mqcore.server.broker import Broker
 from mqcore.server.common import CloseConnection
+from mqcore.server.defaults import (
+    DEFAULT_PORT,
+    IDLE_TIMEOUT,
+    IO_THREADS,
+    MAX_CONNECTIONS,
+    MAX_CONNECTIONS_PER_IP,
+    MAX_QUEUED_REQUEST_BYTES,
+    MAX_REQUEST_BYTES,
+    MAX_UNAUTHENTICATED_REQUEST_BYTES,
+    MUTATION_BURST,
+    MUTATION_RATE,
+    REQUEST_TIMEOUT,
+)
 from mqcore.server.delayed import Delayed
 from mqcore.server.fetchwire import FetchAnswer, FetchFrame, encode_fetch
 from mqcore.server.groups import INITIAL_REBALANCE_DELAY
@@ -87,14 +100,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("mqcore.server")
 
-DEFAULT_PORT = 9092
-MAX_REQUEST_BYTES = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes
-MAX_UNAUTHENTICATED_REQUEST_BYTES = 512 * 1024  # Kafka's sasl.server.max.receive.size
-MAX_QUEUED_REQUEST_BYTES = 512 * 1024 * 1024  # every connection's request buffers together
-MAX_CONNECTIONS_PER_IP = 1000
-IO_THREADS = 8  # Kafka's num.io.threads
 HOT_REQUESTS = 16  # requests of one connection a request thread answers in a row at most
-FD_RESERVE = 256  # descriptors kept for the store when connections are bounded by the limit
 CLUSTER_FILE = "mqcore-cluster-id"
 _Failure = (OSError, ProtocolError, AuthenticationError, CloseConnection, PeerClosed, ssl.SSLError)
 
@@ -105,7 +111,9 @@ class Server:
     at stop). Binds to loopback unless `listen` names another address. `http` ("HOST:PORT")
     also serves the JSON query API there (server/http.py; `http_server.url`), answering
     requests whose Host names the listen address, localhost on loopback, or one of
-    `http_allowed_hosts` (the names clients browse it by: DNS rebinding is refused). Use as a
+    `http_allowed_hosts` (the names clients browse it by: DNS rebinding is refused), bounded by
+    `http_max_connections`, `http_max_connections_per_ip`, `http_request_timeout` and
+    `http_idle_timeout` (HttpServer's limits, docs/server.md "HTTP query API"). Use as a
     context manager, or start() and stop()."""
 
     def __init__(
@@ -117,14 +125,16 @@ class Server:
         node_id: int = 0,
         auto_create_topics: bool = True,
         default_partitions: int = 1,
-        max_connections: int = 4096,
+        max_connections: int = MAX_CONNECTIONS,
         max_connections_per_ip: int = MAX_CONNECTIONS_PER_IP,
         max_request_bytes: int = MAX_REQUEST_BYTES,
         max_unauthenticated_request_bytes: int = MAX_UNAUTHENTICATED_REQUEST_BYTES,
         max_queued_request_bytes: int = MAX_QUEUED_REQUEST_BYTES,
-        idle_timeout: float = 600.0,
-        request_timeout: float = 30.0,
+        idle_timeout: float = IDLE_TIMEOUT,
+        request_timeout: float = REQUEST_TIMEOUT,
         io_threads: int = IO_THREADS,
+        controller_mutation_rate: float = MUTATION_RATE,
+        controller_mutation_burst: int = MUTATION_BURST,
         group_initial_rebalance_delay: float = INITIAL_REBALANCE_DELAY,
         tls_cert: str | os.PathLike[str] | None = None,
         tls_key: str | os.PathLike[str] | None = None,
@@ -134,6 +144,10 @@ class Server:
         acl: str | os.PathLike[str] | None = None,
         http: str | None = None,
         http_allowed_hosts: tuple[str, ...] = (),
+        http_max_connections: int = httplimits.MAX_CONNECTIONS,
+        http_max_connections_per_ip: int = httplimits.MAX_CONNECTIONS_PER_IP,
+        http_request_timeout: float = httplimits.REQUEST_TIMEOUT,
+        http_idle_timeout: float = httplimits.IDLE_TIMEOUT,
         **store_options: Any,
     ):
         self.host, self.port = parse_listen(listen)
@@ -156,9 +170,17 @@ class Server:
         self.node_id = node_id
         self.auto_create_topics = auto_create_topics
         self.default_partitions = default_partitions
-        _check_limits(max_connections, max_connections_per_ip, max_request_bytes,
-                      max_unauthenticated_request_bytes, max_queued_request_bytes,
-                      idle_timeout, request_timeout, io_threads)  # fmt: skip
+        bounds.check_counts(
+            max_connections=max_connections, max_connections_per_ip=max_connections_per_ip,
+            io_threads=io_threads, max_request_bytes=max_request_bytes,
+            max_unauthenticated_request_bytes=max_unauthenticated_request_bytes,
+        )  # fmt: skip
+        bounds.check_seconds(idle_timeout=idle_timeout, request_timeout=request_timeout)
+        if max_queued_request_bytes < max_request_bytes:
+            raise InvalidConfigError(
+                f"max_queued_request_bytes={max_queued_request_bytes} is below "
+                f"max_request_bytes={max_request_bytes}: the largest request could never be read"
+            )
         self.max_connections = max_connections
         self.max_connections_per_ip = max_connections_per_ip
         self.max_request_bytes = max_request_bytes
@@ -167,6 +189,9 @@ class Server:
         self.idle_timeout = idle_timeout
         self.request_timeout = request_timeout
         self.io_threads = io_threads
+        # KIP-599: partitions one principal may create per second (server/quota.py)
+        self.mutation_quota = quota.MutationQuota(controller_mutation_rate,
+                                                  controller_mutation_burst)  # fmt: skip
         self.group_initial_rebalance_delay = group_initial_rebalance_delay
         self._store_arg = store
         self._store_options = store_options
@@ -188,6 +213,10 @@ class Server:
         self._tls_key = _path(tls_key)
         self.http = http
         self.http_allowed_hosts = tuple(http_allowed_hosts)
+        self.http_limits = httplimits.HttpLimits(
+            http_max_connections, http_max_connections_per_ip, http_request_timeout,
+            http_idle_timeout, named="http_",
+        )  # fmt: skip
         self.http_server: HttpServer | None = None
 
     # -- life -----------------------------------------------------------------------------------
@@ -196,6 +225,7 @@ class Server:
         """Open the store (when given a path), bind, listen, and serve in background threads."""
         if self._sock is not None:
             return self
+        bounds.raise_open_files_limit()  # before the store: its partition bound follows it
         if isinstance(self._store_arg, Store):
             self.store = self._store_arg
         else:
@@ -222,10 +252,15 @@ class Server:
             cluster_id=cluster_id(self.store.path), auto_create_topics=self.auto_create_topics,
             default_partitions=self.default_partitions, authorizer=self.authorizer,
             group_initial_rebalance_delay=self.group_initial_rebalance_delay,
-            execute=self._threads.submit,
+            execute=self._threads.submit, quota=self.mutation_quota,
         )  # fmt: skip
+        http_connections, kafka_connections = bounds.split_room(
+            self.store.log.limits.store_bound(),
+            self.http_limits.max_connections if self.http is not None else None,
+            self.max_connections,
+        )
         limits = Limits(
-            max_connections=_connections_within_fd_limit(self.max_connections),
+            max_connections=kafka_connections,
             max_connections_per_ip=self.max_connections_per_ip,
             max_request_bytes=self.max_request_bytes,
             max_unauthenticated_request_bytes=self.max_unauthenticated_request_bytes,
@@ -253,6 +288,10 @@ class Server:
                                allowed_hosts=self.http_allowed_hosts),
                     self.http, tls_cert=self._tls_cert,
                     tls_key=self._tls_key,
+                    max_connections=http_connections,
+                    max_connections_per_ip=self.http_limits.max_connections_per_ip,
+                    request_timeout=self.http_limits.request_timeout,
+                    idle_timeout=self.http_limits.idle_timeout,
                 ).start()  # fmt: skip
             except BaseException:
                 self.stop()
@@ -308,11 +347,15 @@ class Server:
         return self._network.connection_count() if self._network is not None else 0
 
     def network_stats(self) -> dict[str, int]:
-        """Connections open, request-buffer bytes they hold, connections waiting for memory,
-        the most from one address, and the requests waiting in the purgatory."""
+        """Connections open (and allowed), request-buffer bytes they hold, connections waiting
+        for memory, the most from one address, and the requests waiting in the purgatory;
+        with `http`, the HTTP listener's connections as http_*."""
         if self._network is None or self.broker is None:
             return {}
-        return {**self._network.stats(), "waiting_requests": len(self.broker.purgatory)}
+        stats = {**self._network.stats(), "waiting_requests": len(self.broker.purgatory)}
+        if self.http_server is not None:  # the HTTP listener's, prefixed
+            stats.update({f"http_{k}": v for k, v in self.http_server.stats().items()})
+        return stats
 
     # -- requests (on the request threads) -----------------------------------------------------
 
@@ -490,46 +533,6 @@ class RequestThreads:
                 fn()
             except Exception:  # each call reports its own; this keeps the thread alive
                 log.exception("a request thread's call failed")
-
-
-def _check_limits(
-    max_connections: int, per_ip: int, max_request: int, unauthenticated: int, queued: int,
-    idle: float, request: float, io_threads: int,
-) -> None:  # fmt: skip
-    """InvalidConfigError naming a limit that cannot work."""
-    for name, value in (("max_connections", max_connections), ("max_connections_per_ip",
-                        per_ip), ("io_threads", io_threads), ("max_request_bytes", max_request),
-                        ("max_unauthenticated_request_bytes", unauthenticated)):  # fmt: skip
-        if type(value) is not int or value < 1:
-            raise InvalidConfigError(f"{name}={value!r}: a whole number >= 1")
-    if queued < max_request:
-        raise InvalidConfigError(
-            f"max_queued_request_bytes={queued} is below max_request_bytes={max_request}: the "
-            "largest request could never be read"
-        )
-    for name, seconds in (("idle_timeout", idle), ("request_timeout", request)):
-        if not seconds > 0:
-            raise InvalidConfigError(f"{name}={seconds!r}: seconds > 0")
-
-
-def _connections_within_fd_limit(wanted: int) -> int:
-    """`wanted`, or fewer when the process may not open that many descriptors and keep
-    FD_RESERVE for the store: the soft RLIMIT_NOFILE is raised to the hard one first (as
-    Kafka's packaging raises the ulimit), and a cut is logged."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or soft < hard):
-        with contextlib.suppress(ValueError, OSError):
-            target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
-            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-            soft = target
-    if soft == resource.RLIM_INFINITY:
-        return wanted
-    room = max(soft - FD_RESERVE - soft // 4, 16)
-    if wanted > room:
-        log.warning("max_connections %d cut to %d: the process may open %d descriptors and "
-                    "keeps a quarter of them for the store", wanted, room, soft)  # fmt: skip
-        return room
-    return wanted
 
 
 def _path(path: str | os.PathLike[str] | None) -> str | None:
