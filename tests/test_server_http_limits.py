@@ -447,3 +447,75 @@ def test_mqcore_console_takes_the_limits_as_flags(tmp_path: Path) -> None:
             proc.kill()
             proc.wait()
     assert proc.returncode == 0, err
+
+
+def post_head(sock: socket.socket, path: str, length: int | None) -> None:
+    """A POST's request line and headers; the body is the caller's to send."""
+    size = f"Content-Length: {length}" if length is not None else "Transfer-Encoding: chunked"
+    sock.sendall(f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                 f"{size}\r\n\r\n".encode())  # fmt: skip
+
+
+def status_of_answer(sock: socket.socket) -> int:
+    """The status of the response that comes (the request may not have been sent whole)."""
+    head = b""
+    while b"\r\n" not in head:
+        chunk = sock.recv(65536)
+        assert chunk, f"closed before answering: {head!r}"
+        head += chunk
+    return int(head.split(b" ", 2)[1])
+
+
+def test_a_body_over_its_cap_is_refused_before_it_is_read(
+    store: mqcore.Store, serve: Callable[..., HttpServer]
+) -> None:
+    """A 300 MiB acknowledgement body (declared, or chunked without a length): answered 400
+    after its first kilobyte, not read whole into memory first (the server's peak went from
+    63 to 665 MiB for one such POST), and the share member is never even looked up."""
+    server = serve()
+    url = "/v1/share-groups/g/members/m/acknowledge"
+    with connect(server.address) as sock:
+        post_head(sock, url, 300 << 20)
+        sock.sendall(b"[" * 1024)
+        assert status_of_answer(sock) == 400
+    with connect(server.address) as sock:
+        post_head(sock, url, None)
+        chunk = b"x" * (1 << 20)
+        status = None
+        sock.settimeout(WAIT)
+        for _ in range(300):  # 1 MiB chunks: refused past the 8 MiB cap, long before 300
+            try:
+                sock.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+            except (BrokenPipeError, ConnectionResetError):
+                break
+        status = status_of_answer(sock)
+        assert status == 400
+    assert server.app.state.bodies.used == 0
+
+
+def test_bodies_being_read_share_one_bound(store: mqcore.Store) -> None:
+    """With max_body_bytes 1 MiB, a client holding 800 KB of an unfinished body leaves no room
+    for another's 500 KB: that one is answered 503 with Retry-After; once the first is done,
+    the second goes through (to the member check: 404 for a member that does not exist)."""
+    url = "/v1/share-groups/g/members/m/acknowledge"
+    body = b'{"acknowledgements": []}'.ljust(500_000)
+    with HttpServer(create_app(store, max_body_bytes=1 << 20)) as server:
+        bodies = server.app.state.bodies
+        holder = connect(server.address)
+        try:
+            post_head(holder, url, 900_000)
+            holder.sendall(b" " * 800_000)
+            until(lambda: bodies.used >= 800_000, "the first body's bytes")
+            with connect(server.address) as other:
+                post_head(other, url, len(body))
+                other.sendall(body)
+                assert status_of_answer(other) == 503
+            holder.sendall(b" " * 100_000)
+            assert status_of_answer(holder) == 400  # 900 KB of spaces: not JSON
+        finally:
+            holder.close()
+        until(lambda: bodies.used == 0, "the bytes given back")
+        with connect(server.address) as other:
+            post_head(other, url, len(body))
+            other.sendall(body)
+            assert status_of_answer(other) == 404

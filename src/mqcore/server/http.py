@@ -61,9 +61,11 @@ from mqcore.server.httpauth import (
 from mqcore.server.httpbase import (
     DEFAULT_MAX_SCAN,
     DEFAULT_MAX_SCANS,
+    MAX_BODY_BYTES,
     MAX_LIMIT,
     MAX_TIMEOUT,
     SCAN_WAIT,
+    Bodies,
     Params,
     Scan,
     Scans,
@@ -268,6 +270,7 @@ def create_app(
     max_scans: int = DEFAULT_MAX_SCANS,
     scan_wait: float = SCAN_WAIT,
     max_share_polls: int = MAX_SHARE_POLLS,
+    max_body_bytes: int = MAX_BODY_BYTES,
 ) -> Starlette:
     """The JSON query API over `store` (left open: the caller owns it) under /v1, and with
     `console` the console's pages under /ui (server/console; `/` redirects there). A
@@ -281,7 +284,8 @@ def create_app(
     (httpauth.SameOriginMiddleware). At most `max_scans` scans (search, by-time, the
     console's browser rows) run at once; one more waits `scan_wait` seconds for a slot, then
     is answered 503 (httpbase.Scans). At most `max_share_polls` share polls wait for records
-    at once; one more answers at once (sharehttp.WaitingPolls).
+    at once; one more answers at once (sharehttp.WaitingPolls). Request bodies being read hold
+    at most `max_body_bytes` together (httpbase.Bodies; 503 past it).
 
     A read-only `store` (`mqcore console`) shows the store as it is on disk at each request,
     not as it was when opened: each request borrows the process's kept handle of its path,
@@ -330,6 +334,7 @@ def create_app(
     )
     app.state.share_sessions = ShareSessions(store)
     app.state.share_polls = WaitingPolls(max_share_polls)
+    app.state.bodies = Bodies(max_body_bytes)
     app.state.scans = Scans(max_scans, scan_wait)
     app.state.max_limit = max_limit
     app.state.max_timeout = max_timeout

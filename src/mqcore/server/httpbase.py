@@ -64,6 +64,7 @@ log = logging.getLogger("mqcore.server.http")  # one logger for the whole HTTP A
 
 DEFAULT_LIMIT = 100  # messages a query returns when the request names no limit
 MAX_LIMIT = 10_000  # a larger limit is cut to this (reason "limit" and a cursor say so)
+MAX_BODY_BYTES = 64 << 20  # request bodies being read by every connection together
 DEFAULT_MAX_SCAN = 10_000_000  # records a scan examines at most (the Store's default)
 MAX_TIMEOUT = 10.0  # seconds a scan may run per request; it then answers "timeout" + cursor
 DEFAULT_MAX_SCANS = 2 * usable_cpus()  # scans running at once (Scans)
@@ -111,7 +112,7 @@ def error_answer(request: Request, e: Exception) -> JSONResponse:
     503, anything else a bug, logged here and answered without its traceback."""
     if isinstance(e, MQCoreError):
         return error_response(status_of(e), type(e).__name__, str(e))
-    if isinstance(e, ScansBusy):
+    if isinstance(e, Busy):
         response = error_response(503, "HTTPError", str(e))
         response.headers["Retry-After"] = "1"
         return response
@@ -143,8 +144,46 @@ def json_endpoint(
 T = TypeVar("T")
 
 
-class ScansBusy(Exception):
-    """No scan slot came free within the wait (answered 503 with Retry-After)."""
+class Busy(Exception):
+    """A bound the server keeps on some work is reached (answered 503 with Retry-After)."""
+
+
+class ScansBusy(Busy):
+    """No scan slot came free within the wait."""
+
+
+class Bodies:
+    """What request bodies being read hold together (the HTTP side of the Kafka listener's
+    max_queued_request_bytes): a body is taken in as it arrives, within its own `cap` and this
+    budget, and gives its bytes back when its reader is done; one that does not fit is
+    answered 503 (Busy). A Content-Length over the cap is refused before anything is read.
+    Used on the event loop only."""
+
+    def __init__(self, capacity: int = MAX_BODY_BYTES):
+        if capacity < 1:
+            raise InvalidConfigError(f"max_body_bytes must be >= 1, not {capacity}")
+        self.capacity = capacity
+        self.used = 0
+
+    @contextlib.asynccontextmanager
+    async def read(self, request: Request, cap: int, what: str) -> AsyncIterator[bytearray]:
+        """The body, at most `cap` bytes (InvalidConfigError naming `what` past it)."""
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > cap:
+            raise InvalidConfigError(f"{what} is {declared} bytes: at most {cap}")
+        body = bytearray()
+        try:
+            async for chunk in request.stream():
+                if len(body) + len(chunk) > cap:
+                    raise InvalidConfigError(f"{what} is larger than {cap} bytes")
+                if self.used + len(chunk) > self.capacity:
+                    raise Busy(f"request bodies being read hold {self.used} bytes (the "
+                               f"server's bound, {self.capacity}): try again")  # fmt: skip
+                self.used += len(chunk)
+                body += chunk
+            yield body
+        finally:
+            self.used -= len(body)
 
 
 class Scans:

@@ -52,7 +52,7 @@ from mqcore.errors import InvalidConfigError, MQCoreError, UnknownGroupError
 from mqcore.query.jsonform import message_object
 from mqcore.server.auth import DESCRIBE, READ
 from mqcore.server.httpauth import access, principal_of, visible
-from mqcore.server.httpbase import Params, error_response, json_endpoint
+from mqcore.server.httpbase import Bodies, Busy, Params, error_answer, json_endpoint
 from mqcore.store import Store
 
 DEFAULT_SESSION_MS = 45_000
@@ -220,13 +220,18 @@ def poll(store: Store, request: Request, params: Params) -> dict[str, Any]:
 
 
 async def _ack_body(request: Request) -> list[Any]:
-    raw = await request.body()
-    if len(raw) > MAX_ACK_BODY:
-        raise InvalidConfigError(f"the acknowledgement body is {len(raw)} bytes (max 8 MiB)")
-    try:
-        doc = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise InvalidConfigError(f"the body is not JSON: {e}") from None
+    """The acknowledgements of the body, read within its cap and the app's Bodies."""
+    bodies: Bodies = request.app.state.bodies
+    async with bodies.read(request, MAX_ACK_BODY, "the acknowledgement body") as raw:
+        try:
+            doc = json.loads(raw)
+        except (ValueError, UnicodeDecodeError) as e:
+            raise InvalidConfigError(f"the body is not JSON: {e}") from None
+    return _acknowledgements(doc)
+
+
+def _acknowledgements(doc: Any) -> list[Any]:
+    """The checked [topic, partition, offset, kind] lists of an acknowledgement body."""
     acks = doc.get("acknowledgements") if isinstance(doc, dict) else None
     if not isinstance(acks, list):
         raise InvalidConfigError(
@@ -308,8 +313,8 @@ def _with_body(inner: Callable[[Request], Any]) -> Callable[[Request], Any]:
     async def endpoint(request: Request) -> Any:
         try:
             request.state.acks = await _ack_body(request)
-        except MQCoreError as e:
-            return error_response(400, type(e).__name__, str(e))
+        except (MQCoreError, Busy) as e:
+            return error_answer(request, e)
         return await run_in_threadpool(inner, request)
 
     return endpoint

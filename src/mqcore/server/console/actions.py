@@ -22,7 +22,7 @@ from mqcore.errors import InvalidConfigError, MessageNotFoundError, MQCoreError
 from mqcore.server.auth import READ, WRITE, Access
 from mqcore.server.console import browse, csrf, render
 from mqcore.server.httpauth import access
-from mqcore.server.httpbase import log, status_of
+from mqcore.server.httpbase import Bodies, Busy, log, status_of
 from mqcore.store import Store
 
 MAX_FORM_BYTES = 1 << 20  # a test message is small; a larger form is refused
@@ -154,6 +154,10 @@ def action(fn: Callable[[Store, Form], str]) -> Callable[[Request], object]:
             return render.page(request, "error.html", 403, title="Refused", error=str(e))
         except MQCoreError as e:
             return render.page(request, "error.html", status_of(e), title="Error", error=str(e))
+        except Busy as e:
+            page = render.page(request, "error.html", 503, title="Busy", error=str(e))
+            page.headers["Retry-After"] = "1"
+            return page
         except Exception:
             log.exception("%s %s failed", request.method, request.url.path)
             return render.page(
@@ -185,16 +189,13 @@ async def read_form(request: Request) -> Form:
     kind = request.headers.get("content-type", "").split(";")[0].strip()
     if kind != "application/x-www-form-urlencoded":
         raise InvalidConfigError("a write action takes an application/x-www-form-urlencoded form")
-    body = b""
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > MAX_FORM_BYTES:
-            raise InvalidConfigError(f"the form is larger than {MAX_FORM_BYTES} bytes")
-    try:
-        pairs = urllib.parse.parse_qsl(body.decode("utf-8"), keep_blank_values=True,
-                                       errors="strict")  # fmt: skip
-    except UnicodeDecodeError as e:
-        raise InvalidConfigError("the form is not UTF-8") from e
+    bodies: Bodies = request.app.state.bodies
+    async with bodies.read(request, MAX_FORM_BYTES, "the form") as body:
+        try:  # the bytes, and what their percent escapes stand for, must be UTF-8
+            pairs = urllib.parse.parse_qsl(body.decode("utf-8"), keep_blank_values=True,
+                                           errors="strict")  # fmt: skip
+        except UnicodeDecodeError as e:
+            raise InvalidConfigError("the form is not UTF-8") from e
     fields: dict[str, str] = {}
     for k, v in pairs:
         if k in fields:
