@@ -37,8 +37,13 @@ def check_counts(named: str = "", **values: object) -> None:
 def check_seconds(named: str = "", **values: object) -> None:
     """InvalidConfigError naming a time that is not a finite number of seconds > 0."""
     for name, value in values.items():
-        number = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if not (number and value > 0 and math.isfinite(value)):  # type: ignore[operator]
+        fine = (
+            isinstance(value, (int, float))
+            and not isinstance(value, bool)
+            and value > 0
+            and math.isfinite(value)
+        )
+        if not fine:
             raise InvalidConfigError(f"{named}{name}={value!r}: seconds > 0")
 
 

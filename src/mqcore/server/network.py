@@ -163,7 +163,8 @@ class Connection:
             if self.buf is None or self._got == len(self.buf):
                 if not self._grow(pool):
                     return NEED_MEMORY
-            n = self._recv(memoryview(self.buf)[self._got : self._size])  # type: ignore[index]
+            assert self.buf is not None  # _grow made it
+            n = self._recv(memoryview(self.buf)[self._got : self._size])
             if n is None:
                 return WOULD_BLOCK
             if n == 0:

@@ -425,7 +425,7 @@ class Server:
         if got is NEED_MEMORY:
             network.wait_for_memory(conn)
             return None
-        return got  # type: ignore[no-any-return]
+        return got
 
     def _close(self, conn: Connection, e: BaseException, unexpected: bool = False) -> None:
         if unexpected:
