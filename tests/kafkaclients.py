@@ -22,6 +22,20 @@ def recv_exactly(sock: socket.socket, n: int) -> bytes:
     return out
 
 
+def closed_by_peer(sock: socket.socket, timeout: float = WAIT) -> bool:
+    """Whether the server closes the connection within `timeout` (a clean close or a reset),
+    reading and dropping whatever it sends first."""
+    sock.settimeout(timeout)
+    try:
+        while sock.recv(65536):
+            pass
+        return True
+    except (ConnectionResetError, BrokenPipeError):
+        return True
+    except TimeoutError:
+        return False
+
+
 class KioWire:
     """Requests framed and encoded with kio's writers (Kafka's schemas) over one connection,
     answers decoded with its readers: a client for any request no PyPI client sends as the

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from conftest import child_env, run_cli
+from kafkaclients import closed_by_peer
 
 import mqcore
 
@@ -63,19 +64,6 @@ def get(sock: socket.socket, path: str = "/v1/topics") -> tuple[int, bytes]:
         assert chunk, "closed in the middle of a response"
         body += chunk
     return int(lines[0].split()[1]), body
-
-
-def closed_by_peer(sock: socket.socket) -> bool:
-    """Whether the server closes the connection within WAIT (reads and drops what comes)."""
-    sock.settimeout(WAIT)
-    try:
-        while sock.recv(65536):
-            pass
-        return True
-    except (ConnectionResetError, BrokenPipeError):
-        return True
-    except TimeoutError:
-        return False
 
 
 def refused(sock: socket.socket) -> bool:

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from kafka.record.default_records import DefaultRecordBatchBuilder
-from kafkaclients import KioWire, recv_exactly
+from kafkaclients import KioWire, closed_by_peer, recv_exactly
 
 import mqcore
 
@@ -42,19 +42,6 @@ def until(condition: Callable[[], bool], what: str, timeout: float = WAIT) -> No
 
 def connect(srv: Server) -> socket.socket:
     return socket.create_connection(srv.address, timeout=WAIT)
-
-
-def closed_by_peer(sock: socket.socket, timeout: float = WAIT) -> bool:
-    """Whether the server closes the connection within `timeout` (reads and drops data)."""
-    sock.settimeout(timeout)
-    try:
-        while sock.recv(65536):
-            pass
-        return True
-    except (ConnectionResetError, BrokenPipeError):
-        return True
-    except TimeoutError:
-        return False
 
 
 def api_versions(sock: socket.socket, correlation: int = 1) -> int:

@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 import pytest
-from kafkaclients import recv_exactly
+from kafkaclients import closed_by_peer, recv_exactly
 
 import mqcore
 
@@ -49,19 +49,6 @@ def parse_api_versions_v0(payload: bytes) -> tuple[int, int, dict[int, tuple[int
         apis[key] = (lo, hi)
     assert len(payload) == 10 + 6 * count
     return correlation, error, apis
-
-
-def closed_by_peer(sock: socket.socket) -> bool:
-    """True once the server has closed the connection (recv gives b"" or a reset)."""
-    sock.settimeout(WAIT)
-    try:
-        while True:
-            if sock.recv(65536) == b"":
-                return True
-    except (ConnectionResetError, BrokenPipeError):
-        return True
-    except TimeoutError:
-        return False
 
 
 def still_serves(srv: Any) -> None:
