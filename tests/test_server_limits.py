@@ -398,3 +398,32 @@ def test_mqcore_serve_takes_the_limits_from_its_flags(tmp_path: Path) -> None:
                  "--http-max-connections-per-ip", "--http-request-timeout"):  # fmt: skip
         assert flag in shown.stdout
     assert shown.stdout.strip().endswith("False")  # kio was not imported
+
+
+def test_a_server_whose_store_fails_stops_and_says_why(tmp_path: Path) -> None:
+    """The store's background tasks end (a check-back calling sys.exit): every request would
+    fail from then on, so the server stops on its own (`failure` says why, connections are
+    refused) instead of answering KAFKA_STORAGE_ERROR to everything; the store's data stays."""
+    from mqcore.errors import StoreClosedError
+
+    srv = Server(str(tmp_path / "s"), "127.0.0.1:0", flush="os").start()
+    try:
+        assert srv.store is not None
+        srv.store.create_topic("t")
+        srv.store.append("t", b"kept")  # the task thread starts at the first write
+        with connect(srv) as sock:
+            assert api_versions(sock) == 0
+
+        def exits() -> None:
+            raise SystemExit(3)
+
+        srv.store.log.tasks.add("exits", 1, exits)
+        until(lambda: not srv.serving, "the server to stop")
+        assert isinstance(srv.failure, StoreClosedError)
+        assert "background tasks ended on SystemExit(3)" in str(srv.failure)
+        with pytest.raises(OSError):
+            socket.create_connection(srv.address, timeout=WAIT).close()
+    finally:
+        srv.stop()
+    with mqcore.open(str(tmp_path / "s"), read_only=True) as ro:
+        assert [m.value for m in ro.read("t", 0, 0, 10)] == [b"kept"]

@@ -211,7 +211,9 @@ def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
             url = server.http_server.url
             print(f"mqcore: HTTP query API on {url} (console: {url}/ui/)", file=out)
         out.flush()
-        wait_for_stop(stop)
+        wait_for_stop(stop, server)
+    if server.failure is not None:
+        raise MQCoreError(f"mqcore serve stopped: {server.failure}")
     print("mqcore: stopped", file=out)
     return 0
 
@@ -227,10 +229,11 @@ def stop_signals() -> Iterator[threading.Event]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def wait_for_stop(stop: threading.Event) -> None:
-    """Until SIGTERM (`stop`) or Ctrl-C."""
+def wait_for_stop(stop: threading.Event, server: Any = None) -> None:
+    """Until SIGTERM (`stop`), Ctrl-C, or `server` (a Server) stopping on its own."""
     try:
         while not stop.wait(0.5):
-            pass
+            if server is not None and not server.serving:
+                return
     except KeyboardInterrupt:
         pass

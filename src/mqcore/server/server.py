@@ -100,6 +100,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("mqcore.server")
 
+WATCH_INTERVAL = 0.5  # seconds between two looks at the store's health
 HOT_REQUESTS = 16  # requests of one connection a request thread answers in a row at most
 CLUSTER_FILE = "mqcore-cluster-id"
 _Failure = (OSError, ProtocolError, AuthenticationError, CloseConnection, PeerClosed, ssl.SSLError)
@@ -202,6 +203,11 @@ class Server:
         self._network: Network | None = None
         self._threads: RequestThreads | None = None
         self._stopping = threading.Event()
+        self._stop_lock = threading.Lock()
+        self._watchdog: threading.Thread | None = None
+        # what stopped the server on its own (the store failed: its background tasks or its
+        # flusher ended); None while it serves or after a stop() asked for
+        self.failure: BaseException | None = None
         # -- HTTP query API (server/http.py): "HOST:PORT" or None --
         if http is not None:
             http_host, _ = parse_listen(http)  # a bad address is refused here, as `listen` is
@@ -273,6 +279,9 @@ class Server:
             max_queued_request_bytes=self.max_queued_request_bytes,
         )  # fmt: skip
         self._network.start()
+        self.failure = None
+        self._watchdog = threading.Thread(target=self._watch, name="mqcore-watchdog", daemon=True)
+        self._watchdog.start()
         log.info("serving %s on %s:%d", self.store.path, self.host, self.port)
         # -- HTTP query API: after the Kafka listener; a failure to bind stops that too --
         if self.http is not None:
@@ -310,9 +319,34 @@ class Server:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"{host}:{self.port}"
 
+    @property
+    def serving(self) -> bool:
+        """Started, and not stopped (by stop() or by a failed store: `failure`)."""
+        return self._sock is not None and not self._stopping.is_set()
+
+    def _watch(self) -> None:
+        """Stop the server when its store fails (its background tasks or its flusher ended:
+        every request would fail): a server that cannot serve says so and stops, rather
+        than answer KAFKA_STORAGE_ERROR to everything."""
+        assert self.store is not None
+        while not self._stopping.wait(WATCH_INTERVAL):
+            try:
+                self.store.log.check_open()
+            except (MQCoreError, OSError) as e:
+                log.error("stopping: the store failed: %s", e)
+                self.failure = e
+                self.stop()
+                return
+
     def stop(self) -> None:
         """Stop accepting, close every connection (requests in progress finish first, waiting
         fetches return at once), and close the store if the server opened it."""
+        with self._stop_lock:
+            self._stop()
+        if self._watchdog is not None and self._watchdog is not threading.current_thread():
+            self._watchdog.join()
+
+    def _stop(self) -> None:
         if self._sock is None:
             return
         # -- HTTP query API: stopped first, while the store is still open --
@@ -331,7 +365,8 @@ class Server:
         self._sock.close()
         self._sock = None
         if self._owns_store:
-            self.store.close()
+            with contextlib.suppress(MQCoreError, OSError):  # a failed store: said already
+                self.store.close()
         log.info("stopped serving %s", self.store.path)
 
     def __enter__(self) -> Server:
