@@ -62,7 +62,7 @@ def serve(path: str, flush: str) -> Served:
                 s.create_topic(f"w{name}", segment_bytes=SEGMENT, max_message_bytes=2 << 20)
     proc = subprocess.Popen(
         [sys.executable, "-m", "mqcore.cli", "serve", path, "--listen", "127.0.0.1:0",
-         "--flush", flush],
+         "--flush", flush, "--max-connections-per-ip", "5000"],  # the idle connections' test
         stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     assert proc.stdout is not None
