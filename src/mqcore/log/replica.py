@@ -369,13 +369,20 @@ class ReplicaLog:
     # -- reading --------------------------------------------------------------------------------
 
     def read(
-        self, offset: int, max_bytes: int, isolation: Isolation = "high_watermark"
+        self,
+        offset: int,
+        max_bytes: int,
+        isolation: Isolation = "high_watermark",
+        *,
+        min_one: bool = True,
     ) -> FetchResult:
         """Whole batches from the one holding `offset`, up to `max_bytes` but at least one
-        batch (Kafka's fetch), from one segment, as a FileRegion to sendfile(). `isolation`:
-        "high_watermark" (consumers), "committed" (up to the last stable offset) or "log_end"
-        (followers). OffsetOutOfRangeError below the log start or past the log end."""
-        return self._read(offset, max_bytes, isolation, as_file=True)
+        batch unless `min_one` is False (Kafka's fetch: KIP-74 lets the first partition's first
+        batch past the budget, no other), from one segment, as a FileRegion to sendfile().
+        `isolation`: "high_watermark" (consumers), "committed" (up to the last stable offset)
+        or "log_end" (followers). OffsetOutOfRangeError below the log start or past the log
+        end."""
+        return self._read(offset, max_bytes, isolation, as_file=True, min_one=min_one)
 
     def read_bytes(
         self, offset: int, max_bytes: int, isolation: Isolation = "high_watermark"
@@ -383,7 +390,9 @@ class ReplicaLog:
         """read() with the batches copied into `data` (no descriptor to close)."""
         return self._read(offset, max_bytes, isolation, as_file=False)
 
-    def _read(self, offset: int, max_bytes: int, isolation: str, as_file: bool) -> FetchResult:
+    def _read(
+        self, offset: int, max_bytes: int, isolation: str, as_file: bool, min_one: bool = True
+    ) -> FetchResult:
         if isolation not in ISOLATIONS:
             raise InvalidConfigError(f"isolation must be one of {ISOLATIONS}, not {isolation!r}")
         if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0:
@@ -394,7 +403,7 @@ class ReplicaLog:
         got: list[tuple[int, int, FileRegion | bytes]] = []  # (first, last offset, records)
 
         def decode(view: memoryview, file_pos: int, seg: LogSegment) -> tuple[int, bool]:
-            start, end, last = fetch_span(view, offset, cap, max_bytes)
+            start, end, last = fetch_span(view, offset, cap, max_bytes, min_one)
             if start == end:
                 return len(view), end < len(view)  # nothing here: the next segment, or stop
             first = int.from_bytes(view[start : start + 8], "big", signed=True)

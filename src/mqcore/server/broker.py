@@ -363,12 +363,12 @@ class Broker:
                 try:
                     self.authorize(session, READ, t.topic)
                     handle = self.log.replica(t.topic, p.partition)
-                    # KIP-74: the first batch comes whole even past the budget, so a consumer
-                    # is never stuck behind one large batch
-                    limit = p.partition_max_bytes
-                    if answer.size:
-                        limit = max(min(limit, budget - answer.size), 0)
-                    read = handle.read(p.fetch_offset, limit, "log_end")
+                    # the response stays within max_bytes (fetch.max.bytes) and each partition
+                    # within its own bound; KIP-74: only the first batch of the first partition
+                    # with records comes whole past them, so a consumer is never stuck behind
+                    # one large batch (librdkafka drops a response larger than it asked for)
+                    limit = max(min(p.partition_max_bytes, budget - answer.size), 0)
+                    read = handle.read(p.fetch_offset, limit, "log_end", min_one=not answer.size)
                     got.records = read.region if read.region is not None else read.data
                     got.high_watermark = got.last_stable_offset = read.log_end_offset
                     got.log_start_offset = read.log_start_offset

@@ -103,20 +103,24 @@ def split_batches(buf: memoryview, keep_offsets: bool) -> list[RawBatch]:
     return out
 
 
-def fetch_span(view: memoryview, offset: int, cap: int, max_bytes: int) -> tuple[int, int, int]:
+def fetch_span(
+    view: memoryview, offset: int, cap: int, max_bytes: int, min_one: bool = True
+) -> tuple[int, int, int]:
     """The run of whole batches of `view` (a segment's bytes from a batch boundary to a size
     the log saw) a fetch from `offset` returns: from the batch holding `offset` (or the first
-    after it) while their last offsets stay below `cap` and, but for the first, the run fits
-    `max_bytes`. Returns (start, end, last offset): start == end when none is there, with
-    end == len(view) when the walk reached the end of the view (look in the next segment) and
-    last offset -1."""
+    after it) while their last offsets stay below `cap` and the run fits `max_bytes`, but for
+    the first batch when `min_one` (KIP-74: a consumer is never stuck behind one large batch).
+    Returns (start, end, last offset): start == end when none is there, with end == len(view)
+    when the walk reached the end of the view (look in the next segment) and last offset -1."""
     pos, first, last = 0, -1, -1
     while pos < len(view):
         info = peek_batch_header(view, pos)
         if info is None or info.size <= 0 or pos + info.size > len(view):
             raise CorruptRecordError("batch runs past the end of the segment", position=pos)
         if info.last_offset >= offset:
-            if info.last_offset >= cap or (first >= 0 and pos + info.size - first > max_bytes):
+            start = first if first >= 0 else pos
+            too_big = pos + info.size - start > max_bytes and (first >= 0 or not min_one)
+            if info.last_offset >= cap or too_big:
                 break
             if first < 0:
                 first = pos
