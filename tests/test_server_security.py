@@ -362,16 +362,19 @@ def metadata_request(correlation: int) -> bytes:
     return header(3, 1, correlation) + struct.pack(">i", -1)  # v1: all topics
 
 
-def scram_client_final(first_bare: str, server_first: str, password: str) -> tuple[str, bytes]:
+def scram_client_final(
+    first_bare: str, server_first: str, password: str, nonce_prefix: str = ""
+) -> tuple[str, bytes]:
     """RFC 5802's client side, written from the RFC for these tests: the client-final-message
-    and the ServerSignature a genuine server must send back."""
+    and the ServerSignature a genuine server must send back. `nonce_prefix` goes before the
+    nonce in r= (librdkafka before 2.6.1 repeated its own nonce there)."""
     parts = dict(p.split("=", 1) for p in server_first.split(","))
     salted = hashlib.pbkdf2_hmac(
         "sha256", password.encode(), base64.b64decode(parts["s"]), int(parts["i"])
     )
     client_key = hmac.new(salted, b"Client Key", hashlib.sha256).digest()
     stored_key = hashlib.sha256(client_key).digest()
-    without_proof = f"c=biws,r={parts['r']}"
+    without_proof = f"c=biws,r={nonce_prefix}{parts['r']}"
     auth_message = f"{first_bare},{server_first},{without_proof}".encode()
     signature = hmac.new(stored_key, auth_message, hashlib.sha256).digest()
     proof = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
@@ -404,6 +407,34 @@ def test_raw_scram_exchange_authenticates_and_proves_the_server(sasl_server: Any
         assert (code, message, server_final) == (0, None, expected_signature)
         body = call(sock, metadata_request(3))  # now answered
         assert len(body) > 0
+
+
+@pytest.mark.parametrize(("prefix", "accepted"), [("", True), ("*", False)])
+def test_a_client_final_nonce_is_taken_as_kafka_takes_it(
+    sasl_server: Any, prefix: str, accepted: bool
+) -> None:
+    """librdkafka before 2.6.1 (kcat 1.7.1, rsyslog's omkafka: every Debian 12 program) sends
+    its own nonce again in front of the server's in the client-final message (librdkafka PR
+    #4895). Kafka 3.8.1+ checks that the nonce ends with the server's, so takes it: so does
+    mqcore (it wanted equality and refused them). A nonce that does not end with the
+    server's is refused."""
+    with socket.create_connection(sasl_server.address, timeout=WAIT) as sock:
+        assert handshake(sock, "SCRAM-SHA-256") == 0
+        client_nonce = secrets.token_urlsafe(18)
+        first_bare = f"n=alice,r={client_nonce}"
+        code, _, server_first = authenticate(sock, f"n,,{first_bare}".encode())
+        assert code == 0
+        repeated = client_nonce if accepted else client_nonce + prefix
+        final, signature = scram_client_final(
+            first_bare, server_first.decode(), PASSWORDS["alice"], nonce_prefix=repeated
+        )
+        if not accepted:  # a nonce that no longer ends with the server's
+            final = final.replace(",p=", "x,p=", 1)
+        code, message, server_final = authenticate(sock, final.encode())
+        if accepted:
+            assert (code, server_final) == (0, signature)
+        else:
+            assert code == SASL_AUTHENTICATION_FAILED and "nonce" in (message or "")
 
 
 def handshake_v0(sock: socket.socket, mechanism: str) -> int:

@@ -460,8 +460,10 @@ class Sasl:
             proof = base64.b64decode(proof_text, validate=True)
         except ValueError:
             raise AuthenticationError("SCRAM: c= or p= is not base64") from None
-        if nonce != ex.nonce:
-            raise AuthenticationError("SCRAM: the nonce is not the one the server sent")
+        # Kafka (3.8.1+) checks that the nonce ends with the server's: librdkafka before 2.6.1
+        # sends its own nonce again in front of it (librdkafka PR #4895)
+        if not nonce.endswith(ex.nonce):
+            raise AuthenticationError("SCRAM: the nonce does not end with the one the server sent")
         auth_message = f"{ex.client_first_bare},{ex.server_first},{without_proof}".encode()
         signature = _hmac(ex.credential.stored_key, auth_message)
         if len(proof) != len(signature):
