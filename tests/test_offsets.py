@@ -11,7 +11,12 @@ import warnings
 from pathlib import Path
 
 import mqcore
-from mqcore.consume.offsets import OFFSETS_TOPIC, partition_for_group
+from mqcore.consume.offsets import (
+    OFFSETS_TOPIC,
+    OffsetAndMetadata,
+    decode_value,
+    partition_for_group,
+)
 
 with warnings.catch_warnings():
     # kafka-python 3.0 loads its schemas with importlib.resources' deprecated open_text
@@ -158,3 +163,22 @@ def test_consumer_offsets_of_an_mqcore_store_has_one_partition(store: mqcore.Sto
         c.commit()
     assert store.partitions(OFFSETS_TOPIC) == 1
     assert [lag.committed for lag in store.group_lag("g")["g"]] == [0, 0, 4]
+
+
+def test_a_committed_leader_epoch_is_kept_across_a_reopen(store_path: str) -> None:
+    """Regression: the leader epoch a client commits (OffsetCommit v6+, KIP-320) was written
+    as -1 and read back as -1. It is kept in the value's version 3 field, as Kafka keeps it,
+    and read from a value Kafka wrote (built here from the documented layout)."""
+    with mqcore.open(store_path, flush="os") as store:
+        store.create_topic("t", partitions=2)
+        store.offset_store().commit("g", {("t", 0): OffsetAndMetadata(3, "m", 10, 5)})
+        kafka_value = struct.pack(">hqi", 3, 8, 7) + kafka_string("") + struct.pack(">q", 11)
+        store.log.append_records(OFFSETS_TOPIC, 0, [kafka_value], [commit_key("g", "t", 1)])
+    with mqcore.open(store_path, flush="os") as store:
+        got = store.offset_store().group_offsets("g")
+    assert got == {
+        ("t", 0): OffsetAndMetadata(3, "m", 10, 5),
+        ("t", 1): OffsetAndMetadata(8, "", 11, 7),
+    }
+    old = struct.pack(">hq", 2, 4) + kafka_string("") + struct.pack(">q", 12)  # v2: no epoch
+    assert decode_value(old) == OffsetAndMetadata(4, "", 12, -1)

@@ -953,6 +953,27 @@ def test_committed_offsets_survive_a_server_restart(tmp_path: Any) -> None:
             c.close()
 
 
+def test_a_committed_leader_epoch_is_fetched_back_across_a_restart(tmp_path: Any) -> None:
+    """Regression: OffsetCommit's committed_leader_epoch was dropped and OffsetFetch answered
+    -1. confluent-kafka commits epoch 5 and reads 5 back, from this server and from the next
+    one over the same store."""
+    path = str(tmp_path / "store")
+    with mqcore.open(path, flush="os") as st:
+        st.create_topic("r", partitions=2)
+    conf = {"group.id": "epochs", "enable.auto.commit": False}
+    tp = ck.TopicPartition("r", 1, 3, leader_epoch=5)
+    for restart in (False, True):
+        with Server(path, listen="127.0.0.1:0", flush="os") as srv:
+            c = ck.Consumer({"bootstrap.servers": srv.bootstrap, **conf})
+            try:
+                if not restart:
+                    c.commit(offsets=[tp], asynchronous=False)
+                (got,) = c.committed([ck.TopicPartition("r", 1)], timeout=WAIT)
+                assert (got.offset, got.leader_epoch) == (3, 5)
+            finally:
+                c.close()
+
+
 def test_lag_agrees_between_admin_clients_and_the_store(
     kafka_server: Any, store: mqcore.Store
 ) -> None:

@@ -3,7 +3,7 @@
 One record per (group, topic, partition) commit, in Kafka's own layout so Kafka tooling that
 decodes `__consumer_offsets` reads ours:
   key   = int16 version (1), string group, string topic, int32 partition
-  value = int16 version (3), int64 offset, int32 leader epoch (-1), string metadata,
+  value = int16 version (3), int64 offset, int32 leader epoch (-1: none), string metadata,
           int64 commit time (ms); a null value deletes the group's offset for that partition.
 (string = int16 length + UTF-8, all big-endian.) Values of versions 0-2 are read too.
 
@@ -46,11 +46,14 @@ GroupKey = tuple[str, str, int]  # (group, topic, partition)
 
 @dataclass(frozen=True, slots=True)
 class OffsetAndMetadata:
-    """A committed offset: the next offset the group will consume, its metadata, when."""
+    """A committed offset: the next offset the group will consume, its metadata, when, and
+    the leader epoch of the record before it as the client committed it (-1: none; Kafka
+    clients send it back in their fetches to detect a truncated log, KIP-320)."""
 
     offset: int
     metadata: str = ""
     commit_time: int = -1
+    leader_epoch: int = -1
 
 
 def partition_for_group(group: str, partitions: int) -> int:
@@ -82,7 +85,7 @@ def encode_key(group: str, topic: str, partition: int) -> bytes:
 
 def encode_value(om: OffsetAndMetadata) -> bytes:
     return (
-        struct.pack(">hqi", VALUE_VERSION, om.offset, -1)
+        struct.pack(">hqi", VALUE_VERSION, om.offset, om.leader_epoch)
         + encode_string(om.metadata)
         + struct.pack(">q", om.commit_time)
     )
@@ -127,13 +130,14 @@ def decode_value(raw: bytes) -> OffsetAndMetadata:
     r = BigEndianReader(raw)
     version = r.take(">h")
     offset = r.take(">q")
+    leader_epoch = -1  # versions 0-2 have none
     if version == 3:
-        r.take(">i")  # leader epoch
+        leader_epoch = r.take(">i")
     elif version not in (0, 1, 2):
         raise ValueError(f"unknown offset value version {version}")
     metadata = r.string()
     commit_time = r.take(">q")
-    return OffsetAndMetadata(offset, metadata, commit_time)
+    return OffsetAndMetadata(offset, metadata, commit_time, leader_epoch)
 
 
 class OffsetStore(ReplayedState[GroupKey, OffsetAndMetadata]):

@@ -157,8 +157,30 @@ class Group:
         return owner is not None and owner != member_id
 
 
-# committed offsets by topic and partition: (offset, metadata, error code)
-Committed = dict[str, dict[int, tuple[int, str, ErrorCode]]]
+@dataclass(frozen=True, slots=True)
+class Fetched:
+    """One partition's answer to OffsetFetch: its committed offset (-1: none), the leader
+    epoch committed with it, its metadata, or an error."""
+
+    offset: int = -1
+    leader_epoch: int = -1
+    metadata: str = ""
+    error: ErrorCode = ErrorCode.none
+
+
+Committed = dict[str, dict[int, Fetched]]  # OffsetFetch's answer by topic and partition
+
+
+def fetched(om: OffsetAndMetadata | None) -> Fetched:
+    if om is None:
+        return Fetched()
+    return Fetched(om.offset, om.leader_epoch, om.metadata)
+
+
+def failed(code: ErrorCode, asked: Iterable[Any] | None) -> tuple[ErrorCode, Committed]:
+    """OffsetFetch's answer for a group it cannot read: `code`, in each asked partition too."""
+    return code, {t.name: dict.fromkeys(t.partition_indexes, Fetched(error=code))
+                  for t in asked or ()}  # fmt: skip
 
 
 class GroupCoordinator:
@@ -868,7 +890,8 @@ class GroupCoordinator:
                 elif not self._partition_exists(*tp):
                     codes[tp] = ErrorCode.unknown_topic_or_partition
                 else:
-                    chosen[tp] = OffsetAndMetadata(p.committed_offset, metadata, now_ms)
+                    epoch = getattr(p, "committed_leader_epoch", -1)  # v6+ carry it
+                    chosen[tp] = OffsetAndMetadata(p.committed_offset, metadata, now_ms, epoch)
                     codes[tp] = ErrorCode.none
         if chosen:
             # written after the checks, outside the groups' lock, so an fdatasync does not
@@ -959,7 +982,7 @@ class GroupCoordinator:
         code, topics = self._offsets_for(session, body.group_id, body.topics)
         if found.version < 2 and code != ErrorCode.none:
             # v1 has no top-level error: each partition carries it
-            topics = {t: {p: (-1, "", code) for p in parts} for t, parts in topics.items()}
+            topics = {t: dict.fromkeys(parts, Fetched(error=code)) for t, parts in topics.items()}
         return build(
             found.response,
             throttle_time=NO_DURATION,
@@ -971,62 +994,47 @@ class GroupCoordinator:
 
     def _offsets_for(
         self, session: Any, group_id: str, asked: Iterable[Any] | None
-    ) -> tuple[ErrorCode, dict[str, dict[int, tuple[int, str, ErrorCode]]]]:
+    ) -> tuple[ErrorCode, Committed]:
         """What OffsetFetch answers for one group: GROUP_AUTHORIZATION_FAILED without
         `describe` on the group (each asked partition carrying it, for v0-v1), else the
         committed offsets the session may see."""
         if not self.group_allowed(session, DESCRIBE, group_id):
-            denied = ErrorCode.group_authorization_failed
-            return denied, {t.name: {p: (-1, "", denied) for p in t.partition_indexes}
-                            for t in asked or ()}  # fmt: skip
+            return failed(ErrorCode.group_authorization_failed, asked)
         return self._visible(session, *self._committed(group_id, asked), every=asked is None)
 
-    def _committed(
-        self, group_id: str, asked: Iterable[Any] | None
-    ) -> tuple[ErrorCode, dict[str, dict[int, tuple[int, str, ErrorCode]]]]:
+    def _committed(self, group_id: str, asked: Iterable[Any] | None) -> tuple[ErrorCode, Committed]:
         try:
             committed = self.offsets.group_offsets(group_id)
         except MQCoreError as e:
-            code = storage_error(e)
-            return code, {t.name: {p: (-1, "", code) for p in t.partition_indexes}
-                          for t in asked or ()}  # fmt: skip
-        out: dict[str, dict[int, tuple[int, str, ErrorCode]]] = {}
+            return failed(storage_error(e), asked)
+        out: Committed = {}
         if asked is None:
             for (topic, p), have in sorted(committed.items()):
-                out.setdefault(topic, {})[p] = (have.offset, have.metadata, ErrorCode.none)
+                out.setdefault(topic, {})[p] = fetched(have)
             return ErrorCode.none, out
         for t in asked:
             parts = out.setdefault(t.name, {})
             for p in t.partition_indexes:
-                om = committed.get((t.name, p))
-                parts[p] = (
-                    (om.offset, om.metadata, ErrorCode.none) if om else (-1, "", ErrorCode.none)
-                )
+                parts[p] = fetched(committed.get((t.name, p)))
         return ErrorCode.none, out
 
     def _visible(
-        self,
-        session: Any,
-        code: ErrorCode,
-        topics: dict[str, dict[int, tuple[int, str, ErrorCode]]],
-        every: bool,
-    ) -> tuple[ErrorCode, dict[str, dict[int, tuple[int, str, ErrorCode]]]]:
+        self, session: Any, code: ErrorCode, topics: Committed, every: bool
+    ) -> tuple[ErrorCode, Committed]:
         """The committed offsets of topics the session may describe. When the request asked
         for every topic (`every`) the others are left out, as Kafka filters them; when it
         named them, each of their partitions answers TOPIC_AUTHORIZATION_FAILED."""
         out = {}
+        denied = Fetched(error=ErrorCode.topic_authorization_failed)
         for name, parts in topics.items():
             if self.topic_allowed(session, DESCRIBE, name):
                 out[name] = parts
             elif not every:
-                denied = ErrorCode.topic_authorization_failed
-                out[name] = {p: (-1, "", denied) for p in parts}
+                out[name] = dict.fromkeys(parts, denied)
         return code, out
 
     @staticmethod
-    def _fetched(
-        topic_cls: type, part_cls: type, topics: dict[str, dict[int, tuple[int, str, ErrorCode]]]
-    ) -> tuple[Any, ...]:
+    def _fetched(topic_cls: type, part_cls: type, topics: Committed) -> tuple[Any, ...]:
         return tuple(
             build(
                 topic_cls,
@@ -1035,12 +1043,12 @@ class GroupCoordinator:
                     build(
                         part_cls,
                         partition_index=p,
-                        committed_offset=offset,
-                        committed_leader_epoch=-1,
-                        metadata=metadata,
-                        error_code=code,
+                        committed_offset=got.offset,
+                        committed_leader_epoch=got.leader_epoch,
+                        metadata=got.metadata,
+                        error_code=got.error,
                     )
-                    for p, (offset, metadata, code) in parts.items()
+                    for p, got in parts.items()
                 ),
             )
             for name, parts in topics.items()
