@@ -330,7 +330,7 @@ BAD: list[tuple[str, int, str, str]] = [
     ("/v1/topics/orders/by-key?key=%FF", 400, "InvalidConfigError", "UTF-8"),
     ("/v1/messages/m1-nonsense", 400, "InvalidMessageIdError", "m1-nonsense"),
     ("/v1/unique-ids/not-a-uuid", 400, "InvalidMessageIdError", "not-a-uuid"),
-    ("/v1/groups/bad%20name", 400, "InvalidGroupError", "bad name"),
+    ("/v1/groups/bad%20name", 404, "UnknownGroupError", "'bad name'"),  # Kafka takes any name
     ("/v1/groups/nobody", 404, "UnknownGroupError", "'nobody'"),
     ("/v1/nothing/here", 404, "HTTPError", "/v1/nothing/here"),
     ("/nothing", 404, "HTTPError", "no route"),  # (`/` redirects to the console, /ui/)

@@ -32,7 +32,7 @@ from mqcore.consume.group import (
     RETRY_PREFIX,
     TopicPartition,
     unused_retry_level,
-    validate_group,
+    validate_group_for_topics,
 )
 from mqcore.consume.offsets import OffsetAndMetadata
 from mqcore.consume.retry import check_levels, copy_headers, due_time, reconsume_times
@@ -88,7 +88,7 @@ class Consumer:
         now_ms: Any = None,
     ):
         log.check_writable()
-        self.group = validate_group(group)
+        self.group = validate_group_for_topics(group)
         topic_list = [topics] if isinstance(topics, str) else list(topics)
         if not topic_list:
             raise InvalidConfigError("a consumer needs at least one topic")

@@ -27,8 +27,32 @@ RETRY_PREFIX = "__retry."
 DLQ_PREFIX = "__dlq."
 
 
+MAX_GROUP_BYTES = 0x7FFF  # a group ID is an int16-length string in `__consumer_offsets` keys
+
+
 def validate_group(group: object) -> str:
-    """A group name follows the topic-name rule, short enough for `__retry.<group>`."""
+    """A consumer group ID, Kafka's rule: any non-empty string (commas, spaces and slashes
+    included), short enough for the int16 length of the `__consumer_offsets` key it is
+    committed under. Every group the store keeps offsets for passes; mqcore's own consumers
+    and share groups also need validate_group_for_topics."""
+    if not isinstance(group, str):
+        raise InvalidGroupError(f"group name must be a str, not {type(group).__name__}")
+    if not group:
+        raise InvalidGroupError("group name is empty")
+    try:
+        size = len(group.encode())
+    except UnicodeEncodeError:
+        raise InvalidGroupError(f"group name {group!r} is not valid Unicode text") from None
+    if size > MAX_GROUP_BYTES:
+        raise InvalidGroupError(f"group name is {size} bytes long; the limit is {MAX_GROUP_BYTES}")
+    return group
+
+
+def validate_group_for_topics(group: object) -> str:
+    """A group name mqcore's own consumers and share groups can take: their retry, dead-letter
+    and pull-log topics are named after it (`__retry.<group>`, `__dlq.<group>`,
+    `__pull.<group>`), so it follows the topic-name rule, short enough for the longest of
+    them. Kafka clients' groups over `mqcore serve` need only validate_group."""
     try:
         validate_name(group, "group")
     except InvalidTopicError as e:

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from mqcore._ext.batch import Message
 from mqcore.consume.fetch import FILTER_SCAN_BUDGET, FilteredFetch
-from mqcore.consume.group import DLQ_PREFIX, TopicPartition, validate_group
+from mqcore.consume.group import DLQ_PREFIX, TopicPartition, validate_group_for_topics
 from mqcore.consume.pulllog import PullBuffer, PullLog
 from mqcore.consume.retry import copy_headers
 from mqcore.consume.sharestate import ShareSnapshot, ShareStateStore, runs_of
@@ -564,7 +564,7 @@ class ShareConsumer:
         now_ms: Any = None,
     ):
         log.check_writable()
-        name = validate_group(group)
+        name = validate_group_for_topics(group)
         topic_list = [topics] if isinstance(topics, str) else list(topics)
         if not topic_list:
             raise InvalidConfigError("a share consumer needs at least one topic")

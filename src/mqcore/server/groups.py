@@ -1274,7 +1274,7 @@ class GroupCoordinator:
     def _delete_offsets(self, group_id: str) -> ErrorCode:
         try:
             validate_group(group_id)
-        except InvalidGroupError:  # committed before the name rule: tombstone directly
+        except InvalidGroupError:  # "" (Kafka log directories may hold it): tombstone directly
             try:
                 self.offsets.delete_group(group_id)
             except MQCoreError as e:
