@@ -292,7 +292,8 @@ class Partition:
         cache has room: open files stay readable whatever the writer later does to their
         names, so a store of up to max_open_segments segments reads the log exactly as it was
         when it opened. One opened later finds the file as it is then (StoreChangedError if
-        the writer replaced or removed it meanwhile: operations.md "Readers beside a writer")."""
+        the writer replaced or removed it meanwhile: operations.md "Readers beside a writer").
+        A damaged one stays closed: the reads that reach it raise, the others still read."""
         for i in range(len(self._segs) - 1, -1, -1):
             if self.cache is not None and len(self.cache) >= self.cache.limit:
                 return
@@ -301,6 +302,8 @@ class Partition:
                 continue
             try:
                 seg.ensure_open()
+            except CorruptRecordError:
+                continue
             except StoreChangedError:
                 if not self._retention_took(i):
                     raise  # replaced, or merged by compaction: the caller opens again

@@ -285,13 +285,23 @@ class LogSegment:
             if not self.is_open:
                 self._open_files()
             if not self.loaded:
-                self.load()
-                if self.sealed and self.writable:
-                    self.seal()
+                self._load_opened()
             if self.sealed:
                 self.park()
         if self.cache is not None and self.sealed:
             self.cache.admit(self)
+
+    def _load_opened(self) -> None:
+        """load() a segment ensure_open just opened (sealing it again when writable). When it
+        fails (damage), its files are let go: every later use opens and loads it again and
+        meets the same error, never reads a log that was not loaded."""
+        try:
+            self.load()
+            if self.sealed and self.writable:
+                self.seal()
+        except BaseException:
+            self._drop_files()
+            raise
 
     def park(self) -> None:
         """A sealed segment keeps no descriptor: map the whole log for reads, close the file."""
@@ -311,16 +321,20 @@ class LogSegment:
         with self._state:
             if not self.is_open or not self.sealed or self.retired or self.closed:
                 return False
-            self._unmap()
-            self.offset_index.unmap()
-            self.time_index.unmap()
-            if self.key_index is not None:
-                self.key_index.drop()
-            if self.fd >= 0:
-                os.close(self.fd)
-                self.fd = -1
-            self.is_open = False
+            self._drop_files()
             return True
+
+    def _drop_files(self) -> None:
+        """Unmap and close every file of the segment (call with _state held)."""
+        self._unmap()
+        self.offset_index.unmap()
+        self.time_index.unmap()
+        if self.key_index is not None:
+            self.key_index.drop()
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        self.is_open = False
 
     # -- loading ------------------------------------------------------------------------------
 
@@ -368,13 +382,7 @@ class LogSegment:
         if ok:
             start = last[1] if last is not None else 0
             scanner = SegmentScanner(self.base_offset, self.index_interval_bytes, False)
-            self._scan(scanner, start)
-            if scanner.stop == CORRUPT:
-                raise CorruptRecordError(
-                    scanner.error or "invalid batch",
-                    path=self.log_path,
-                    position=scanner.error_position,
-                )
+            self._refuse_damage(scanner, self._scan(scanner, start))
             ok = self._indexes_cover_tail(scanner)
         if not ok:
             self.rebuild(verify_crc=False)
@@ -441,8 +449,31 @@ class LogSegment:
             return -1
         return int.from_bytes(head[35:43], "big", signed=True)
 
-    def _scan(self, scanner: SegmentScanner, start: int) -> None:
-        """Feed the log from `start` to its end into `scanner` in bounded chunks."""
+    def _refuse_damage(self, scanner: SegmentScanner, file_size: int) -> None:
+        """A trusted load's scan (no CRC check) met bytes that are not whole batches: raise
+        CorruptRecordError where they start, before anything is changed. A load never cuts the
+        log: recovery alone decides what is cut (docs/operations.md "Recovery"). Bytes after
+        the last whole batch are damage in a sealed segment (sealing leaves it ending at a
+        batch); in the active one they are a torn tail, which the partition has recovery scan.
+        """
+        if scanner.stop == CORRUPT:
+            raise CorruptRecordError(
+                scanner.error or "invalid batch",
+                path=self.log_path,
+                position=scanner.error_position,
+            )
+        if self.sealed and scanner.valid_bytes < file_size:
+            raise CorruptRecordError(
+                f"sealed segment holds {file_size - scanner.valid_bytes} bytes after its last "
+                "whole batch (a batch cut short or bytes that are not one; only recovery cuts "
+                "a log: mqcore verify --repair)",
+                path=self.log_path,
+                position=scanner.valid_bytes,
+            )
+
+    def _scan(self, scanner: SegmentScanner, start: int) -> int:
+        """Feed the log from `start` to its end into `scanner` in bounded chunks; returns the
+        file's size (what was there to scan)."""
         file_size = os.fstat(self.fd).st_size
         scanner_pos = start
         # the scanner counts positions from the segment start; prime it at `start`
@@ -466,22 +497,17 @@ class LogSegment:
                     break
             scanner_pos += used
         scanner.finish()
+        return file_size
 
     def rebuild(self, verify_crc: bool) -> ScanOutcome:
         """Scan the whole log, rebuild both indexes from it, and cut nothing (see recover)."""
         self.loaded = True  # the scan sets what load() would
         self._set_unknown_fields()
         scanner = SegmentScanner(self.base_offset, self.index_interval_bytes, verify_crc)
-        self._scan(scanner, 0)
-        outcome = ScanOutcome(
-            scanner.valid_bytes, os.fstat(self.fd).st_size, scanner.error, scanner.error_position
-        )
-        if scanner.stop == CORRUPT and not verify_crc:
-            raise CorruptRecordError(
-                scanner.error or "invalid batch",
-                path=self.log_path,
-                position=scanner.error_position,
-            )
+        file_size = self._scan(scanner, 0)
+        outcome = ScanOutcome(scanner.valid_bytes, file_size, scanner.error, scanner.error_position)
+        if not verify_crc:  # a trusted load's rebuild (recovery's scan checks CRCs and cuts)
+            self._refuse_damage(scanner, file_size)
         self.size = scanner.valid_bytes
         self.next_offset = max(scanner.next_offset, self.base_offset)
         self.max_timestamp = scanner.max_timestamp
@@ -645,11 +671,14 @@ class LogSegment:
         self._reserve_held = 0
 
     def _release_reserve(self) -> None:
-        """Hand back the blocks reserved past the end (truncating to the size frees them)."""
+        """Hand back the blocks this process reserved past the end (truncating to the size
+        frees them). Only a reservation made here: a size read from the files on disk never
+        cuts one (a wrong one would cut valid data silently; recovery alone cuts a log)."""
+        reserved = self._reserve_mark is not None and self.reserved_end > self.size
         self._give_back_reserve()
-        if self.reserved_end > self.size:
+        if reserved:
             os.ftruncate(self.fd, self.size)
-            self.reserved_end = self.size
+        self.reserved_end = self.size
 
     def indexes_full(self) -> bool:
         return self.offset_index.is_full() or self.time_index.is_full()
