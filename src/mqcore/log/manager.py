@@ -118,6 +118,7 @@ class Log:
         self._dir = LogDirectory(path, writable=not read_only, create=create)
         self.path = self._dir.path
         self._lock = threading.RLock()  # publishing topic changes, replica handles, close
+        self._checkpoint_lock = threading.Lock()  # one writer of the checkpoint at a time
         self.limits = limits if limits is not None else PartitionLimits()
         self._changes = TopicChanges(self._dir.path)  # who changes which topic (log/changes.py)
         self._deleting: dict[str, int] = {}  # deletions in progress: topic -> partitions
@@ -829,9 +830,15 @@ class Log:
 
     def checkpoint(self, sync: bool = True, sync_dir_now: bool = True) -> None:
         """Write every partition's recovery point (what recovery may skip) durably; `sync` and
-        `sync_dir_now` as for durable.write_atomic."""
-        points = {(p.topic, p.partition): p.recovery_point for p in self.all_partitions()}
-        self._dir.save_recovery_points(points, sync=sync, sync_dir_now=sync_dir_now)
+        `sync_dir_now` as for durable.write_atomic.
+
+        Its writers (the flusher, flush(), topic deletions, open and close) take turns: two at
+        once shared the one `.tmp` file, so the second rename found it gone, or renamed a file
+        the other had just truncated. The points are read in the same turn, so a later write
+        never carries an older view (a deleted topic's entries coming back)."""
+        with self._checkpoint_lock:
+            points = {(p.topic, p.partition): p.recovery_point for p in self.all_partitions()}
+            self._dir.save_recovery_points(points, sync=sync, sync_dir_now=sync_dir_now)
 
     def iter_partitions(self, topic: str | None = None) -> Iterator[Partition]:
         """Partitions of `topic` (or of every topic) in order, a snapshot taken under the lock."""
