@@ -255,6 +255,11 @@ SYNTAX_ERRORS: list[tuple[str, int, str]] = [
     ("AND = 1", 1, "unexpected AND"),
     ("a = 'x' AND (b = 'it''s' OR", 28, "unexpected end of selector"),
     ("é = 1", 1, "unexpected character 'é'"),
+    # a double-quoted string (a shell's or JSON's habit) says how SQL92 quotes strings
+    ('name = "x"', 8, "SQL92 strings are single-quoted: write 'x'"),
+    ('name IN ("a", "b")', 10, "SQL92 strings are single-quoted: write 'a'"),
+    ('"it\'s" = name', 1, "single-quoted: write 'it''s'"),
+    ('name = "x', 8, "SQL92 strings are single-quoted ('text', with '' for a quote inside)"),
     ("   ", 1, "selector is empty"),
     ("", 1, "selector is empty"),
 ]

@@ -600,6 +600,17 @@ def _scan_string(text: str, start: int) -> tuple[str, int]:
         position = end + 2
 
 
+def _double_quote_hint(text: str, start: int) -> str:
+    """What to say of a double quote: SQL92 strings are single-quoted (a shell user's habit,
+    `--where "name = "x""`, or JSON's); the value as it should be written, when it closes."""
+    end = text.find('"', start + 1)
+    message = "unexpected character '\"': SQL92 strings are single-quoted"
+    if end < 0:
+        return message + " ('text', with '' for a quote inside)"
+    value = text[start + 1 : end].replace("'", "''")
+    return message + f": write '{value}'"
+
+
 def _number_token(kind: str, source: str, text: str, start: int) -> Token:
     """An INT or FLOAT token, rejecting values outside int64 / the finite doubles."""
     column = start + 1
@@ -629,6 +640,8 @@ def _lex_one(text: str, start: int) -> tuple[Token | None, int]:
         return Token(STRING, value, start + 1, text[start:end]), end
     match = _LEXEME.match(text, start)
     if match is None:
+        if text[start] == '"':
+            raise _fail(_double_quote_hint(text, start), text, start + 1)
         raise _fail(f"unexpected character {text[start]!r}", text, start + 1)
     kind, source, end = match.lastgroup, match.group(), match.end()
     if kind == "space":
