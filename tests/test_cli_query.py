@@ -99,8 +99,20 @@ QUERIES: dict[str, tuple[list[str], Callable[[mqcore.Store, mqcore.Message], Any
     "key": (["--key", "user-3"], lambda s, m: s.find_by_key(TOPIC, b"user-3")),
     "key in a window": (
         ["--key", "user-3", "--from", iso(W_LO), "--to", str(W_HI)],
+        lambda s, m: s.search(TOPIC, key=b"user-3", start=W_LO, end=W_HI, order="time"),
+    ),
+    "key in a window, partition order": (
+        ["--key", "user-3", "--from", iso(W_LO), "--to", str(W_HI), "--order", "partition"],
         lambda s, m: s.find_by_key(TOPIC, b"user-3", start=W_LO, end=W_HI),
     ),
+    "key with filters": (
+        ["--key", "user-3", "--where", "amount >= 50", "--contains", "pear"],
+        lambda s, m: [
+            x
+            for x in s.find_by_key(TOPIC, b"user-3")
+            if int(x.properties["amount"]) >= 50 and b"pear" in x.value
+        ],
+    ),  # fmt: skip
     "key of one partition, limited": (
         ["--key", "user-5", "-p", "1", "--limit", "2"],
         lambda s, m: s.find_by_key(TOPIC, b"user-5", partition=1, limit=2),
@@ -108,6 +120,10 @@ QUERIES: dict[str, tuple[list[str], Callable[[mqcore.Store, mqcore.Message], Any
     "extra key": (["--key", "gold"], lambda s, m: s.find_by_key(TOPIC, b"gold")),
     "range": (
         ["--from", str(W_LO), "--to", iso(W_HI)],
+        lambda s, m: s.range(TOPIC, W_LO, W_HI, order="time"),
+    ),
+    "range, partition order": (
+        ["--from", str(W_LO), "--to", iso(W_HI), "--order", "partition"],
         lambda s, m: s.range(TOPIC, W_LO, W_HI),
     ),
     "tag": (["--tag", "red"], lambda s, m: s.search(TOPIC, tag="red")),
@@ -277,9 +293,10 @@ def test_query_progress_bar_only_when_asked(big: str) -> None:
 @pytest.mark.parametrize(
     ("argv", "needle"),
     [
-        (["--key", "a", "--tag", "b"], "--key does not take --tag"),
+        (["--unique-id", "a", "--tag", "b"], "--unique-id does not take --tag"),
         (["--id", "m1-AA", "--limit", "3"], "--id does not take --limit"),
-        (["--key", "a", "--max-scan", "5"], "--key does not take --max-scan"),
+        (["--unique-id", "a", "--order", "time"], "--unique-id does not take --order"),
+        (["--tag", "a", "--order", "timestamp"], "invalid choice: 'timestamp'"),
         (["--id", "m1-AA", "--key", "a"], "only one of"),
         ([], "give --id, --unique-id, --key or a scan filter"),
         (["--limit", "0", "--tag", "x"], "must be at least 1"),

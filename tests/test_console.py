@@ -300,7 +300,10 @@ def test_browser_page_shell_and_paging_links(client: Client) -> None:
         "cursor=garbage",
         "hist=nonsense",
         "colour=red",
-        "key=a&tag=b",
+        "order=bogus",
+        "from=end&order=partition",
+        "from=end&tail=c1-0-5",
+        "from=time&time=2026-09-21T16:15&cursor=c1-0-5",
         "where=amount%20%3E%3E%203",
         "regex=%28",
     ],
@@ -697,27 +700,28 @@ def test_share_groups_and_share_deliveries_show(tmp_path: Path) -> None:
         sc.close()
 
 
-def test_scans_stop_at_max_scan_and_from_end_resolves_to_a_time(
+def test_scans_stop_at_max_scan_and_from_end_resolves_to_a_place(
     store: mqcore.Store, client: Client
 ) -> None:
     status, body, _ = client.request("/ui/topics/orders/rows?contains=nowhere&max_scan=100")
     answer = json.loads(body)
     assert status == 200 and answer["reason"] == "max_scan" and answer["cursor"]
     assert answer["count"] == 0 and answer["scanned_records"] >= 100
-    # from=end becomes the time of the oldest of the newest `limit` messages: the form and the
-    # rows URL carry it, so every later page of the query agrees on it
+    # from=end becomes a time-order cursor placed at the newest `limit` messages of all the
+    # partitions: the form and the rows URL carry it, so every later page of the query agrees
+    # on it; the page shows the time of the oldest of them
     page = client.page("/ui/topics/orders?from=end&limit=4")
-    newest = [
-        m.timestamp
-        for p in range(3)
-        for m in store.read("orders", p, store.end_offset("orders", p) - 4, 4)
-    ]
-    shown = datetime.fromtimestamp(min(newest) / 1000, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+    everything = [m for p in range(3) for m in store.read("orders", p, 0, 1 << 20)]
+    newest = sorted(everything, key=lambda m: (m.timestamp, m.partition, m.offset))[-4:]
+    shown = datetime.fromtimestamp(newest[0].timestamp / 1000, timezone.utc).strftime(
+        "%Y-%m-%dT%H:%M:%S"
+    )
     assert re.search(rf'<span id="tail" class="note">end: from {shown}\.\d{{3}}Z</span>', page)
     rows_url = html.unescape(re.search(r'data-rows-url="([^"]+)"', page)[1])  # type: ignore[index]
-    assert urllib.parse.parse_qs(urllib.parse.urlsplit(rows_url).query)["tail"] == [
-        str(min(newest))
-    ]
+    tail = urllib.parse.parse_qs(urllib.parse.urlsplit(rows_url).query)["tail"][0]
+    assert tail.startswith("t1-")
+    found, _ = client.rows("orders", **{"from": "end"}, limit=4, tail=tail)
+    assert found == [(m.partition, m.offset) for m in newest]
     # a time left in the form from an earlier from=time query does not stand in for it
     page = client.page("/ui/topics/orders?from=end&limit=4&time=2020-01-01T00:00")
     assert f"end: from {shown}" in page

@@ -7,6 +7,7 @@ policy is the log's promise: log/manager.py and docs/operations.md "Durability".
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -59,6 +60,8 @@ from mqcore.query import engine
 from mqcore.query.engine import QueryResult
 from mqcore.query.ids import decode_msg_id
 from mqcore.query.keyed import find_indexed
+from mqcore.query.keyfilter import run_key_search
+from mqcore.query.merge import run_time_scan
 from mqcore.storage import cleaner, retention
 from mqcore.storage.cleaner import CompactionReport
 from mqcore.storage.partition import Partition
@@ -729,12 +732,14 @@ class Store(Sender[RecordMetadata, BatchMetadata, list[BatchMetadata]]):
         timeout: float | None = None,
         cursor: str | None = None,
         threads: int | None = None,
+        order: str = "partition",
         start_ts: int | None = None,
         end_ts: int | None = None,
     ) -> QueryResult:
         """Messages with start <= timestamp < end, in ms since the epoch (None: unbounded), in
-        any order of timestamps in the log: search() with only the time filter. `start_ts` and
-        `end_ts` are the deprecated names of `start` and `end` (removed in the next release)."""
+        any order of timestamps in the log: search() with only the time filter (`order` as
+        there). `start_ts` and `end_ts` are the deprecated names of `start` and `end` (removed
+        in the next release)."""
         start = engine.renamed("range", "start", start, "start_ts", start_ts)
         end = engine.renamed("range", "end", end, "end_ts", end_ts)
         return self.search(
@@ -747,6 +752,7 @@ class Store(Sender[RecordMetadata, BatchMetadata, list[BatchMetadata]]):
             timeout=timeout,
             cursor=cursor,
             threads=threads,
+            order=order,
         )
 
     def search(
@@ -765,13 +771,30 @@ class Store(Sender[RecordMetadata, BatchMetadata, list[BatchMetadata]]):
         timeout: float | None = None,
         cursor: str | None = None,
         threads: int | None = None,
+        key: bytes | str | None = None,
+        order: str = "partition",
     ) -> QueryResult:
         """Messages whose value contains `contains` / matches `regex`, with tag `tag`, whose
-        properties satisfy the SQL92 selector `where`, within [start, end) ms. `threads`: how
-        many threads the scan may read with (None: 2 on a machine with two CPUs or more; the
-        segments after the one being read are scanned ahead, the answer is the same)."""
+        properties satisfy the SQL92 selector `where`, within [start, end) ms, and with `key`
+        (as key or `keys` word: the key index's hits, then the filters). `threads`: how many
+        threads the scan may read with (None: 2 on a machine with two CPUs or more; the
+        segments after the one being read are scanned ahead, the answer is the same).
+        `order`: "partition" (partition by partition, each in offset order) or "time" (merged
+        across partitions by timestamp; its cursors are its own: docs/query.md)."""
         spec = engine.make_spec(start, end, contains, regex, tag, where)
-        return engine.run_scan(
+        order = engine.check_order(order)
+        if key is not None:
+            if not self.log.partitions_and_config(topic)[1].key_index:
+                raise InvalidConfigError(
+                    f"topic {topic!r} keeps no key index (key_index=False): a search by key "
+                    "needs it; search without key= scans instead"
+                )
+            return run_key_search(
+                self.log.query_parts(topic, partition), key, spec, order, limit, max_scan,
+                timeout, cursor,
+            )  # fmt: skip
+        run = engine.run_scan if order == engine.PARTITION_ORDER else run_time_scan
+        return run(
             self.log.query_parts(topic, partition), spec, limit, max_scan, timeout, cursor,
             threads,
         )  # fmt: skip
@@ -817,6 +840,18 @@ class Store(Sender[RecordMetadata, BatchMetadata, list[BatchMetadata]]):
         part = self.log.partition(topic, partition)
         with part.locked():
             return [seg.base_offset for seg in part.segments]
+
+    def disk_bytes(self, topic: str, partition: int = 0) -> int:
+        """Disk space the partition's files take: blocks allocated (st_blocks * 512), not their
+        apparent sizes, which count the sparse, preallocated tails of an open segment's files
+        (20 MiB for a topic of 16 messages). The one "size on disk" (`mqcore stats`, the
+        console)."""
+        directory = self.log.partition(topic, partition).directory
+        try:
+            with os.scandir(directory) as entries:
+                return sum(allocated_bytes(e.stat()) for e in entries if e.is_file())
+        except FileNotFoundError:  # retention or a delete took the directory meanwhile
+            return 0
 
     def iter_arrow(
         self,
@@ -1025,6 +1060,13 @@ class Store(Sender[RecordMetadata, BatchMetadata, list[BatchMetadata]]):
     def flush(self) -> None:
         """fdatasync every partition and advance the recovery checkpoint."""
         self.log.flush()
+
+
+def allocated_bytes(st: os.stat_result) -> int:
+    """Bytes of disk a file takes: its blocks (st_blocks counts 512-byte units everywhere);
+    its size rounded up to 512 where the platform does not say."""
+    blocks = getattr(st, "st_blocks", None)
+    return blocks * 512 if blocks is not None else (st.st_size + 511) // 512 * 512
 
 
 def _maintenance_intervals(retention_ms: object, compaction_ms: object) -> tuple[int, int]:

@@ -1,11 +1,13 @@
 """`mqcore query`: find messages by store ID, unique ID, key, time range, tag, selector, content.
 
-Index lookups (--id, --unique-id, --key) go through Store.get_by_id / find_by_unique_id /
-find_by_key; everything else is one Store.search scan with its filters combined. Matches are
-printed as they come, then a completion line: why the query ended, how much it scanned, and the
-cursor to resume from (stderr in text mode; a final {"type": "summary"} object with --json).
-With the progress bar on, a scan runs as a series of searches of at most CHUNK records each,
-resumed by cursor, so the bar can follow it; the result is the same as one search.
+Index lookups (--id, --unique-id) go through Store.get_by_id / find_by_unique_id; --key and
+every scan are one Store.search with the filters combined (--key: the key index's hits, then
+the filters). A query with --from or --to comes back in time order across partitions (a merge
+by timestamp), any other in partition order; --order picks either. Matches are printed as they
+come, then a completion line: why the query ended, how much it scanned, and the cursor to
+resume from (stderr in text mode; a final {"type": "summary"} object with --json). With the
+progress bar on, a scan runs as a series of searches of at most CHUNK records each, resumed by
+cursor, so the bar can follow it; the result is the same as one search.
 
 Ctrl-C during a scan prints what was found so far, then the completion line with reason
 "interrupted" and the cursor to resume from; exit status 130. The search itself stops with
@@ -45,6 +47,7 @@ from mqcore.query import jsonform
 from mqcore.store import QueryResult
 
 CHUNK = 50_000  # records one search scans between progress updates
+ORDERS = ("time", "partition")
 DEFAULT_MAX_SCAN = 10_000_000  # Store.search's default
 
 SCAN_OPTIONS = ("start", "end", "tag", "where", "contains", "regex")
@@ -54,9 +57,11 @@ def add_parsers(sub: Any) -> None:
     p = sub.add_parser(
         "query",
         help="find messages by ID, key, time, tag, SQL92 selector or content",
-        description="Find messages. Give one of --id, --unique-id or --key, or any mix of "
-        "the scan filters --from/--to/--tag/--where/--contains/--regex (all must hold); "
-        "--key also takes --from/--to. Text output: topic, partition, offset, timestamp, "
+        description="Find messages. Give one of --id or --unique-id, or any mix of --key "
+        "and the scan filters --from/--to/--tag/--where/--contains/--regex (all must hold; "
+        "--key is looked up in the key index, the filters then test its hits). With --from "
+        "or --to the messages come merged by timestamp across partitions, otherwise "
+        "partition by partition (--order). Text output: topic, partition, offset, timestamp, "
         "msg_id, key, value, tab-separated (timestamp as 2024-06-10T10:00:00.123Z "
         "(1718013600123)), non-UTF-8 bytes as \\xNN; then a completion line on stderr "
         "(reason, records and bytes scanned, cursor to resume). Exit status 0 whenever the "
@@ -94,6 +99,14 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--contains", metavar="TEXT", help="values containing these bytes")
     p.add_argument("--regex", metavar="PATTERN", help="values matching this regex (bytes)")
     p.add_argument("-p", "--partition", type=integer, default=None, help="only this partition")
+    p.add_argument(
+        "--order",
+        choices=ORDERS,
+        default=None,
+        help="time: merged across partitions by timestamp (the default with --from or --to, "
+        "or a time-order --cursor); partition: partition by partition, each in offset order "
+        "(the default otherwise)",
+    )
     p.add_argument(
         "--limit",
         type=positive,
@@ -138,18 +151,6 @@ def cmd_query(args: argparse.Namespace, out: TextIO) -> int:
             found = [m for m in r if _in_topic(m, args.topic)]
             _print(out, args.json, found)
             _summary(args.json, out, Outcome(r.reason, len(found), r.scanned_records, 0, r.cursor))
-        elif kind == "key":
-            r = store.find_by_key(
-                args.topic,
-                arg_bytes(args.key),
-                start=start,
-                end=end,
-                partition=args.partition,
-                cursor=args.cursor,
-                **limit,
-            )
-            _print(out, args.json, r.messages)
-            _summary(args.json, out, Outcome(r.reason, len(r), r.scanned_records, 0, r.cursor))
         else:
             outcome = _scan(store, args, start, end, out)
             _summary(args.json, out, outcome, args.where)
@@ -170,17 +171,9 @@ def _kind(args: argparse.Namespace) -> str:
             "give --id, --unique-id, --key or a scan filter (--from, --to, --tag, --where, "
             "--contains, --regex)"
         )
-    allowed = {
-        "id": set(),
-        "unique_id": {"start", "end", "limit"},
-        "key": {"start", "end", "limit", "partition", "cursor"},
-        "scan": {*SCAN_OPTIONS, "limit", "partition", "cursor", "max_scan", "timeout"},
-    }[kind]
-    extra = [
-        k
-        for k in (*SCAN_OPTIONS, "limit", "partition", "cursor", "max_scan", "timeout")
-        if getattr(args, k) is not None and k not in allowed
-    ]
+    scan = (*SCAN_OPTIONS, "limit", "partition", "cursor", "max_scan", "timeout", "order")
+    allowed = {"id": (), "unique_id": ("start", "end", "limit")}.get(kind, scan)
+    extra = [k for k in scan if getattr(args, k) is not None and k not in allowed]
     if extra:
         names = ", ".join(_flag(k) for k in extra)
         raise UsageError(f"{_flag(kind)} does not take {names}")
@@ -282,13 +275,15 @@ def _scan(
         "regex": None if args.regex is None else arg_bytes(args.regex),
         "tag": args.tag,
         "where": args.where,
+        "key": None if args.key is None else arg_bytes(args.key),
         "partition": args.partition,
         "start": start,
         "end": end,
+        "order": query_order(args.order, start, end, args.cursor),
     }
     limit = 1000 if args.limit is None else args.limit
     max_scan = DEFAULT_MAX_SCAN if args.max_scan is None else args.max_scan
-    progress = progress_enabled(args)
+    progress = progress_enabled(args) and args.key is None  # a key reads no log bytes
     deadline = None if args.timeout is None else time.monotonic() + args.timeout
     bar: render.Progress | None = None
     done = Outcome(cursor=args.cursor)
@@ -323,6 +318,15 @@ def _scan(
         if bar is not None:
             bar.close(complete=done.reason == "exhausted")
     return done
+
+
+def query_order(order: str | None, start: int | None, end: int | None, cursor: str | None) -> str:
+    """--order, else time order for a time window or a time-order cursor ("what happened
+    between 10:00 and 10:05" reads by time), else partition order."""
+    if order is not None:
+        return order
+    timed = start is not None or end is not None or (cursor or "").startswith("t1")
+    return "time" if timed else "partition"
 
 
 def _log_bytes(store: mqcore.Store, args: argparse.Namespace) -> int:

@@ -27,7 +27,8 @@ def add_parsers(sub: Any) -> None:
         help="offsets, message counts, segments, bytes and timestamps per partition",
         description="Per topic-partition: start and end offset, messages (records outside "
         "control batches), segments, bytes of .log, .index + .timeindex and .keyindex files "
-        "(their sizes; DISK is the space allocated, smaller for sparse files), timestamps of "
+        "(their sizes; DISK is the space all the partition's files take: blocks allocated, "
+        "smaller than the sizes of preallocated sparse files), timestamps of "
         "the first and last message; then totals.",
     )
     p.add_argument("store", help="store directory")
@@ -142,13 +143,13 @@ def _partition_stats(
         partition,
         store.start_offset(topic, partition),
         store.end_offset(topic, partition),
+        disk_bytes=store.disk_bytes(topic, partition),
     )
     last_base = -1
     for path in files:
         info = os.stat(path)
         kind = SUFFIXES[os.path.splitext(path)[1]]
         setattr(st, f"{kind}_bytes", getattr(st, f"{kind}_bytes") + info.st_size)
-        st.disk_bytes += getattr(info, "st_blocks", (info.st_size + 511) // 512) * 512
         if kind == "log":
             st.segments += 1
             base = _walk_log(path, st, bar)

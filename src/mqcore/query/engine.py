@@ -63,6 +63,10 @@ CURSOR_PREFIX = "c1-"
 
 EXHAUSTED, LIMIT, MAX_SCAN, TIMEOUT = "exhausted", "limit", "max_scan", "timeout"
 INTERRUPTED = "interrupted"
+# the orders a query's messages come in: partition by partition (each in offset order), or
+# merged across the partitions by timestamp (query/merge.py)
+PARTITION_ORDER, TIME_ORDER = "partition", "time"
+ORDERS = (PARTITION_ORDER, TIME_ORDER)
 # time bounds in ms outside [2001-01-01, 2100-01-01) UTC draw an ImplausibleTimeWarning
 PLAUSIBLE_MS = (978_307_200_000, 4_102_444_800_000)
 
@@ -143,10 +147,22 @@ def decode_cursor(cursor: str | None) -> tuple[int, int]:
         partition, offset = int(match[1]), int(match[2])
         if partition <= MAX_PARTITION and offset <= NO_END:
             return partition, offset
+    if isinstance(cursor, str) and cursor.startswith("t1"):
+        raise InvalidConfigError(
+            f"cursor {shown(cursor)} resumes a query in time order: ask again with "
+            "order='time' (mqcore query --order time)"
+        )
     raise InvalidConfigError(
         f"cursor {shown(cursor)} is not a query cursor (c1-PARTITION-OFFSET, as a result's "
         "`cursor` gives it)"
     )
+
+
+def check_order(order: object) -> str:
+    """A query's order: "partition" or "time"."""
+    if order not in ORDERS:
+        raise InvalidConfigError(f"order must be 'partition' or 'time', not {shown(order)}")
+    return str(order)
 
 
 def shown(value: object, limit: int = 80) -> str:
@@ -462,10 +478,31 @@ class ScanSpec:
         )
 
     def accepts(self, m: Message) -> bool:
+        """Whether a kernel candidate passes the filters that run in Python."""
         if self.pattern is not None and (m.value is None or not self.pattern.search(m.value)):
             return False
         if self.selector is None or self.kernel_selector is not None:
             return True
+        return self.selector_accepts(m)
+
+    def matches(self, m: Message) -> bool:
+        """Every filter tested on a message the scan kernel did not see (a key lookup's hits):
+        the kernel's rules, in Python. The time window; the needle anywhere in a non-null value
+        (an empty one matches any); a header `tag` equal to the tag (any of them, as the
+        kernel's has_tag); then the regex and the selector as `accepts` runs them."""
+        if not self.lo <= m.timestamp < self.hi:
+            return False
+        if self.needle is not None and (m.value is None or self.needle not in m.value):
+            return False
+        if self.tag is not None and not any(k == "tag" and v == self.tag for k, v in m.headers):
+            return False
+        if self.pattern is not None and (m.value is None or not self.pattern.search(m.value)):
+            return False
+        return self.selector is None or self.selector_accepts(m)
+
+    def selector_accepts(self, m: Message) -> bool:
+        """The selector's Python form on `m`, noting which of its names `m` carries."""
+        assert self.selector is not None
         props = selector_view(m)
         unseen = self.unseen
         if unseen is None:

@@ -44,7 +44,7 @@ from mqcore.errors import (
 )
 from mqcore.handles import shared_store
 from mqcore.log.internal import is_internal
-from mqcore.query.engine import QueryResult
+from mqcore.query.engine import PARTITION_ORDER, QueryResult, check_order
 from mqcore.query.ids import decode_msg_id
 from mqcore.query.jsonform import message_object
 from mqcore.server.address import parse_listen
@@ -202,7 +202,8 @@ def by_key(store: Store, request: Request, params: Params) -> dict[str, Any]:
 
 def search(request: Request, params: Params) -> Scan:
     """by-time and search: Store.search with the filters the request gives, run in slices
-    under the app's bound on scans (httpbase.Scans)."""
+    under the app's bound on scans (httpbase.Scans). `order`: "partition" (the Store's
+    default) or "time" (merged across partitions by timestamp)."""
     topic = readable_topic(request)
     filters: dict[str, Any] = {
         "contains": params.bytes("contains"),
@@ -212,6 +213,7 @@ def search(request: Request, params: Params) -> Scan:
         "partition": params.integer("partition"),
         "start": params.integer("start"),
         "end": params.integer("end"),
+        "order": check_order(params.text("order") or PARTITION_ORDER),
     }
 
     def call(
@@ -254,7 +256,7 @@ def groups(store: Store, request: Request, params: Params) -> dict[str, Any]:
 
 
 PAGE = ("limit", "cursor", "start", "end", "partition")
-SCAN = (*PAGE, "max_scan", "timeout")
+SCAN = (*PAGE, "max_scan", "timeout", "order")
 
 
 def create_app(

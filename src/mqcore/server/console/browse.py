@@ -4,12 +4,16 @@ checked field by field, and turned into the Store call that answers it.
 - from=beginning: every selected partition from its start; from=offset: one partition from
   that offset (a query cursor placed there); from=time: messages with timestamp >= the time
   (the time index skips the segments before it); from=end: the newest `limit` messages of
-  each selected partition, as a time: the smallest timestamp among them, resolved once and
-  carried by the query's links as `tail` (the page shows it).
-  `to` bounds every one of them above (exclusive).
-- key: the key index (Store.find_by_key), answered in one call; tag, where (SQL92), contains
-  and regex: Store.search, which the page calls in chunks of CHUNK_SECONDS with the cursor
-  of the previous chunk, until the page is full or the query ends.
+  the selected partitions (before `to`), in time order: resolved once into a time-order
+  cursor placed at them, carried by the query's links as `tail` (the page shows the time of
+  the oldest of them). `to` bounds every one of them above (exclusive).
+- order: "time" merges the partitions by timestamp (Store.search(order="time")), "partition"
+  gives them one after the other; "auto" (the default) is time order when the query has a
+  time bound or starts from the end, else partition order.
+- key: the key index (Store.find_by_key), answered in one call; with tag, where, contains or
+  regex, or in time order, Store.search(key=...). tag, where (SQL92), contains and regex:
+  Store.search, which the page calls in chunks of CHUNK_SECONDS with the cursor of the
+  previous chunk, until the page is full or the query ends.
 - Times in the form are wall-clock times of `tz` (an IANA zone name; UTC by default), shown
   beside the picker; the result rows show timestamps in the same zone.
 """
@@ -22,19 +26,30 @@ from datetime import datetime, timezone, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from mqcore.errors import InvalidConfigError
-from mqcore.query.engine import QueryResult, decode_cursor, encode_cursor, make_spec, shown
+from mqcore.query.engine import (
+    PARTITION_ORDER,
+    TIME_ORDER,
+    QueryResult,
+    decode_cursor,
+    encode_cursor,
+    make_spec,
+    shown,
+)
+from mqcore.query.merge import decode_time_cursor, encode_time_cursor
 from mqcore.server.httpbase import DEFAULT_MAX_SCAN, Params
 from mqcore.store import Store
 
 FROM = ("beginning", "end", "offset", "time")
+ORDERS = ("auto", TIME_ORDER, PARTITION_ORDER)
 DEFAULT_PAGE = 50  # rows a page shows when the form names no limit
 MAX_PAGE = 1000
 CHUNK_SECONDS = 0.3  # one chunk's scan: a browser that goes away leaves at most this running
 MAX_HISTORY = 200  # pages the back link remembers
-# `tail` (ms) is not a form input: from=end's time, resolved when the query's first page was
-# made and carried by its rows and paging links (a new submission of the form resolves it anew)
-FORM_FIELDS = ("partition", "from", "offset", "time", "to", "tz", "key", "tag", "where",
-               "contains", "regex", "limit", "max_scan", "tail")  # fmt: skip
+# `tail` (a time-order cursor) is not a form input: from=end's place, resolved when the
+# query's first page was made and carried by its rows and paging links (a new submission of
+# the form resolves it anew)
+FORM_FIELDS = ("partition", "from", "offset", "time", "to", "tz", "order", "key", "tag",
+               "where", "contains", "regex", "limit", "max_scan", "tail")  # fmt: skip
 PAGE_FIELDS = (*FORM_FIELDS, "cursor", "hist")
 _ZONE = re.compile(r"[A-Za-z][A-Za-z0-9_+\-]*(/[A-Za-z0-9_+\-]+){0,2}")
 
@@ -92,12 +107,18 @@ class BrowseQuery:
     limit: int
     max_scan: int
     cursor: str | None
+    order: str = PARTITION_ORDER
+    tail: str | None = None  # from=end's time-order cursor
     history: list[str] = field(default_factory=list)  # cursors of the pages before ("-": none)
 
     @property
     def filters(self) -> bool:
         return any(v is not None for v in (self.key, self.tag, self.where, self.contains,
                                             self.regex))  # fmt: skip
+
+    @property
+    def scan_filters(self) -> bool:
+        return any(v is not None for v in (self.tag, self.where, self.contains, self.regex))
 
 
 def parse_query(store: Store, topic: str, params: Params) -> BrowseQuery:
@@ -126,20 +147,13 @@ def parse_query(store: Store, topic: str, params: Params) -> BrowseQuery:
         if "time" not in values:
             raise InvalidConfigError("from=time needs a time")
         start = parse_time("time", values["time"], tz)
-    if start_from == "end":
-        start = params.integer("tail")
     if "to" in values:
         end = parse_time("to", values["to"], tz)
+    order = query_order(values.get("order", "auto"), start_from, start, end)
     key = params.bytes("key")
     tag, where, regex = params.text("tag"), params.text("where"), params.text("regex")
     contains = params.bytes("contains")
-    if key is not None and any(v is not None for v in (tag, where, contains, regex)):
-        raise InvalidConfigError(
-            "a key is looked up in the key index: combine it with a time, a partition and "
-            "an offset, not with tag, where, contains or regex"
-        )
-    if key is None:  # a bad selector, regex or time range answers the page, not only its rows
-        make_spec(start, end, contains, regex, tag, where)
+    make_spec(start, end, contains, regex, tag, where)  # a bad one answers the page
     limit = params.count("limit", DEFAULT_PAGE)
     if not 1 <= limit <= MAX_PAGE:
         raise InvalidConfigError(f"limit must be 1 to {MAX_PAGE}, not {limit}")
@@ -147,50 +161,93 @@ def parse_query(store: Store, topic: str, params: Params) -> BrowseQuery:
     if max_scan < 1:
         raise InvalidConfigError("max_scan must be >= 1")
     cursor = params.text("cursor")
-    decode_cursor(cursor)  # InvalidConfigError for a cursor no query wrote
+    check = decode_time_cursor if order == TIME_ORDER else decode_cursor
+    check(cursor)  # InvalidConfigError for a cursor no query wrote
     history = [h for h in values.get("hist", "").split(",") if h]
     if len(history) > MAX_HISTORY:
         history = history[-MAX_HISTORY:]
     for h in history:
         if h != "-":
-            decode_cursor(h)
+            check(h)
     q = BrowseQuery(
         {k: v for k, v in values.items() if k in FORM_FIELDS}, partition, start_from, offset,
-        start, end, tz, key, tag, where, contains, regex, limit, max_scan, cursor, history,
+        start, end, tz, key, tag, where, contains, regex, limit, max_scan, cursor, order,
     )  # fmt: skip
-    if start_from == "end" and start is None:
-        q.start = tail_time(store, topic, q)
-        if q.start is not None:
-            q.fields["tail"] = str(q.start)
+    q.history = history
+    if start_from == "end":
+        q.tail = values.get("tail") or tail_cursor(store, topic, q)
+        decode_time_cursor(q.tail)  # InvalidConfigError for a tail no page wrote
+        q.fields["tail"] = q.tail
     return q
 
 
-def tail_time(store: Store, topic: str, q: BrowseQuery) -> int | None:
-    """The smallest timestamp among the newest `limit` messages of each selected partition
-    (None: they are empty): from=end as a time every page of the query agrees on."""
+def query_order(text: str, start_from: str, start: int | None, end: int | None) -> str:
+    """The order a browser query reads in: `text` (auto, time or partition); auto is time
+    order for a time window or from=end, else partition order. from=end is a place in time
+    order only (InvalidConfigError with partition order)."""
+    if text not in ORDERS:
+        raise InvalidConfigError(f"order must be one of {', '.join(ORDERS)}, not {shown(text)}")
+    if text == "auto":
+        timed = start_from == "end" or start is not None or end is not None
+        return TIME_ORDER if timed else PARTITION_ORDER
+    if start_from == "end" and text == PARTITION_ORDER:
+        raise InvalidConfigError(
+            "from=end shows the newest messages of all partitions in time order: choose "
+            "order time (or auto), or from=offset in one partition"
+        )
+    return text
+
+
+def tail_cursor(store: Store, topic: str, q: BrowseQuery) -> str:
+    """from=end as a time-order cursor placed at the newest `limit` messages of the selected
+    partitions (before `to`): each partition's newest `limit` are read, the newest `limit`
+    of them all by (timestamp, partition, offset) kept, and each partition placed at its first
+    kept one (or at its end). Paging from it shows exactly them, newest last."""
     parts = store.available_partitions(topic) if q.partition is None else [q.partition]
-    times = []
+    ends, newest = {}, []
     for p in parts:
-        first = max(store.start_offset(topic, p), store.end_offset(topic, p) - q.limit)
-        times += [m.timestamp for m in store.read(topic, p, first, q.limit)]
+        start, end = store.start_offset(topic, p), store.end_offset(topic, p)
+        if q.end is not None:
+            before = store.offset_for_time(topic, p, q.end)
+            end = end if before is None else before
+        ends[p] = end
+        if end > start:
+            newest += store.read(topic, p, max(start, end - q.limit), min(q.limit, end - start))
+    newest.sort(key=lambda m: (m.timestamp, m.partition, m.offset))
+    for m in reversed(newest[-q.limit :]):
+        ends[m.partition] = m.offset
+    return encode_time_cursor(ends)
+
+
+def tail_time(store: Store, topic: str, tail: str) -> int | None:
+    """The timestamp of the oldest message a from=end cursor is placed at (None: none)."""
+    times = []
+    for p, offset in decode_time_cursor(tail).items():
+        m = store.get(topic, p, offset) if offset < store.end_offset(topic, p) else None
+        if m is not None:
+            times.append(m.timestamp)
     return min(times) if times else None
 
 
 def first_cursor(q: BrowseQuery) -> str | None:
-    """Where the query starts: the page's cursor, or from=offset's place."""
+    """Where the query starts: the page's cursor, from=offset's place or from=end's."""
     if q.cursor is not None:
         return q.cursor
     if q.start_from == "offset" and q.partition is not None and q.offset is not None:
+        if q.order == TIME_ORDER:
+            return encode_time_cursor({q.partition: q.offset})
         return encode_cursor(q.partition, q.offset)
-    return None
+    return q.tail
 
 
 def run_chunk(
     store: Store, topic: str, q: BrowseQuery, cursor: str | None, limit: int, max_scan: int
 ) -> QueryResult:
-    """One call of the Store for the page: the key index in one go, a scan for at most
-    CHUNK_SECONDS (reason "timeout" and a cursor to go on from)."""
-    if q.key is not None:
+    """One call of the Store for the page: a key alone in partition order from the key index
+    in one go; anything else for at most CHUNK_SECONDS (reason "timeout" and a cursor to go
+    on from)."""
+    if key_lookup(q):
+        assert q.key is not None
         return store.find_by_key(
             topic, q.key, start=q.start, end=q.end, limit=limit, partition=q.partition,
             cursor=cursor,
@@ -198,5 +255,10 @@ def run_chunk(
     return store.search(
         topic, contains=q.contains, regex=q.regex, tag=q.tag, where=q.where,
         partition=q.partition, start=q.start, end=q.end, limit=limit, max_scan=max_scan,
-        timeout=CHUNK_SECONDS, cursor=cursor,
+        timeout=CHUNK_SECONDS, cursor=cursor, key=q.key, order=q.order,
     )  # fmt: skip
+
+
+def key_lookup(q: BrowseQuery) -> bool:
+    """Whether the page is one find_by_key call (a key, no other filter, partition order)."""
+    return q.key is not None and not q.scan_filters and q.order == PARTITION_ORDER

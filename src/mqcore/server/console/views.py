@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
 import re
 import time
 import urllib.parse
@@ -76,16 +75,6 @@ def html_page(
 # -- overview -----------------------------------------------------------------------------------
 
 
-def disk_bytes(store: Store, topic: str, partition: int) -> int:
-    """Bytes of a partition's files (segments and indexes) as their sizes say."""
-    directory = os.path.join(store.path, f"{topic}-{partition}")
-    try:
-        with os.scandir(directory) as entries:
-            return sum(e.stat().st_size for e in entries if e.is_file())
-    except OSError:
-        return 0
-
-
 def topic_summary(store: Store, topic: str, now_ms: int) -> dict[str, Any]:
     """A topic's overview row: partitions, messages (offsets end - start), bytes on disk,
     first and last timestamps, and messages per minute over the last RATE_WINDOW_MS (from
@@ -96,7 +85,7 @@ def topic_summary(store: Store, topic: str, now_ms: int) -> dict[str, Any]:
     for p in parts:
         start, end = store.start_offset(topic, p), store.end_offset(topic, p)
         messages += end - start
-        size += disk_bytes(store, topic, p)
+        size += store.disk_bytes(topic, p)
         head = store.read(topic, p, start, 1)
         tail = store.read(topic, p, max(start, end - 1), 1)
         if head and (first < 0 or head[0].timestamp < first):
@@ -125,7 +114,7 @@ def partition_rows(store: Store, topic: str) -> list[dict[str, int]]:
         start, end = store.start_offset(topic, p), store.end_offset(topic, p)
         out.append({"partition": p, "start": start, "end": end, "messages": end - start,
                     "segments": len(store.segment_offsets(topic, p)),
-                    "size": disk_bytes(store, topic, p)})  # fmt: skip
+                    "size": store.disk_bytes(topic, p)})  # fmt: skip
     return out
 
 
@@ -206,9 +195,17 @@ def browser(store: Store, request: Request, params: Params) -> Response:
         rows_url=rows_url, prev_url=prev, page_url=base,
         history=",".join(q.history) if q else "", cursor=(q.cursor or "-") if q else "-",
         limit=q.limit if q else browse.DEFAULT_PAGE,
-        max_scan=q.max_scan if q else 0, froms=browse.FROM,
-        tail=render.time_text(q.start, q.tz) if q and q.start_from == "end" and q.start else None,
+        max_scan=q.max_scan if q else 0, froms=browse.FROM, orders=browse.ORDERS,
+        tail=tail_text(store, topic, q),
     )  # fmt: skip
+
+
+def tail_text(store: Store, topic: str, q: browse.BrowseQuery | None) -> str | None:
+    """What from=end was resolved to, beside the form: the time of the oldest message shown."""
+    if q is None or q.tail is None:
+        return None
+    since = browse.tail_time(store, topic, q.tail)
+    return None if since is None else render.time_text(since, q.tz)
 
 
 async def rows(request: Request) -> JSONResponse:
@@ -242,7 +239,7 @@ def rows_chunk(store: Store, request: Request) -> JSONResponse:
             "cursor": r.cursor,
             "scanned_bytes": r.scanned_bytes,
             "scanned_records": r.scanned_records,
-            "indexed": q.key is not None,
+            "indexed": browse.key_lookup(q),
         }
     )
 

@@ -1,0 +1,290 @@
+"""Time order: a query's matches merged across partitions by timestamp (issue 32).
+
+In partition order (engine.run_scan) "what happened between 10:00 and 10:05" comes back as
+partition 0's answer, then partition 1's. `merge_by_time` keeps one stream per partition, each
+giving that partition's matches in offset order from a position (a scan, or a key lookup:
+a `Fetch`), and a heap of the streams' heads keyed by (timestamp, partition, offset). It
+returns the smallest head and reads more of a stream only when the stream's buffer runs out,
+in growing fetches, so a page of `limit` messages reads about its share of each partition.
+
+The cursor, `t1-P.O-P.O...`, gives for each partition whose position is past 0 (in increasing
+partition order, both numbers canonical decimal) the offset its stream resumes from: every
+match below it has been returned, none at or past it. The merge's next step depends only on
+the streams' heads, so pages resumed by cursor return exactly what one long query would, and a
+message appended meanwhile is never skipped (its partition resumes below it).
+
+The order is (timestamp, partition, offset) exactly when no partition's timestamps decrease
+with its offsets (LogAppendTime, one producer's clock, a log loaded in order). Where one does,
+its messages still come in offset order: the merge is the greedy one (always the smallest
+head), not a sort of the whole window, which would hold every match of the window in memory
+before returning the first. Nothing is lost or repeated either way (docs/query.md "Time
+order").
+"""
+
+from __future__ import annotations
+
+import collections
+import heapq
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from mqcore._ext.batch import Message
+from mqcore.errors import InvalidConfigError, QueryInterrupted
+from mqcore.query.engine import (
+    EXHAUSTED,
+    INTERRUPTED,
+    LIMIT,
+    MAX_LIMIT,
+    MAX_PARTITION,
+    MAX_SCAN,
+    NO_END,
+    SCAN_CHUNK,
+    TIMEOUT,
+    QueryResult,
+    ScanBudget,
+    ScanSpec,
+    check_limit,
+    check_threads,
+    check_timeout,
+    decode_cursor,
+    scan_partition,
+    shown,
+)
+from mqcore.storage.partition import Partition
+
+TIME_CURSOR_PREFIX = "t1"
+_PAIR = re.compile(r"-(0|[1-9][0-9]{0,9})\.(0|[1-9][0-9]{0,18})")
+FIRST_FETCH_MIN = 16  # matches a stream's first fetch asks for at least (its share of a page)
+
+
+@dataclass
+class Fetched:
+    """What one fetch of a stream found: its matches (offset order, at most what was asked),
+    the offset it resumes from (every record below it examined, none of its matches past the
+    last one given), why it stopped (None: the partition's end; LIMIT: it has the matches
+    asked for; MAX_SCAN or TIMEOUT: the budget ran out) and what it read."""
+
+    messages: list[Message]
+    next_offset: int
+    stop: str | None
+    scanned_records: int = 0
+    scanned_bytes: int = 0
+
+
+# fetch(partition, from_offset, matches wanted, records it may examine, deadline)
+Fetch = Callable[[Partition, int, int, int, float], Fetched]
+
+
+def encode_time_cursor(positions: dict[int, int]) -> str:
+    """The cursor of a time-ordered query: each partition's resume offset, zeros left out."""
+    pairs = "".join(f"-{p}.{o}" for p, o in sorted(positions.items()) if o > 0)
+    return TIME_CURSOR_PREFIX + pairs
+
+
+def decode_time_cursor(cursor: str | None) -> dict[int, int]:
+    """{partition: resume offset} of a cursor encode_time_cursor wrote ({} for None);
+    InvalidConfigError for any other text, a partition-order cursor named as such."""
+    if cursor is None:
+        return {}
+    if isinstance(cursor, str) and cursor.startswith(TIME_CURSOR_PREFIX):
+        positions = _time_pairs(cursor)
+        if positions is not None:
+            return positions
+    elif isinstance(cursor, str) and cursor.startswith("c1-"):
+        decode_cursor(cursor)  # a bad one is refused as such
+        raise InvalidConfigError(
+            f"cursor {shown(cursor)} resumes a query in partition order: ask again with "
+            "order='partition' (mqcore query --order partition)"
+        )
+    raise InvalidConfigError(
+        f"cursor {shown(cursor)} is not a time-order cursor (t1-PARTITION.OFFSET-..., as a "
+        "result's `cursor` gives it)"
+    )
+
+
+def _time_pairs(cursor: str) -> dict[int, int] | None:
+    """The pairs of a t1 cursor, or None when it is not canonical (partitions increasing and
+    in range, offsets past 0 and below 2**63)."""
+    positions: dict[int, int] = {}
+    at, last = len(TIME_CURSOR_PREFIX), -1
+    while at < len(cursor):
+        match = _PAIR.match(cursor, at)
+        if match is None:
+            return None
+        p, o = int(match[1]), int(match[2])
+        if not last < p <= MAX_PARTITION or not 0 < o <= NO_END:
+            return None
+        positions[p], last, at = o, p, match.end()
+    return positions
+
+
+@dataclass
+class Stream:
+    """One partition's matches as the merge reads them: `buffered` (offset order, not yet
+    returned), fetched up to `next_offset`; `done` once a fetch reached the partition's end."""
+
+    part: Partition
+    next_offset: int
+    want: int
+    buffered: collections.deque[Message] = field(default_factory=collections.deque)
+    done: bool = False
+
+    @property
+    def position(self) -> int:
+        """Where the stream resumes in a cursor: its first match not yet returned."""
+        return self.buffered[0].offset if self.buffered else self.next_offset
+
+    def head(self, index: int) -> tuple[int, int, int, int]:
+        m = self.buffered[0]
+        return (m.timestamp, m.partition, m.offset, index)
+
+
+class Merge:
+    """One page of a time-ordered query: the streams, their heap and the result."""
+
+    def __init__(
+        self,
+        parts: Sequence[Partition],
+        fetch: Fetch,
+        budget: ScanBudget,
+        cursor: str | None,
+    ) -> None:
+        positions = decode_time_cursor(cursor)
+        share = -(-budget.limit // max(1, len(parts)))
+        first = min(budget.limit, SCAN_CHUNK, max(FIRST_FETCH_MIN, share + share // 4))
+        self.streams = [Stream(p, positions.get(p.partition, 0), first) for p in parts]
+        self.fetch, self.budget = fetch, budget
+        self.result = QueryResult()
+        self.heap: list[tuple[int, int, int, int]] = []
+
+    def run(self) -> QueryResult:
+        """Fill every stream once, then return heads until the limit, the end, or a stream
+        that needs more when the budget is spent."""
+        stop = None
+        for index, stream in enumerate(self.streams):
+            why = self.refill(stream)
+            stop = stop or why
+            if stream.buffered:
+                heapq.heappush(self.heap, stream.head(index))
+        if stop is None or all(s.buffered or s.done for s in self.streams):
+            stop = self.take_heads()
+        return self.finish(stop)
+
+    def take_heads(self) -> str | None:
+        """Move the smallest head into the result until the limit; refill a stream whose
+        buffer ran out. Returns why it stopped (None: every stream is at its end)."""
+        result, budget = self.result, self.budget
+        while self.heap:
+            index = heapq.heappop(self.heap)[3]
+            stream = self.streams[index]
+            result.messages.append(stream.buffered.popleft())
+            if len(result.messages) >= budget.limit:
+                return LIMIT
+            if not stream.buffered and not stream.done:
+                why = self.spent()
+                if why is not None:
+                    return why
+                why = self.refill(stream)
+                if not stream.buffered and why is not None:
+                    return why
+            if stream.buffered:
+                heapq.heappush(self.heap, stream.head(index))
+        return None
+
+    def spent(self) -> str | None:
+        if self.result.scanned_records >= self.budget.max_scan:
+            return MAX_SCAN
+        if time.monotonic() >= self.budget.deadline:
+            return TIMEOUT
+        return None
+
+    def refill(self, stream: Stream) -> str | None:
+        """One fetch of the stream, asking for twice as many matches as the last one (at most
+        what the page may still return); returns MAX_SCAN or TIMEOUT when its budget ran out."""
+        result, budget = self.result, self.budget
+        want = max(1, min(stream.want, budget.limit - len(result.messages)))
+        records = max(1, budget.max_scan - result.scanned_records)
+        got = self.fetch(stream.part, stream.next_offset, want, records, budget.deadline)
+        result.scanned_records += got.scanned_records
+        result.scanned_bytes += got.scanned_bytes
+        stream.buffered.extend(got.messages)
+        stream.next_offset = max(stream.next_offset, got.next_offset)
+        stream.done = got.stop is None
+        stream.want = min(SCAN_CHUNK, 2 * stream.want)
+        return got.stop if got.stop in (MAX_SCAN, TIMEOUT) else None
+
+    def finish(self, stop: str | None) -> QueryResult:
+        result = self.result
+        result.reason = EXHAUSTED if stop is None else stop
+        if stop is not None:
+            result.cursor = self.cursor()
+        return result
+
+    def cursor(self) -> str:
+        return encode_time_cursor({s.part.partition: s.position for s in self.streams})
+
+
+def merge_by_time(
+    parts: Sequence[Partition],
+    fetch: Fetch,
+    budget: ScanBudget,
+    cursor: str | None,
+    spec: ScanSpec | None = None,
+) -> QueryResult:
+    """A page of `budget.limit` messages of `parts` in time order (module doc), resuming at
+    `cursor`. Ctrl-C raises QueryInterrupted with what was returned and the cursor after it
+    (an interrupted fetch's finds are dropped: the stream resumes where it was)."""
+    merge = Merge(parts, fetch, budget, cursor)
+    try:
+        result = merge.run()
+    except KeyboardInterrupt:
+        result = merge.finish(INTERRUPTED)
+        if spec is not None:
+            result.missing_properties = spec.missing_properties()
+        raise QueryInterrupted(result) from None
+    if spec is not None:
+        result.missing_properties = spec.missing_properties()
+    return result
+
+
+def scan_fetch(spec: ScanSpec, threads: int) -> Fetch:
+    """A stream of a scan: engine.scan_partition from an offset, for `want` matches."""
+
+    def fetch(part: Partition, offset: int, want: int, records: int, deadline: float) -> Fetched:
+        budget = ScanBudget(want, records, deadline, (part.partition, offset))
+        found = QueryResult()
+        stop = scan_partition(part, spec, budget, found, offset, threads)
+        if stop is None:
+            next_offset = budget.reached[1]
+        else:
+            next_offset = decode_cursor(found.cursor)[1]
+        return Fetched(found.messages, max(offset, next_offset), stop, found.scanned_records,
+                       found.scanned_bytes)  # fmt: skip
+
+    return fetch
+
+
+def page_budget(limit: int, max_scan: int, timeout: float | None) -> ScanBudget:
+    """A query's limits, checked (InvalidConfigError names a bad one)."""
+    return ScanBudget(
+        check_limit("limit", limit, MAX_LIMIT),
+        check_limit("max_scan", max_scan, NO_END),
+        time.monotonic() + check_timeout(timeout),
+    )
+
+
+def run_time_scan(
+    parts: Sequence[Partition],
+    spec: ScanSpec,
+    limit: int,
+    max_scan: int,
+    timeout: float | None,
+    cursor: str | None,
+    threads: int | None = None,
+) -> QueryResult:
+    """Store.search(order="time") of a scan: its streams scan each partition."""
+    threads = check_threads(threads)
+    budget = page_budget(limit, max_scan, timeout)
+    return merge_by_time(parts, scan_fetch(spec, threads), budget, cursor, spec)
