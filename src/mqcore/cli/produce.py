@@ -19,24 +19,27 @@ import itertools
 import json
 import os
 import re
-import stat
+import shutil
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import IO, Any, NamedTuple, TextIO
+from typing import Any, NamedTuple, TextIO
 
 import mqcore
 from mqcore import compression
-from mqcore.cli import render, timestamps
+from mqcore.cli import hints, inputs, render, timestamps
 from mqcore.cli.options import (
     UsageError,
     add_json,
     arg_bytes,
     integer,
+    interrupts_deferred,
+    non_negative,
     parse_pair,
     parse_time,
     positive,
+    warn,
 )
 from mqcore.clock import now_ms
 from mqcore.config import TopicConfig
@@ -44,6 +47,7 @@ from mqcore.errors import (
     InvalidConfigError,
     InvalidRecordError,
     RecordTooLargeError,
+    StoreLockedError,
     UnknownPartitionError,
     UnknownTopicError,
 )
@@ -179,9 +183,35 @@ def add_parsers(sub: Any) -> None:
         "line is each message's CreateTime; no zone means UTC",
     )
     p.add_argument(
+        "--parse",
+        action="append",
+        default=[],
+        metavar="RE",
+        help="named groups of RE, found in each line (or record), give it: key, tag, timestamp "
+        "(read by --timestamp-format) and, any other name, a property: "
+        "'^(?P<timestamp>\\S+ \\S+) (?P<action>\\w+) (?P<package>\\S+)' for dpkg.log; a "
+        "line RE does not match is bad; repeatable (each must match)",
+    )
+    p.add_argument(
+        "--record-start",
+        metavar="RE",
+        help="multi-line records: a line RE matches starts a record, other lines continue it "
+        "(joined with \\n; blank lines at its end are dropped): '^Start-Date:' for apt's "
+        "history.log",
+    )
+    p.add_argument(
+        "--skip",
+        type=non_negative,
+        default=0,
+        metavar="N",
+        help="pass over the first N input lines (to go on after an interrupted run: it says N)",
+    )
+    p.add_argument(
         "--create",
         action="store_true",
-        help="create the store directory and the topic when missing",
+        help="create the store directory and the topic when missing; a topic it creates keeps "
+        "every message, however old (retention_ms=-1), unless --config retention_ms=MS says "
+        "otherwise",
     )
     p.add_argument(
         "--partitions",
@@ -240,66 +270,142 @@ def cmd_produce(args: argparse.Namespace, out: TextIO) -> int:
     if args.headers_delimiter == "":
         raise UsageError("--headers-delimiter must not be empty")
     parser = LineParser(args)  # refuses bad option values before the store opens
+    source = inputs.Input(args)  # and a --file that cannot be read
     if not create:
-        # checked before the writable open, which would make a store of any directory
-        if not os.path.isdir(args.store):
-            raise FileNotFoundError(f"store {args.store} does not exist (pass --create to make it)")
-        if args.topic not in LogDirectory(args.store, writable=False).load_topics():
-            raise UnknownTopicError(
-                f"topic {args.topic!r} does not exist in {os.path.abspath(args.store)} "
-                "(pass --create to create it)"
-            )
-    lines, whole = _source(args)
-    with mqcore.open(args.store, flush="always") as store:
+        _check_exists(args)
+    made = _missing_root(args.store)
+    done = Done(source)
+    try:
+        _load(args, parser, source, settings, out, done)
+    except KeyboardInterrupt:
+        _forget(made, done)
+        print(f"mqcore: produce interrupted: {done.resume()}", file=sys.stderr)
+        return 130
+    except BaseException:
+        _forget(made, done)
+        raise
+    return 0
+
+
+def _check_exists(args: argparse.Namespace) -> None:
+    """Without --create: the store and the topic must exist. Checked before the writable
+    open, which would make a store of any directory."""
+    if not os.path.isdir(args.store):
+        raise FileNotFoundError(f"store {args.store} does not exist (pass --create to make it)")
+    if args.topic not in LogDirectory(args.store, writable=False).load_topics():
+        raise UnknownTopicError(
+            f"topic {args.topic!r} does not exist in {os.path.abspath(args.store)} "
+            "(pass --create to create it)"
+        )
+
+
+def _missing_root(path: str) -> str | None:
+    """The outermost directory of `path` that does not exist yet (what a writable open
+    makes), or None when `path` exists."""
+    path = os.path.abspath(path)
+    root = None
+    while not os.path.lexists(path):
+        root = path
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return root
+
+
+def _forget(made: str | None, done: Done) -> None:
+    """A run that failed or was interrupted before writing anything leaves no store
+    directory behind when it made it."""
+    if made is not None and done.count == 0 and os.path.isdir(made):
+        shutil.rmtree(made, ignore_errors=True)
+
+
+def _open(args: argparse.Namespace) -> mqcore.Store:
+    """The store, writable and flushed at every append; a lock held by another process is
+    refused saying who holds it and what to do instead."""
+    try:
+        return mqcore.open(args.store, flush="always")
+    except StoreLockedError as e:
+        raise StoreLockedError(
+            f"{e.path} is open for writing by another process ({e.holder}), and mqcore "
+            f"produce needs its writer lock: {hints.lock_advice(e.holder or '', args.topic)}",
+            e.path,
+            e.holder,
+        ) from None
+
+
+def _load(
+    args: argparse.Namespace, parser: LineParser, source: inputs.Input,
+    settings: dict[str, Any], out: TextIO, done: Done,
+) -> None:  # fmt: skip
+    """Check (a whole input) and write every item, creating the topic before the first."""
+    with _open(args) as store:
         exists = args.topic in store.topics()
-        if exists:
-            cfg = store.topic_config(args.topic)
-            if args.partitions is not None:
-                store.create_topic(args.topic, args.partitions)  # refuses another count
-            _same_settings(cfg, settings, args)
-        else:
-            cfg = store.new_topic_config(args.partitions, **settings)
-        if parser.sets_timestamps and cfg.timestamp_type == "LogAppendTime":
-            fix = (
-                f"change it with `mqcore config {args.store} {args.topic} "
-                "timestamp_type=CreateTime`"
-                if exists
-                else "create it with timestamp_type=CreateTime, the default"
-            )
-            raise InvalidConfigError(
-                f"topic {args.topic!r} has timestamp_type=LogAppendTime: its records carry the "
-                f"append time, so the timestamps produce was asked for would be lost ({fix})"
-            )
-        if args.partition is not None and not 0 <= args.partition < cfg.partitions:
-            raise UnknownPartitionError(
-                f"--partition {args.partition} is outside 0..{cfg.partitions - 1} of topic "
-                f"{args.topic!r}"
-            )
-        check = Checker(parser, cfg, args, created=not exists)
-        count = None
-        if whole:
-            count = check.all(lines())  # before anything is written, the topic included
+        cfg = _topic_config(store, args, settings, exists, parser.sets_timestamps)
+        source.cap = cfg.max_message_bytes
+        check = Checker(parser, cfg, args, source, created=not exists)
+        count = check.all(source.items()) if source.whole else None
+        writer = _Writer(store, args, cfg.partitions, out, done)
         if not exists:
-            store.create_topic(args.topic, args.partitions, **settings)
-            check.created = False  # from now on a fix is `mqcore config`, not --config
-        writer = _Writer(store, args, cfg.partitions, out)
-        chunk: list[Msg] = []
+            # before the first append, so a stream whose first line is bad creates nothing
+            writer.before_first = lambda: _create_topic(store, args, settings, check)
+        chunk: list[tuple[inputs.Item, Msg]] = []
         size = _batch_size(args)
-        numbered = enumerate(itertools.islice(lines(), count), 1)
-        for n, line in numbered:
+        for item in itertools.islice(source.items(), count):
             try:
-                msg = check.one(line)
+                chunk.append((item, check.one(item)))
             except BadLine as e:
                 writer.write(chunk)
-                raise InvalidRecordError(
-                    writer.stopped_at(n, str(e), check.label) + check.fix()
-                ) from None
-            chunk.append(msg)
+                raise InvalidRecordError(writer.stopped_at(item, str(e)) + check.fix()) from None
             if len(chunk) >= size:
                 writer.write(chunk)
                 chunk = []
         writer.write(chunk)
-    return 0
+        writer.finish()
+
+
+def _topic_config(
+    store: mqcore.Store, args: argparse.Namespace, settings: dict[str, Any], exists: bool,
+    stamps: bool,
+) -> TopicConfig:  # fmt: skip
+    """The settings the topic has (or will have when produce creates it), checked against
+    the options: the partition count, the timestamps asked for, -p."""
+    if exists:
+        cfg = store.topic_config(args.topic)
+        if args.partitions is not None:
+            store.create_topic(args.topic, args.partitions)  # refuses another count
+        _same_settings(cfg, settings, args)
+    else:
+        cfg = store.new_topic_config(args.partitions, **_created(settings))
+    if stamps and cfg.timestamp_type == "LogAppendTime":
+        fix = (
+            f"change it with `mqcore config {args.store} {args.topic} timestamp_type=CreateTime`"
+            if exists
+            else "create it with timestamp_type=CreateTime, the default"
+        )
+        raise InvalidConfigError(
+            f"topic {args.topic!r} has timestamp_type=LogAppendTime: its records carry the "
+            f"append time, so the timestamps produce was asked for would be lost ({fix})"
+        )
+    if args.partition is not None and not 0 <= args.partition < cfg.partitions:
+        raise UnknownPartitionError(
+            f"--partition {args.partition} is outside 0..{cfg.partitions - 1} of topic "
+            f"{args.topic!r}"
+        )
+    return cfg
+
+
+def _created(settings: dict[str, Any]) -> dict[str, Any]:
+    """The settings of a topic produce creates: a load keeps what it loaded (retention_ms=-1,
+    as old times would otherwise be deleted by the next retention pass) unless told."""
+    return {"retention_ms": -1, **settings}
+
+
+def _create_topic(
+    store: mqcore.Store, args: argparse.Namespace, settings: dict[str, Any], check: Checker
+) -> None:
+    store.create_topic(args.topic, args.partitions, **_created(settings))
+    check.created = False  # from now on a fix is `mqcore config`, not --config
 
 
 def _settings(pairs: list[str]) -> dict[str, Any]:
@@ -323,29 +429,6 @@ def _same_settings(cfg: TopicConfig, settings: dict[str, Any], args: argparse.Na
             f"topic produce creates: change it with `mqcore config {args.store} {args.topic} "
             f"{wanted}`"
         )
-
-
-def _source(args: argparse.Namespace) -> tuple[Callable[[], Iterator[bytes]], bool]:
-    """(a function giving the input lines from the start, whether the input can be checked
-    whole before writing: --value, or --file naming a regular file)."""
-    if args.value is not None:
-        values = [arg_bytes(v) for v in args.value]
-        return lambda: iter(values), True
-    path = args.file
-    if path is None or path == "-":
-        return lambda: _strip(sys.stdin.buffer), False
-    regular = stat.S_ISREG(os.stat(path).st_mode)
-
-    def read() -> Iterator[bytes]:
-        with open(path, "rb") as stream:
-            yield from _strip(stream)
-
-    return read, regular
-
-
-def _strip(stream: IO[bytes]) -> Iterator[bytes]:
-    for line in iter(stream.readline, b""):
-        yield line[:-1] if line.endswith(b"\n") else line
 
 
 def _batch_size(args: argparse.Namespace) -> int:
@@ -381,10 +464,14 @@ class LineParser:
         )
         if args.timestamp_format is not None and args.timestamp is not None:
             raise UsageError("--timestamp-format reads times from lines; --timestamp is one time")
+        self.fields = Fields(args.parse) if args.parse else None
+        if self.fields is not None:
+            self.fields.refuse_others(args)
         self.fixed_ts = (
             None if args.timestamp is None else parse_time(args.timestamp, "--timestamp")
         )
         self.ts_field: str | None = args.timestamp_field
+        self.ts_group = self.fields is not None and "timestamp" in self.fields.names
         self.ts_text = timestamps.text_parser(args.timestamp_format)
         self.ts_unit = args.timestamp_format if args.timestamp_format in timestamps.UNITS else "ms"
         self.ts_find: Callable[[str], int] | None = None
@@ -396,7 +483,7 @@ class LineParser:
                 raise InvalidConfigError(
                     f"--timestamp-regex {args.timestamp_regex!r} is not a regular expression: {e}"
                 ) from None
-        elif args.timestamp_format is not None and self.ts_field is None:
+        elif args.timestamp_format is not None and self.ts_field is None and not self.ts_group:
             try:
                 self.ts_find = timestamps.line_finder(args.timestamp_format)
             except ValueError as e:
@@ -404,13 +491,19 @@ class LineParser:
                     f"--timestamp-format {args.timestamp_format!r}: {e}"
                 ) from None
         self.sets_timestamps = (
-            self.fixed_ts is not None
+            self.ts_group
+            or self.fixed_ts is not None
             or self.ts_field is not None
             or self.ts_regex is not None
             or self.ts_find is not None
         )
         # the headers of every message when nothing varies per line: built once
-        self.per_line_headers = bool(self.headers_sep or self.tag_field or self.property_fields)
+        self.per_line_headers = bool(
+            self.headers_sep
+            or self.tag_field
+            or self.property_fields
+            or (self.fields is not None and self.fields.sets_headers)
+        )
         self.run_headers = (
             None
             if self.per_line_headers
@@ -430,6 +523,10 @@ class LineParser:
             key, line = (k, rest) if found else (None, line)
         doc = _json_object(line) if self.json_lines else None
         ts = self.fixed_ts
+        groups: dict[str, str] = {}
+        if self.fields is not None:
+            groups = self.fields.find(line)
+            key, ts = self._group_key_time(groups, key, ts)
         if doc is not None:
             if self.key_field is not None:
                 found_key = _field(doc, self.key_field)
@@ -442,8 +539,11 @@ class LineParser:
             ts = _time(self.ts_find, line.decode("latin-1"))
         if not self.per_line_headers:
             return Msg(key, line, ts, self.run_headers)
-        tag = self.tag
+        tag = groups.get("tag", self.tag)
         properties = self.properties
+        extra = {k: v for k, v in groups.items() if k not in Fields.RESERVED}
+        if extra:
+            properties = {**properties, **extra}
         if doc is not None:
             if self.tag_field is not None:
                 found_tag = _field(doc, self.tag_field)
@@ -461,6 +561,18 @@ class LineParser:
         except InvalidRecordError as e:
             raise BadLine(str(e)) from None
         return Msg(key, line, ts, headers)
+
+    def _group_key_time(
+        self, groups: dict[str, str], key: bytes | None, ts: int | None
+    ) -> tuple[bytes | None, int | None]:
+        """The key and the time --parse found in a line (else the ones it had)."""
+        if "key" in groups:
+            key = groups["key"].encode("utf-8", "surrogateescape")
+        if self.ts_group:
+            if "timestamp" not in groups:
+                raise BadLine("has no timestamp: the group 'timestamp' of --parse matched nothing")
+            ts = _time(self.ts_text, groups["timestamp"])
+        return key, ts
 
     def _field_time(self, doc: dict[str, Any]) -> int:
         assert self.ts_field is not None
@@ -482,6 +594,59 @@ class LineParser:
         if text is None:
             raise BadLine(f"--timestamp-regex '{self.ts_regex.pattern}' found no time in it")
         return _time(self.ts_text, text)
+
+
+class Fields:
+    """--parse: regular expressions whose named groups, found in each line (or record), give
+    its key, tag and timestamp, and every other name a property (the --where of a query)."""
+
+    RESERVED = frozenset({"key", "tag", "timestamp"})
+
+    def __init__(self, patterns: list[str]):
+        self.patterns: list[re.Pattern[str]] = []
+        self.names: set[str] = set()
+        for text in patterns:
+            try:
+                pattern = re.compile(text)
+            except re.error as e:
+                raise InvalidConfigError(
+                    f"--parse {text!r} is not a regular expression: {e}"
+                ) from None
+            if not pattern.groupindex:
+                raise InvalidConfigError(
+                    f"--parse {text!r} has no named group: name what it finds, e.g. "
+                    "'(?P<level>[A-Z]+)' for a property level"
+                )
+            twice = self.names & pattern.groupindex.keys()
+            if twice:
+                raise InvalidConfigError(f"--parse: group {min(twice)!r} is named twice")
+            self.names |= pattern.groupindex.keys()
+            self.patterns.append(pattern)
+        self.sets_headers = bool(self.names - {"key", "timestamp"})
+
+    def refuse_others(self, args: argparse.Namespace) -> None:
+        """A group named key, tag or timestamp and an option giving the same: one or the other."""
+        for group, flags in (
+            ("key", ("key", "key_separator", "key_field")),
+            ("tag", ("tag", "tag_field")),
+            ("timestamp", ("timestamp", "timestamp_field", "timestamp_regex")),
+        ):
+            given = [f for f in flags if getattr(args, f) is not None]
+            if group in self.names and given:
+                flag = "--" + given[0].replace("_", "-")
+                raise UsageError(f"--parse has a group {group!r}, so {flag} cannot give it too")
+
+    def find(self, line: bytes) -> dict[str, str]:
+        """The groups each pattern found in `line` (UTF-8; other bytes kept as surrogates);
+        BadLine when a pattern does not match it. A group that matched nothing is left out."""
+        text = line.decode("utf-8", "surrogateescape")
+        found: dict[str, str] = {}
+        for pattern in self.patterns:
+            m = pattern.search(text)
+            if m is None:
+                raise BadLine(f"does not match --parse '{pattern.pattern}'")
+            found.update((k, v) for k, v in m.groupdict().items() if v is not None)
+        return found
 
 
 def _time(parse: Callable[[str], int], text: str) -> int:
@@ -564,7 +729,7 @@ def _headers(items: list[str]) -> HeadersArg:
 class Problem:
     """The first bad line of an input, and what else is known about the bad ones."""
 
-    number: int
+    name: str  # "line 12", "the record at lines 12-15"
     reason: str
     bad: int = 1
     largest_batch: int = 0  # of the lines over max_message_bytes
@@ -574,30 +739,31 @@ _WINDOW = ("message_timestamp_after_max_ms", "message_timestamp_before_max_ms")
 
 
 class Checker:
-    """Parses lines into messages and checks each as the store would (check_message)."""
+    """Parses items into messages and checks each as the store would (check_message)."""
 
     def __init__(
-        self, parser: LineParser, cfg: TopicConfig, args: argparse.Namespace, created: bool
-    ):
+        self, parser: LineParser, cfg: TopicConfig, args: argparse.Namespace,
+        source: inputs.Input, created: bool,
+    ):  # fmt: skip
         self.parser = parser
         self.cfg = cfg
         self.topic: str = args.topic
         self.store: str = args.store
         self.compression: str | None = args.compression
+        self.source = source
         self.created = created
-        self.label = "value" if args.value is not None else "line"
         self.largest = 0
         self.window: set[str] = set()  # timestamp-window settings that refused a line
         # times before this are past time retention (docs/consume.md): warned about once
         deletes = cfg.retention_ms >= 0 and "delete" in cfg.cleanup_policy
         self.expired = now_ms() - cfg.retention_ms if deletes else -1
         self.warned = False
-        self.lines = 0  # lines given to one() so far
 
-    def one(self, line: bytes) -> Msg:
-        """The message of `line`; BadLine naming what is wrong with it."""
-        self.lines += 1
-        msg = self.parser.parse(line)
+    def one(self, item: inputs.Item) -> Msg:
+        """The message of `item`; BadLine naming what is wrong with it."""
+        if item.cut:
+            raise BadLine(self._cut())
+        msg = self.parser.parse(item.data)
         try:
             check_message(
                 self.cfg, self.topic, msg.value, msg.key, msg.headers, msg.timestamp,
@@ -607,8 +773,8 @@ class Checker:
             size = e.size or 0
             self.largest = max(self.largest, size)
             raise BadLine(
-                f"is {len(line):,} bytes ({size:,} as a record batch), over max_message_bytes="
-                f"{self.cfg.max_message_bytes:,} of topic {self.topic!r}"
+                f"is {len(item.data):,} bytes ({size:,} as a record batch), over "
+                f"max_message_bytes={self.cfg.max_message_bytes:,} of topic {self.topic!r}"
             ) from None
         except InvalidRecordError as e:
             setting = next((s for s in _WINDOW if s in str(e)), None)
@@ -617,36 +783,46 @@ class Checker:
             raise BadLine(str(e)) from None
         if msg.timestamp is not None and msg.timestamp < self.expired and not self.warned:
             self.warned = True
-            print(
-                f"mqcore: warning: the time of {self.label} {self.lines} is older than "
+            warn(
+                f"the time of {self.source.name(item)} is older than "
                 f"retention_ms={self.cfg.retention_ms} of topic {self.topic!r}: retention "
                 "deletes a sealed segment once its newest time is that old (to keep loaded "
-                "logs: --config retention_ms=-1 when produce creates the topic, or `mqcore "
-                f"config {self.store} {self.topic} retention_ms=-1`)",
-                file=sys.stderr,
+                f"logs: {self.how('retention_ms=-1')})"
             )
         return msg
 
-    def all(self, lines: Iterator[bytes]) -> int:
-        """Check every line; returns their count, or raises (nothing written) naming the first
+    def _cut(self) -> str:
+        """Why a record over the size limit is bad (it was not read whole)."""
+        limit = self.cfg.max_message_bytes
+        self.largest = max(self.largest, limit + 1)
+        pattern = self.source.record_start.pattern if self.source.record_start else ""
+        return (
+            f"is over max_message_bytes={limit:,} of topic {self.topic!r} (does --record-start "
+            f"{pattern!r} match the first line of every record?)"
+        )
+
+    def all(self, items: Iterator[inputs.Item]) -> int:
+        """Check every item; returns their count, or raises (nothing written) naming the first
         bad one, how many are bad and how to fix it."""
         problem: Problem | None = None
         n = 0
-        for n, line in enumerate(lines, 1):
+        for item in items:
+            n += 1
             try:
-                self.one(line)
+                self.one(item)
             except BadLine as e:
                 if problem is None:
-                    problem = Problem(n, str(e))
+                    problem = Problem(self.source.name(item), str(e))
                 else:
                     problem.bad += 1
         if problem is None:
             return n
-        what = f"{self.label}s" if n != 1 else self.label
+        label = self.source.label
+        what = f"{label}s" if n != 1 else label
         verb = "is" if problem.bad == 1 else "are"
         raise InvalidRecordError(
-            f"{self.label} {problem.number} {problem.reason}; {problem.bad:,} of {n:,} {what} "
-            f"{verb} bad (every {self.label} is checked first); nothing was written{self.fix()}"
+            f"{problem.name} {problem.reason}; {problem.bad:,} of {n:,} {what} {verb} bad "
+            f"(every {label} is checked first); nothing was written{self.fix()}"
         )
 
     def fix(self) -> str:
@@ -667,10 +843,54 @@ class Checker:
         return f"`mqcore config {self.store} {self.topic} {' '.join(changes)}`"
 
 
-class _Writer:
-    """Appends chunks as batches and prints each message's metadata in input order."""
+class Done:
+    """What a run has written so far (whole chunks only): for the messages that say so and
+    tell how to go on."""
 
-    def __init__(self, store: mqcore.Store, args: argparse.Namespace, partitions: int, out: TextIO):
+    def __init__(self, source: inputs.Input):
+        self.source = source
+        self.count = 0  # messages written
+        self.first = 0  # the first and last input line (or value) written
+        self.last = 0
+        self.offsets: dict[int, tuple[int, int]] = {}  # partition -> first, last offset
+
+    def add(self, items: list[inputs.Item]) -> None:
+        self.first = self.first or items[0].first
+        self.last = items[-1].last
+        self.count += len(items)
+
+    def wrote(self) -> str:
+        """ "wrote lines 1-1500 (partition 0 offsets 0-1499)", or "wrote nothing"."""
+        if self.count == 0:
+            return "wrote nothing"
+        spans = ", ".join(
+            f"partition {p} offsets {a}-{b}" for p, (a, b) in sorted(self.offsets.items())
+        )
+        if self.source.label == "record":
+            spans = f"{render.plural(self.count, 'record')}: {spans}"
+        return f"wrote {self.source.span(self.first, self.last)} ({spans})"
+
+    def resume(self) -> str:
+        """What an interrupted run wrote, that it is on disk, and how to go on."""
+        if self.count == 0:
+            return "wrote nothing"
+        if self.source.values is not None:
+            return f"{self.wrote()}, on disk; the values after value {self.last} were not written"
+        again = "the same file" if self.source.path is not None else "the same input"
+        return (
+            f"{self.wrote()}, on disk (flushed); nothing after line {self.last} was written. "
+            f"To go on, run the same command on {again} with --skip {self.last}"
+        )
+
+
+class _Writer:
+    """Appends chunks, one batch per partition in input order, and prints each message's
+    metadata in input order."""
+
+    def __init__(
+        self, store: mqcore.Store, args: argparse.Namespace, partitions: int, out: TextIO,
+        done: Done,
+    ):  # fmt: skip
         self.store = store
         self.topic: str = args.topic
         self.partition: int | None = args.partition
@@ -678,43 +898,66 @@ class _Writer:
         self.partitions = partitions
         self.json: bool = args.json
         self.out = out
-        self.written = 0  # messages appended so far
-        self.offsets: dict[int, tuple[int, int]] = {}  # partition -> first, last offset written
+        self.done = done
+        self.round_robin = 0  # chunks with messages without a key so far
+        # runs once, before the first append (produce creating the topic)
+        self.before_first: Callable[[], None] | None = None
 
-    def write(self, chunk: list[Msg]) -> None:
-        """Append one chunk: one batch per partition it goes to."""
+    def write(self, chunk: list[tuple[inputs.Item, Msg]]) -> None:
+        """Append one chunk whole: a Ctrl-C meanwhile takes effect once it is written, its
+        metadata printed and counted in `done`."""
         if not chunk:
             return
-        groups: dict[int | None, list[int]] = {}
-        for i, msg in enumerate(chunk):
+        with interrupts_deferred():
+            self._start()
+            placed = self._append([msg for _, msg in chunk])
+            self.done.add([item for item, _ in chunk])
+            self._print(placed)
+
+    def finish(self) -> None:
+        """The end of the input: the topic exists even when nothing was written."""
+        self._start()
+
+    def _start(self) -> None:
+        if self.before_first is not None:
+            self.before_first()
+            self.before_first = None
+
+    def _route(self, msgs: list[Msg]) -> dict[int, list[int]]:
+        """Indexes of `msgs` per partition, each list in input order (the order Kafka's
+        producer keeps within a partition): -p, else by key, else the chunk's round-robin
+        partition, the same for every message of the chunk without a key."""
+        unkeyed = self.round_robin % self.partitions
+        groups: dict[int, list[int]] = {}
+        for i, msg in enumerate(msgs):
             if self.partition is not None:
-                p: int | None = self.partition
+                p = self.partition
             elif msg.key is None:
-                p = None  # the store's round robin picks one partition for these
+                p = unkeyed
             else:
                 p = key_partition(msg.key, self.partitions)
             groups.setdefault(p, []).append(i)
-        placed: list[tuple[int, int, str, str | None]] = [(0, 0, "", None)] * len(chunk)
-        for p, idx in sorted(groups.items(), key=lambda g: -1 if g[0] is None else g[0]):
-            msgs = [chunk[i] for i in idx]
-            values = [m.value for m in msgs]
-            headers = [m.headers for m in msgs]
-            stamps = None if msgs[0].timestamp is None else [m.timestamp or 0 for m in msgs]
-            if p is None:
-                md = self.store.append_batch(
-                    self.topic, values, None, headers, partition=None, timestamps=stamps,
-                    compression=self.compression,
-                )  # fmt: skip
-            else:
-                keys = [m.key for m in msgs]
-                md = self.store.append_batch(
-                    self.topic, values, keys, headers, p, stamps, compression=self.compression
-                )
-            first, _ = self.offsets.get(md.partition, (md.base_offset, 0))
-            self.offsets[md.partition] = (first, md.base_offset + len(idx) - 1)
+        if self.partition is None and any(m.key is None for m in msgs):
+            self.round_robin += 1
+        return groups
+
+    def _append(self, msgs: list[Msg]) -> list[tuple[int, int, str, str | None]]:
+        """One batch per partition; (partition, offset, msg_id, unique_id) of each message."""
+        placed: list[tuple[int, int, str, str | None]] = [(0, 0, "", None)] * len(msgs)
+        for p, idx in sorted(self._route(msgs).items()):
+            batch = [msgs[i] for i in idx]
+            stamps = None if batch[0].timestamp is None else [m.timestamp or 0 for m in batch]
+            md = self.store.append_batch(
+                self.topic, [m.value for m in batch], [m.key for m in batch],
+                [m.headers for m in batch], p, stamps, compression=self.compression,
+            )  # fmt: skip
+            first, _ = self.done.offsets.get(p, (md.base_offset, 0))
+            self.done.offsets[p] = (first, md.base_offset + len(idx) - 1)
             for j, i in enumerate(idx):
-                placed[i] = (md.partition, md.base_offset + j, md.msg_id(j), md.unique_id(j))
-        self.written += len(chunk)
+                placed[i] = (p, md.base_offset + j, md.msg_id(j), md.unique_id(j))
+        return placed
+
+    def _print(self, placed: list[tuple[int, int, str, str | None]]) -> None:
         for partition, offset, msg_id, uid in placed:
             if self.json:
                 render.emit(
@@ -733,13 +976,9 @@ class _Writer:
                 self.out.write("\t".join(fields) + "\n")
         self.out.flush()
 
-    def stopped_at(self, n: int, reason: str, label: str) -> str:
-        """The error of a stream stopped by bad line `n`: what was written before it."""
-        if self.written == 0:
-            done = f"wrote nothing, {label} 1"
-        else:
-            spans = ", ".join(
-                f"partition {p} offsets {a}-{b}" for p, (a, b) in sorted(self.offsets.items())
-            )
-            done = f"wrote {label}s 1-{self.written} ({spans}), {label} {n}"
-        return f"{done} {reason}; nothing after it was written"
+    def stopped_at(self, item: inputs.Item, reason: str) -> str:
+        """The error of a stream stopped by a bad item: what was written before it."""
+        return (
+            f"{self.done.wrote()}, {self.done.source.name(item)} {reason}; nothing after it "
+            "was written"
+        )
