@@ -30,6 +30,7 @@ COMMANDS = [
     ["groups"],
     ["console", "{}", "--http", "127.0.0.1:0"],
     ["console", "{}", "--http", "127.0.0.1:0", "--allow-write"],
+    ["serve", "{}", "--listen", "127.0.0.1:0"],  # `mqcore serve ./lgos` (issue 32.3)
 ]
 
 

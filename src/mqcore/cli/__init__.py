@@ -61,6 +61,7 @@ from mqcore.cli import (
     console,
     dump,
     groups,
+    hints,
     maintenance,
     produce,
     query,
@@ -71,8 +72,8 @@ from mqcore.cli import (
     users,
     verify,
 )
-from mqcore.cli.options import UsageError, warnings_as_lines
-from mqcore.errors import MQCoreError
+from mqcore.cli.options import Parser, UsageError, warnings_as_lines
+from mqcore.errors import MQCoreError, UnknownTopicError
 
 __all__ = ["build_parser", "main"]
 
@@ -81,9 +82,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line `argv` (default: sys.argv[1:]); returns the exit status."""
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args, extras = parser.parse_known_args(argv)
     except SystemExit as e:  # --help, --version and usage errors: keep main() callable in-process
         return e.code if isinstance(e.code, int) else 0 if e.code is None else 2
+    if extras:
+        return _unrecognized(args.parser, extras)
     try:
         with warnings_as_lines():
             return int(args.run(args, sys.stdout))
@@ -98,6 +101,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(file=sys.stderr)
         return 130
+    except UnknownTopicError as e:
+        hint = hints.topic_hint(args)
+        print(f"mqcore: error: {_one_line(str(e))}{'; ' + hint if hint else ''}", file=sys.stderr)
+        return 1
     except (MQCoreError, OSError) as e:
         print(f"mqcore: error: {_one_line(str(e))}", file=sys.stderr)
         return 1
@@ -106,13 +113,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
 
 
+def _unrecognized(command: argparse.ArgumentParser, extras: list[str]) -> int:
+    """Options the command does not have: its own usage (not mqcore's), the error, and a
+    "did you mean" line when one of them is close to one it has; exit status 2."""
+    command.print_usage(sys.stderr)
+    print(f"{command.prog}: error: unrecognized arguments: {' '.join(extras)}", file=sys.stderr)
+    hint = hints.option_hint(command, extras)
+    if hint:
+        print(f"{command.prog}: {hint}", file=sys.stderr)
+    return 2
+
+
 def _one_line(text: str) -> str:
     """An error message on one line: line breaks inside it become spaces."""
     return " ".join(text.splitlines())
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="mqcore",
         description="Write, read, query and inspect an mqcore store (or a Kafka log "
         "directory). Reading commands are safe beside a running writer; `produce`, "

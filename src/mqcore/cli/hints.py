@@ -23,12 +23,12 @@ PROPERTY_SAMPLE = 1000  # messages read from the start of each partition for pro
 
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
-    """ "did you mean 'orders'?": the choices `word` is a prefix of, else the
-    closest by difflib; "" when none is close."""
+    """ "did you mean 'orders'?": the choices `word` is a prefix of, else the closest one by
+    difflib; "" when none is close."""
     pool = sorted(set(choices))
     close = [c for c in pool if c.startswith(word) and c != word] if word else []
     if not close:
-        close = difflib.get_close_matches(word, pool, n=3, cutoff=CUTOFF)
+        close = difflib.get_close_matches(word, pool, n=1, cutoff=CUTOFF)
     if not close:
         return ""
     return "did you mean " + " or ".join(repr(c) if c[:1] != "-" else c for c in close) + "?"

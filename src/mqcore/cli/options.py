@@ -11,14 +11,39 @@ import sys
 import warnings
 from collections.abc import Iterator
 from types import FrameType
-from typing import Any
+from typing import Any, NoReturn
 
+from mqcore.cli.hints import did_you_mean
 from mqcore.cli.timestamps import INT64_MAX, ISO, BadTime, cut, iso_ms
 from mqcore.errors import InvalidConfigError
 
 
 class UsageError(Exception):
     """Options that do not go together: printed with the command's usage, exit status 2."""
+
+
+class Parser(argparse.ArgumentParser):
+    """The parser of `mqcore` and of each command (subparsers take their parent's class):
+    options are matched whole, never by prefix (`--fro` is not taken for `--from`, nor a
+    future option's prefix for today's), and an unknown command gets a "did you mean"."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        hint = _choice_hint(message)
+        more = f"{self.prog}: {hint}\n" if hint else ""
+        self.exit(2, f"{self.prog}: error: {message}\n{more}")
+
+
+def _choice_hint(message: str) -> str:
+    """ "did you mean 'query'?" for argparse's "invalid choice: 'quer' (choose from ...)"."""
+    m = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)$", message)
+    if m is None:
+        return ""
+    return did_you_mean(m.group(1), re.findall(r"'([^']*)'", m.group(2)))
 
 
 def add_json(parser: argparse.ArgumentParser, what: str = "") -> None:

@@ -1,8 +1,11 @@
 """`mqcore serve`: the store behind the Kafka protocol until Ctrl-C or SIGTERM (docs/server.md).
 
-The store is opened (and made, like a broker's log directory, when the path is not a store yet)
-with the writer lock, so nothing else may write it meanwhile; the reading commands stay safe
-beside it. One line on stdout says where it listens; a clean stop exits 0.
+The store is opened with the writer lock, so nothing else may write it meanwhile; the reading
+commands stay safe beside it, and a `produce` refused the lock is told to produce through this
+server (its address is in the lock file: storage/logdir.describe_holder). A path that is not a
+store is refused (NotAStoreError, nothing created: `mqcore serve ./lgos` is a typo, not a new
+store) unless --create makes one there. One line on stdout says where it listens; a clean stop
+exits 0.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from typing import Any, TextIO
 
 from mqcore.config import REQUEST_PARTITIONS, TOPIC_PARTITIONS
 from mqcore.consume.expiry import OFFSETS_RETENTION_MS
-from mqcore.errors import InvalidConfigError, MQCoreError
+from mqcore.errors import InvalidConfigError, MQCoreError, NotAStoreError
 
 FLUSH_POLICIES = ("always", "interval", "os")
 
@@ -31,7 +34,12 @@ def add_parsers(sub: Any) -> None:
         "group coordinator and the only replica. Binds to loopback unless --listen names "
         "another address. Needs the server extra: pip install 'mqcore[server]'.",
     )
-    p.add_argument("store", help="store directory (made when it is not a store yet)")
+    p.add_argument("store", help="store directory (one that is not a store: see --create)")
+    p.add_argument(
+        "--create", action="store_true",
+        help="make a new store at STORE when it is not one (without it, such a path is refused "
+        "and nothing is created)",
+    )  # fmt: skip
     p.add_argument(
         "--listen", default="127.0.0.1:9092", metavar="HOST:PORT",
         help="Kafka listener (default 127.0.0.1:9092; port 0 picks a free one)",
@@ -198,14 +206,14 @@ def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
         tls_cert=args.tls_cert, tls_key=args.tls_key, tls_ca=args.tls_ca,
         sasl_credentials=args.sasl_credentials,
         sasl_mechanisms=tuple(m.strip() for m in args.sasl_mechanisms.split(",") if m.strip()),
-        acl=args.acl, **store_limits(args), **network_limits(args),
+        acl=args.acl, create=args.create, **store_limits(args), **network_limits(args),
     )  # fmt: skip
     # the server's log (refused connections, errors) on stderr, one line each
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("mqcore: %(levelname)s: %(message)s"))
     logging.getLogger("mqcore").addHandler(handler)
     logging.getLogger("mqcore").setLevel(logging.WARNING)
-    with stop_signals() as stop, server:
+    with stop_signals() as stop, _started(server, args):
         print(f"mqcore: serving {args.store} to Kafka clients on {server.bootstrap}", file=out)
         if server.http_server is not None:
             url = server.http_server.url
@@ -216,6 +224,17 @@ def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
         raise MQCoreError(f"mqcore serve stopped: {server.failure}")
     print("mqcore: stopped", file=out)
     return 0
+
+
+@contextlib.contextmanager
+def _started(server: Any, args: argparse.Namespace) -> Iterator[Any]:
+    """`with server`, a path that is not a store refused saying how to make one there."""
+    try:
+        server.start()
+    except NotAStoreError as e:
+        raise NotAStoreError(f"{e} (pass --create to make a new store there)") from None
+    with server:
+        yield server
 
 
 @contextlib.contextmanager

@@ -3,9 +3,10 @@
 Everything mqcore keeps besides segments is a plain file at the top of the directory, named so
 that Kafka ignores it (Kafka treats every sub-directory as a partition, so we add none):
 
-    .mqcore.lock                        "<pid> opening" or "<pid> open": the writer and whether
-                                        it finished recovery (the lock is a flock() on the
-                                        directory itself)
+    .mqcore.lock                        "<pid> opening" or "<pid> open", then who the writer is
+                                        if it said (describe_holder: "mqcore serve on
+                                        127.0.0.1:9092"): the writer and whether it finished
+                                        recovery (the lock is a flock() on the directory itself)
     mqcore-topics.json                  topic -> partitions and config
     mqcore-recovery-point-checkpoint    Kafka's checkpoint text format: offsets known flushed
     mqcore-clean-shutdown               present only while no writer has the store open
@@ -52,6 +53,7 @@ _PARTITION_DIR = re.compile(r"(.+)-(\d+)")
 DELETE_SUFFIX = "-delete"  # Kafka's name for a partition directory of a deleted topic
 _DELETED_DIR = re.compile(r"(.+)-(\d+)\.([0-9a-f]{32})" + DELETE_SUFFIX)
 LOCK_PATIENCE = 0.25  # seconds a writable open waits out readers' lock probes
+HOLDER_CHARS = 200  # the most of a holder's description .mqcore.lock keeps
 
 
 class LogDirectory:
@@ -129,19 +131,15 @@ class LogDirectory:
         durable.write_atomic(path, f"{os.getpid()} {state}\n".encode(), sync=False)
 
     def _lock_text(self) -> list[str]:
-        try:
-            fd = durable.open_file(os.path.join(self.path, LOCK_FILE), os.O_RDONLY)
-        except OSError:
-            return []
-        try:
-            return os.read(fd, 64).decode("ascii", "replace").split()
-        finally:
-            os.close(fd)
+        return _lock_words(self.path)
 
     def lock_holder(self) -> str:
-        """Who holds the writer lock, from `.mqcore.lock` (for messages)."""
+        """Who holds the writer lock, from `.mqcore.lock` (for messages): "pid 123", or with
+        what the holder said of itself, "mqcore serve on 127.0.0.1:9092, pid 123"."""
         words = self._lock_text()
-        return f"pid {words[0]}" if words and words[0].isdigit() else "pid unknown"
+        pid = f"pid {words[0]}" if words and words[0].isdigit() else "pid unknown"
+        said = " ".join(words[2:])
+        return f"{said}, {pid}" if said else pid
 
     def writer_state(self) -> str | None:
         """None when no writer holds the store, else "opening" (still loading and recovering:
@@ -429,6 +427,35 @@ def not_a_store(path: str) -> str | None:
     what = "it is empty" if not names else f"it holds {len(names)} other entries"
     return (f"{what}: no {TOPICS_FILE}, no Kafka checkpoint file and no <topic>-<n> "
             "directory holding .log segments")  # fmt: skip
+
+
+def describe_holder(path: str, text: str) -> bool:
+    """Say who holds the writer lock of the store at `path` ("mqcore serve on
+    127.0.0.1:9092"), for the StoreLockedError another process gets. Only the holder may:
+    this process, once its open finished (the lock is held and `.mqcore.lock` reads "<our
+    pid> open"); else nothing is written and False returned. One line, cut to HOLDER_CHARS
+    characters; the next writer's open replaces it."""
+    path = os.path.abspath(path)
+    words = _lock_words(path)
+    if words[:2] != [str(os.getpid()), "open"] or not _writer_holds(path):
+        return False
+    said = " ".join(text.split())[:HOLDER_CHARS]
+    durable.write_atomic(
+        os.path.join(path, LOCK_FILE), f"{os.getpid()} open {said}\n".encode(), sync=False
+    )
+    return True
+
+
+def _lock_words(path: str) -> list[str]:
+    """The words of `path`'s .mqcore.lock (ASCII; [] when there is none)."""
+    try:
+        fd = durable.open_file(os.path.join(path, LOCK_FILE), os.O_RDONLY)
+    except OSError:
+        return []
+    try:
+        return os.read(fd, 64 + HOLDER_CHARS * 4).decode("ascii", "replace").split()
+    finally:
+        os.close(fd)
 
 
 def _writer_holds(path: str) -> bool:
