@@ -31,25 +31,43 @@ test: build test-tools
 	$(PY) -m pytest -q -p no:cacheprovider tests
 
 # Programs the tests drive that pip cannot install, from Debian's packages, only when missing and
-# only as root (apt-get update first only if the install fails): kcat (tests/test_server_kcat.py),
-# and Chromium with its WebDriver (tests/test_console_browser.py drives the console in a headless
-# browser through Selenium). Elsewhere, or when the install fails, those tests skip and say why;
-# `make test` goes on either way.
+# only as root (apt-get update first only if the install fails), each on its own: one that
+# cannot be had is one line saying whose tests will skip, and `make test` goes on either way.
+# kcat (tests/test_server_kcat.py); Chromium with its WebDriver (tests/test_console_browser.py
+# drives the console in a headless browser through Selenium); the Kafka clients and tools of
+# tests/test_clients_*.py (docs/testing.md "Kafka clients from Debian"): rsyslog's omkafka,
+# Go with the sources of sarama, kafka-go and confluent-kafka-go (the tests build
+# tests/clients/*.go against them with GOPATH=/usr/share/gocode, offline), Burrow and the
+# ZooKeeper it keeps its own state in. syslog-ng's Kafka module is unpacked into
+# $(TEST_TOOLS_DIR) instead (tests/clients/unpack-syslog-ng.sh says why).
+TEST_TOOLS_DIR := /opt/mqcore-test-tools
+DEBIAN_TOOLS := rsyslog-kafka:rsyslog-omkafka golang-go:Go \
+	golang-github-shopify-sarama-dev:sarama golang-github-segmentio-kafka-go-dev:kafka-go \
+	golang-github-confluentinc-confluent-kafka-go-dev:confluent-kafka-go burrow:Burrow \
+	zookeeper:Burrow
+
 test-tools:
-	@command -v kcat >/dev/null 2>&1 || { \
-		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-			(apt-get install -y -q kcat >/dev/null 2>&1 || \
-			 (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q kcat >/dev/null 2>&1)) || \
-			echo "kcat could not be installed: its tests will skip"; \
-		else echo "kcat is missing (apt-get install kcat as root): its tests will skip"; fi; }
-	@{ [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; } || { \
-		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-			(apt-get install -y -q --no-install-recommends chromium chromium-driver >/dev/null 2>&1 || \
-			 (apt-get update -q >/dev/null 2>&1 && \
-			  apt-get install -y -q --no-install-recommends chromium chromium-driver >/dev/null 2>&1)) || \
-			echo "chromium could not be installed: the console's browser tests will skip"; \
-		else echo "chromium is missing (apt-get install chromium chromium-driver as root):" \
-			"the console's browser tests will skip"; fi; }
+	@root() { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; }; \
+	install() { \
+		what=$$1; shift; \
+		if ! root; then echo "$$what is missing (apt-get install $$* as root): its tests will skip"; \
+		elif ! { apt-get install -y -q --no-install-recommends "$$@" >/dev/null 2>&1 || \
+			{ apt-get update -q >/dev/null 2>&1 && \
+			  apt-get install -y -q --no-install-recommends "$$@" >/dev/null 2>&1; }; }; then \
+			echo "$$what could not be installed: its tests will skip"; fi; }; \
+	installed() { dpkg-query -W -f='$${db:Status-Abbrev}' "$$1" 2>/dev/null | grep -q '^ii'; }; \
+	export DEBIAN_FRONTEND=noninteractive; \
+	command -v kcat >/dev/null 2>&1 || install kcat kcat; \
+	{ [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; } || \
+		install "chromium (the console's browser tests)" chromium chromium-driver; \
+	for tool in $(DEBIAN_TOOLS); do \
+		installed "$${tool%%:*}" || install "$${tool%%:*} ($${tool#*:})" "$${tool%%:*}"; \
+	done; \
+	[ -x $(TEST_TOOLS_DIR)/syslog-ng/usr/sbin/syslog-ng ] || installed syslog-ng-mod-rdkafka || \
+		if ! root; then echo "syslog-ng-mod-rdkafka is missing (make test-tools as root unpacks it):" \
+			"its tests will skip"; \
+		elif ! sh tests/clients/unpack-syslog-ng.sh $(TEST_TOOLS_DIR)/syslog-ng >/dev/null 2>&1; then \
+			echo "syslog-ng-mod-rdkafka could not be unpacked: its tests will skip"; fi
 
 demo: build
 	$(PY) -m mqcore.demo
