@@ -281,6 +281,34 @@ def test_pages_beside_a_writer_are_a_prefix(tmp_path: object) -> None:
         assert prefix == final[: len(prefix)]
 
 
+def test_a_page_reads_the_partitions_as_they_were_when_it_began(
+    tmp_path: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Messages appended while a page is read wait for the next query: partition 0 is read to
+    its end, then both partitions get a newer message before partition 1 is read. Had the page
+    taken partition 1's and not partition 0's (older), its answer would not be a prefix of
+    the log's order."""
+    with mqcore.open(str(tmp_path)) as s:
+        s.create_topic(TOPIC, partitions=2)
+        for p in range(2):
+            s.append_batch(TOPIC, [b"a", b"b"], partition=p, timestamps=[T0, T0 + 1])
+        calls: list[int] = []
+        real = engine.scan_partition
+
+        def appending(*args: Any, **kwargs: Any) -> Any:
+            calls.append(1)
+            if len(calls) == 2:
+                s.append(TOPIC, b"new 0", partition=0, timestamp=T0 + 100)
+                s.append(TOPIC, b"new 1", partition=1, timestamp=T0 + 101)
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr("mqcore.query.merge.scan_partition", appending)
+        r = s.search(TOPIC, start=T0, order="time", limit=10)
+        final = by_time([m for p in range(2) for m in s.read(TOPIC, p, 0, 100)])
+    assert len(calls) == 2 and r.complete
+    assert ids(r) == final[: len(r)] == [(0, 0), (1, 0), (0, 1), (1, 1)]
+
+
 @pytest.mark.parametrize(
     ("budget", "reason", "hi"), [({"max_scan": 1}, "max_scan", T0 + 52),
                                  ({"timeout": 0}, "timeout", T0 + 1000)]

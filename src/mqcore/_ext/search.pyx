@@ -24,7 +24,11 @@
 # with pos=next_position, min_offset=next_offset continues exactly where this one stopped.
 # After max_offset ended a scan, next_offset >= max_offset. records_scanned counts the records
 # tested against the filter; bytes_scanned sums the sizes of the batches whose records were
-# walked or passed over as below (skipped batches cost a header check only).
+# walked or passed over as below (a skipped batch is not counted: its header, and its CRC when
+# verify_crc, are all that is read of it). Each batch counts once over the calls of one scan:
+# a call that resumes inside a batch (its base offset below min_offset: the call before
+# stopped in it and counted it) does not count it again, unless count_partial (a scan that
+# starts there, at a cursor or the time index's answer, counts the batch it starts in).
 #
 # Content search (a non-empty needle) reads each batch once, not once per record:
 #   - the batch's records area (the decompressed one for a compressed batch) is searched for
@@ -162,6 +166,7 @@ cdef struct ScanState:
     int64_t scanned
     int64_t budget
     int64_t bytes
+    bint count_partial            # count a batch entered below min_offset (module comment)
     # The needle's first occurrence at or after hit_from in the records area the cursor walks
     # (NULL: none before area_end); set by the batch's search, moved on by occurs_in.
     const unsigned char* area_end
@@ -346,7 +351,8 @@ cdef int enter_batch(ScanState* s, const SearchFilter* f) noexcept nogil:
         return EV_NEXT
     s.in_batch = True
     s.fresh = True
-    s.bytes += LOG_OVERHEAD + s.h.batch_length
+    if s.count_partial or s.h.base_offset >= f.min_offset:
+        s.bytes += LOG_OVERHEAD + s.h.batch_length
     if compressed:
         return EV_OPEN
     cursor_init(&s.c, s.buf + s.pos + BATCH_HEADER_SIZE,
@@ -475,12 +481,12 @@ def scan_records(const unsigned char[::1] buf not None, Py_ssize_t pos, str topi
                  int64_t max_ts, bytes needle=None, bint in_key=False, bytes tag=None,
                  Py_ssize_t limit=1000, int64_t max_records=INT64_MAX, bint verify_crc=True,
                  Py_ssize_t max_decompressed=256 << 20, object source=None, int64_t file_pos=0,
-                 SelectorProgram selector=None):
+                 SelectorProgram selector=None, bint count_partial=True):
     """The Messages of buf[pos:] (whole batches from a batch boundary) that match, in offset
     order, with offsets in [min_offset, max_offset) and timestamps in [min_ts, max_ts): see the
     module comment for the rules; with `selector`, only those its program finds TRUE. Returns a
     ScanResult; resume with pos=next_position, min_offset=next_offset unless its reason is
-    "end"."""
+    "end" (and count_partial=False: the batch it resumes in was counted)."""
     cdef ScanState s
     cdef SearchFilter f
     if limit < 1:
@@ -500,6 +506,7 @@ def scan_records(const unsigned char[::1] buf not None, Py_ssize_t pos, str topi
     s.scanned = 0
     s.budget = max_records
     s.bytes = 0
+    s.count_partial = count_partial
     s.area_end = s.hit_from = s.hit = NULL
     s.seen = 0
     s.sel_runs = 0

@@ -541,17 +541,19 @@ def scan_chunk(
     verify_crc: bool,
     source: str,
     note: bool = True,
+    count_partial: bool = True,
 ) -> ScanResult:
     """One scan kernel call with `spec`'s kernel filters: time window, content, tag and the
     selector's program when the kernel runs it (the one place selectors reach the kernel:
     search(), the CLI, the server's filtered fetch and the consumer all come here). With
     `note` False nothing in `spec` changes (ScanAhead's threads: the caller notes what the
-    selector saw when it takes the result)."""
+    selector saw when it takes the result). `count_partial` False: the batch the call starts
+    inside was counted in scanned bytes by the call before (the kernel's rule)."""
     topic, partition = (part.topic, part.partition) if isinstance(part, Partition) else part
     r = scan_records(
         view, pos, topic, partition, min_offset, max_offset, spec.lo, spec.hi, spec.needle,
         False, spec.tag, limit, max_records, verify_crc, MAX_DECOMPRESSED, source, 0,
-        spec.kernel_selector,
+        spec.kernel_selector, count_partial,
     )  # fmt: skip
     if note:
         spec.note_seen(r)
@@ -580,6 +582,8 @@ def make_spec(
         spec.needle = query_bytes(contains, "contains")
     if regex is not None:
         spec.pattern = compile_pattern(regex)
+        if spec.needle is None:  # the kernel passes over what lacks the pattern's literal
+            spec.needle = spec.pattern.literal
     if tag is not None:
         spec.tag = check_tag(tag)
     if where is not None:
@@ -597,6 +601,9 @@ class ScanBudget:
     # (partition, offset): every record before it has been examined and its match, if any,
     # added to the result; where an interrupted scan resumes (with the last match)
     reached: tuple[int, int] = (-1, 0)
+    # offsets at or past it are not read (a time-ordered page reads each partition as it was
+    # when the page began: query/merge.py)
+    end: int = NO_END
 
     def spent(self, result: QueryResult) -> str | None:
         if len(result.messages) >= self.limit:
@@ -615,16 +622,20 @@ def scan_partition(
     result: QueryResult,
     from_offset: int,
     threads: int = 1,
+    resumed: bool = False,
 ) -> str | None:
     """Scan one partition into `result`; returns why it stopped early (None: exhausted). With
     `threads` > 1, up to threads - 1 of the segments after the one being scanned are scanned
-    ahead on helper threads (ScanAhead); the answer is the one a single thread gives."""
+    ahead on helper threads (ScanAhead); the answer is the one a single thread gives.
+    `resumed`: `from_offset` is where an earlier scan stopped (its cursor), which counted the
+    batch holding it in its scanned bytes."""
     start_offset = max(from_offset, part.start_offset)
     if spec.lo > 0:
         first = part.offset_for_time(spec.lo)
         if first is None:
             return None
         start_offset = max(start_offset, first)
+    resumed = resumed and start_offset == from_offset  # else it starts in a batch of its own
     next_offset = start_offset
     with scan_plan(part, next_offset) as planned:
         # may_match loads a segment: asked only of the segment reached and of those big
@@ -646,6 +657,8 @@ def scan_partition(
                 if not window:
                     return None
                 seg, size = window.popleft()
+                if seg.base_offset >= budget.end:
+                    return None
                 if not matches(seg):
                     continue
                 for later, later_size in window:
@@ -654,9 +667,10 @@ def scan_partition(
                             part, later, later_size, start_offset, spec, budget, result
                         )
                         helper.start()
-                stop, next_offset = scan_segment(
-                    part, seg, size, spec, budget, result, next_offset, ahead.get(id(seg))
-                )
+                taken = ahead.get(id(seg))
+                stop, next_offset = scan_segment(part, seg, size, spec, budget, result,
+                                                 next_offset, taken, not resumed)  # fmt: skip
+                resumed = True  # the next segment starts at its first batch anyway
                 ahead.pop(id(seg), None)
                 if stop is not None:
                     result.cursor = encode_cursor(part.partition, next_offset)
@@ -685,7 +699,13 @@ def scan_segment(
     result: QueryResult,
     from_offset: int,
     ahead: ScanAhead | None = None,
+    count_partial: bool = True,
 ) -> tuple[str | None, int]:
+    """Scan one segment from `from_offset` into `result` in kernel calls (each with at most
+    SCAN_CHUNK candidates and SCAN_CALL_RECORDS records), taking the helper's results where
+    they equal the calls this one would make; (why it stopped or None at its end, the offset
+    to go on from). Each call after the first resumes where the one before stopped, inside a
+    batch that call counted in scanned bytes (`count_partial` is for the first)."""
     view = seg.view(0, size)
     try:
         pos = seg.position_for(max(from_offset, seg.base_offset))
@@ -704,10 +724,11 @@ def scan_segment(
                 ):
                     r, done = None, []  # the helper looked further than this call may: redo it
             if r is None:
-                r = scan_chunk(view, pos, part, spec, offset, NO_END, room, records, True,
-                               seg.log_path)  # fmt: skip
+                r = scan_chunk(view, pos, part, spec, offset, budget.end, room, records, True,
+                               seg.log_path, count_partial=count_partial)  # fmt: skip
             else:
                 spec.note_seen(r)
+            count_partial = False
             result.scanned_records += r.records_scanned
             result.scanned_bytes += r.bytes_scanned
             stopped = filter_chunk(r.messages, spec, budget, result)
@@ -769,7 +790,7 @@ class ScanAhead:
         # Python filters them later (a regex without a literal makes every record one)
         held = SCAN_AHEAD_CANDIDATES if spec.filters_in_python else budget.limit
         where = (part.topic, part.partition)
-        self.args = (where, spec, room, held, records, budget.deadline, seg.log_path)
+        self.args = (where, spec, room, held, records, budget.deadline, budget.end, seg.log_path)
 
     def start(self) -> None:
         """Start the thread, taking the segment's view on the caller's thread (inside the
@@ -795,14 +816,15 @@ class ScanAhead:
         held: int,
         records: int,
         deadline: float,
+        end: int,
         source: str,
     ) -> None:
         pos, offset = self.pos, self.offset
         try:
             while not self.stopped.is_set() and records > 0 and held > 0:
                 call_records = min(records, SCAN_CALL_RECORDS)
-                r = scan_chunk(view, pos, where, spec, offset, NO_END, room, call_records, True,
-                               source, note=False)  # fmt: skip
+                r = scan_chunk(view, pos, where, spec, offset, end, room, call_records, True,
+                               source, note=False, count_partial=not self.results)  # fmt: skip
                 self.results.append((r, room, call_records))
                 records -= r.records_scanned
                 held -= len(r.messages)
@@ -829,7 +851,11 @@ def filter_chunk(
     """Add the kernel's candidates that `spec` accepts to `result`; (why, next offset) when the
     limit is reached, or when the time is up after filtering one in Python (each candidate can
     cost time proportional to its size, so the deadline is checked after every one)."""
-    timed = spec.filters_in_python and budget.deadline != math.inf
+    if not spec.filters_in_python:  # every candidate is a match: no loop in Python
+        room = budget.limit - len(result.messages)
+        result.messages += messages[:room]
+        return (LIMIT, messages[room - 1].offset + 1) if len(messages) >= room else None
+    timed = budget.deadline != math.inf
     for m in messages:
         if spec.accepts(m):
             result.messages.append(m)
@@ -934,10 +960,12 @@ def run_scan(
         time.monotonic() + check_timeout(timeout),
     )
     result = QueryResult()
+    resume_partition = decode_cursor(cursor)[0]
     try:
         for part, from_offset in resume_points(parts, cursor):
             budget.reached = (part.partition, from_offset)
-            stop = scan_partition(part, spec, budget, result, from_offset, threads)
+            resumed = part.partition == resume_partition
+            stop = scan_partition(part, spec, budget, result, from_offset, threads, resumed)
             if stop is not None:
                 result.reason = stop
                 if result.cursor is None:

@@ -49,16 +49,20 @@ def key_fetch(raw: bytes, spec: ScanSpec) -> Fetch:
     lo = spec.lo or None
     hi = None if spec.hi == NO_END else spec.hi
 
-    def fetch(part: Partition, offset: int, want: int, records: int, deadline: float) -> Fetched:
+    def fetch(
+        part: Partition, offset: int, end: int, want: int, records: int, deadline: float
+    ) -> Fetched:
         found: list[Message] = []
         scanned = 0
         cursor = encode_cursor(part.partition, offset)
         while True:
-            end = part.end_offset  # every hit below it is seen when the lookup ends
+            end = min(end, part.end_offset)  # every hit below it is seen when a lookup ends
             page = min(MAX_LIMIT, max(want, FILTERED_PAGE)) if filtered else want
             r = find_indexed([part], raw, KEY_KIND, lo, hi, page, cursor)
             scanned += r.scanned_records
             for m in r.messages:
+                if m.offset >= end:
+                    return Fetched(found, max(offset, end), None, scanned)
                 if spec.matches(m):
                     found.append(m)
                     if len(found) >= want:
@@ -118,6 +122,7 @@ def in_partition_order(
         got = fetch(
             part,
             offset,
+            NO_END,
             budget.limit - len(result.messages),
             max(1, budget.max_scan - result.scanned_records),
             budget.deadline,

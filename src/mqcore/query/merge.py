@@ -23,8 +23,11 @@ order").
 
 from __future__ import annotations
 
+import bisect
 import collections
 import heapq
+import itertools
+import operator
 import re
 import time
 from collections.abc import Callable, Sequence
@@ -57,6 +60,8 @@ from mqcore.storage.partition import Partition
 TIME_CURSOR_PREFIX = "t1"
 _PAIR = re.compile(r"-(0|[1-9][0-9]{0,9})\.(0|[1-9][0-9]{0,18})")
 FIRST_FETCH_MIN = 16  # matches a stream's first fetch asks for at least (its share of a page)
+KEY = operator.attrgetter("timestamp", "partition", "offset")  # the order of a time query
+TIMESTAMP = operator.attrgetter("timestamp")
 
 
 @dataclass
@@ -73,8 +78,9 @@ class Fetched:
     scanned_bytes: int = 0
 
 
-# fetch(partition, from_offset, matches wanted, records it may examine, deadline)
-Fetch = Callable[[Partition, int, int, int, float], Fetched]
+# fetch(partition, from_offset, end_offset, matches wanted, records it may examine, deadline):
+# the partition's matches at offsets in [from_offset, end_offset)
+Fetch = Callable[[Partition, int, int, int, int, float], Fetched]
 
 
 def encode_time_cursor(positions: dict[int, int]) -> str:
@@ -122,27 +128,42 @@ def _time_pairs(cursor: str) -> dict[int, int] | None:
 
 @dataclass
 class Stream:
-    """One partition's matches as the merge reads them: `buffered` (offset order, not yet
-    returned), fetched up to `next_offset`; `done` once a fetch reached the partition's end."""
+    """One partition's matches as the merge reads them: the last fetch's `buffered` from
+    `start` on (offset order, not yet returned), fetched up to `next_offset`; `done` once a
+    fetch reached the partition's end; `ordered` when the buffer's timestamps never go back."""
 
     part: Partition
     next_offset: int
     want: int
-    buffered: collections.deque[Message] = field(default_factory=collections.deque)
+    end: int  # the partition's end offset when the page began: the page reads below it
+    buffered: list[Message] = field(default_factory=list)
+    start: int = 0
     done: bool = False
+    ordered: bool = True
 
     @property
     def position(self) -> int:
         """Where the stream resumes in a cursor: its first match not yet returned."""
-        return self.buffered[0].offset if self.buffered else self.next_offset
+        return self.buffered[self.start].offset if self.waiting else self.next_offset
+
+    @property
+    def waiting(self) -> int:
+        """How many buffered matches are not yet returned."""
+        return len(self.buffered) - self.start
 
     def head(self, index: int) -> tuple[int, int, int, int]:
-        m = self.buffered[0]
+        m = self.buffered[self.start]
         return (m.timestamp, m.partition, m.offset, index)
 
 
 class Merge:
-    """One page of a time-ordered query: the streams, their heap and the result."""
+    """One page of a time-ordered query: the streams and the result.
+
+    While every buffer is in timestamp order (the common case), the greedy merge is a sort:
+    until some stream runs out, it returns every buffered match up to the smallest of the
+    streams' last buffered keys, in key order, which `take_blocks` does with one C sort per
+    refill instead of a heap operation per message. A buffer whose timestamps go back hands
+    the rest of the page to `take_heads`, the heap itself."""
 
     def __init__(
         self,
@@ -154,43 +175,97 @@ class Merge:
         positions = decode_time_cursor(cursor)
         share = -(-budget.limit // max(1, len(parts)))
         first = min(budget.limit, SCAN_CHUNK, max(FIRST_FETCH_MIN, share + share // 4))
-        self.streams = [Stream(p, positions.get(p.partition, 0), first) for p in parts]
+        # each partition as it is now: a message appended while the page is read waits for
+        # the next page, so one page never returns a later message before an earlier one
+        self.streams = [
+            Stream(p, positions.get(p.partition, 0), first, p.end_offset)
+            for p in sorted(parts, key=lambda p: p.partition)  # next_block's sort needs it
+        ]
         self.fetch, self.budget = fetch, budget
         self.result = QueryResult()
-        self.heap: list[tuple[int, int, int, int]] = []
 
     def run(self) -> QueryResult:
-        """Fill every stream once, then return heads until the limit, the end, or a stream
+        """Fill every stream once, then return matches until the limit, the end, or a stream
         that needs more when the budget is spent."""
         stop = None
-        for index, stream in enumerate(self.streams):
-            why = self.refill(stream)
-            stop = stop or why
-            if stream.buffered:
-                heapq.heappush(self.heap, stream.head(index))
-        if stop is None or all(s.buffered or s.done for s in self.streams):
-            stop = self.take_heads()
+        for stream in self.streams:
+            stop = self.refill(stream) or stop
+        if stop is None or all(s.waiting or s.done for s in self.streams):
+            stop = self.take_blocks()
         return self.finish(stop)
 
-    def take_heads(self) -> str | None:
-        """Move the smallest head into the result until the limit; refill a stream whose
-        buffer ran out. Returns why it stopped (None: every stream is at its end)."""
-        result, budget = self.result, self.budget
-        while self.heap:
-            index = heapq.heappop(self.heap)[3]
-            stream = self.streams[index]
-            result.messages.append(stream.buffered.popleft())
-            if len(result.messages) >= budget.limit:
+    def take_blocks(self) -> str | None:
+        """Return blocks of matches in key order (class doc) until the limit, the end, a
+        refill the budget stops, or a buffer out of order (then take_heads goes on)."""
+        out, limit = self.result.messages, self.budget.limit
+        while True:
+            live = [s for s in self.streams if s.waiting]
+            if not live:
+                return None
+            if not all(s.ordered for s in live):
+                return self.take_heads()
+            block, taken = self.next_block(live)
+            room = limit - len(out)
+            if len(block) >= room:
+                out += block[:room]
+                taken = collections.Counter(m.partition for m in block[:room])
+            else:
+                out += block
+            for s in live:
+                s.start += taken.get(s.part.partition, 0)
+            if len(out) >= limit:
                 return LIMIT
-            if not stream.buffered and not stream.done:
-                why = self.spent()
-                if why is not None:
+            why = self.refill_empty()
+            if why is not None:
+                return why
+
+    def next_block(self, live: list[Stream]) -> tuple[list[Message], dict[int, int]]:
+        """The buffered matches up to the smallest last buffered key of the streams not at
+        their end (all of them when every stream is), sorted, and how many of each partition."""
+        bound = min((KEY(s.buffered[-1]) for s in live if not s.done), default=None)
+        runs, taken = [], {}
+        for s in live:
+            stop = len(s.buffered)
+            if bound is not None:
+                stop = bisect.bisect_right(s.buffered, bound, s.start, stop, key=KEY)
+            runs.append(s.buffered[s.start : stop])
+            taken[s.part.partition] = stop - s.start
+        # a stable sort by timestamp of the runs in partition order (each in offset order) is
+        # the (timestamp, partition, offset) order, at the cost of an int compare
+        return sorted(itertools.chain.from_iterable(runs), key=TIMESTAMP), taken
+
+    def refill_empty(self) -> str | None:
+        """Refill each stream whose buffer ran out (not at its end); MAX_SCAN or TIMEOUT
+        when the budget is spent and one of them still has nothing."""
+        for s in self.streams:
+            if not s.waiting and not s.done:
+                why = self.spent() or self.refill(s)
+                if not s.waiting and why is not None:
                     return why
-                why = self.refill(stream)
-                if not stream.buffered and why is not None:
+        return None
+
+    def take_heads(self) -> str | None:
+        """The greedy merge itself, a heap of the streams' heads: return the smallest until
+        the limit; refill a stream whose buffer ran out. Returns why it stopped (None: every
+        stream is at its end)."""
+        out, limit, streams = self.result.messages, self.budget.limit, self.streams
+        heap = [s.head(i) for i, s in enumerate(streams) if s.waiting]
+        heapq.heapify(heap)
+        while heap:
+            index = heap[0][3]
+            stream = streams[index]
+            out.append(stream.buffered[stream.start])
+            stream.start += 1
+            if len(out) >= limit:
+                return LIMIT
+            if not stream.waiting and not stream.done:
+                why = self.spent() or self.refill(stream)
+                if not stream.waiting and why is not None:
                     return why
-            if stream.buffered:
-                heapq.heappush(self.heap, stream.head(index))
+            if stream.waiting:
+                heapq.heapreplace(heap, stream.head(index))
+            else:
+                heapq.heappop(heap)
         return None
 
     def spent(self) -> str | None:
@@ -204,12 +279,19 @@ class Merge:
         """One fetch of the stream, asking for twice as many matches as the last one (at most
         what the page may still return); returns MAX_SCAN or TIMEOUT when its budget ran out."""
         result, budget = self.result, self.budget
+        if stream.next_offset >= stream.end:
+            stream.done = True
+            return None
         want = max(1, min(stream.want, budget.limit - len(result.messages)))
         records = max(1, budget.max_scan - result.scanned_records)
-        got = self.fetch(stream.part, stream.next_offset, want, records, budget.deadline)
+        got = self.fetch(
+            stream.part, stream.next_offset, stream.end, want, records, budget.deadline
+        )
         result.scanned_records += got.scanned_records
         result.scanned_bytes += got.scanned_bytes
-        stream.buffered.extend(got.messages)
+        stream.buffered, stream.start = got.messages, 0  # refilled only once it ran out
+        stamps = list(map(TIMESTAMP, got.messages))
+        stream.ordered = stamps == sorted(stamps)
         stream.next_offset = max(stream.next_offset, got.next_offset)
         stream.done = got.stop is None
         stream.want = min(SCAN_CHUNK, 2 * stream.want)
@@ -252,12 +334,16 @@ def merge_by_time(
 def scan_fetch(spec: ScanSpec, threads: int) -> Fetch:
     """A stream of a scan: engine.scan_partition from an offset, for `want` matches."""
 
-    def fetch(part: Partition, offset: int, want: int, records: int, deadline: float) -> Fetched:
-        budget = ScanBudget(want, records, deadline, (part.partition, offset))
+    def fetch(
+        part: Partition, offset: int, end: int, want: int, records: int, deadline: float
+    ) -> Fetched:
+        budget = ScanBudget(want, records, deadline, (part.partition, offset), end)
         found = QueryResult()
-        stop = scan_partition(part, spec, budget, found, offset, threads)
+        # a stream resumes where a fetch stopped (this page's or the one before), which
+        # counted the batch it stopped in
+        stop = scan_partition(part, spec, budget, found, offset, threads, resumed=offset > 0)
         if stop is None:
-            next_offset = budget.reached[1]
+            next_offset = min(budget.reached[1], end)
         else:
             next_offset = decode_cursor(found.cursor)[1]
         return Fetched(found.messages, max(offset, next_offset), stop, found.scanned_records,
