@@ -169,6 +169,32 @@ def test_crlf_endings_lose_their_cr(tmp_path: Path) -> None:
     assert values(store) == expected * 2
 
 
+def test_lines_across_read_blocks_keep_their_bytes(tmp_path: Path) -> None:
+    """Input is read 64 KiB at a time: a `\r\n` split between two blocks, lines longer than
+    a block, a NUL past the first block and a last line without `\n`, from a file and from
+    stdin, are stored as the lines are."""
+    block = 1 << 16
+    lines = [
+        b"a" * (block - 1),  # its \r ends the first block, its \n starts the second
+        b"b" * (3 * block + 7),
+        b"",
+        b"c\rd",
+        b"x" * 100 + b"\0" + b"y",
+        b"tail" * block,
+    ]
+    data = b"".join(line + b"\r\n" for line in lines[:-1]) + lines[-1]
+    assert data[block - 1 : block + 1] == b"\r\n"
+    src = tmp_path / "in.txt"
+    src.write_bytes(data)
+    for n, (args, stdin) in enumerate([(["--file", str(src)], None), ([], data)]):
+        store = str(tmp_path / f"s{n}")
+        rc, _, err = run_cli("produce", store, "t", "--create", "--config",
+                             "max_message_bytes=8388608", *args, stdin=stdin)  # fmt: skip
+        assert rc == 0, err
+        assert values(store) == lines
+        assert "line 5 of " in err and "holds NUL bytes" in err
+
+
 def test_skip_counts_input_lines_and_warns_past_the_end(tmp_path: Path) -> None:
     store = str(tmp_path / "store")
     src = tmp_path / "in.txt"

@@ -345,22 +345,18 @@ def _load(
         source.cap = cfg.max_message_bytes
         check = Checker(parser, cfg, args, source, created=not exists)
         count = check.all(source.items()) if source.whole else None
-        writer = _Writer(store, args, cfg.partitions, out, done)
+        writer = _Writer(store, args, cfg.partitions, out, done, _batch_size(args))
         if not exists:
             # before the first append, so a stream whose first line is bad creates nothing
             writer.before_first = lambda: _create_topic(store, args, settings, check)
-        chunk: list[tuple[inputs.Item, Msg]] = []
-        size = _batch_size(args)
         for item in itertools.islice(source.items(), count):
             try:
-                chunk.append((item, check.one(item)))
+                msg = check.one(item)
             except BadLine as e:
-                writer.write(chunk)
+                writer.write()
                 raise InvalidRecordError(writer.stopped_at(item, str(e)) + check.fix()) from None
-            if len(chunk) >= size:
-                writer.write(chunk)
-                chunk = []
-        writer.write(chunk)
+            writer.add(item, msg)
+        writer.write()
         writer.finish()
 
 
@@ -761,9 +757,10 @@ class Checker:
 
     def one(self, item: inputs.Item) -> Msg:
         """The message of `item`; BadLine naming what is wrong with it."""
-        if item.cut:
+        _, _, data, cut = item
+        if cut:
             raise BadLine(self._cut())
-        msg = self.parser.parse(item.data)
+        msg = self.parser.parse(data)
         try:
             check_message(
                 self.cfg, self.topic, msg.value, msg.key, msg.headers, msg.timestamp,
@@ -773,7 +770,7 @@ class Checker:
             size = e.size or 0
             self.largest = max(self.largest, size)
             raise BadLine(
-                f"is {len(item.data):,} bytes ({size:,} as a record batch), over "
+                f"is {len(data):,} bytes ({size:,} as a record batch), over "
                 f"max_message_bytes={self.cfg.max_message_bytes:,} of topic {self.topic!r}"
             ) from None
         except InvalidRecordError as e:
@@ -854,10 +851,11 @@ class Done:
         self.last = 0
         self.offsets: dict[int, tuple[int, int]] = {}  # partition -> first, last offset
 
-    def add(self, items: list[inputs.Item]) -> None:
-        self.first = self.first or items[0].first
-        self.last = items[-1].last
-        self.count += len(items)
+    def add(self, first: int, last: int, count: int) -> None:
+        """`count` more messages written, of input lines (or values) `first` to `last`."""
+        self.first = self.first or first
+        self.last = last
+        self.count += count
 
     def wrote(self) -> str:
         """ "wrote lines 1-1500 (partition 0 offsets 0-1499)", or "wrote nothing"."""
@@ -889,7 +887,7 @@ class _Writer:
 
     def __init__(
         self, store: mqcore.Store, args: argparse.Namespace, partitions: int, out: TextIO,
-        done: Done,
+        done: Done, size: int,
     ):  # fmt: skip
         self.store = store
         self.topic: str = args.topic
@@ -900,18 +898,30 @@ class _Writer:
         self.out = out
         self.done = done
         self.round_robin = 0  # chunks with messages without a key so far
+        self.size = size  # messages per chunk
+        self.chunk: list[Msg] = []  # the messages of the chunk being gathered
+        self.lines = (0, 0)  # and its first and last input line
         # runs once, before the first append (produce creating the topic)
         self.before_first: Callable[[], None] | None = None
 
-    def write(self, chunk: list[tuple[inputs.Item, Msg]]) -> None:
-        """Append one chunk whole: a Ctrl-C meanwhile takes effect once it is written, its
-        metadata printed and counted in `done`."""
-        if not chunk:
+    def add(self, item: inputs.Item, msg: Msg) -> None:
+        """Gather `msg` into the chunk, and write it once it holds `size` messages."""
+        first, last, _, _ = item
+        self.lines = (self.lines[0] if self.chunk else first, last)
+        self.chunk.append(msg)
+        if len(self.chunk) >= self.size:
+            self.write()
+
+    def write(self) -> None:
+        """Append the chunk gathered whole: a Ctrl-C meanwhile takes effect once it is
+        written, its metadata printed and counted in `done`."""
+        if not self.chunk:
             return
         with interrupts_deferred():
             self._start()
-            placed = self._append([msg for _, msg in chunk])
-            self.done.add([item for item, _ in chunk])
+            placed = self._append(self.chunk)
+            self.done.add(*self.lines, len(self.chunk))
+            self.chunk = []
             self._print(placed)
 
     def finish(self) -> None:
