@@ -38,13 +38,14 @@ test: build test-tools
 # tests/test_clients_*.py (docs/testing.md "Kafka clients from Debian"): rsyslog's omkafka,
 # Go with the sources of sarama, kafka-go and confluent-kafka-go (the tests build
 # tests/clients/*.go against them with GOPATH=/usr/share/gocode, offline), Burrow and the
-# ZooKeeper it keeps its own state in. syslog-ng's Kafka module is unpacked into
+# ZooKeeper it keeps its own state in, Debian's kafka-python and confluent-kafka (run by
+# /usr/bin/python3). syslog-ng's Kafka module is unpacked into
 # $(TEST_TOOLS_DIR) instead (tests/clients/unpack-syslog-ng.sh says why).
 TEST_TOOLS_DIR := /opt/mqcore-test-tools
 DEBIAN_TOOLS := rsyslog-kafka:rsyslog-omkafka golang-go:Go \
 	golang-github-shopify-sarama-dev:sarama golang-github-segmentio-kafka-go-dev:kafka-go \
 	golang-github-confluentinc-confluent-kafka-go-dev:confluent-kafka-go burrow:Burrow \
-	zookeeper:Burrow
+	zookeeper:Burrow python3-kafka:kafka-python python3-confluent-kafka:confluent-kafka
 
 test-tools:
 	@root() { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; }; \

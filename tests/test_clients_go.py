@@ -12,7 +12,6 @@ missing one skips its client's tests."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -20,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from clients.harness import batch_codecs, committed, run
+from clients.harness import N, check_produced, client, committed, fill, seen, stored
 
 import mqcore
 
@@ -36,7 +35,6 @@ SOURCES = {  # program -> (the Debian package, the source it builds against)
     ),
 }
 HERE = Path(__file__).resolve().parent / "clients"
-N = 40  # messages per run: several batches, quick
 
 
 def xfail(reason: str) -> Any:
@@ -93,64 +91,18 @@ def program(go_programs: dict[str, str], tmp_path_factory: Any, name: str) -> st
 
 
 @pytest.fixture
-def sarama(go_programs: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> str:
-    return program(go_programs, tmp_path_factory, "sarama")
+def sarama(go_programs: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    return [program(go_programs, tmp_path_factory, "sarama")]
 
 
 @pytest.fixture
-def kafkago(go_programs: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> str:
-    return program(go_programs, tmp_path_factory, "kafkago")
+def kafkago(go_programs: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    return [program(go_programs, tmp_path_factory, "kafkago")]
 
 
 @pytest.fixture
-def confluent(go_programs: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> str:
-    return program(go_programs, tmp_path_factory, "confluent")
-
-
-def client(binary: str, command: str, srv: Any, topic: str, *args: str) -> list[dict[str, Any]]:
-    """Run a client program to its end; the JSON lines it printed. Fails with its stderr
-    when it fails (the request the server refused shows up there as EOF)."""
-    proc = run([binary, command, "-brokers", srv.bootstrap, "-topic", topic, "-timeout", "30",
-                *args], timeout=90)  # fmt: skip
-    assert proc.returncode == 0, f"{os.path.basename(binary)} {command}: {proc.stderr[-2000:]}"
-    return [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
-
-
-def fill(store: mqcore.Store, topic: str, partitions: int, compression: str = "none") -> None:
-    """N messages in each partition, keyed, in batches of 10 with `compression`."""
-    store.create_topic(topic, partitions=partitions)
-    for p in range(partitions):
-        for start in range(0, N, 10):
-            store.append_batch(
-                topic, [b"p%d value %d" % (p, i) for i in range(start, start + 10)],
-                keys=[b"k%d" % i for i in range(start, start + 10)], partition=p,
-                compression=compression,
-            )  # fmt: skip
-
-
-def stored(store: mqcore.Store, topic: str, partitions: int) -> list[tuple[int, int, str, str]]:
-    """Every message of `topic` as (partition, offset, key, value), in log order."""
-    return [
-        (p, m.offset, (m.key or b"").decode(), (m.value or b"").decode())
-        for p in range(partitions)
-        for m in store.read(topic, p, 0, 10 * N)
-    ]
-
-
-def seen(records: list[dict[str, Any]]) -> list[tuple[int, int, str, str]]:
-    """What a client printed, in the order it saw each partition's messages."""
-    return sorted(
-        ((r["partition"], r["offset"], r["key"], r["value"]) for r in records),
-        key=lambda r: r[0],  # stable: keeps each partition's order as seen
-    )
-
-
-def check_produced(store: mqcore.Store, topic: str, prefix: str, codec: str) -> None:
-    """Partition 1 holds N messages k<i> -> "<prefix> <i>" in order, in batches of `codec`."""
-    assert [(m.offset, m.key, m.value) for m in store.read(topic, 1, 0, 10 * N)] == [
-        (i, b"k%d" % i, b"%s %d" % (prefix.encode(), i)) for i in range(N)
-    ]
-    assert set(batch_codecs(store, topic, 1)) == {codec}
+def confluent(go_programs: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    return [program(go_programs, tmp_path_factory, "confluent")]
 
 
 # sarama: each Kafka version it can speak picks its request versions; "default" is the
@@ -165,7 +117,7 @@ def check_produced(store: mqcore.Store, topic: str, prefix: str, codec: str) -> 
     ],
 )
 def test_sarama_produces(
-    kafka_server: Any, store: mqcore.Store, sarama: str, version: str, codec: str
+    kafka_server: Any, store: mqcore.Store, sarama: list[str], version: str, codec: str
 ) -> None:
     """A SyncProducer's N messages land in order, in batches of the codec it used, at the
     offsets it was told."""
@@ -178,7 +130,9 @@ def test_sarama_produces(
 
 @pytest.mark.parametrize("version", [pytest.param("default", marks=xfail(LIST_OFFSETS_V0)),
                                      "2.2.0"])  # fmt: skip
-def test_sarama_consumes(kafka_server: Any, store: mqcore.Store, sarama: str, version: str) -> None:
+def test_sarama_consumes(
+    kafka_server: Any, store: mqcore.Store, sarama: list[str], version: str
+) -> None:
     """A partition consumer per partition, from the oldest offset, sees every message once,
     intact, each partition in order (the store's batches gzip-compressed)."""
     fill(store, "sc", 2, compression="gzip")
@@ -189,7 +143,7 @@ def test_sarama_consumes(kafka_server: Any, store: mqcore.Store, sarama: str, ve
 
 @pytest.mark.parametrize("version", [pytest.param("2.2.0", marks=xfail(JOIN_GROUP_V1))])
 def test_sarama_consumer_group(
-    kafka_server: Any, store: mqcore.Store, sarama: str, version: str
+    kafka_server: Any, store: mqcore.Store, sarama: list[str], version: str
 ) -> None:
     """A ConsumerGroup member reads both partitions and commits what it marked on close: the
     group's committed offsets are the ends, lag 0. (sarama allows groups from V0_10_2_0 only,
@@ -204,7 +158,7 @@ def test_sarama_consumer_group(
 @pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4"])
 @xfail(PRODUCE_V2)
 def test_kafka_go_writer_writes(
-    kafka_server: Any, store: mqcore.Store, kafkago: str, codec: str
+    kafka_server: Any, store: mqcore.Store, kafkago: list[str], codec: str
 ) -> None:
     """A Writer's N messages (Produce v2, magic 1 message sets) land in order, in batches of
     the codec it used."""
@@ -215,7 +169,7 @@ def test_kafka_go_writer_writes(
 
 
 @xfail(FETCH_V2)
-def test_kafka_go_reader_reads(kafka_server: Any, store: mqcore.Store, kafkago: str) -> None:
+def test_kafka_go_reader_reads(kafka_server: Any, store: mqcore.Store, kafkago: list[str]) -> None:
     """A Reader of partition 1 (Fetch v2) reads every message from the first, in order."""
     fill(store, "kr", 2, compression="snappy")
     records = client(kafkago, "read", kafka_server, "kr", "-count", str(N), "-partition", "1")
@@ -224,7 +178,7 @@ def test_kafka_go_reader_reads(kafka_server: Any, store: mqcore.Store, kafkago: 
 
 @xfail(KAFKA_GO_JOIN)
 def test_kafka_go_group_reader_commits(
-    kafka_server: Any, store: mqcore.Store, kafkago: str
+    kafka_server: Any, store: mqcore.Store, kafkago: list[str]
 ) -> None:
     """A Reader with a GroupID (JoinGroup v1, SyncGroup v0, OffsetCommit v2) reads both
     partitions, committing each message: the group's lag is 0."""
@@ -244,7 +198,7 @@ def test_kafka_go_group_reader_commits(
     ],
 )
 def test_confluent_kafka_go_produces(
-    kafka_server: Any, store: mqcore.Store, confluent: str, codec: str
+    kafka_server: Any, store: mqcore.Store, confluent: list[str], codec: str
 ) -> None:
     """A Producer's N messages with a header each land in order, in batches of its codec, at
     the offsets its delivery reports gave."""
@@ -257,7 +211,7 @@ def test_confluent_kafka_go_produces(
 
 
 def test_confluent_kafka_go_consumes(
-    kafka_server: Any, store: mqcore.Store, confluent: str
+    kafka_server: Any, store: mqcore.Store, confluent: list[str]
 ) -> None:
     """assign() of partition 1 from offset 0 reads every message in order (lz4 batches)."""
     fill(store, "cc", 2, compression="lz4")
@@ -267,7 +221,7 @@ def test_confluent_kafka_go_consumes(
 
 
 def test_confluent_kafka_go_consumer_group(
-    kafka_server: Any, store: mqcore.Store, confluent: str
+    kafka_server: Any, store: mqcore.Store, confluent: list[str]
 ) -> None:
     """subscribe() as a group member, committing each message: both partitions read, the
     group's committed offsets are the ends, lag 0."""

@@ -6,6 +6,7 @@ table the tools are compared with."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -21,6 +22,11 @@ import mqcore
 
 CONFIGS = Path(__file__).resolve().parent
 WAIT = 60.0
+N = 40  # messages a client program sends or reads per partition: several batches, quick
+# what a client program puts after "<client> <i> " in each value: a batch of even one message
+# compresses to less than its size, else librdkafka sends it uncompressed (it keeps a
+# compressed batch only when smaller) and the codec checks would depend on batch sizes
+PADDING = b"." * 200
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")  # Kafka's attribute values 0-4
 T = TypeVar("T")
 
@@ -112,7 +118,7 @@ def fill_config(name: str, path: str, **fields: str) -> str:
     text = (CONFIGS / name).read_text()
     for key, value in fields.items():
         text = text.replace(f"@{key.upper()}@", value)
-    assert not re.search(r"@[A-Z]+@", text), text
+    assert not re.search(r"@[A-Z]+@", text), f"a field of {name} is not filled in:\n{text}"
     Path(path).write_text(text)
     return path
 
@@ -122,3 +128,55 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def client(
+    program: list[str], command: str, srv: Any, topic: str, *args: str
+) -> list[dict[str, Any]]:
+    """Run a client program of tests/clients (its argv up to the command) to its end; the
+    JSON lines it printed. Fails with its stderr when it fails (a request the server refused
+    shows up there as EOF)."""
+    argv = [*program, command, "-brokers", srv.bootstrap, "-topic", topic, "-timeout", "30"]
+    proc = run([*argv, *args], timeout=90)
+    assert proc.returncode == 0, f"{' '.join(argv)}: {proc.stderr[-2000:]}"
+    return [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+
+
+def fill(store: mqcore.Store, topic: str, partitions: int, compression: str = "none") -> None:
+    """N messages in each partition, keyed, in batches of 10 with `compression`."""
+    store.create_topic(topic, partitions=partitions)
+    for p in range(partitions):
+        for start in range(0, N, 10):
+            store.append_batch(
+                topic, [b"p%d value %d" % (p, i) for i in range(start, start + 10)],
+                keys=[b"k%d" % i for i in range(start, start + 10)], partition=p,
+                compression=compression,
+            )  # fmt: skip
+
+
+def stored(store: mqcore.Store, topic: str, partitions: int) -> list[tuple[int, int, str, str]]:
+    """Every message of `topic` as (partition, offset, key, value), in log order."""
+    return [
+        (p, m.offset, (m.key or b"").decode(), (m.value or b"").decode())
+        for p in range(partitions)
+        for m in store.read(topic, p, 0, 10 * N)
+    ]
+
+
+def seen(records: list[dict[str, Any]]) -> list[tuple[int, int, str, str]]:
+    """What a client printed, in the order it saw each partition's messages."""
+    return sorted(
+        ((r["partition"], r["offset"], r["key"], r["value"]) for r in records),
+        key=lambda r: r[0],  # stable: keeps each partition's order as seen
+    )
+
+
+def check_produced(store: mqcore.Store, topic: str, prefix: str, codec: str) -> None:
+    """Partition 1 holds N messages k<i> -> "<prefix> <i> <padding>" in order, in batches of
+    `codec`.
+    (This module's asserts say what they saw themselves: pytest rewrites only test files.)"""
+    got = [(m.offset, m.key, m.value) for m in store.read(topic, 1, 0, 10 * N)]
+    want = [(i, b"k%d" % i, b"%s %d %s" % (prefix.encode(), i, PADDING)) for i in range(N)]
+    assert got == want, f"stored {got[:5]}... ({len(got)}), wanted {want[:5]}... ({N})"
+    codecs = batch_codecs(store, topic, 1)
+    assert set(codecs) == {codec}, f"batches stored with {codecs}, sent with {codec}"
