@@ -3,9 +3,11 @@
 In partition order (engine.run_scan) "what happened between 10:00 and 10:05" comes back as
 partition 0's answer, then partition 1's. `merge_by_time` keeps one stream per partition, each
 giving that partition's matches in offset order from a position (a scan, or a key lookup:
-a `Fetch`), and a heap of the streams' heads keyed by (timestamp, partition, offset). It
-returns the smallest head and reads more of a stream only when the stream's buffer runs out,
-in growing fetches, so a page of `limit` messages reads about its share of each partition.
+a `Fetch`), and returns the smallest of the streams' heads by (timestamp, partition, offset),
+again and again (a heap; a block at a time with one sort while the buffers are in timestamp
+order: `Merge`). It reads more of a stream only when the stream's buffer runs out, in growing
+fetches, so a page of `limit` messages reads about its share of each partition. A page reads
+each partition as it was when the page began.
 
 The cursor, `t1-P.O-P.O...`, gives for each partition whose position is past 0 (in increasing
 partition order, both numbers canonical decimal) the offset its stream resumes from: every
