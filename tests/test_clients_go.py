@@ -1,13 +1,14 @@
 """`mqcore serve` driven by the Go Kafka clients Debian 12 packages: sarama 1.22.1 (at its
-default protocol version, Kafka 0.8.2, and at V2_2_0), segmentio/kafka-go 0.2.1 and
-confluent-kafka-go 0.11.6 (over Debian's librdkafka 2.0.2). Each client is a small program of
-ours (tests/clients/*.go) built at test time against Debian's library sources, offline
+default protocol version, Kafka 0.8.2, and at V2_2_0), segmentio/kafka-go 0.2.1,
+confluent-kafka-go 0.11.6 (over Debian's librdkafka 2.0.2) and optiopay/kafka 2.1.1. Each
+client is a small program of ours (tests/clients/*.go) built at test time against Debian's
+library sources, offline
 (GO111MODULE=off, GOPATH=/usr/share/gocode), that produces, consumes, or consumes in a group
 and prints what it saw; the test compares that with the store: messages intact and in order,
 each batch stored with the codec the client sent, a group's committed offsets and lag as
 `Store.group_lag` has them. Where the server does not serve what a client sends yet, the test
 is an expected failure naming the request (strict: it fails once the server is fixed, so the
-marker goes). `make test-tools` installs golang-go and the three -dev packages as root; a
+marker goes). `make test-tools` installs golang-go and the four -dev packages as root; a
 missing one skips its client's tests."""
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ SOURCES = {  # program -> (the Debian package, the source it builds against)
         "golang-github-confluentinc-confluent-kafka-go-dev",
         "github.com/confluentinc/confluent-kafka-go",
     ),
+    "optiopay": ("golang-github-optiopay-kafka-dev", "github.com/optiopay/kafka/v2"),
 }
 HERE = Path(__file__).resolve().parent / "clients"
 
@@ -49,6 +51,7 @@ JOIN_GROUP_V1 = "JoinGroup v1 is not served: sarama's group.Consume gets EOF"
 PRODUCE_V2 = "Produce v2 (magic 1 message sets) is not served: kafka-go's write gets EOF"
 FETCH_V2 = "Fetch v2 (magic 1 message sets) is not served: kafka-go's reader never gets a message"
 KAFKA_GO_JOIN = "JoinGroup v1 is not served: kafka-go's group reader retries without end"
+OPTIOPAY_PRODUCE_V0 = "Produce v0 (magic 0 message sets) is not served: optiopay's Produce gets EOF"
 OLD_LIBRDKAFKA_CODECS = (
     "ApiVersions lists Produce 3-11: librdkafka 2.0.2 compresses gzip/snappy/lz4 only when the "
     "broker lists Produce v0 (KAFKA-18659), so the batches arrive uncompressed"
@@ -98,6 +101,11 @@ def sarama(go_programs: dict[str, str], tmp_path_factory: pytest.TempPathFactory
 @pytest.fixture
 def kafkago(go_programs: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     return [program(go_programs, tmp_path_factory, "kafkago")]
+
+
+@pytest.fixture
+def optiopay(go_programs: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    return [program(go_programs, tmp_path_factory, "optiopay")]
 
 
 @pytest.fixture
@@ -230,3 +238,27 @@ def test_confluent_kafka_go_consumer_group(
                      "confluent-group")  # fmt: skip
     assert seen(records) == stored(store, "cg", 2)
     assert committed(store, "confluent-group") == {("cg", p): (N, 0) for p in range(2)}
+
+
+@pytest.mark.parametrize("codec", ["none", "gzip", "snappy"])
+@xfail(OPTIOPAY_PRODUCE_V0)
+def test_optiopay_produces(
+    kafka_server: Any, store: mqcore.Store, optiopay: list[str], codec: str
+) -> None:
+    """One Produce call of N messages lands in order, in batches of its codec, at the offsets
+    the library filled in."""
+    store.create_topic("op", partitions=2)  # the library asks for metadata of every topic
+    acks = client(optiopay, "produce", kafka_server, "op", "-count", str(N), "-partition", "1",
+                  "-codec", codec)  # fmt: skip
+    assert [(a["partition"], a["offset"]) for a in acks] == [(1, i) for i in range(N)]
+    check_produced(store, "op", "optiopay", codec)
+
+
+def test_optiopay_consumes(kafka_server: Any, store: mqcore.Store, optiopay: list[str]) -> None:
+    """A consumer of partition 1 from the oldest offset reads every message in order.
+    Uncompressed batches: optiopay 2.1.1 decompresses a v2 batch by reading to the end of the
+    partition's records (proto/messages.go, readRecordBatch), so a fetch of several
+    compressed batches fails in the client ("gzip: invalid header"), from Kafka too."""
+    fill(store, "oc", 2)
+    records = client(optiopay, "consume", kafka_server, "oc", "-count", str(N), "-partition", "1")
+    assert seen(records) == stored(store, "oc", 2)[N:]
