@@ -514,6 +514,41 @@ def test_a_restarted_static_member_gets_its_assignment_back_without_a_rebalance(
     assert b.heartbeat("g", gen, again.member_id, "ib") == ErrorCode.none
 
 
+@pytest.mark.parametrize("version", [5, 9])
+def test_a_restarted_static_leader_keeps_its_assignment_without_a_rebalance(
+    coord: GroupCoordinator, pool: ThreadPoolExecutor, version: int
+) -> None:
+    """Regression (librdkafka test 0102): a static member that was the leader rejoined with a
+    rebalance. KIP-345/KIP-814, as Kafka answers: the generation stays; JoinGroup v9 makes it
+    the leader again with every member and skip_assignment, older versions name the old
+    member ID as leader so the client syncs as a follower; its assignment comes back."""
+    a, b = Client(coord, "a"), Client(coord, "b")
+    ra = a.join("g", instance="ia")
+    a.sync("g", ra.generation_id, ra.member_id, {ra.member_id: b"A"})
+    joining = pool.submit(b.join, "g", instance="ib")
+    wait_until(lambda: state(a, "g") == "PreparingRebalance")
+    ra = a.join("g", ra.member_id, instance="ia")
+    rb = joining.result(WAIT)
+    gen = ra.generation_id
+    assert ra.leader == ra.member_id
+    a.sync("g", gen, ra.member_id, {ra.member_id: b"A", rb.member_id: b"B"})
+    assert b.sync("g", gen, rb.member_id, {}).assignment == b"B"
+    restarted = pool.submit(a.join, "g", instance="ia", version=version)  # the leader restarted
+    wait_until(restarted.done, why="the join answered at once: no rebalance to wait for")
+    again = restarted.result()
+    assert (again.error_code, again.generation_id) == (ErrorCode.none, gen)
+    assert state(a, "g") == "Stable"
+    if version >= 9:
+        assert again.leader == again.member_id and again.skip_assignment
+        assert sorted(m.member_id for m in again.members) == sorted([again.member_id, rb.member_id])
+    else:
+        assert again.leader == ra.member_id and not again.members
+    assert a.sync("g", gen, again.member_id, {}).assignment == b"A"
+    assert b.heartbeat("g", gen, rb.member_id, "ib") == ErrorCode.none  # no rebalance
+    assert a.heartbeat("g", gen, again.member_id, "ia") == ErrorCode.none
+    assert a.heartbeat("g", gen, ra.member_id, "ia") == ErrorCode.fenced_instance_id
+
+
 def test_offset_commit_checks_member_and_generation(
     coord: GroupCoordinator, store: mqcore.Store, pool: ThreadPoolExecutor
 ) -> None:
@@ -538,7 +573,7 @@ def test_offset_commit_checks_member_and_generation(
     assert cli.commit("g", gen, member, {("t", 2): 1}, "x" * 5000)[("t", 2)] == (
         ErrorCode.offset_metadata_too_large
     )
-    assert cli.commit("bad name", -1, "", {("t", 0): 1})[("t", 0)] == ErrorCode.invalid_group_id
+    assert cli.commit("", -1, "", {("t", 0): 1})[("t", 0)] == ErrorCode.invalid_group_id
     # between JoinGroup and SyncGroup a member's commit is refused
     other = Client(coord, "o")
     first = other.join("g")
@@ -1222,6 +1257,45 @@ def test_a_restarted_static_confluent_consumer_replaces_its_old_self(
         d = ca.describe_consumer_groups(["sg"])["sg"].result(WAIT)
         assert [m.member_id for m in d.members] == ids[-1:]
     assert ids[0] != ids[1]
+
+
+def test_a_restarted_static_confluent_leader_gets_its_partitions_back_at_once(
+    kafka_server: Any, store: mqcore.Store
+) -> None:
+    """Regression (librdkafka test 0102): the static leader restarts (librdkafka does not
+    leave on close) and its successor gets the old partitions at once, without a rebalance:
+    the other member, not polled meanwhile, could not have rejoined one, and its rebalance
+    callbacks never run again. Before, the successor's JoinGroup waited for that rejoin."""
+    store.create_topic("sl", partitions=2)
+    base = {"bootstrap.servers": kafka_server.bootstrap, "group.id": "slg",
+            "enable.auto.commit": False, "session.timeout.ms": 30000,
+            "heartbeat.interval.ms": 300}  # fmt: skip
+    events: list[str] = []
+    a = ck.Consumer({**base, "group.instance.id": "ia"})
+    b = ck.Consumer({**base, "group.instance.id": "ib"})
+    open_ = [a, b]
+    try:
+        a.subscribe(["sl"])
+        wait_until(lambda: a.poll(0.1) is None and len(a.assignment()) == 2)  # alone: leader
+        b.subscribe(["sl"], on_assign=lambda c, ps: events.append("assign"),
+                    on_revoke=lambda c, ps: events.append("revoke"))  # fmt: skip
+        wait_until(lambda: [a.poll(0.1), b.poll(0.1)] and len(b.assignment()) == 1
+                   and len(a.assignment()) == 1)  # fmt: skip
+        mine = {p.partition for p in a.assignment()}
+        theirs = b.assignment()
+        seen = list(events)
+        open_.remove(a)
+        a.close()
+        a2 = ck.Consumer({**base, "group.instance.id": "ia"})
+        open_.append(a2)
+        a2.subscribe(["sl"])
+        wait_until(lambda: a2.poll(0.1) is None and {p.partition for p in a2.assignment()} == mine,
+                   why="the restarted leader has its partition back")  # fmt: skip
+        b.poll(0.5)
+        assert (events, b.assignment()) == (seen, theirs)
+    finally:
+        for c in open_:
+            c.close()
 
 
 def test_a_new_groups_first_rebalance_waits_the_initial_delay(

@@ -17,7 +17,7 @@ commits and being blocked in a join or sync); one silent for its session timeout
 and the group rebalances, which is how a consumer killed with SIGKILL leaves. Static members
 (group.instance.id) keep their place across restarts: a rejoin under the same instance ID
 takes over the old member ID (the old one is fenced: FENCED_INSTANCE_ID) and, in a Stable
-group, gets its assignment back without a rebalance.
+group, gets its assignment back without a rebalance, the leader too (KIP-814).
 
 Group membership lives in memory: a server restart starts every group Empty, and clients
 rejoin. Committed offsets are durable, in `__consumer_offsets` in Kafka's key/value layout,
@@ -111,6 +111,7 @@ class JoinResult:
     protocol_name: str | None = None
     leader: str = ""
     members: tuple[tuple[str, str | None, bytes], ...] = ()
+    skip_assignment: bool = False  # KIP-814: a static leader rejoined, the assignment stands
 
 
 @dataclass(slots=True)
@@ -375,7 +376,7 @@ class GroupCoordinator:
             protocol_type=result.protocol_type,
             protocol_name=name,
             leader=result.leader,
-            skip_assignment=False,
+            skip_assignment=result.skip_assignment,
             member_id=result.member_id,
             members=members,
         )
@@ -436,11 +437,11 @@ class GroupCoordinator:
                 member = group.members[new_id] = new_member(new_id)
                 group.static[instance_id] = new_id
             else:
+                old_leader = group.leader
                 member = self._replace_static(group, old, new_id)
-                unchanged = member.protocols == protocols
                 self._update(member, session_timeout, rebalance_timeout, protocols, now)
-                if group.state == STABLE and unchanged and group.leader != new_id:
-                    return self._current(group, new_id)
+                if group.state == STABLE and self._select_protocol(group) == group.protocol_name:
+                    return self._static_rejoined(group, new_id, old_leader, version)
         elif not member_id:
             new_id = make_member_id(session.client_id or "member")
             if version >= 4:  # KIP-394: the client rejoins with the ID it is given
@@ -521,6 +522,26 @@ class GroupCoordinator:
         group.members[new_id] = old
         self._changed()
         return old
+
+    def _static_rejoined(
+        self, group: Group, member_id: str, old_leader: str | None, version: int
+    ) -> JoinResult:
+        """A restarted static member of a Stable group whose protocol stays: no rebalance, the
+        generation as it is (KIP-345). When it was the leader, v9+ tells it so with every
+        member and skip_assignment (KIP-814: the assignment stands, it need not compute one);
+        older versions name the old member ID as leader, so the client syncs as a follower
+        and gets its assignment back (Kafka's answer to both)."""
+        result = self._current(group, member_id)
+        if group.leader == member_id:
+            if version >= 9:
+                result.skip_assignment = True
+                result.members = tuple(
+                    (m.member_id, m.instance_id, m.metadata(group.protocol_name))
+                    for m in group.members.values()
+                )
+            else:
+                result.leader = old_leader or ""
+        return result
 
     def _current(self, group: Group, member_id: str) -> JoinResult:
         """The group's current generation, for a member that rejoins without changing it."""
