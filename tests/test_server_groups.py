@@ -12,13 +12,11 @@ after its session timeout with nothing lost (slow)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime
 import os
 import random
 import signal
 import struct
-import subprocess
 import sys
 import threading
 import time
@@ -31,7 +29,7 @@ import pytest
 import mqcore
 
 pytest.importorskip("mqcore.server", reason="the server extra (kio) is missing")
-from conftest import child_env  # noqa: E402
+from groupmembers import WAIT, Child, wait_until  # noqa: E402
 from kafkaclients import KioWire  # noqa: E402
 from kio.index import load_payload_module  # noqa: E402
 from kio.schema.errors import ErrorCode  # noqa: E402
@@ -43,21 +41,6 @@ from mqcore.server.broker import Session  # noqa: E402
 from mqcore.server.delayed import resolve  # noqa: E402
 from mqcore.server.groups import GroupCoordinator  # noqa: E402
 from mqcore.server.protocol import api, build  # noqa: E402
-
-WAIT = 30.0  # seconds a bounded wait gives something that should happen soon
-HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def wait_until(what: Callable[[], Any], timeout: float = WAIT, why: str = "") -> Any:
-    """Poll `what` until it is truthy; fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        got = what()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            pytest.fail(f"not within {timeout} s: {why or what}")
-        time.sleep(0.02)
 
 
 def subscription(*topics: str) -> bytes:
@@ -1125,61 +1108,6 @@ def test_admin_client_describes_lists_and_deletes_groups(
     assert store.group_lag() == {}
     listed = ca.list_consumer_groups().result(WAIT)
     assert "dg" not in {g.group_id for g in listed.valid}
-
-
-class Child:
-    """A group member in its own process (tests/group_member.py), its output read by a thread."""
-
-    def __init__(self, bootstrap: str, group: str, topic: str, session_ms: int):
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                os.path.join(HERE, "group_member.py"),
-                bootstrap,
-                group,
-                topic,
-                str(session_ms),
-            ],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            env=child_env(),
-            text=True,
-        )
-        self.lines: list[str] = []
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.append(line.rstrip("\n"))
-
-    def assigned(self) -> set[int]:
-        """Its latest assignment ("assigned" lines; an empty one at each revoke)."""
-        last = [ln for ln in list(self.lines) if ln.startswith("assigned ")]
-        text = last[-1][len("assigned ") :] if last else ""
-        return {int(p) for p in text.split(",") if p}
-
-    def processed(self) -> list[str]:
-        return [ln.split(" ", 3)[3] for ln in list(self.lines) if ln.startswith("msg ")]
-
-    def close(self) -> None:
-        """Close stdin (the member leaves the group and exits), bounded; kill if it hangs."""
-        if self.proc.poll() is None:
-            with contextlib.suppress(OSError):
-                assert self.proc.stdin is not None
-                self.proc.stdin.close()
-            try:
-                self.proc.wait(WAIT)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(WAIT)
-        self.reader.join(WAIT)
-        for pipe in (self.proc.stdin, self.proc.stdout):
-            if pipe is not None:
-                with contextlib.suppress(OSError):
-                    pipe.close()
 
 
 @pytest.mark.slow

@@ -1,10 +1,11 @@
 """What the request handlers of `mqcore serve` share: the connection's Session, Kafka's error
-codes for mqcore's exceptions, and Kafka's names for topic settings."""
+codes for mqcore's exceptions, Kafka's names for topic settings, and topic IDs."""
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +36,16 @@ from mqcore.errors import (
 
 NO_TIME = datetime.timedelta(0)
 ZERO_UUID = uuid.UUID(int=0)
+_TOPIC_IDS = uuid.uuid5(uuid.NAMESPACE_URL, "mqcore:topic")  # the namespace of topic_id
+
+
+@functools.lru_cache(maxsize=65536)
+def topic_id(name: str) -> uuid.UUID:
+    """The ID Metadata gives topic `name` and KIP-848 assignments name it by: a UUID derived
+    from the name (version 5), since the store keeps no topic IDs. Stable across restarts, as
+    Kafka's are; unlike Kafka's, a topic deleted and made again under its name has the same ID
+    (docs/server.md "One node")."""
+    return uuid.uuid5(_TOPIC_IDS, name)
 
 
 class KafkaError(MQCoreError):
@@ -123,3 +134,11 @@ class Session:
     peer: Any
     client_id: str | None = None
     principal: str = "User:ANONYMOUS"
+
+
+def client_host(session: Any) -> str:
+    """Kafka's client_host of a group member: "/" and the peer's address."""
+    peer = getattr(session, "peer", None)
+    if isinstance(peer, tuple) and peer:
+        return f"/{peer[0]}"
+    return ""

@@ -58,6 +58,13 @@ from mqcore.errors import (
     UnknownTopicError,
 )
 from mqcore.server.auth import DELETE, DESCRIBE, READ, Access
+from mqcore.server.common import client_host
+from mqcore.server.consumergroups import GROUP_TYPE as CONSUMER_GROUP_TYPE
+from mqcore.server.consumergroups import (
+    HEARTBEAT_INTERVAL,
+    SESSION_TIMEOUT,
+    ConsumerGroups,
+)
 from mqcore.server.delayed import NOT_YET, Delayed
 from mqcore.server.protocol import Api, build
 
@@ -178,6 +185,15 @@ def fetched(om: OffsetAndMetadata | None) -> Fetched:
     return Fetched(om.offset, om.leader_epoch, om.metadata)
 
 
+@dataclass(frozen=True, slots=True)
+class Listed:
+    """How ListGroups shows a group."""
+
+    state: str
+    protocol_type: str
+    group_type: str  # "classic" or "consumer" (KIP-848)
+
+
 def failed(code: ErrorCode, asked: Iterable[Any] | None) -> tuple[ErrorCode, Committed]:
     """OffsetFetch's answer for a group it cannot read: `code`, in each asked partition too."""
     return code, {t.name: dict.fromkeys(t.partition_indexes, Fetched(error=code))
@@ -187,10 +203,14 @@ def failed(code: ErrorCode, asked: Iterable[Any] | None) -> tuple[ErrorCode, Com
 class GroupCoordinator:
     """The classic consumer-group protocol for every group of one store: the request handlers
     of FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch,
-    DescribeGroups, ListGroups, DeleteGroups and OffsetDelete. `node_id`, `host` and `port`
-    are what FindCoordinator answers; `initial_rebalance_delay` (seconds) is Kafka's
-    group.initial.rebalance.delay.ms (the Server passes INITIAL_REBALANCE_DELAY unless told);
-    `clock` (seconds, monotonic) is for tests."""
+    DescribeGroups, ListGroups, DeleteGroups and OffsetDelete, and, through `consumer` (a
+    server/consumergroups.py ConsumerGroups sharing its lock), KIP-848's consumer groups
+    (ConsumerGroupHeartbeat, ConsumerGroupDescribe) and their side of the shared APIs.
+    `node_id`, `host` and `port` are what FindCoordinator answers; `initial_rebalance_delay`
+    (seconds) is Kafka's group.initial.rebalance.delay.ms (the Server passes
+    INITIAL_REBALANCE_DELAY unless told); `consumer_session_timeout` and
+    `consumer_heartbeat_interval` Kafka's group.consumer.session.timeout.ms and
+    group.consumer.heartbeat.interval.ms; `clock` (seconds, monotonic) is for tests."""
 
     def __init__(
         self,
@@ -205,6 +225,8 @@ class GroupCoordinator:
         clock: Callable[[], float] = time.monotonic,
         access: Callable[[Any], Access] | None = None,
         wake: Callable[[], None] | None = None,
+        consumer_session_timeout: float = SESSION_TIMEOUT,
+        consumer_heartbeat_interval: float = HEARTBEAT_INTERVAL,
     ):
         self.store = store
         # access(session): the session's grants (server.auth.Access; None: no ACLs). Kafka's
@@ -219,8 +241,14 @@ class GroupCoordinator:
         self.initial_rebalance_delay = initial_rebalance_delay
         self.clock = clock
         self.closed = False
-        # one lock for every group: group operations are short, and waits release it
+        # one lock for every group, of either protocol: group operations are short, and
+        # waits release it
         self._cond = threading.Condition()
+        self.consumer = ConsumerGroups(
+            store, self._cond, clock=clock, access=access, claim=self._claim,
+            session_timeout=consumer_session_timeout,
+            heartbeat_interval=consumer_heartbeat_interval,
+        )  # fmt: skip
         self._groups: dict[str, Group] = {}
         self._last_cleanup = -float("inf")  # when dead groups were last forgotten
         self._offsets: OffsetStore | None = None
@@ -235,6 +263,7 @@ class GroupCoordinator:
         with self._cond:
             self.closed = True
             self._changed()
+        self.consumer.close()
         self.store.remove_member_source(self.member_count)
         self.store.remove_group_expiry_listener(self._offsets_expired)
 
@@ -265,11 +294,12 @@ class GroupCoordinator:
         """(state, members) of a group this coordinator holds, each member's ID, static
         instance ID, client ID, host and, in a consumer group, its assignment ({topic:
         partitions}, decoded by consumer_assignment), in join order; None for a group it does
-        not hold (the console's groups page shows them)."""
+        not hold (the console's groups page shows them); a KIP-848 group's as
+        ConsumerGroups.member_list gives them."""
         with self._cond:
             group = self._groups.get(group_id)
             if group is None:
-                return None
+                return self.consumer.member_list(group_id)
             self._tick(group, self.clock())
             consumer = group.protocol_type == "consumer"
             members = [
@@ -295,6 +325,20 @@ class GroupCoordinator:
             42: self.delete_groups,
             47: self.offset_delete,
         }
+
+    def _claim(self, group_id: str) -> str | None:
+        """Why a new KIP-848 group may not take `group_id` (held lock): a classic group or an
+        in-process `store.consumer()` group has members, or it is a share group's; None when
+        it may. A classic group left Empty is forgotten, as Kafka converts it."""
+        classic = self._groups.get(group_id)
+        if classic is not None:
+            self._tick(classic, self.clock())
+            if classic.members or classic.pending:
+                return f"Group {group_id} is not a consumer group."
+            del self._groups[group_id]
+        if self.store.group_type(group_id) == "share" or self.store.group_members(group_id):
+            return f"Group {group_id} is not a consumer group."
+        return None
 
     # -- authorization (server.auth; docs/server.md "ACL file") --------------------------------
 
@@ -404,6 +448,9 @@ class GroupCoordinator:
             return JoinResult(ErrorCode.inconsistent_group_protocol, member_id)
         if self.store.group_type(body.group_id) == "share":  # Kafka: "not a consumer group"
             return JoinResult(ErrorCode.group_id_not_found, member_id)
+        if self.consumer.member_count(body.group_id):  # a KIP-848 group's (no migration)
+            return JoinResult(ErrorCode.inconsistent_group_protocol, member_id)
+        self.consumer.release(body.group_id)  # an Empty one becomes a classic group
         now = self.clock()
         group = self._groups.get(body.group_id)
         if group is None:
@@ -893,7 +940,7 @@ class GroupCoordinator:
         m = found.module
         code = ErrorCode.group_authorization_failed
         if self.group_allowed(session, READ, body.group_id):
-            code = self._commit_allowed(body)
+            code = self._commit_allowed(body, found.version)
         chosen: dict[tuple[str, int], OffsetAndMetadata] = {}
         codes: dict[tuple[str, int], ErrorCode] = {}
         now_ms = self.store.log.clock()  # the store's clock: offsets expire by it
@@ -940,11 +987,12 @@ class GroupCoordinator:
         )
         return build(found.response, throttle_time=NO_DURATION, topics=topics)
 
-    def _commit_allowed(self, body: Any) -> ErrorCode:
+    def _commit_allowed(self, body: Any, version: int) -> ErrorCode:
         """Kafka's checks, in its order: a standalone commit needs a group without members (here
         or `store.consumer()`s in the store's process: Store.group_members); a
         member's needs its member ID and the current generation, and no rebalance between
-        JoinGroup and SyncGroup. The commit counts as a heartbeat."""
+        JoinGroup and SyncGroup. The commit counts as a heartbeat. A KIP-848 group's member
+        commits with its member epoch (ConsumerGroups.commit_error)."""
         try:
             validate_group(body.group_id)
         except InvalidGroupError:
@@ -953,6 +1001,9 @@ class GroupCoordinator:
             return ErrorCode.group_id_not_found
         generation = body.generation_id_or_member_epoch
         with self._cond:
+            modern = self.consumer.commit_error(body.group_id, body.member_id, generation, version)
+            if modern is not None:
+                return modern
             group = self._groups.get(body.group_id)
             if group is None:  # no member here; members of the store's own consumers count
                 if generation < 0 and not self.store.group_members(body.group_id):
@@ -997,7 +1048,7 @@ class GroupCoordinator:
                     ),
                 )
                 for g in body.groups
-                for code, topics in [self._offsets_for(session, g.group_id, g.topics)]
+                for code, topics in [self._offsets_for(session, g.group_id, g.topics, g)]
             )
             return build(found.response, throttle_time=NO_DURATION, groups=groups)
         code, topics = self._offsets_for(session, body.group_id, body.topics)
@@ -1014,13 +1065,19 @@ class GroupCoordinator:
         )
 
     def _offsets_for(
-        self, session: Any, group_id: str, asked: Iterable[Any] | None
+        self, session: Any, group_id: str, asked: Iterable[Any] | None, member: Any = None
     ) -> tuple[ErrorCode, Committed]:
         """What OffsetFetch answers for one group: GROUP_AUTHORIZATION_FAILED without
-        `describe` on the group (each asked partition carrying it, for v0-v1), else the
-        committed offsets the session may see."""
+        `describe` on the group (each asked partition carrying it, for v0-v1), UNKNOWN_MEMBER_ID
+        or STALE_MEMBER_EPOCH for a KIP-848 member's fetch (v9's `member`: its member ID and
+        epoch) that is not at its epoch, else the committed offsets the session may see."""
         if not self.group_allowed(session, DESCRIBE, group_id):
             return failed(ErrorCode.group_authorization_failed, asked)
+        member_id, epoch = getattr(member, "member_id", None), getattr(member, "member_epoch", -1)
+        with self._cond:
+            code = self.consumer.fetch_error(group_id, member_id, epoch)
+        if code not in (None, ErrorCode.none):
+            return failed(code, asked)
         return self._visible(session, *self._committed(group_id, asked), every=asked is None)
 
     def _committed(self, group_id: str, asked: Iterable[Any] | None) -> tuple[ErrorCode, Committed]:
@@ -1091,25 +1148,8 @@ class GroupCoordinator:
             committed = self.offsets.group_offsets(body.group_id)
         except MQCoreError as e:
             code = storage_error(e)
-        with self._cond:
-            group = self._groups.get(body.group_id)
-            if group is not None:
-                self._tick(group, self.clock())
-            if code != ErrorCode.none:
-                pass
-            elif (group is None or not group.members) and not committed:
-                code = ErrorCode.group_id_not_found
-            elif group is not None and group.state != EMPTY:
-                if group.protocol_type != CONSUMER:
-                    code = ErrorCode.non_empty_group
-                else:
-                    subscribed = set()
-                    for member in group.members.values():
-                        names = subscription_topics(member.metadata(group.protocol_name))
-                        if names is None:
-                            subscribed = None  # unreadable: every topic counts as subscribed
-                            break
-                        subscribed.update(names)
+        if code == ErrorCode.none:
+            code, subscribed = self._subscriptions(body.group_id, bool(committed))
         codes: dict[tuple[str, int], ErrorCode] = {}
         doomed: dict[tuple[str, int], OffsetAndMetadata | None] = {}
         if code == ErrorCode.none:
@@ -1150,18 +1190,47 @@ class GroupCoordinator:
             )
         return build(found.response, throttle_time=NO_DURATION, error_code=code, topics=topics)
 
+    def _subscriptions(self, group_id: str, committed: bool) -> tuple[ErrorCode, set[str] | None]:
+        """(error, the topics the group's members subscribe to now; None: every topic, a
+        member's subscription did not parse) for OffsetDelete: GROUP_ID_NOT_FOUND for a group
+        with neither members nor offsets, NON_EMPTY_GROUP for an active group of another
+        protocol type than "consumer"."""
+        with self._cond:
+            modern = self.consumer.group(group_id)
+            if modern is not None and modern.members:
+                return ErrorCode.none, modern.subscribed()
+            group = self._groups.get(group_id)
+            if group is not None:
+                self._tick(group, self.clock())
+            if (group is None or not group.members) and not committed:
+                return ErrorCode.group_id_not_found, set()
+            if group is None or group.state == EMPTY:
+                return ErrorCode.none, set()
+            if group.protocol_type != CONSUMER:
+                return ErrorCode.non_empty_group, set()
+            subscribed: set[str] = set()
+            for member in group.members.values():
+                names = subscription_topics(member.metadata(group.protocol_name))
+                if names is None:
+                    return ErrorCode.none, None  # unreadable: every topic counts as subscribed
+                subscribed.update(names)
+            return ErrorCode.none, subscribed
+
     # -- describing, listing, deleting groups ---------------------------------------------------
 
-    def _known(self) -> dict[str, Group | None]:
-        """Every group: those with members or a state here, and those that only have committed
-        offsets (None: Empty, no protocol type, as Kafka shows a group of standalone commits).
-        An Empty group with no committed offsets is Dead: forgotten (Kafka's cleanup)."""
+    def _known(self) -> dict[str, Listed]:
+        """Every group as ListGroups shows it: those with members or a state here, of either
+        protocol, and those that only have committed offsets (Empty, no protocol type, a
+        classic group, as Kafka shows a group of standalone commits). An Empty group with no
+        committed offsets is Dead: forgotten (Kafka's cleanup)."""
         committed = self._committed_groups()
-        out: dict[str, Group | None] = dict.fromkeys(sorted(committed))
+        out = dict.fromkeys(sorted(committed), Listed(EMPTY, "", GROUP_TYPE))
         with self._cond:
             self._forget_dead(committed)
             for gid, group in self._groups.items():
-                out[gid] = group
+                out[gid] = Listed(group.state, group.protocol_type or "", GROUP_TYPE)
+            for cg in self.consumer.groups():
+                out[cg.group_id] = Listed(cg.state, CONSUMER, CONSUMER_GROUP_TYPE)
         return out
 
     def _offsets_expired(self, expired: list[str]) -> None:
@@ -1181,6 +1250,7 @@ class GroupCoordinator:
             if group.state == EMPTY and not group.members and not group.pending:
                 if gid not in committed:
                     del self._groups[gid]
+        self.consumer.forget_dead(committed)
 
     def _committed_groups(self) -> set[str]:
         """The groups with committed offsets (none when the store cannot keep offsets: a
@@ -1191,76 +1261,76 @@ class GroupCoordinator:
             return set()
 
     def describe_groups(self, found: Api, body: Any, session: Any) -> Any:
-        m = found.module
+        """Each classic group: its state, protocol and members (their metadata and assignment
+        once Stable); a group of standalone commits is Empty. A group that does not exist, or
+        is a KIP-848 group (ConsumerGroupDescribe describes those, as in Kafka), is Dead, and
+        from v6 GROUP_ID_NOT_FOUND (KIP-1043)."""
         with_offsets = self._committed_groups()
-        described = []
         with self._cond:
-            for gid in body.groups:
-                group = self._groups.get(gid)
-                if group is not None:
-                    self._tick(group, self.clock())
-                code, message, state, ptype, pdata, members = ErrorCode.none, None, DEAD, "", "", ()
-                if not self.group_allowed(session, DESCRIBE, gid):  # as if it were not there
-                    code, message = (
-                        ErrorCode.group_authorization_failed,
-                        f"may not describe {gid!r}",
-                    )
-                    group = None
-                elif group is not None or gid in with_offsets:
-                    state = group.state if group is not None else EMPTY
-                    ptype = (group.protocol_type if group is not None else None) or ""
-                if group is not None and group.members:
-                    stable = group.state == STABLE
-                    pdata = (group.protocol_name or "") if stable else ""
-                    members = tuple(
-                        build(
-                            m.DescribedGroupMember,
-                            member_id=mem.member_id,
-                            group_instance_id=mem.instance_id,
-                            client_id=mem.client_id,
-                            client_host=mem.client_host,
-                            member_metadata=mem.metadata(group.protocol_name) if stable else b"",
-                            member_assignment=mem.assignment if stable else b"",
-                        )
-                        for mem in group.members.values()
-                    )
-                elif state == DEAD and found.version >= 6 and not code:  # KIP-1043
-                    code, message = ErrorCode.group_id_not_found, f"group {gid!r} does not exist"
-                described.append(
-                    build(
-                        m.DescribedGroup,
-                        error_code=code,
-                        error_message=message,
-                        group_id=gid,
-                        group_state=state,
-                        protocol_type=ptype,
-                        protocol_data=pdata,
-                        members=members,
-                        authorized_operations=-(2**31),
-                    )
-                )
-        return build(found.response, throttle_time=NO_DURATION, groups=tuple(described))
+            described = tuple(
+                self._described(found, gid, session, gid in with_offsets) for gid in body.groups
+            )
+        return build(found.response, throttle_time=NO_DURATION, groups=described)
+
+    def _described(self, found: Api, group_id: str, session: Any, committed: bool) -> Any:
+        m = found.module
+        group = self._groups.get(group_id)
+        if group is not None:
+            self._tick(group, self.clock())
+        code, message, state, ptype = ErrorCode.none, None, DEAD, ""
+        if not self.group_allowed(session, DESCRIBE, group_id):  # as if it were not there
+            code, message, group = ErrorCode.group_authorization_failed, "may not describe", None
+        elif self.consumer.group(group_id) is not None:
+            message = f"Group {group_id} is not a classic group."
+        elif group is not None or committed:
+            state = group.state if group is not None else EMPTY
+            ptype = (group.protocol_type if group is not None else None) or ""
+        if state == DEAD and found.version >= 6 and not code:  # KIP-1043
+            code, message = ErrorCode.group_id_not_found, message or f"Group {group_id} not found."
+        stable = group is not None and group.state == STABLE
+        return build(
+            m.DescribedGroup, error_code=code, error_message=message, group_id=group_id,
+            group_state=state, protocol_type=ptype,
+            protocol_data=(group.protocol_name or "") if stable and group else "",
+            members=self._described_members(m, group, stable) if group is not None else (),
+            authorized_operations=-(2**31),
+        )  # fmt: skip
+
+    @staticmethod
+    def _described_members(m: Any, group: Group, stable: bool) -> tuple[Any, ...]:
+        return tuple(
+            build(
+                m.DescribedGroupMember,
+                member_id=mem.member_id,
+                group_instance_id=mem.instance_id,
+                client_id=mem.client_id,
+                client_host=mem.client_host,
+                member_metadata=mem.metadata(group.protocol_name) if stable else b"",
+                member_assignment=mem.assignment if stable else b"",
+            )
+            for mem in group.members.values()
+        )
 
     def list_groups(self, found: Api, body: Any, session: Any) -> Any:
-        """Every group, filtered by state (v4+) and type (v5+, "classic"), case-insensitively."""
+        """Every group, filtered by state (v4+) and type (v5+, "classic" or "consumer"),
+        case-insensitively."""
         states = {s.lower() for s in getattr(body, "states_filter", ())}
         types = {s.lower() for s in getattr(body, "types_filter", ())}
         listed = []
         for gid, group in self._known().items():
             if not self.group_allowed(session, DESCRIBE, gid):  # Kafka lists only these
                 continue
-            state = group.state if group is not None else EMPTY
-            if states and state.lower() not in states:
+            if states and group.state.lower() not in states:
                 continue
-            if types and GROUP_TYPE not in types:
+            if types and group.group_type not in types:
                 continue
             listed.append(
                 build(
                     found.module.ListedGroup,
                     group_id=gid,
-                    protocol_type=(group.protocol_type if group is not None else None) or "",
-                    group_state=state,
-                    group_type=GROUP_TYPE,
+                    protocol_type=group.protocol_type,
+                    group_state=group.state,
+                    group_type=group.group_type,
                 )
             )
         return build(
@@ -1283,10 +1353,13 @@ class GroupCoordinator:
                     code = ErrorCode.group_authorization_failed
                 elif gid not in known:
                     code = ErrorCode.group_id_not_found
-                elif group is not None and (group.members or group.pending):
+                elif (group is not None and (group.members or group.pending)) or (
+                    self.consumer.member_count(gid)
+                ):
                     code = ErrorCode.non_empty_group
                 else:
                     self._groups.pop(gid, None)
+                    self.consumer.release(gid)
             if code == ErrorCode.none:
                 code = self._delete_offsets(gid)
             results.append(build(found.module.DeletableGroupResult, group_id=gid, error_code=code))
@@ -1340,14 +1413,6 @@ def consumer_assignment(raw: bytes) -> dict[str, list[int]] | None:
 def make_member_id(prefix: str) -> str:
     """Kafka's form: the client ID (or group.instance.id), "-", a random UUID."""
     return f"{prefix}-{uuid.uuid4()}"
-
-
-def client_host(session: Any) -> str:
-    """Kafka's client_host: "/" and the peer's address."""
-    peer = getattr(session, "peer", None)
-    if isinstance(peer, tuple) and peer:
-        return f"/{peer[0]}"
-    return ""
 
 
 def subscription_topics(metadata: bytes) -> list[str] | None:
