@@ -118,7 +118,7 @@ def fill_config(name: str, path: str, **fields: str) -> str:
     text = (CONFIGS / name).read_text()
     for key, value in fields.items():
         text = text.replace(f"@{key.upper()}@", value)
-    assert not re.search(r"@[A-Z]+@", text), f"a field of {name} is not filled in:\n{text}"
+    assert not re.search(r"@[A-Z_]+@", text), f"a field of {name} is not filled in:\n{text}"
     Path(path).write_text(text)
     return path
 
