@@ -23,9 +23,9 @@ from mqcore.server.fetchwire import (  # noqa: E402
     FetchedTopic,
     encode_fetch,
 )
-from mqcore.server.protocol import APIS  # noqa: E402
+from mqcore.server.protocol import APIS, kio_floor  # noqa: E402
 
-VERSIONS = range(APIS[1][1], APIS[1][2] + 1)
+VERSIONS = range(kio_floor(1), APIS[1][2] + 1)  # v0-v3: tests/test_server_legacy.py
 
 
 def kio_frame(version: int, correlation: int, topics: list[FetchedTopic]) -> bytes:

@@ -363,8 +363,8 @@ def test_mqcore_serve_takes_the_limits_from_its_flags(tmp_path: Path) -> None:
     from conftest import child_env
 
     proc = subprocess.Popen(
-        [sys.executable, "-m", "mqcore.cli", "serve", str(tmp_path / "s"), "--listen",
-         "127.0.0.1:0", "--max-connections-per-ip", "2", "--request-timeout", "1"],
+        [sys.executable, "-m", "mqcore.cli", "serve", str(tmp_path / "s"), "--create",
+         "--listen", "127.0.0.1:0", "--max-connections-per-ip", "2", "--request-timeout", "1"],
         env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:

@@ -33,9 +33,9 @@ from mqcore.server.producewire import (  # noqa: E402
     encode_produce,
     read_produce,
 )
-from mqcore.server.protocol import APIS, parse_request  # noqa: E402
+from mqcore.server.protocol import APIS, kio_floor, parse_request  # noqa: E402
 
-VERSIONS = range(APIS[0][1], APIS[0][2] + 1)
+VERSIONS = range(kio_floor(0), APIS[0][2] + 1)  # v0-v2: tests/test_server_legacy.py
 
 names = st.from_regex(r"[a-zA-Z0-9._-]{1,30}", fullmatch=True)
 records = st.none() | st.binary(max_size=300)

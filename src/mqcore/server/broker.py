@@ -26,6 +26,7 @@ from mqcore.errors import (
     TopicExistsError,
     UnknownTopicError,
 )
+from mqcore.log.legacy import up_convert
 from mqcore.server.admin import AdminApis, create_requested, request_limit, throttle_time
 from mqcore.server.admin import create_topic as admin_create_topic
 from mqcore.server.auth import CREATE, DESCRIBE, READ, WRITE, Access, Authorizer
@@ -36,6 +37,7 @@ from mqcore.server.common import (
     KafkaError,
     Session,
     error_code,
+    topic_id,
 )
 from mqcore.server.delayed import NOT_YET, Delayed, Purgatory, resolve
 from mqcore.server.fetchwire import FetchAnswer, FetchedPartition, FetchedTopic
@@ -103,6 +105,8 @@ class Broker:
             19: self.create_topics,
             22: self.init_producer_id,
             **self.groups.handlers(),
+            68: self.groups.consumer.heartbeat,  # KIP-848 (server/consumergroups.py)
+            69: self.groups.consumer.describe,
         }
         admin = AdminApis(self)
         self.handlers.update({
@@ -177,6 +181,9 @@ class Broker:
             # v0-v3 had no flag: those versions always auto-created
             create = self.auto_create_topics and getattr(body, "allow_auto_topic_creation", True)
         topics = tuple(self._topic_metadata(m, name, create, session) for name in names)
+        if body.topics is not None:  # v10+ may name a topic by ID (KIP-516; KIP-848 consumers)
+            topics += tuple(self._topic_by_id(found, t.topic_id, session)
+                            for t in body.topics if t.name is None)  # fmt: skip
         return build(
             found.response, throttle_time=NO_TIME, brokers=brokers, cluster_id=self.cluster_id,
             controller_id=self.node_id, topics=topics, cluster_authorized_operations=-2**31,
@@ -211,9 +218,21 @@ class Broker:
             for p in range(count)
         )
         return build(
-            m.MetadataResponseTopic, error_code=code, name=name, topic_id=ZERO_UUID,
+            m.MetadataResponseTopic, error_code=code, name=name, topic_id=topic_id(name),
             is_internal=name.startswith("__"), partitions=partitions,
             topic_authorized_operations=-2**31,
+        )  # fmt: skip
+
+    def _topic_by_id(self, found: Api, wanted: Any, session: Session) -> Any:
+        """The topic whose ID (common.topic_id) is `wanted`; UNKNOWN_TOPIC_ID when there is
+        none, or the principal may not describe it (an ID does not reveal a name)."""
+        for name in self.store.topics():
+            if topic_id(name) == wanted and self.allowed(session, DESCRIBE, name):
+                return self._topic_metadata(found.module, name, False, session)
+        return build(
+            found.module.MetadataResponseTopic, error_code=ErrorCode.unknown_topic_id,
+            name=None if found.version >= 12 else "", topic_id=wanted, is_internal=False,
+            partitions=(), topic_authorized_operations=-2**31,
         )  # fmt: skip
 
     def _create(
@@ -303,7 +322,10 @@ class Broker:
                     self.authorize(session, WRITE, t.name)
                     if p.records is None:
                         raise InvalidRecordError("a produce request without records")
-                    info = self.log.replica(t.name, p.index).append_as_leader(p.records, 0)
+                    records = p.records
+                    if getattr(body, "message_sets", False):  # Produce v0-v2: magic 0 or 1
+                        records = up_convert(records, self.log.clock())
+                    info = self.log.replica(t.name, p.index).append_as_leader(records, 0)
                     got.base_offset, got.log_start_offset = info.first_offset, info.log_start_offset
                     got.log_append_time_ms = info.log_append_time
                 except MQCoreError as e:
@@ -360,6 +382,7 @@ class Broker:
             answer.topics.append(topic)
             for p in t.partitions:
                 got = FetchedPartition(p.partition, 0, -1, -1, -1)
+                got.fetch_offset, got.max_bytes = p.fetch_offset, p.partition_max_bytes
                 try:
                     self.authorize(session, READ, t.topic)
                     handle = self.log.replica(t.topic, p.partition)

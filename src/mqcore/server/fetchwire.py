@@ -4,21 +4,26 @@ reallocates a buffer per record set (measured: 60% of a fetch's server time, ben
 "mqcore serve"). Every other response is kio's. tests/test_server_fetchwire.py checks these
 bytes against kio's encoding of the same response at every version served.
 
-Wire schema of FetchResponse v4-v12 (Kafka's FetchResponse.json), big-endian:
+Wire schema of FetchResponse v0-v12 (Kafka's FetchResponse.json, Kafka 3.9's for v0-v3),
+big-endian:
 
-    header         v0 (v4-v11): correlation_id int32
+    header         v0 (v0-v11): correlation_id int32
                    v1 (v12):    correlation_id int32 | tagged fields
-    body           throttle_time_ms int32
+    body           throttle_time_ms int32                                   (v1+)
                    error_code int16, session_id int32                      (v7+)
                    responses [topic]
     topic          name string | partitions [partition] | tagged fields (v12)
     partition      partition_index int32 | error_code int16 | high_watermark int64
-                   | last_stable_offset int64 | log_start_offset int64      (v5+)
+                   | last_stable_offset int64                               (v4+)
+                   | log_start_offset int64                                 (v5+)
                    | aborted_transactions nullable [producer_id int64, first_offset int64]
-                     (null: no transaction is ever aborted in the log, see docs/server.md)
+                     (v4+; null: no transaction is ever aborted in the log, see docs/server.md)
                    | preferred_read_replica int32                          (v11+)
                    | records nullable bytes | tagged fields (v12)
 
+Up to v3 the records are a message set, of magic 0 for v0-v1 and magic 1 for v2-v3: the stored
+v2 batches are converted (mqcore.log.legacy.down_convert: from the fetch offset, uncompressed,
+whole messages within the partition's max bytes), so those go as bytes, not by sendfile().
 Up to v11 a string is int16 length + bytes, an array int32 count, bytes int32 length (-1:
 null). v12 is "flexible": compact forms (unsigned varint of length + 1, 0 for null) and an
 unsigned-varint count of tagged fields after each struct, always 0 here (the partition's
@@ -28,15 +33,17 @@ they never are on a single node).
 
 from __future__ import annotations
 
-import socket
 import struct
 from dataclasses import dataclass, field
 
 from mqcore.log import FileRegion
+from mqcore.log.legacy import down_convert
 from mqcore.server.wireformat import I16, I32, I64, bytes_length, count, string
 
 _PART = struct.Struct(">ihqq")  # partition_index, error_code, high_watermark, last_stable
+_PART_V0 = struct.Struct(">ihq")  # v0-v3: partition_index, error_code, high_watermark
 FLEXIBLE_FROM = 12
+MESSAGE_SETS_UNTIL = 4  # v0-v3 answer message sets (magic 0, then 1 from v2)
 
 
 @dataclass(slots=True)
@@ -50,6 +57,8 @@ class FetchedPartition:
     log_start_offset: int
     # empty, never null, when there is nothing: librdkafka refuses a null record set
     records: FileRegion | bytes | None = b""
+    fetch_offset: int = 0  # what the request asked: a down-conversion (v0-v3) starts there
+    max_bytes: int = 0x7FFFFFFF
 
     @property
     def size(self) -> int:
@@ -97,13 +106,16 @@ class FetchFrame:
 def encode_fetch(
     version: int, correlation_id: int, topics: list[FetchedTopic], error_code: int = 0
 ) -> FetchFrame:
-    """The frame of a FetchResponse of `version` (4-12) answering `topics`."""
+    """The frame of a FetchResponse of `version` (0-12) answering `topics`."""
+    if version < MESSAGE_SETS_UNTIL:
+        down_convert_records(topics, 0 if version < 2 else 1)
     flexible = version >= FLEXIBLE_FROM
     head = bytearray(b"\0\0\0\0")  # the size, filled in at the end
     head += I32.pack(correlation_id)
     if flexible:
         head += b"\0"  # the header's tagged fields
-    head += I32.pack(0)  # throttle_time_ms
+    if version >= 1:
+        head += I32.pack(0)  # throttle_time_ms
     if version >= 7:
         head += I16.pack(error_code) + I32.pack(0)  # error_code, session_id (no session)
     pieces: list[bytes | FileRegion] = []
@@ -113,10 +125,14 @@ def encode_fetch(
         buf += string(t.name, flexible)
         buf += count(len(t.partitions), flexible)
         for p in t.partitions:
-            buf += _PART.pack(p.index, p.error_code, p.high_watermark, p.last_stable_offset)
+            if version < MESSAGE_SETS_UNTIL:
+                buf += _PART_V0.pack(p.index, p.error_code, p.high_watermark)
+            else:
+                buf += _PART.pack(p.index, p.error_code, p.high_watermark, p.last_stable_offset)
             if version >= 5:
                 buf += I64.pack(p.log_start_offset)
-            buf += b"\0" if flexible else I32.pack(-1)  # aborted_transactions: null
+            if version >= MESSAGE_SETS_UNTIL:
+                buf += b"\0" if flexible else I32.pack(-1)  # aborted_transactions: null
             if version >= 11:
                 buf += I32.pack(-1)  # preferred_read_replica
             size = p.size
@@ -140,15 +156,14 @@ def encode_fetch(
     return frame
 
 
-def send_frame(sock: socket.socket, frame: FetchFrame) -> None:
-    """Write the frame: its bytes with sendall(), each region with socket.sendfile() (the
-    kernel's sendfile on a plain socket, read-and-send on a TLS one), within the socket's
-    timeout."""
-    for piece in frame.pieces:
-        if isinstance(piece, FileRegion):
-            with open(piece.fd, "rb", buffering=0, closefd=False) as f:
-                sent = sock.sendfile(f, piece.position, piece.length)
-            if sent != piece.length:
-                raise OSError(f"sent {sent} of a {piece.length}-byte record set")
-        else:
-            sock.sendall(piece)
+def down_convert_records(topics: list[FetchedTopic], magic: int) -> None:
+    """Each partition's v2 batches as a message set of `magic` (Fetch v0-v3), in place."""
+    for t in topics:
+        for p in t.partitions:
+            records = p.records
+            if isinstance(records, FileRegion):
+                data = records.read()
+                records.close()
+            else:
+                data = records or b""
+            p.records = down_convert(data, magic, p.fetch_offset, p.max_bytes) if data else b""

@@ -11,14 +11,16 @@ Written: a response in 8 µs where building and encoding kio's entities took
 kio's. tests/test_server_producewire.py checks both against kio's reader and writer at every
 version served, and fuzz/fuzz_server_request.py feeds the reader arbitrary bytes.
 
-Wire schema of the ProduceRequest v3-v11 body (Kafka's ProduceRequest.json), big-endian, after
+Wire schema of the ProduceRequest v0-v11 body (Kafka's ProduceRequest.json), big-endian, after
 the request header (server/protocol.py):
 
-    body           transactional_id nullable string | acks int16 | timeout_ms int32
+    body           transactional_id nullable string (v3+) | acks int16 | timeout_ms int32
                    | topic_data [topic] | tagged fields (v9+)
     topic          name string | partition_data [partition] | tagged fields (v9+)
     partition      index int32 | records nullable bytes | tagged fields (v9+)
 
+Up to v2 the records are a message set of magic 0 or 1 (mqcore.log.legacy turns it into a v2
+batch before the append); from v3, one v2 record batch.
 Up to v8 a string is int16 length + bytes (-1: null), an array int32 count, bytes int32
 length (-1: null). v9+ is "flexible": compact forms (unsigned varint of length + 1, 0 for
 null) and, after each struct, an unsigned varint count of tagged fields, each a varint tag,
@@ -27,13 +29,13 @@ a varint size and that many bytes (none is defined for Produce: they are skipped
 Every length and count is checked against the bytes left before it is used, so any input
 is read in time linear in its size, and a bad one raises ProtocolError.
 
-Wire schema of the ProduceResponse v3-v11, after the response header (v0 up to v8: the
+Wire schema of the ProduceResponse v0-v11, after the response header (v0 up to v8: the
 correlation_id int32; v1 from v9: it and tagged fields):
 
-    body           responses [topic] | throttle_time_ms int32 | tagged fields (v9+)
+    body           responses [topic] | throttle_time_ms int32 (v1+) | tagged fields (v9+)
     topic          name string | partition_responses [partition] | tagged fields (v9+)
     partition      index int32 | error_code int16 | base_offset int64
-                   | log_append_time_ms int64 (-1: CreateTime)
+                   | log_append_time_ms int64 (-1: CreateTime)               (v2+)
                    | log_start_offset int64                                     (v5+)
                    | record_errors [batch_index int32, message nullable string] (v8+)
                    | error_message nullable string                              (v8+)
@@ -57,6 +59,7 @@ _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _ACKS_TIMEOUT = struct.Struct(">hi")
 _PART = struct.Struct(">ihqq")  # index, error_code, base_offset, log_append_time_ms
+_PART_V0 = struct.Struct(">ihq")  # v0-v1: index, error_code, base_offset
 
 
 @dataclass(slots=True)
@@ -79,6 +82,7 @@ class ProduceRequest:
     acks: int
     timeout_ms: int
     topic_data: tuple[TopicProduceData, ...]
+    message_sets: bool = False  # v0-v2: the records are message sets of magic 0 or 1
 
 
 class _Reader:
@@ -151,7 +155,7 @@ def read_produce(frame: memoryview, pos: int, version: int) -> ProduceRequest:
     """The ProduceRequest body of `version` at `pos` of `frame` (after the header), its
     records views into `frame`; bytes after the body are ignored, as for every request."""
     r = _Reader(frame, pos, version >= FLEXIBLE_FROM)
-    transactional_id = r.string("transactional_id", nullable=True)
+    transactional_id = r.string("transactional_id", nullable=True) if version >= 3 else None
     acks, timeout_ms = r.fixed(_ACKS_TIMEOUT, "acks and timeout")
     topics = []
     for _ in range(r.count("topic_data")):
@@ -167,7 +171,7 @@ def read_produce(frame: memoryview, pos: int, version: int) -> ProduceRequest:
         r.tagged_fields()
         topics.append(TopicProduceData(name, tuple(parts)))
     r.tagged_fields()
-    return ProduceRequest(transactional_id, acks, timeout_ms, tuple(topics))
+    return ProduceRequest(transactional_id, acks, timeout_ms, tuple(topics), version < 3)
 
 
 @dataclass(slots=True)
@@ -196,7 +200,7 @@ class ProduceAnswer:
 
 
 def encode_produce(version: int, correlation_id: int, answer: ProduceAnswer) -> bytes:
-    """The whole frame (size first) of the ProduceResponse of `version` (3-11)."""
+    """The whole frame (size first) of the ProduceResponse of `version` (0-11)."""
     flexible = version >= FLEXIBLE_FROM
     out = bytearray(b"\0\0\0\0")  # the size, filled in at the end
     out += I32.pack(correlation_id)
@@ -207,7 +211,10 @@ def encode_produce(version: int, correlation_id: int, answer: ProduceAnswer) -> 
         out += string(t.name, flexible)
         out += count(len(t.partitions), flexible)
         for p in t.partitions:
-            out += _PART.pack(p.index, p.error_code, p.base_offset, p.log_append_time_ms)
+            if version >= 2:
+                out += _PART.pack(p.index, p.error_code, p.base_offset, p.log_append_time_ms)
+            else:
+                out += _PART_V0.pack(p.index, p.error_code, p.base_offset)
             if version >= 5:
                 out += I64.pack(p.log_start_offset)
             if version >= 8:
@@ -217,7 +224,8 @@ def encode_produce(version: int, correlation_id: int, answer: ProduceAnswer) -> 
                 out += b"\0"  # the partition's tagged fields
         if flexible:
             out += b"\0"  # the topic's tagged fields
-    out += I32.pack(0)  # throttle_time_ms
+    if version >= 1:
+        out += I32.pack(0)  # throttle_time_ms
     if flexible:
         out += b"\0"  # the body's tagged fields
     I32.pack_into(out, 0, len(out) - 4)

@@ -35,6 +35,7 @@ from kio.static.constants import EntityType
 
 from mqcore.errors import ProtocolError
 from mqcore.server.guard import check_body, check_header
+from mqcore.server.legacy import LEGACY, LegacyVersion, read_request
 from mqcore.server.producewire import read_produce
 
 Frame = bytes | bytearray | memoryview  # a request payload: the server's is a reused buffer
@@ -44,21 +45,26 @@ _CORRELATION = struct.Struct(">i")
 
 PRODUCE = 0
 API_VERSIONS = 18
+PRODUCE_FLOOR = 3  # kio's first Produce version: v0-v2 are read by producewire, lifted to v3
+PRODUCE_LIFT = LegacyVersion(PRODUCE, 0, PRODUCE_FLOOR, request=[], response=[])
 
-# The APIs and versions served: (key, name, lowest, highest). Lowest versions follow Kafka 4's
-# floors (KIP-896); the highest stop where a later version needs something mqcore does not
-# keep (topic IDs in Fetch 13 and Produce 13, share groups) or changes semantics it does not
-# implement (Produce 12: the transactions of KIP-890). docs/server.md explains each choice.
+# The APIs and versions served: (key, name, lowest, highest). Lowest versions are Kafka 3.9's:
+# the versions Kafka 4 removed (KIP-896) are still sent by clients in use (sarama's default,
+# kafka-go 0.2, Burrow), and librdkafka before 2.x compresses only when Produce and Fetch v2
+# are listed (KAFKA-18659); kio has no types for them, server/legacy.py describes them. The
+# highest stop where a later version needs something mqcore does not keep (topic IDs in Fetch
+# 13 and Produce 13, share groups) or changes semantics it does not implement (Produce 12: the
+# transactions of KIP-890). docs/server.md explains each choice.
 APIS: dict[int, tuple[str, int, int]] = {
-    0: ("Produce", 3, 11),
-    1: ("Fetch", 4, 12),
-    2: ("ListOffsets", 1, 7),
+    0: ("Produce", 0, 11),
+    1: ("Fetch", 0, 12),
+    2: ("ListOffsets", 0, 7),
     3: ("Metadata", 0, 12),
     # consumer groups, classic protocol (groups.py)
-    8: ("OffsetCommit", 2, 9),
-    9: ("OffsetFetch", 1, 9),
+    8: ("OffsetCommit", 0, 9),
+    9: ("OffsetFetch", 0, 9),
     10: ("FindCoordinator", 0, 4),
-    11: ("JoinGroup", 2, 9),
+    11: ("JoinGroup", 0, 9),
     12: ("Heartbeat", 0, 4),
     13: ("LeaveGroup", 0, 5),
     14: ("SyncGroup", 0, 5),
@@ -69,17 +75,20 @@ APIS: dict[int, tuple[str, int, int]] = {
     # they are SaslAuthenticate requests
     17: ("SaslHandshake", 0, 1),
     18: ("ApiVersions", 0, 4),
-    19: ("CreateTopics", 2, 7),
-    20: ("DeleteTopics", 1, 6),
+    19: ("CreateTopics", 0, 7),
+    20: ("DeleteTopics", 0, 6),
     21: ("DeleteRecords", 0, 2),
     22: ("InitProducerId", 0, 4),
-    32: ("DescribeConfigs", 1, 4),
+    32: ("DescribeConfigs", 0, 4),
     36: ("SaslAuthenticate", 0, 2),
     37: ("CreatePartitions", 0, 3),
     42: ("DeleteGroups", 0, 2),
     44: ("IncrementalAlterConfigs", 0, 1),
     47: ("OffsetDelete", 0, 0),
     60: ("DescribeCluster", 0, 1),
+    # consumer groups, KIP-848's protocol (consumergroups.py)
+    68: ("ConsumerGroupHeartbeat", 0, 1),
+    69: ("ConsumerGroupDescribe", 0, 1),
 }
 
 # the APIs the connection answers itself (authentication), before and besides the broker
@@ -108,12 +117,16 @@ _APIS: dict[tuple[int, int], Api] = {}
 
 
 def api(key: int, version: int) -> Api | None:
-    """The served (key, version), loaded once; None when it is not served."""
+    """The served (key, version), loaded once; None when it is not served. A version kio has
+    no types for (server/legacy.py) is answered by the version it is lifted to."""
     found = _APIS.get((key, version))
     if found is None:
         spec = APIS.get(key)
         if spec is None or not spec[1] <= version <= spec[2]:
             return None
+        legacy = lifted(key, version)
+        if legacy is not None:
+            return api(key, legacy.lift_to)
         req_mod = load_payload_module(key, version, EntityType.request)
         resp_mod = load_payload_module(key, version, EntityType.response)
         request = _payload(req_mod, EntityType.request)
@@ -138,12 +151,16 @@ def _payload(module: Any, kind: EntityType) -> type:
 
 @dataclass(slots=True)
 class Request:
-    """A parsed request: its header fields and body (a kio entity), with the API it is."""
+    """A parsed request: its header fields and body (a kio entity), with the API it is.
+    `version` is the client's; `api` the version the handler answers, which differs for a
+    version Kafka 4 removed (`legacy`: lifted, server/legacy.py)."""
 
     api: Api
     correlation_id: int
     client_id: str | None
     body: Any
+    version: int = -1
+    legacy: LegacyVersion | None = None
 
 
 def peek_header(frame: Frame) -> tuple[int, int, int]:
@@ -168,8 +185,11 @@ def parse_request(frame: Frame) -> Request:
         header, used = found.read_header(data, 0)
         if used != start:
             raise ProtocolError(f"request header of {used} bytes, {start} expected")
+        legacy = lifted(key, version)
         if key == PRODUCE:  # the records stay writable views into the frame (producewire.py)
             body = read_produce(view, used, version)
+        elif legacy is not None:
+            body = read_request(legacy, found.request, data, used)
         else:
             check_body(found.request, data, used)
             body, _ = found.read(data, used)
@@ -180,7 +200,24 @@ def parse_request(frame: Frame) -> Request:
         ) from None  # fmt: skip
     # bytes after the body are ignored, as Kafka's broker ignores them (librdkafka 2.x sends
     # Metadata v12 requests with three of them)
-    return Request(found, correlation, header.client_id, body)
+    return Request(found, correlation, header.client_id, body, version, legacy)
+
+
+def kio_floor(key: int) -> int:
+    """The lowest served version of API `key` that kio has types for (the ones below it are
+    server/legacy.py's)."""
+    version = APIS[key][1]
+    while lifted(key, version) is not None:
+        version += 1
+    return version
+
+
+def lifted(key: int, version: int) -> LegacyVersion | None:
+    """The description of a version kio has no types for (Produce v0-v2 included: its
+    reader is producewire's), else None."""
+    if key == PRODUCE and version < PRODUCE_FLOOR:
+        return PRODUCE_LIFT
+    return LEGACY.get((key, version))
 
 
 def encode_response(found: Api, correlation_id: int, body: Any) -> bytes:

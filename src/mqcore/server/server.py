@@ -45,7 +45,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from mqcore.errors import AuthenticationError, InvalidConfigError, MQCoreError, ProtocolError
-from mqcore.server import bounds, httplimits, quota
+from mqcore.server import bounds, httplimits, legacy, quota
 from mqcore.server.address import parse_listen
 from mqcore.server.auth import (
     MECHANISMS,
@@ -92,7 +92,7 @@ from mqcore.server.protocol import (
     peek_header,
     unsupported_versions_response,
 )
-from mqcore.storage import durable
+from mqcore.storage import durable, logdir
 from mqcore.store import Store
 
 if TYPE_CHECKING:
@@ -251,6 +251,7 @@ class Server:
             raise OSError(e.errno, f"cannot listen on {self.host}:{self.port}: {e.strerror}") from e
         self._sock = sock
         self.port = sock.getsockname()[1]
+        logdir.describe_holder(self.store.path, f"mqcore serve on {self.bootstrap}")  # lock errors
         self._stopping.clear()
         self._threads = RequestThreads(self.io_threads)
         self.broker = Broker(
@@ -520,13 +521,18 @@ class Server:
 
 
 def response_frame(request: Request, body: Any) -> bytes | FetchFrame | None:
-    """The frame of the handler's response `body` to `request` (None: no response)."""
+    """The frame of the handler's response `body` to `request` (None: no response), in the
+    client's version (a version Kafka 4 removed is lowered from the one that answered it:
+    server/legacy.py)."""
     if body is None:
         return None
+    version = request.version if request.version >= 0 else request.api.version
     if isinstance(body, FetchAnswer):  # records sent from the files (server/fetchwire.py)
-        return encode_fetch(request.api.version, request.correlation_id, body.topics)
+        return encode_fetch(version, request.correlation_id, body.topics)
     if isinstance(body, ProduceAnswer):  # written by hand (server/producewire.py)
-        return encode_produce(request.api.version, request.correlation_id, body)
+        return encode_produce(version, request.correlation_id, body)
+    if request.legacy is not None:
+        return legacy.encode_response(request.legacy, request.correlation_id, body)
     return encode_response(request.api, request.correlation_id, body)
 
 
