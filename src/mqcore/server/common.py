@@ -14,6 +14,7 @@ from kio.schema.errors import ErrorCode
 
 from mqcore.config import TopicConfig
 from mqcore.errors import (
+    CodecError,
     CorruptRecordError,
     GroupAuthorizationError,
     InvalidConfigError,
@@ -80,6 +81,7 @@ _CODES: tuple[tuple[type[BaseException], ErrorCode], ...] = (
     (RecordTooLargeError, ErrorCode.message_too_large),
     (InvalidTimestampError, ErrorCode.invalid_timestamp),
     (CorruptRecordError, ErrorCode.corrupt_message),
+    (CodecError, ErrorCode.corrupt_message),  # records that do not decompress
     (InvalidRecordError, ErrorCode.invalid_record),
     (OutOfOrderSequenceError, ErrorCode.out_of_order_sequence_number),
     (ProducerFencedError, ErrorCode.invalid_producer_epoch),
