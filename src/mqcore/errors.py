@@ -53,6 +53,7 @@ __all__ = [
     "ProducerClosedError",
     "ProtocolError",
     "AuthenticationError",
+    "UnsupportedVersionError",
     "AuthorizationError",
     "TopicAuthorizationError",
     "GroupAuthorizationError",
@@ -283,6 +284,11 @@ class ProtocolError(MQCoreError):
         super().__init__(message)
         self.api_key = api_key
         self.api_version = api_version
+
+
+class UnsupportedVersionError(ProtocolError):
+    """A request of an API, or of a version of it, `mqcore serve` does not serve (its
+    connection closes, as Kafka's broker closes it; the refusal is logged at warning)."""
 
 
 class AuthenticationError(MQCoreError):

@@ -23,6 +23,8 @@ from mqcore.consume.expiry import OFFSETS_RETENTION_MS
 from mqcore.errors import InvalidConfigError, MQCoreError, NotAStoreError
 
 FLUSH_POLICIES = ("always", "interval", "os")
+LOG_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
+              "error": logging.ERROR}  # fmt: skip
 
 
 def add_parsers(sub: Any) -> None:
@@ -81,6 +83,12 @@ def add_parsers(sub: Any) -> None:
         help="the mechanisms offered (default SCRAM-SHA-256,PLAIN)",
     )  # fmt: skip
     sec.add_argument("--acl", metavar="FILE", help="per-user topic permissions (needs SASL)")
+    p.add_argument(
+        "--log-level", choices=list(LOG_LEVELS), default="warning",
+        help="what the server logs on stderr (default warning: refused requests, logins and "
+        "connections, once a minute each, and errors; info adds starts and stops, debug every "
+        "closed connection)",
+    )  # fmt: skip
     add_store_limits(p)
     add_network_limits(p)
     p.set_defaults(run=cmd_serve)
@@ -199,6 +207,12 @@ def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
         ) from None
     if args.partitions < 1:
         raise InvalidConfigError(f"--partitions must be >= 1, not {args.partitions}")
+    # the server's log (refused versions, logins and connections, errors) on stderr, one line
+    # each, from the start: the Server's own checks warn too (PLAIN without TLS)
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("mqcore: %(levelname)s: %(message)s"))
+    logging.getLogger("mqcore").addHandler(handler)
+    logging.getLogger("mqcore").setLevel(LOG_LEVELS[args.log_level])
     server = Server(
         args.store, args.listen, advertised_host=args.advertised_host,
         auto_create_topics=not args.no_auto_create, default_partitions=args.partitions,
@@ -208,11 +222,6 @@ def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
         sasl_mechanisms=tuple(m.strip() for m in args.sasl_mechanisms.split(",") if m.strip()),
         acl=args.acl, create=args.create, **store_limits(args), **network_limits(args),
     )  # fmt: skip
-    # the server's log (refused connections, errors) on stderr, one line each
-    handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("mqcore: %(levelname)s: %(message)s"))
-    logging.getLogger("mqcore").addHandler(handler)
-    logging.getLogger("mqcore").setLevel(logging.WARNING)
     with stop_signals() as stop, _started(server, args):
         print(f"mqcore: serving {args.store} to Kafka clients on {server.bootstrap}", file=out)
         if server.http_server is not None:

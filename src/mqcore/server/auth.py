@@ -283,6 +283,7 @@ class SaslState:
     principal: str | None = None
     failed: bool = False
     peer: str = ""  # the client's address, as login backoffs count it (backoff.peer_key)
+    failure: str | None = None  # why it failed: what the refusal said (the server logs it)
 
 
 @dataclass(slots=True)
@@ -335,6 +336,8 @@ class Sasl:
         except AuthenticationError as e:
             state.failed = True
             code, message = ErrorCode.sasl_authentication_failed, str(e)
+        if state.failed:
+            state.failure = message
         return build(
             found.response, error_code=code, error_message=message, auth_bytes=out,
             session_lifetime=_NO_LIFETIME,
@@ -346,10 +349,13 @@ class Sasl:
             code = ErrorCode.illegal_sasl_state
         elif body.mechanism not in self.mechanisms:
             code = ErrorCode.unsupported_sasl_mechanism
+            state.failure = f"mechanism {body.mechanism!r} is not enabled ({list(self.mechanisms)})"
         else:
             state.mechanism = body.mechanism
             state.raw_tokens = found.version == 0
         state.failed = code != ErrorCode.none
+        if state.failed and state.failure is None:
+            state.failure = "a second SaslHandshake"
         return build(found.response, error_code=code, mechanisms=self.mechanisms)
 
     def raw_token(self, data: bytes, state: SaslState) -> bytes:

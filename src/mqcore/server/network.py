@@ -48,6 +48,7 @@ from mqcore.log import FileRegion
 from mqcore.server.auth import SaslState
 from mqcore.server.backoff import peer_key
 from mqcore.server.common import Session
+from mqcore.server.ratelog import RateLimitedLog
 
 log = logging.getLogger("mqcore.server")
 
@@ -355,6 +356,7 @@ class Network:
         self._memory_pending = False
         self._accept_paused_until = 0.0
         self._stopping = threading.Event()
+        self.refusals = RateLimitedLog(log)  # a flood of refusals logs a line a minute
         self._thread = threading.Thread(target=self._run, name="mqcore-network", daemon=True)
 
     def start(self) -> None:
@@ -498,7 +500,7 @@ class Network:
             if refusal is None:
                 self._per_ip[ip] += 1
         if refusal is not None:
-            log.warning("refused %s: %s", peer, refusal)
+            self.refusals.warning((ip, "refused"), "refused %s: %s", peer, refusal)
             sock.close()
             return
         try:

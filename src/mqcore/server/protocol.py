@@ -33,7 +33,7 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 
-from mqcore.errors import ProtocolError
+from mqcore.errors import ProtocolError, UnsupportedVersionError
 from mqcore.server.guard import check_body, check_header
 from mqcore.server.legacy import LEGACY, LegacyVersion, read_request
 from mqcore.server.producewire import read_produce
@@ -170,13 +170,29 @@ def peek_header(frame: Frame) -> tuple[int, int, int]:
     return _HEAD.unpack_from(frame)
 
 
+def peek_client_id(frame: Frame) -> str | None:
+    """The client_id of a request header (v1 and v2 alike start with it after the fixed
+    fields), or None when it is not there whole: for the log of a request refused unread."""
+    if len(frame) < _HEAD.size + 2:
+        return None
+    (n,) = struct.unpack_from(">h", frame, _HEAD.size)
+    start = _HEAD.size + 2
+    if n < 0 or start + n > len(frame):
+        return None
+    return bytes(frame[start : start + n]).decode("utf-8", "replace")
+
+
 def parse_request(frame: Frame) -> Request:
     """The request in a frame's payload. ProtocolError when the API or version is not served
     or the bytes do not parse as it (the caller answers or closes the connection)."""
     key, version, correlation = peek_header(frame)
     found = api(key, version)
     if found is None:
-        raise ProtocolError(f"API {key} version {version} is not served", key, version)
+        spec = APIS.get(key)
+        served = f"{spec[0]} v{spec[1]}-v{spec[2]}" if spec else "no such API"
+        raise UnsupportedVersionError(
+            f"API {key} version {version} is not served ({served})", key, version
+        )
     view = memoryview(frame)
     data = view.toreadonly()  # kio's reader refuses a writable buffer; this one copies nothing
     try:

@@ -44,7 +44,13 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from mqcore.errors import AuthenticationError, InvalidConfigError, MQCoreError, ProtocolError
+from mqcore.errors import (
+    AuthenticationError,
+    InvalidConfigError,
+    MQCoreError,
+    ProtocolError,
+    UnsupportedVersionError,
+)
 from mqcore.server import bounds, httplimits, legacy, quota
 from mqcore.server.address import parse_listen
 from mqcore.server.auth import (
@@ -89,9 +95,11 @@ from mqcore.server.protocol import (
     encode_response,
     frame_size,
     parse_request,
+    peek_client_id,
     peek_header,
     unsupported_versions_response,
 )
+from mqcore.server.ratelog import RateLimitedLog
 from mqcore.storage import durable, logdir
 from mqcore.store import Store
 
@@ -99,6 +107,7 @@ if TYPE_CHECKING:
     from mqcore.server.http import HttpServer
 
 log = logging.getLogger("mqcore.server")
+refusals = RateLimitedLog(log)  # refused versions and logins: warnings, once a minute each
 
 WATCH_INTERVAL = 0.5  # seconds between two looks at the store's health
 HOT_REQUESTS = 16  # requests of one connection a request thread answers in a row at most
@@ -467,6 +476,16 @@ class Server:
         if unexpected:
             log.error("closing %s after an unexpected %s: %s", conn.peer, type(e).__name__, e)
             log.debug("the unexpected error's traceback", exc_info=e)
+        elif isinstance(e, UnsupportedVersionError):  # what an operator must see, once a minute
+            refusals.warning(
+                (conn.ip, "version", e.api_key, e.api_version),
+                "closing %s (client %s): %s",
+                conn.peer,
+                conn.session.client_id,
+                e,
+            )
+        elif isinstance(e, AuthenticationError):  # a v0 handshake's bare token refused
+            refusals.warning((conn.ip, "login"), "login refused from %s: %s", conn.peer, e)
         else:
             log.debug("closing %s: %s", conn.peer, e)
         assert self._network is not None
@@ -482,7 +501,8 @@ class Server:
             return frame_size(len(reply)) + reply
         response = self._answer(frame, conn)
         if sasl.failed:
-            log.info("closing %s: SASL authentication failed", conn.peer)
+            refusals.warning((conn.ip, "login"), "login refused from %s: %s", conn.peer,
+                             sasl.failure)  # fmt: skip
             conn.close_after = True
         return response
 
@@ -492,6 +512,7 @@ class Server:
         try:
             request = parse_request(frame)
         except ProtocolError:
+            session.client_id = peek_client_id(frame)  # for the log of the refusal
             key, _, correlation = peek_header(frame)
             if key == API_VERSIONS:  # KIP-511: answer in v0 with the versions served
                 return unsupported_versions_response(correlation)
