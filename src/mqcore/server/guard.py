@@ -45,10 +45,46 @@ Step = tuple[str, Any, bool, bool]
 Plan = tuple[tuple[Step, ...], "dict[int, Step] | None"]
 
 
-def check_body(entity: type, buf: bytes | bytearray | memoryview, pos: int) -> None:
+def check_body(entity: type, buf: bytes | bytearray | memoryview, pos: int) -> bytes | None:
     """ProtocolError unless the body of `entity` at `pos` has every length and count within
-    the buffer (what it does not check, kio's reader does)."""
-    _walk_struct(_plan(entity), memoryview(buf), pos, len(buf))
+    the buffer (what it does not check, kio's reader does). Returns the whole buffer without
+    the tagged fields this version does not define (a newer client's additions: Kafka's broker
+    keeps them aside unread, kio's reader refuses them), or None when there are none."""
+    notes = _Notes(fields=False)
+    view = memoryview(buf)
+    _walk_struct(_plan(entity), view, pos, len(view), notes)
+    return _without(view, notes.cuts) if notes.cuts else None
+
+
+class _Notes:
+    """What a walk notes down: the length fields it passed (`fields`, for length_fields) and
+    the unknown tagged fields to cut: (start, end, replacement) byte ranges."""
+
+    __slots__ = ("cuts", "fields")
+
+    def __init__(self, fields: bool):
+        self.fields: list[tuple[int, str, bool]] | None = [] if fields else None
+        self.cuts: list[tuple[int, int, bytes]] = []
+
+
+def _without(view: memoryview, cuts: list[tuple[int, int, bytes]]) -> bytes:
+    """`view` with each (start, end) range replaced by its bytes."""
+    out, at = bytearray(), 0
+    for start, end, replacement in sorted(cuts):
+        out += view[at:start]
+        out += replacement
+        at = end
+    out += view[at:]
+    return bytes(out)
+
+
+def _uvarint_bytes(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
 
 
 def length_fields(entity: type, buf: bytes | bytearray | memoryview) -> list[tuple[int, str, bool]]:
@@ -56,9 +92,10 @@ def length_fields(entity: type, buf: bytes | bytearray | memoryview) -> list[tup
     the start of `buf`, in the order they come (an array's elements after its count; tagged
     fields left out): where a test or a fuzzer finds a length or count to change. `compact`:
     the flexible form (unsigned varint of length + 1). ProtocolError as check_body."""
-    found: list[tuple[int, str, bool]] = []
-    _walk_struct(_plan(entity), memoryview(buf), 0, len(buf), found)
-    return found
+    notes = _Notes(fields=True)
+    _walk_struct(_plan(entity), memoryview(buf), 0, len(buf), notes)
+    assert notes.fields is not None
+    return notes.fields
 
 
 def check_header(flexible: bool, buf: bytes | bytearray | memoryview) -> int:
@@ -140,10 +177,10 @@ def _length(buf: memoryview, pos: int, end: int, step: Step, size: int) -> tuple
     return n, pos
 
 
-def _walk(step: Step, buf: memoryview, pos: int, end: int, found: list[Any] | None = None) -> int:
+def _walk(step: Step, buf: memoryview, pos: int, end: int, notes: _Notes | None = None) -> int:
     kind = step[0]
-    if found is not None and kind != "fixed" and kind != "struct":
-        found.append((pos, kind, step[2]))
+    if notes is not None and notes.fields is not None and kind not in ("fixed", "struct"):
+        notes.fields.append((pos, kind, step[2]))
     if kind == "fixed":
         if pos + step[1] > end:
             raise ProtocolError("a request ends inside a field")
@@ -158,28 +195,45 @@ def _walk(step: Step, buf: memoryview, pos: int, end: int, found: list[Any] | No
         if n > end - pos:  # every element takes a byte at least
             raise ProtocolError(f"an array of {n} elements where {end - pos} bytes are left")
         for _ in range(max(n, 0)):
-            pos = _walk(step[1], buf, pos, end, found)
+            pos = _walk(step[1], buf, pos, end, notes)
         return pos
-    return _walk_struct(step[1], buf, pos, end, found)
+    return _walk_struct(step[1], buf, pos, end, notes)
 
 
 def _walk_struct(
-    plan: Plan, buf: memoryview, pos: int, end: int, found: list[Any] | None = None
+    plan: Plan, buf: memoryview, pos: int, end: int, notes: _Notes | None = None
 ) -> int:
     steps, tagged = plan
     for step in steps:
-        pos = _walk(step, buf, pos, end, found)
+        pos = _walk(step, buf, pos, end, notes)
     if tagged is not None:
-        count, pos = _uvarint(buf, pos, end)
-        if count > end - pos:
-            raise ProtocolError(f"{count} tagged fields where {end - pos} bytes are left")
-        for _ in range(count):
-            tag, pos = _uvarint(buf, pos, end)
-            size, pos = _uvarint(buf, pos, end)
-            if size > end - pos:
-                raise ProtocolError(f"a tagged field of {size} bytes where {end - pos} are left")
-            known = tagged.get(tag)
-            if known is not None:
-                _walk(known, buf, pos, pos + size)
-            pos += size
+        pos = _walk_tagged(tagged, buf, pos, end, notes)
+    return pos
+
+
+def _walk_tagged(tagged: dict[int, Step], buf: memoryview, pos: int, end: int,
+                 notes: _Notes | None) -> int:  # fmt: skip
+    """A struct's tagged fields: the known ones walked, the unknown ones noted to be cut
+    (their count rewritten to what is kept)."""
+    count_at = pos
+    count, pos = _uvarint(buf, pos, end)
+    count_end = pos
+    if count > end - pos:
+        raise ProtocolError(f"{count} tagged fields where {end - pos} bytes are left")
+    unknown = []
+    for _ in range(count):
+        entry = pos
+        tag, pos = _uvarint(buf, pos, end)
+        size, pos = _uvarint(buf, pos, end)
+        if size > end - pos:
+            raise ProtocolError(f"a tagged field of {size} bytes where {end - pos} are left")
+        known = tagged.get(tag)
+        if known is not None:
+            _walk(known, buf, pos, pos + size)  # cuts inside a kept field would change its size
+        else:
+            unknown.append((entry, pos + size, b""))
+        pos += size
+    if unknown and notes is not None:
+        notes.cuts.append((count_at, count_end, _uvarint_bytes(count - len(unknown))))
+        notes.cuts += unknown
     return pos

@@ -206,9 +206,9 @@ def parse_request(frame: Frame) -> Request:
             body = read_produce(view, used, version)
         elif legacy is not None:
             body = read_request(legacy, found.request, data, used)
-        else:
-            check_body(found.request, data, used)
-            body, _ = found.read(data, used)
+        else:  # unknown tagged fields are cut before kio reads (it refuses them)
+            cleaned = check_body(found.request, data, used)
+            body, _ = found.read(data if cleaned is None else cleaned, used)
     except Exception as e:  # kio raises several types for short or malformed input
         raise ProtocolError(
             f"{found.name} v{version} request of {len(frame)} bytes does not parse: {e}",
