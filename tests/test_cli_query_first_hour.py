@@ -87,7 +87,7 @@ def test_unquoted_where_value_names_the_missing_property(orders: str) -> None:
     assert lines(err)[0].startswith("mqcore: query exhausted: 0 messages, read 40 records (")
     assert lines(err)[1:] == [
         "mqcore: note: no scanned message has property 'payments': quote string values, "
-        "e.g. --where \"service = 'payments'\"",
+        "e.g. --where \"service = 'payments'\"; (properties seen: service)",
     ]
     rc, out, _ = run_cli("query", orders, TOPIC, "--where", "service = payments", "--json")
     assert json.loads(lines(out)[-1])["missing_properties"] == ["payments"]
@@ -98,10 +98,14 @@ def test_unquoted_where_value_names_the_missing_property(orders: str) -> None:
     assert rc == 0 and out == ""
     assert lines(err)[1:] == [
         "mqcore: note: no scanned message has property 'billing': quote string values, "
-        "e.g. --where \"size > 2 OR service <> 'billing'\"",
+        "e.g. --where \"size > 2 OR service <> 'billing'\"; (properties seen: service)",
         "mqcore: note: no scanned message has property 'size': quote string values, "
-        "e.g. --where \"service = 'payments'\"",
+        "e.g. --where \"service = 'payments'\"; (properties seen: service)",
     ]
+    # a misspelt name: the property it may have meant, from the messages themselves
+    rc, out, err = run_cli("query", orders, TOPIC, "--where", "servce = 'payments'")
+    assert rc == 0 and out == ""
+    assert lines(err)[-1].endswith("; did you mean 'service'? (properties seen: service)")
 
 
 def test_iso_times_wherever_ms_are_taken(orders: str) -> None:

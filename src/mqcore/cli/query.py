@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 import mqcore
-from mqcore.cli import render
+from mqcore.cli import hints, render
 from mqcore.cli.options import (
     UsageError,
     add_json,
@@ -153,7 +153,10 @@ def cmd_query(args: argparse.Namespace, out: TextIO) -> int:
             _summary(args.json, out, Outcome(r.reason, len(found), r.scanned_records, 0, r.cursor))
         else:
             outcome = _scan(store, args, start, end, out)
-            _summary(args.json, out, outcome, args.where)
+            seen: list[str] = []
+            if outcome.missing and not args.json:  # what the selector could have meant
+                seen = hints.properties_seen(store, [args.topic])
+            _summary(args.json, out, outcome, args.where, seen)
             if outcome.reason == "interrupted":
                 return 130
     return 0
@@ -224,7 +227,9 @@ class Outcome:
             self.missing = names if self.missing is None else self.missing & names
 
 
-def _summary(as_json: bool, out: TextIO, o: Outcome, where: str | None = None) -> None:
+def _summary(
+    as_json: bool, out: TextIO, o: Outcome, where: str | None = None, seen: list[str] | None = None
+) -> None:
     missing = sorted(o.missing or ())
     if as_json:
         render.emit(
@@ -250,7 +255,10 @@ def _summary(as_json: bool, out: TextIO, o: Outcome, where: str | None = None) -
         line += f"; resume with --cursor {o.cursor}"
     print(line, file=sys.stderr)
     for name in missing:
-        print(f"mqcore: note: {_missing_note(name, where or '')}", file=sys.stderr)
+        note = _missing_note(name, where or "")
+        if seen is not None:  # and the names it may have meant
+            note += f"; {hints.property_hint(name, seen)}"
+        print(f"mqcore: note: {note}", file=sys.stderr)
 
 
 def _missing_note(name: str, where: str) -> str:
