@@ -682,3 +682,18 @@ def test_metadata_names_topics_by_id(server: Server, store: mqcore.Store) -> Non
                        nobody: (ErrorCode.unknown_topic_id, None, 0)}  # fmt: skip
     finally:
         wire.close()
+
+
+def test_the_consumer_protocols_timeouts_are_server_settings(store: mqcore.Store) -> None:
+    """Server(group_consumer_session_timeout=, group_consumer_heartbeat_interval=), as
+    `mqcore serve --group-consumer-session-timeout/--group-consumer-heartbeat-interval`, reach
+    the coordinator; a value that cannot work is refused before anything starts."""
+    from mqcore.errors import InvalidConfigError
+
+    with Server(store, "127.0.0.1:0", group_consumer_session_timeout=12.5,
+                group_consumer_heartbeat_interval=1.5) as srv:  # fmt: skip
+        assert srv.broker is not None
+        consumer = srv.broker.groups.consumer
+        assert (consumer.session_timeout, consumer.heartbeat_interval) == (12.5, 1.5)
+    with pytest.raises(InvalidConfigError, match="group_consumer_session_timeout"):
+        Server(store, "127.0.0.1:0", group_consumer_session_timeout=0)

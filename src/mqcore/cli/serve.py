@@ -121,6 +121,10 @@ def add_network_limits(p: Any) -> None:
          "is closed"),
         ("--request-timeout", d.REQUEST_TIMEOUT, "a request (or the TLS handshake, or SASL "
          "authentication) must arrive whole within this"),
+        ("--group-consumer-session-timeout", d.CONSUMER_SESSION_TIMEOUT, "a KIP-848 consumer "
+         "(group.protocol=consumer) silent this long leaves its group"),
+        ("--group-consumer-heartbeat-interval", d.CONSUMER_HEARTBEAT_INTERVAL, "how often such a "
+         "consumer is told to heartbeat"),
     ):  # fmt: skip
         net.add_argument(flag, type=float, default=default, metavar="SECONDS",
                          help=f"{what} (default {default:g})")  # fmt: skip
@@ -155,6 +159,8 @@ def network_limits(args: argparse.Namespace) -> dict[str, Any]:
         "controller_mutation_rate": args.controller_mutation_rate,
         "idle_timeout": args.idle_timeout,
         "request_timeout": args.request_timeout,
+        "group_consumer_session_timeout": args.group_consumer_session_timeout,
+        "group_consumer_heartbeat_interval": args.group_consumer_heartbeat_interval,
         "http_allowed_hosts": tuple(args.allowed_host),
         "http_max_connections": args.http_max_connections,
         "http_max_connections_per_ip": args.http_max_connections_per_ip,

@@ -39,6 +39,7 @@ from mqcore.server.common import (
     error_code,
     topic_id,
 )
+from mqcore.server.defaults import CONSUMER_HEARTBEAT_INTERVAL, CONSUMER_SESSION_TIMEOUT
 from mqcore.server.delayed import NOT_YET, Delayed, Purgatory, resolve
 from mqcore.server.fetchwire import FetchAnswer, FetchedPartition, FetchedTopic
 from mqcore.server.groups import INITIAL_REBALANCE_DELAY, WAKE_KEY, GroupCoordinator
@@ -68,6 +69,8 @@ class Broker:
         default_partitions: int = 1,
         authorizer: Authorizer | None = None,
         group_initial_rebalance_delay: float = INITIAL_REBALANCE_DELAY,
+        group_consumer_session_timeout: float = CONSUMER_SESSION_TIMEOUT,
+        group_consumer_heartbeat_interval: float = CONSUMER_HEARTBEAT_INTERVAL,
         execute: Callable[[Callable[[], None]], None] | None = None,
         quota: MutationQuota | None = None,
     ):
@@ -94,6 +97,8 @@ class Broker:
         self.groups = GroupCoordinator(
             store, node_id, host, port, access=self.access,
             initial_rebalance_delay=group_initial_rebalance_delay,
+            consumer_session_timeout=group_consumer_session_timeout,
+            consumer_heartbeat_interval=group_consumer_heartbeat_interval,
             wake=lambda: self.purgatory.wake(WAKE_KEY),
         )  # fmt: skip
         self.handlers: dict[int, Handler] = {

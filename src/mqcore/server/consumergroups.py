@@ -67,6 +67,7 @@ from mqcore.errors import InvalidGroupError, MQCoreError
 from mqcore.log.internal import is_internal
 from mqcore.server.auth import DESCRIBE, READ, Access
 from mqcore.server.common import NO_TIME, client_host, topic_id
+from mqcore.server.defaults import CONSUMER_HEARTBEAT_INTERVAL, CONSUMER_SESSION_TIMEOUT
 from mqcore.server.protocol import Api, build
 
 if TYPE_CHECKING:
@@ -80,8 +81,8 @@ EMPTY, ASSIGNING, RECONCILING, STABLE, DEAD = (
 MEMBER_STABLE, UNREVOKED, UNRELEASED = "Stable", "UnrevokedPartitions", "UnreleasedPartitions"
 GROUP_TYPE = "consumer"  # ListGroups v5's name for this protocol's groups
 JOIN_EPOCH, LEAVE_EPOCH, STATIC_LEAVE_EPOCH = 0, -1, -2
-SESSION_TIMEOUT = 45.0  # Kafka's group.consumer.session.timeout.ms
-HEARTBEAT_INTERVAL = 5.0  # group.consumer.heartbeat.interval.ms
+SESSION_TIMEOUT = CONSUMER_SESSION_TIMEOUT  # Kafka's group.consumer.session.timeout.ms
+HEARTBEAT_INTERVAL = CONSUMER_HEARTBEAT_INTERVAL  # group.consumer.heartbeat.interval.ms
 ASSIGNORS = ("uniform", "range")  # group.consumer.assignors; the first is the default
 CONSUMER_MEMBER = 1  # ConsumerGroupDescribe v1's member_type of this protocol's members
 FIRST_ID_VERSION = 1  # from ConsumerGroupHeartbeat v1 the member makes its own ID

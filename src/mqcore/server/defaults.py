@@ -14,6 +14,10 @@ IO_THREADS = 8  # Kafka's num.io.threads
 MUTATION_RATE = 100.0  # partitions a second, per principal (KIP-599)
 MUTATION_BURST = 1_100  # Kafka's burst: the rate times 11 one-second quota windows
 
+# the consumer group protocol (KIP-848: server/consumergroups.py)
+CONSUMER_SESSION_TIMEOUT = 45.0  # seconds: Kafka's group.consumer.session.timeout.ms
+CONSUMER_HEARTBEAT_INTERVAL = 5.0  # seconds: group.consumer.heartbeat.interval.ms
+
 # the HTTP listener (the JSON API and the console: server/httplimits.py)
 HTTP_MAX_CONNECTIONS = 1024
 HTTP_MAX_CONNECTIONS_PER_IP = 256

@@ -64,6 +64,8 @@ from mqcore.server.auth import (
 from mqcore.server.broker import Broker
 from mqcore.server.common import CloseConnection
 from mqcore.server.defaults import (
+    CONSUMER_HEARTBEAT_INTERVAL,
+    CONSUMER_SESSION_TIMEOUT,
     DEFAULT_PORT,
     IDLE_TIMEOUT,
     IO_THREADS,
@@ -146,6 +148,8 @@ class Server:
         controller_mutation_rate: float = MUTATION_RATE,
         controller_mutation_burst: int = MUTATION_BURST,
         group_initial_rebalance_delay: float = INITIAL_REBALANCE_DELAY,
+        group_consumer_session_timeout: float = CONSUMER_SESSION_TIMEOUT,
+        group_consumer_heartbeat_interval: float = CONSUMER_HEARTBEAT_INTERVAL,
         tls_cert: str | os.PathLike[str] | None = None,
         tls_key: str | os.PathLike[str] | None = None,
         tls_ca: str | os.PathLike[str] | None = None,
@@ -203,6 +207,11 @@ class Server:
         self.mutation_quota = quota.MutationQuota(controller_mutation_rate,
                                                   controller_mutation_burst)  # fmt: skip
         self.group_initial_rebalance_delay = group_initial_rebalance_delay
+        bounds.check_seconds(
+            group_consumer_session_timeout=group_consumer_session_timeout,
+            group_consumer_heartbeat_interval=group_consumer_heartbeat_interval,
+        )
+        self.group_consumer = (group_consumer_session_timeout, group_consumer_heartbeat_interval)
         self._store_arg = store
         self._store_options = store_options
         self.store: Store | None = None
@@ -268,6 +277,8 @@ class Server:
             cluster_id=cluster_id(self.store.path), auto_create_topics=self.auto_create_topics,
             default_partitions=self.default_partitions, authorizer=self.authorizer,
             group_initial_rebalance_delay=self.group_initial_rebalance_delay,
+            group_consumer_session_timeout=self.group_consumer[0],
+            group_consumer_heartbeat_interval=self.group_consumer[1],
             execute=self._threads.submit, quota=self.mutation_quota,
         )  # fmt: skip
         http_connections, kafka_connections = bounds.split_room(
