@@ -16,6 +16,13 @@ MAX_PARTITIONS = 1_000_000  # partitions of one topic
 MAX_TIMESTAMP_DIFF = (1 << 63) - 1  # Kafka's Long.MAX_VALUE: no bound
 
 FLUSH_POLICIES = ("always", "interval", "os")
+CLEANUP_POLICIES = ("delete", "compact")
+# Kafka's default of flush.ms and flush.messages (Long.MAX_VALUE): never, the store's flush
+# policy alone decides
+NEVER = (1 << 63) - 1
+# settings whose value is a comma-separated list (Kafka's LIST type): IncrementalAlterConfigs'
+# APPEND and SUBTRACT apply to them
+LIST_SETTINGS = frozenset({"cleanup_policy"})
 TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 COMPRESSION_TYPES = ("none", "gzip", "snappy", "lz4", "zstd")
 
@@ -79,6 +86,13 @@ class TopicConfig:
     unique_ids: bool = True
     key_index: bool = True
     key_index_entries: int = 1 << 20
+    # Kafka's flush.messages / flush.ms: fdatasync a partition once it holds this many unsynced
+    # messages (in the append that reaches it), or once its oldest unsynced append is this old
+    # (the flusher); 1 message or 0 ms: every append is durable before it returns
+    # (docs/operations.md "Durability"). NEVER leaves it to the store's flush policy. (Named
+    # apart from the store options flush_messages and flush_interval_ms.)
+    flush_after_messages: int = NEVER
+    flush_after_ms: int = NEVER
 
     def __post_init__(self) -> None:
         _positive_int("partitions", self.partitions, 1, MAX_PARTITIONS)
@@ -94,12 +108,31 @@ class TopicConfig:
         for name in ("message_timestamp_after_max_ms", "message_timestamp_before_max_ms"):
             _positive_int(name, getattr(self, name), 0, MAX_TIMESTAMP_DIFF)
         _choice("compression", self.compression, COMPRESSION_TYPES)
-        _choice("cleanup_policy", self.cleanup_policy, ("delete", "compact", "compact,delete"))
+        object.__setattr__(self, "cleanup_policy", _cleanup_policy(self.cleanup_policy))
         _positive_int("delete_retention_ms", self.delete_retention_ms, 0, 2**62)
         _ratio("min_cleanable_dirty_ratio", self.min_cleanable_dirty_ratio)
         _flag("unique_ids", self.unique_ids)
         _flag("key_index", self.key_index)
         _positive_int("key_index_entries", self.key_index_entries, 16, 0xFFFFFFFF)
+        _positive_int("flush_after_messages", self.flush_after_messages, 1, NEVER)
+        _positive_int("flush_after_ms", self.flush_after_ms, 0, NEVER)
+
+    @property
+    def cleanup_policies(self) -> tuple[str, ...]:
+        """cleanup_policy as its list: "delete", "compact", both (in the order given) or none."""
+        return tuple(split_list(self.cleanup_policy))
+
+    @property
+    def compacted(self) -> bool:
+        """Whether compaction applies: records must then have a key (Kafka refuses keyless
+        ones, docs/consume.md "Compaction")."""
+        return "compact" in self.cleanup_policies
+
+    @property
+    def timed_flush(self) -> bool:
+        """Whether the flusher syncs this topic's partitions by flush_after_ms (0 is every
+        append, NEVER none)."""
+        return 0 < self.flush_after_ms < NEVER
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -191,6 +224,15 @@ class FlushPolicy:
         _positive_int("flush_interval_ms", self.interval_ms, 1, 2**40)
         _positive_int("flush_messages", self.messages, 1, 2**62)
 
+    def for_topic(self, cfg: TopicConfig) -> FlushPolicy:
+        """The policy a topic's partitions follow: "always" when the topic wants every append
+        durable before it returns (flush_after_messages 1 or flush_after_ms 0: Kafka's
+        flush.messages and flush.ms), else the store's; the topic's other values add syncs to
+        it (Partition.append at flush_after_messages, the flusher at flush_after_ms)."""
+        if self.mode != "always" and (cfg.flush_after_messages == 1 or cfg.flush_after_ms == 0):
+            return replace(self, mode="always")
+        return self
+
 
 # Partition bounds (docs/operations.md "Limits"): each open partition holds one descriptor (its
 # active segment's .log) and, once written and read, four mappings (the .log and its three
@@ -278,6 +320,29 @@ def _ratio(name: str, value: object) -> None:
 def _flag(name: str, value: object) -> None:
     if not isinstance(value, bool):
         raise InvalidConfigError(f"{name} must be True or False, not {value!r}")
+
+
+def split_list(text: str) -> list[str]:
+    """A list setting's items as Kafka's ConfigDef reads them: split at commas, the spaces
+    around each item dropped; blank text is the empty list."""
+    text = text.strip()
+    return [item.strip() for item in text.split(",")] if text else []
+
+
+def _cleanup_policy(value: object) -> str:
+    """cleanup_policy in its one written form: its items (each delete or compact, in any order)
+    joined by ","; empty is no policy at all, which Kafka 3.9 accepts (neither retention nor
+    compaction: everything is kept)."""
+    if not isinstance(value, str):
+        raise InvalidConfigError(f"cleanup_policy must be a str, not {type(value).__name__}")
+    items = split_list(value)
+    for item in items:
+        if item not in CLEANUP_POLICIES:
+            raise InvalidConfigError(
+                f"cleanup_policy={value!r}: {item!r} is not delete or compact (the setting is a "
+                "comma-separated list of them: delete, compact, compact,delete, or empty)"
+            )
+    return ",".join(items)
 
 
 def _choice(name: str, value: object, allowed: tuple[str, ...]) -> None:

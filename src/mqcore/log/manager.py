@@ -178,9 +178,8 @@ class Log:
             self.checkpoint()
         self._dir.mark_open()
         self._background_deferred = self._dir.fresh
-        if self.flush_policy.mode == "interval" and not self._background_deferred:
-            self._flusher = Flusher(self.flush_policy.interval_ms, self._flush_all, self.checkpoint)
-            self._flusher.start()
+        if not self._background_deferred:
+            self._start_flusher()
 
     def _open_partitions(self, live: bool) -> None:
         clean = self._dir.was_clean() and not self._full_recovery
@@ -283,7 +282,7 @@ class Log:
                     part.create()
                 else:
                     part.open(0, clean=True)
-            if self.flush_policy.mode != "os":
+            if self.flush_policy.for_topic(cfg).mode != "os":
                 durable.sync_dirs(made)  # each one's first segment, all at once
         except BaseException:
             for part in parts.values():
@@ -348,6 +347,8 @@ class Log:
                     self._partitions = {**self._partitions, topic: grown}
                 for part in grown.values():
                     part.reconfigure(cfg)
+        if cfg.timed_flush and not self._background_deferred:
+            self._start_flusher()
 
     def _new_partition(self, topic: str, p: int, cfg: TopicConfig) -> Partition:
         return Partition(
@@ -380,12 +381,24 @@ class Log:
             if self._closed or not self._background_deferred:
                 return
             self._background_deferred = False
-            if self.flush_policy.mode == "interval":
-                flusher = Flusher(self.flush_policy.interval_ms, self._flush_all, self.checkpoint)
-                flusher.start()
-                self._flusher = flusher
+            self._start_flusher()
             if self._tasks_wanted:
                 self.tasks.start()
+
+    def _start_flusher(self) -> None:
+        """Start the flusher if there is none and it has work: the passes of
+        flush="interval", or under "os" a topic's flush_after_ms (the appends of "always" are
+        synced already). A topic created or changed later may start it too (_declare)."""
+        policy = self.flush_policy
+        timed = policy.mode == "os" and any(c.timed_flush for c in self._configs.values())
+        wanted = policy.mode == "interval" or timed
+        with self._lock:
+            if self._flusher is not None or self._closed or not wanted:
+                return
+            interval = policy.interval_ms if policy.mode == "interval" else None
+            flusher = Flusher(interval, self._flush_all, self.checkpoint, self._flush_timed)
+            flusher.start()
+            self._flusher = flusher
 
     def close(self) -> None:
         """Stop the tasks, flush everything, seal active segments, write checkpoints and the
@@ -735,10 +748,7 @@ class Log:
                     if self._background_deferred:
                         self.start_background()
                     self._topic_appends[topic] = self._topic_appends.get(topic, 0) + 1
-                    if self._flusher is not None and (
-                        part.unflushed_messages >= self.flush_policy.messages
-                    ):
-                        self._flusher.wake()
+                    self._written(part)
                     self._notify(part, base, count, None, now)
 
                 handle = ReplicaLog(part, clock=self.clock, on_append=appended)
@@ -751,9 +761,21 @@ class Log:
         base = part.append(batch)
         appends = self._topic_appends
         appends[part.topic] = appends.get(part.topic, 0) + 1
-        if self._flusher is not None and part.unflushed_messages >= self.flush_policy.messages:
-            self._flusher.wake()
+        self._written(part)
         return base
+
+    def _written(self, part: Partition) -> None:
+        """Tell the flusher of an append to `part`: a whole pass once it holds flush_messages
+        unsynced (flush="interval"), a timed sync when its topic has flush_after_ms."""
+        flusher = self._flusher
+        if flusher is None:
+            return
+        if part.unflushed_messages >= self.flush_policy.messages and flusher.interval is not None:
+            flusher.wake()
+        if part.config.timed_flush:
+            due = part.flush_due()
+            if due is not None:
+                flusher.reschedule(due)
 
     def append_records(
         self,
@@ -827,6 +849,21 @@ class Log:
         for part in self.all_partitions():
             if not part.closed:
                 part.flush()
+
+    def _flush_timed(self) -> float | None:
+        """The flusher's timed round: fdatasync the partitions whose flush_after_ms has come
+        (Partition.flush_due); returns the seconds until the next one is due (None: none)."""
+        now = time.monotonic()
+        nearest: float | None = None
+        for part in self.all_partitions():
+            due = part.flush_due()
+            if due is None:
+                continue
+            if due <= now:
+                part.flush()
+            elif nearest is None or due < nearest:
+                nearest = due
+        return None if nearest is None else nearest - now
 
     def checkpoint(self, sync: bool = True, sync_dir_now: bool = True) -> None:
         """Write every partition's recovery point (what recovery may skip) durably; `sync` and

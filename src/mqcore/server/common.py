@@ -99,6 +99,8 @@ _CODES: tuple[tuple[type[BaseException], ErrorCode], ...] = (
 KAFKA_CONFIG_NAMES = {
     "timestamp_type": "message.timestamp.type",
     "compression": "compression.type",
+    "flush_after_messages": "flush.messages",
+    "flush_after_ms": "flush.ms",
 }
 _FROM_KAFKA = {v: k for k, v in KAFKA_CONFIG_NAMES.items()}
 

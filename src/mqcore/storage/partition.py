@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -91,7 +92,8 @@ class Partition:
         self.partition = partition
         self.directory = directory
         self.config = config
-        self.flush_policy = flush
+        self.store_flush = flush  # the store's policy; flush_policy is the one this topic gets
+        self.flush_policy = flush.for_topic(config)
         self.writable = writable
         self.cache = cache  # the store's open sealed segments (storage/cache.py)
         # the store's space reserved past active segments (one of its own when alone)
@@ -105,6 +107,7 @@ class Partition:
         self._segs: list[LogSegment] = self.table.segments
         self._sync_lock = threading.Lock()
         self.unflushed_messages = 0
+        self.dirty_since = 0.0  # time.monotonic() of the first append not yet flushed
         self.recovery_point = 0
         # directories whose entries changed (a segment or the partition directory created)
         # since they were last fsync'd: flush() syncs them with the data (flush="os" defers it)
@@ -416,16 +419,38 @@ class Partition:
             batch.set_base_offset(base)
             seg.append(batch)
             end = seg.size
+            if not self.unflushed_messages:
+                self.dirty_since = time.monotonic()
             self.unflushed_messages += batch.count
+            due = self.unflushed_messages >= self.config.flush_after_messages
         if self.flush_policy.mode == "always":
             self._sync(seg, end, batch.last_offset + 1)
+        elif due:  # the topic's flush_after_messages (Kafka's flush.messages), in this append
+            self.flush()
         return base
 
     def reconfigure(self, config: TopicConfig) -> None:
         """Use `config` from the next append on (Store.alter_topic_config, which refuses the
-        settings that size files already open: the active segment keeps the ones it has)."""
+        settings that size files already open: the active segment keeps the ones it has).
+        A topic that now wants every append durable first syncs what "os" left unsynced (the
+        appends of "always" sync only their own segment)."""
         with self._lock:
+            deferred = self.flush_policy.mode == "os"
             self.config = config
+            self.flush_policy = self.store_flush.for_topic(config)
+            catch_up = deferred and self.flush_policy.mode != "os" and self.writable
+        if catch_up and not self.closed:
+            self.flush()
+
+    def flush_due(self) -> float | None:
+        """When the topic's flush_after_ms (Kafka's flush.ms) wants this partition synced, in
+        time.monotonic() seconds: that long after its first unsynced append; None when
+        nothing waits for it."""
+        if not self.config.timed_flush or not self.unflushed_messages or self.closed:
+            return None
+        if self.flush_policy.mode == "always":
+            return None
+        return self.dirty_since + self.config.flush_after_ms / 1000
 
     def _check_timestamps(self, batch: AppendableBatch) -> None:
         """Kafka's message.timestamp.after.max.ms / before.max.ms on a CreateTime batch."""
