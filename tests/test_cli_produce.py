@@ -182,7 +182,7 @@ def test_values_are_checked_whole(store_path: str) -> None:
 
 def test_create_with_config_sets_every_kind_of_setting(store_path: str) -> None:
     rc, _, err = run_cli(
-        "produce", store_path, "t", "--value", "v",
+        "produce", store_path, "t", "--value", "v", "--key", "k",
         "--config", "max_message_bytes=8388608", "--config", "unique_ids=false",
         "--config", "min_cleanable_dirty_ratio=0.25", "--config", "cleanup_policy=compact",
     )  # fmt: skip

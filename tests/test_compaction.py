@@ -1,6 +1,7 @@
 """Compaction: latest record per key with offsets unchanged, tombstones kept for
 delete_retention_ms after the pass that first saw them, a model-based test against a dict,
-readers of swapped-out segments, the swap's crash points, and encode_batch's offset deltas."""
+readers of swapped-out segments, the swap's crash points, encode_batch's offset deltas, and
+the appends a compacted topic refuses (records without a key)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import sys
 import tempfile
 
 import pytest
-from conftest import PausedScan, child_env
+from conftest import PausedScan, child_env, run_cli
 from crashchild import run_child
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -19,7 +20,7 @@ from hypothesis import strategies as st
 import mqcore
 from mqcore._ext.batch import decode_messages, encode_batch, read_batch_info
 from mqcore.crashpoints import CRASH_POINTS
-from mqcore.errors import InvalidConfigError, InvalidRecordError
+from mqcore.errors import InvalidConfigError, InvalidRecordError, MissingKeyError
 from mqcore.storage import cleaner
 from mqcore.storage.logdir import CLEAN_SHUTDOWN
 
@@ -32,6 +33,16 @@ def compacted_topic(store: mqcore.Store, name: str = "t", **config: object) -> N
     store.create_topic(
         name, segment_bytes=SEG, key_index_entries=64, cleanup_policy="compact", **config
     )
+
+
+def append_keyless(store: mqcore.Store, value: bytes | None, **kw: object) -> int:
+    """A record without a key in compacted topic "t", as one gets there: written while the
+    topic's policy was delete (a compacted topic refuses it); its offset."""
+    policy = store.topic_config("t").cleanup_policy
+    store.alter_topic_config("t", cleanup_policy="delete")
+    md = store.append("t", value, **kw)  # type: ignore[arg-type]
+    store.alter_topic_config("t", cleanup_policy=policy)
+    return md.offset
 
 
 def records(store: mqcore.Store, topic: str = "t") -> list[tuple[int, bytes | None, bytes | None]]:
@@ -114,6 +125,53 @@ def test_encode_batch_rejects_bad_offset_deltas(deltas: object, last: int, match
         encode_batch([b"a", b"b"], offset_deltas=deltas, last_offset_delta=last)
 
 
+# -- keys ---------------------------------------------------------------------------------
+
+
+def test_every_append_refuses_keyless_records_to_a_compacted_topic(store_path: str) -> None:
+    """Compaction drops records without a key, so Kafka refuses them at the append; so does
+    every append of mqcore (the Store's, a producer's, a transaction's, a delay's, the CLI's
+    check), naming the records, before anything is written or parked."""
+    with mqcore.open(store_path, flush="os", auto_create_topics=True,
+                     cleanup_policy="delete,compact") as store:  # fmt: skip
+        store.create_topic("t", partitions=2)
+        sends = [
+            lambda: store.append("t", b"v"),
+            lambda: store.append("t", None, partition=1),
+            lambda: store.append_batch("t", [b"a", b"b", b"c"], [b"k", None, None]),
+            lambda: store.append_batch("t", [b"a", b"b"], [b"k", None], partition=None),
+            lambda: store.append_batch("t", [b"a", b"b"]),
+            lambda: store.append("t", b"v", delay_ms=60_000),
+            lambda: store.producer().append("t", b"v"),
+            lambda: store.begin().append("t", b"v"),
+            lambda: store.append("made", b"v"),  # auto-created with the store's policy
+            lambda: mqcore.store.check_message(store.topic_config("t"), "t", b"v"),
+        ]
+        indexes = []
+        for send in sends:
+            with pytest.raises(MissingKeyError, match="compacted") as refused:
+                send()
+            indexes.append(refused.value.indexes)
+        assert indexes == [(0,), (0,), (1, 2), (1,), (0, 1), (0,), (0,), (0,), (0,), (0,)]
+        assert [store.end_offset("t", p) for p in (0, 1)] == [0, 0]
+        assert "made" not in store.topics()
+        store.append_batch("t", [b"a", None], [b"k1", b"k2"])  # keyed, and a tombstone: taken
+        store.alter_topic_config("t", cleanup_policy="delete")
+        assert store.append("t", b"v", partition=0).offset == 2  # no longer compacted
+
+
+def test_mqcore_produce_refuses_unkeyed_lines_for_a_compacted_topic(store_path: str) -> None:
+    """A stream stops at the line without a key, naming it and how to give one."""
+    with mqcore.open(store_path, flush="os") as store:
+        store.create_topic("t", cleanup_policy="compact")
+    rc, _, err = run_cli("produce", store_path, "t", "-K", "|", stdin=b"a|1\n2\nb|3\n")
+    assert rc == 1 and "line 2 has no key" in err and "--key-separator" in err, err
+    rc, _, err = run_cli("produce", store_path, "t", "-K", "|", stdin=b"b|3\n")
+    assert rc == 0, err
+    with mqcore.open(store_path, read_only=True) as store:
+        assert [(m.key, m.value) for m in store.read("t", 0, 0, 10)] == [(b"a", b"1"), (b"b", b"3")]
+
+
 # -- config -------------------------------------------------------------------------------
 
 
@@ -153,8 +211,12 @@ def test_compaction_keeps_latest_per_key_with_offsets(store: mqcore.Store) -> No
     written = []
     for i in range(80):
         key = None if i % 10 == 9 else b"k%d" % (i % 7)
-        md = store.append("t", b"v%d" % i, key=key, timestamp=T0 + i, headers={"i": b"%d" % i})
-        written.append((md.offset, key, b"v%d" % i))
+        kw = dict(timestamp=T0 + i, headers={"i": b"%d" % i})
+        if key is None:
+            offset = append_keyless(store, b"v%d" % i, **kw)
+        else:
+            offset = store.append("t", b"v%d" % i, key=key, **kw).offset  # type: ignore[arg-type]
+        written.append((offset, key, b"v%d" % i))
     before = records(store)
     active_base = store.segment_offsets("t")[-1]
     report = store.compact("t", now=T0 + 1000)
@@ -379,7 +441,11 @@ def test_model_based_compaction(ops: list[tuple[str, object, object]]) -> None:
                 delete_retention_ms=retention,
             )
             for kind, a, b in ops:
-                if kind in ("put", "delete", "keyless"):
+                if kind == "keyless":  # refused, but one written before the topic compacted
+                    with pytest.raises(MissingKeyError):
+                        s.append("t", b, timestamp=now)  # type: ignore[arg-type]
+                    model.append(append_keyless(s, b, timestamp=now), None, b)  # type: ignore[arg-type]
+                elif kind in ("put", "delete"):
                     value = None if kind == "delete" else b
                     md = s.append("t", value, key=a, timestamp=now)  # type: ignore[arg-type]
                     model.append(md.offset, a, value)  # type: ignore[arg-type]
@@ -427,7 +493,11 @@ def _build(path: str) -> None:
         for i in range(240):  # survivors fill several merged segments
             key = None if i % 11 == 10 else b"k%d" % (i % 40)
             value = None if i % 13 == 12 else b"value-%d-%s" % (i, b"x" * 20)
-            s.append("t", value, key=key, timestamp=T0 + i, headers={"i": b"%d" % i})
+            kw = dict(timestamp=T0 + i, headers={"i": b"%d" % i})
+            if key is None:
+                append_keyless(s, value, **kw)
+            else:
+                s.append("t", value, key=key, **kw)  # type: ignore[arg-type]
 
 
 def _segment_records(path: str) -> tuple[list[int], list[tuple[int, bytes | None, bytes | None]]]:

@@ -25,7 +25,8 @@ from mqcore.server import Server  # noqa: E402
 from mqcore.server.auth import add_user  # noqa: E402
 
 WAIT = 30.0
-UNKNOWN_TOPIC_OR_PARTITION, INVALID_PARTITIONS, INVALID_REQUEST = 3, 37, 42
+UNKNOWN_TOPIC_OR_PARTITION, INVALID_PARTITIONS, INVALID_REPLICA_ASSIGNMENT = 3, 37, 39
+INVALID_REQUEST = 42
 TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_ID = 29, 100
 
 
@@ -147,9 +148,14 @@ def test_create_partitions_refusals_carry_kafkas_codes(
     assert code_of(admin.create_partitions([NewPartitions("nope", 4)])["nope"]) == (
         UNKNOWN_TOPIC_OR_PARTITION
     )
-    placed = admin.create_partitions([NewPartitions("t", 4, replica_assignment=[[0]])])
-    assert code_of(placed["t"]) == INVALID_REQUEST
+    # a replica assignment may name only this node (node 0), one list per new partition
+    for assignment in ([[1]], [[0, 0]]):
+        placed = admin.create_partitions([NewPartitions("t", 4, replica_assignment=assignment)])
+        assert code_of(placed["t"]) == INVALID_REPLICA_ASSIGNMENT, assignment
     assert store.partitions("t") == 3
+    placed = admin.create_partitions([NewPartitions("t", 5, replica_assignment=[[0], [0]])])
+    assert code_of(placed["t"]) == 0
+    assert store.partitions("t") == 5
 
 
 def test_kafka_python_adds_partitions(kafka_server: Any, store: mqcore.Store) -> None:

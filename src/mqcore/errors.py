@@ -30,6 +30,7 @@ __all__ = [
     "RecordTooLargeError",
     "InvalidRecordError",
     "InvalidTimestampError",
+    "MissingKeyError",
     "OffsetOutOfRangeError",
     "CorruptRecordError",
     "CorruptIndexError",
@@ -158,6 +159,17 @@ class InvalidRecordError(MQCoreError, TypeError):
 class InvalidTimestampError(InvalidRecordError):
     """A CreateTime timestamp outside what the topic accepts (message_timestamp_after_max_ms
     ahead of the clock, message_timestamp_before_max_ms behind it): Kafka's INVALID_TIMESTAMP."""
+
+
+class MissingKeyError(InvalidRecordError):
+    """Records without a key for a compacted topic (cleanup_policy with compact), which
+    compaction could only drop: Kafka refuses them (INVALID_RECORD), and so does mqcore;
+    nothing of the append was written. `indexes` are the keyless records' positions in what
+    was appended (over the wire: in the batch, Kafka's record_errors)."""
+
+    def __init__(self, message: str, indexes: tuple[int, ...] = ()):
+        super().__init__(message)
+        self.indexes = indexes
 
 
 class OffsetOutOfRangeError(MQCoreError, IndexError):

@@ -46,6 +46,7 @@ from mqcore.config import TopicConfig
 from mqcore.errors import (
     InvalidConfigError,
     InvalidRecordError,
+    MissingKeyError,
     RecordTooLargeError,
     StoreLockedError,
     UnknownPartitionError,
@@ -772,6 +773,12 @@ class Checker:
             raise BadLine(
                 f"is {len(data):,} bytes ({size:,} as a record batch), over "
                 f"max_message_bytes={self.cfg.max_message_bytes:,} of topic {self.topic!r}"
+            ) from None
+        except MissingKeyError:
+            raise BadLine(
+                f"has no key, and topic {self.topic!r} is compacted (cleanup_policy="
+                f"{self.cfg.cleanup_policy}), which keeps only records with a key: give "
+                "each one with --key or --key-separator"
             ) from None
         except InvalidRecordError as e:
             setting = next((s for s in _WINDOW if s in str(e)), None)

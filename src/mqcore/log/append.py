@@ -20,7 +20,7 @@ from mqcore._ext.batch import EncodedBatch, encode_batch
 from mqcore._ext.hashing import kafka_partition
 from mqcore.clock import now_ms
 from mqcore.config import TopicConfig
-from mqcore.errors import InvalidRecordError, RecordTooLargeError
+from mqcore.errors import InvalidRecordError, MissingKeyError, RecordTooLargeError
 from mqcore.query.ids import encode_msg_id, parse_uid, uid_text
 from mqcore.storage.partition import check_timestamps
 from mqcore.storage.producer_state import check_producer_fields, next_sequence
@@ -176,6 +176,24 @@ _ONE_RECORD_OVERHEAD = 61 + 8 * 5 + 3 + 16 + 10
 _CODEC_SLACK = 1024
 
 
+def refuse_keyless(cfg: TopicConfig, topic: str, keys: Sequence[object] | None, count: int) -> None:
+    """MissingKeyError naming the records of `count` without a key (`keys` None: all of them)
+    when `topic` (settings `cfg`) is compacted: compaction keeps the latest record per key and
+    drops keyless ones, so Kafka refuses them at the append (LogValidator), and so does every
+    append of mqcore (the wire's, the Store's, its producers')."""
+    if not cfg.compacted:
+        return
+    missing = tuple(range(count) if keys is None else (i for i, k in enumerate(keys) if k is None))
+    if missing:
+        shown = ", ".join(map(str, missing[:3])) + (", ..." if len(missing) > 3 else "")
+        raise MissingKeyError(
+            f"topic {topic!r} is compacted (cleanup_policy={cfg.cleanup_policy!r}): every "
+            f"record needs a key, and {len(missing)} of {count} have none (record {shown}); "
+            "nothing was written",
+            missing,
+        )
+
+
 def check_message(
     cfg: TopicConfig,
     topic: str,
@@ -191,8 +209,10 @@ def check_message(
     message itself, without writing: RecordTooLargeError (with `size` and `limit`) when even a
     batch holding only it exceeds max_message_bytes (append_batch splits longer lists, so this
     is the only size it refuses), InvalidRecordError when its CreateTime `timestamp` is
-    outside message_timestamp_after_max_ms / before_max_ms of `now`. Lets a caller refuse a
-    whole input before any of it is written. A message far below the limit is not encoded."""
+    outside message_timestamp_after_max_ms / before_max_ms of `now`, MissingKeyError when
+    it has no key and the topic is compacted. Lets a caller refuse a whole input before any of
+    it is written. A message far below the limit is not encoded."""
+    refuse_keyless(cfg, topic, (key,), 1)
     now = now_ms() if now is None else now
     if timestamp is not None and cfg.timestamp_type == "CreateTime":
         check_timestamps(cfg, topic, timestamp, timestamp, now)

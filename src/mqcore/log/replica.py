@@ -21,6 +21,7 @@ from mqcore.errors import (
     OffsetOutOfRangeError,
     RecordTooLargeError,
 )
+from mqcore.log.append import refuse_keyless
 from mqcore.log.epochs import EpochEntry, LeaderEpochCache
 from mqcore.log.internal import refuse_internal
 from mqcore.storage import durable, retention
@@ -250,11 +251,13 @@ class ReplicaLog:
         record's framing), then: at least one record with offset deltas 0..n-1 (as producers
         build them), no control or transactional batch, max_message_bytes, timestamps under
         the topic's timestamp_type (CreateTime: the configured bounds, and maxTimestamp set to
-        the records' largest; LogAppendTime: stamped with the log's clock), the producer's
-        epoch and sequence (a resend answers the original offsets and writes nothing). Then,
-        in place, without re-encoding: baseOffset and partitionLeaderEpoch (outside the CRC);
-        the CRC only when a timestamp changed. A writable buffer (bytearray) is stamped where
-        it is, other bytes are copied once. Durable as the flush policy says."""
+        the records' largest; LogAppendTime: stamped with the log's clock), a key on every
+        record of a compacted topic (MissingKeyError naming them, decoded for those topics
+        only), the producer's epoch and sequence (a resend answers the original offsets and
+        writes nothing). Then, in place, without re-encoding: baseOffset and
+        partitionLeaderEpoch (outside the CRC); the CRC only when a timestamp changed. A
+        writable buffer (bytearray) is stamped where it is, other bytes are copied once.
+        Durable as the flush policy says."""
         _check_epoch(leader_epoch)
         refuse_internal(self.topic, "produce to")  # a client-built batch: only mqcore writes these
         buf = _writable(records)
@@ -319,6 +322,8 @@ class ReplicaLog:
             )
         if info.producer_id >= 0:
             check_producer_fields(info.producer_id, info.producer_epoch, info.base_sequence)
+        if self.config.compacted:
+            refuse_keyless(self.config, self.topic, batch.keys(), batch.count)
 
     def append_as_follower(self, records: bytes | bytearray | memoryview) -> AppendInfo:
         """Append batches that carry their offsets (a replica copying its leader): each

@@ -27,6 +27,7 @@ from mqcore.log.append import (
     merged_headers,
     message_headers,
     producer_fields,
+    refuse_keyless,
 )
 from mqcore.log.internal import refuse_internal
 from mqcore.produce.delay import PendingMetadata, check_delay
@@ -162,6 +163,8 @@ class Sender(Generic[One, Batch, Routed]):
         self.log.check_writable()
         refuse_internal(topic, self._action)
         headers = message_headers(headers, tag, properties, keys, unique_id)
+        if key is None:
+            self._refuse_keyless(topic, None, 1)
         if deliver_at is not None or delay_ms is not None:
             return self._park_delayed(topic, [value], [key], [headers], partition, [timestamp],
                                       deliver_at, delay_ms)[0]  # fmt: skip
@@ -307,6 +310,8 @@ class Sender(Generic[One, Batch, Routed]):
             headers = merged_headers(len(values), headers, tags, properties, unique_ids)
         elif headers is not None and len(headers) != len(values):
             raise InvalidRecordError(f"{len(headers)} headers for {len(values)} values")
+        if keys is None or None in keys:
+            self._refuse_keyless(topic, keys, len(values))
         if deliver_at is not None or delay_ms is not None:
             return self._park_delayed(topic, values, keys, headers, partition, timestamps,
                                       deliver_at, delay_ms)  # fmt: skip
@@ -328,6 +333,16 @@ class Sender(Generic[One, Batch, Routed]):
             partition = log.router.partition(topic, None, count)
         return self._send_batch(Outgoing(topic, partition, values, keys, headers, timestamps,
                                          compression, base_sequence))  # fmt: skip
+
+    def _refuse_keyless(self, topic: str, keys: Sequence[bytes | None] | None, n: int) -> None:
+        """MissingKeyError when `topic` is compacted (or would be, made by auto-creation) and
+        some of the `n` messages have no key, before anything is parked or written (a
+        transaction's or a delay's messages too: their relay must never meet a refusal)."""
+        log = self.log
+        if log.has_topic(topic):
+            refuse_keyless(log.config(topic), topic, keys, n)
+        elif log.auto_create_topics:
+            refuse_keyless(log.topic_defaults, topic, keys, n)
 
     # -- the hooks ------------------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from mqcore.config import FIXED_AT_CREATION, TopicConfig, validate_name
+from mqcore.config import FIXED_AT_CREATION, LIST_SETTINGS, TopicConfig, split_list, validate_name
 from mqcore.errors import (
     InvalidConfigError,
     MQCoreError,
@@ -26,7 +26,7 @@ from mqcore.errors import (
     TopicExistsError,
     UnknownTopicError,
 )
-from mqcore.server.auth import CREATE, DESCRIBE
+from mqcore.server.auth import CLUSTER, CREATE, DESCRIBE, NOT_ASKED
 from mqcore.server.common import (
     NO_TIME,
     ZERO_UUID,
@@ -46,8 +46,9 @@ if TYPE_CHECKING:
 TOPIC, BROKER = 2, 4  # Kafka's ConfigResource types
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3  # IncrementalAlterConfigs operations
 DYNAMIC_TOPIC_CONFIG, DEFAULT_CONFIG = 1, 5  # DescribeConfigs config_source
-# DescribeConfigs config_type (v3+): BOOLEAN, STRING, LONG, DOUBLE
+# DescribeConfigs config_type (v3+): BOOLEAN, STRING, LONG, DOUBLE; LIST for LIST_SETTINGS
 _TYPES = {"bool": 1, "str": 2, "int": 5, "float": 6}
+LIST_TYPE = 7
 _DEFAULTS = TopicConfig()
 
 
@@ -78,16 +79,7 @@ def create_topic(
 def create_requested(broker: Broker, t: Any, validate_only: bool, session: Session) -> TopicConfig:
     """One topic of a CreateTopics request (`t`), checked as Kafka checks it and created (or
     only checked and bounded, for validate_only); its settings."""
-    if t.assignments:
-        raise KafkaError(ErrorCode.invalid_request, "replica assignments: one node")
-    if t.replication_factor not in (-1, 1):
-        raise KafkaError(
-            ErrorCode.invalid_replication_factor,
-            f"replication factor {t.replication_factor}: a single node keeps 1",
-        )
-    if t.num_partitions == 0 or t.num_partitions < -1:
-        raise KafkaError(ErrorCode.invalid_partitions, "partitions must be >= 1")
-    count = broker.default_partitions if t.num_partitions == -1 else t.num_partitions
+    count = requested_count(broker, t)
     settings = dict(topic_setting(c.name, c.value) for c in t.configs)
     validate_name(t.name)
     if broker.log.has_topic(t.name):
@@ -100,6 +92,48 @@ def create_requested(broker: Broker, t: Any, validate_only: bool, session: Sessi
     return cfg
 
 
+def requested_count(broker: Broker, t: Any) -> int:
+    """The partitions a CreateTopics topic asks for, checked as Kafka's controller checks it:
+    a replica assignment (num_partitions and replication_factor -1 then, INVALID_REQUEST
+    otherwise) gives one partition per entry, its partition indexes 0..n-1; else the count
+    (-1: the server's default) with replication factor 1 or -1."""
+    if t.assignments:
+        if t.replication_factor != -1 or t.num_partitions != -1:
+            raise KafkaError(
+                ErrorCode.invalid_request,
+                "a replica assignment was given: num_partitions and replication_factor must be -1",
+            )
+        indexes = [a.partition_index for a in t.assignments]
+        if sorted(indexes) != list(range(len(indexes))):
+            raise KafkaError(
+                ErrorCode.invalid_replica_assignment,
+                f"assigned partitions {sorted(indexes)}: each of 0..n-1 exactly once",
+            )
+        check_assignments(broker.node_id, [a.broker_ids for a in t.assignments])
+        return len(indexes)
+    if t.replication_factor not in (-1, 1):
+        raise KafkaError(
+            ErrorCode.invalid_replication_factor,
+            f"replication factor {t.replication_factor}: a single node keeps 1",
+        )
+    if t.num_partitions == 0 or t.num_partitions < -1:
+        raise KafkaError(ErrorCode.invalid_partitions, "partitions must be >= 1")
+    return broker.default_partitions if t.num_partitions == -1 else t.num_partitions
+
+
+def check_assignments(node_id: int, replicas: Sequence[Sequence[int]]) -> None:
+    """INVALID_REPLICA_ASSIGNMENT unless each partition's replicas are exactly this node (the
+    only broker of a single-node cluster: Kafka refuses an empty list, a broker named twice
+    and a broker that is not registered)."""
+    for brokers in replicas:
+        if list(brokers) != [node_id]:
+            raise KafkaError(
+                ErrorCode.invalid_replica_assignment,
+                f"replicas {list(brokers)}: this cluster is one broker, node {node_id}, so "
+                f"each partition's replicas are [{node_id}]",
+            )
+
+
 def throttle_time(ms: int) -> datetime.timedelta:
     """A response's throttle_time: how long the client waits before it retries (KIP-599)."""
     return datetime.timedelta(milliseconds=ms)
@@ -109,12 +143,26 @@ def request_limit(broker: Broker, topics: Sequence[Any]) -> PartitionLimitError 
     """The refusal (POLICY_VIOLATION) for every topic of a CreateTopics asking for more
     partitions in all than max_partitions_per_request (Kafka's controller refuses such a
     request whole)."""
-    asked = sum(max(t.num_partitions, 0) or broker.default_partitions for t in topics)
+    asked = sum(
+        len(t.assignments) or max(t.num_partitions, 0) or broker.default_partitions for t in topics
+    )
     try:
         broker.store.log.limits.check_request(asked)
     except PartitionLimitError as e:
         return e
     return None
+
+
+def cluster_operations(broker: Broker, body: Any, session: Session) -> int:
+    """DescribeCluster's cluster_authorized_operations: the principal's, when asked."""
+    if not body.include_cluster_authorized_operations:
+        return NOT_ASKED
+    return broker.access(session).kafka_operations(CLUSTER)
+
+
+def config_type(f: dataclasses.Field[Any]) -> int:
+    """DescribeConfigs' config_type of a TopicConfig field (a list setting is Kafka's LIST)."""
+    return LIST_TYPE if f.name in LIST_SETTINGS else _TYPES.get(str(f.type), 0)
 
 
 def setting_text(value: object) -> str:
@@ -179,7 +227,7 @@ class AdminApis:
                     config_source=DEFAULT_CONFIG if value == default else DYNAMIC_TOPIC_CONFIG,
                     is_sensitive=False,
                     synonyms=(),
-                    config_type=_TYPES.get(str(f.type), 0),
+                    config_type=config_type(f),
                     documentation=None,
                 )  # fmt: skip
             )
@@ -197,9 +245,12 @@ class AdminApis:
                     )
                 # changing a topic's settings is managing it, as creating it is
                 self.broker.authorize(session, CREATE, r.resource_name)
-                changes = dict(self._change(c) for c in r.configs)
+                current = self.store.topic_config(r.resource_name)
+                changes: dict[str, Any] = {}
+                for c in r.configs:  # in order: an APPEND reads what came before it
+                    field, value = self._change(c, current, changes)
+                    changes[field] = value
                 if body.validate_only:
-                    current = self.store.topic_config(r.resource_name)
                     current.changes_allowed(changes)
                     dataclasses.replace(current, **changes)  # validates the values
                 else:
@@ -219,15 +270,28 @@ class AdminApis:
             )
         return build(found.response, throttle_time=NO_TIME, responses=tuple(out))
 
-    def _change(self, c: Any) -> tuple[str, Any]:
+    @staticmethod
+    def _change(c: Any, current: TopicConfig, changes: dict[str, Any]) -> tuple[str, Any]:
+        """One operation of IncrementalAlterConfigs as (field, new value), `changes` holding
+        those before it in the request. APPEND adds the items the list lacks, SUBTRACT takes
+        out those it has (Kafka's ConfigAdminManager), on list settings only."""
         if c.config_operation == SET:
             return topic_setting(c.name, c.value)
+        field = config_field(c.name)
         if c.config_operation == DELETE:  # back to the default
-            field = config_field(c.name)
             return field, getattr(_DEFAULTS, field)
-        raise InvalidConfigError(
-            f"{c.name}: APPEND and SUBTRACT apply to list settings, and mqcore has none"
-        )
+        if c.config_operation not in (APPEND, SUBTRACT):
+            raise KafkaError(ErrorCode.invalid_request, f"config operation {c.config_operation}")
+        if field not in LIST_SETTINGS:
+            raise InvalidConfigError(f"{c.name} is not a list: APPEND and SUBTRACT apply to lists")
+        items = split_list(str(changes.get(field, getattr(current, field))))
+        given = split_list(c.value or "")
+        if c.config_operation == APPEND:
+            return field, ",".join(items + [v for v in given if v not in items])
+        for v in given:
+            if v in items:
+                items.remove(v)
+        return field, ",".join(items)
 
     def describe_cluster(self, found: Api, body: Any, session: Session) -> Any:
         b = self.broker
@@ -238,7 +302,8 @@ class AdminApis:
         return build(
             found.response, throttle_time=NO_TIME, error_code=ErrorCode.none,
             error_message=None, endpoint_type=1, cluster_id=b.cluster_id,
-            controller_id=b.node_id, brokers=(broker,), cluster_authorized_operations=-(2**31),
+            controller_id=b.node_id, brokers=(broker,),
+            cluster_authorized_operations=cluster_operations(b, body, session),
         )  # fmt: skip
 
     def delete_records(self, found: Api, body: Any, session: Session) -> Any:
@@ -306,7 +371,7 @@ class AdminApis:
 
     def create_partitions(self, found: Api, body: Any, session: Session) -> Any:
         """Kafka's CreatePartitions: grow each topic to `count` partitions (validate_only:
-        check only). Replica assignments are refused: one node holds every partition."""
+        check only); replica assignments, one per new partition, may name only this node."""
         m = found.module
         seen = Counter(t.name for t in body.topics)
         out = []
@@ -317,9 +382,7 @@ class AdminApis:
                 if seen[t.name] > 1:
                     raise KafkaError(ErrorCode.invalid_request, f"topic {t.name!r} named twice")
                 self.broker.authorize(session, CREATE, t.name)  # managing the topic
-                if t.assignments:
-                    raise KafkaError(ErrorCode.invalid_request, "replica assignments: one node")
-                self._add_partitions(t.name, t.count, body.validate_only, session)
+                self._add_partitions(t, body.validate_only, session)
             except MQCoreError as e:
                 code, message = error_code(e), str(e)
                 if isinstance(e, QuotaExceeded):
@@ -334,14 +397,21 @@ class AdminApis:
             )
         return build(found.response, throttle_time=throttle_time(throttle), results=tuple(out))
 
-    def _add_partitions(
-        self, topic: str, count: int, validate_only: bool, session: Session
-    ) -> None:
-        """Grow `topic` to `count` partitions, metered and bounded as a creation (create_topic)."""
+    def _add_partitions(self, t: Any, validate_only: bool, session: Session) -> None:
+        """Grow topic `t.name` to `t.count` partitions, metered and bounded as a creation
+        (create_topic); an assignment needs one entry per new partition, each this node."""
+        topic, count = t.name, t.count
         quota = self.broker.quota
         if not validate_only:
             quota.admit(session.principal)
         before = self.store.partitions(topic)
+        if t.assignments is not None and count > before:  # a count too low: INVALID_PARTITIONS
+            if len(t.assignments) != count - before:
+                raise KafkaError(
+                    ErrorCode.invalid_replica_assignment,
+                    f"{count - before} partitions to add, {len(t.assignments)} assignments",
+                )
+            check_assignments(self.broker.node_id, [a.broker_ids for a in t.assignments])
         try:
             with creation_errors():
                 self.store.add_partitions(topic, count, validate_only=validate_only)

@@ -78,6 +78,7 @@ SCRAM_MIN_ITERATIONS = 4096  # RFC 7677's floor for SCRAM-SHA-256 (and Kafka's)
 
 READ, WRITE, DESCRIBE, CREATE, DELETE = "read", "write", "describe", "create", "delete"
 TOPIC, GROUP = "topic", "group"  # the resource types of an ACL line
+CLUSTER = "cluster"  # Kafka's third resource type, which no ACL line names
 OPERATIONS = {
     TOPIC: frozenset({READ, WRITE, DESCRIBE, CREATE}),
     GROUP: frozenset({READ, DESCRIBE, DELETE}),
@@ -89,6 +90,26 @@ _IMPLIES = {  # what granting an operation grants with it (Kafka's AclEntry impl
     CREATE: {CREATE},
     DELETE: {DELETE, DESCRIBE},
 }
+# Kafka's AclOperation codes: an authorized-operations field (Metadata, DescribeCluster,
+# DescribeGroups) sets bit i for operation i; NOT_ASKED when the request did not ask for it
+KAFKA_READ, KAFKA_WRITE, KAFKA_CREATE, KAFKA_DELETE, KAFKA_ALTER, KAFKA_DESCRIBE = 3, 4, 5, 6, 7, 8
+CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE = 9, 10, 11, 12
+NOT_ASKED = -(2**31)
+# what each grant of an ACL file allows among the operations Kafka has for the resource
+# (docs/server.md "ACL file": a topic's create is managing it: creating, deleting, growing and
+# changing its settings; DescribeConfigs needs describe)
+_KAFKA_OPERATIONS: dict[str, dict[str, tuple[int, ...]]] = {
+    TOPIC: {
+        READ: (KAFKA_READ,),
+        WRITE: (KAFKA_WRITE,),
+        DESCRIBE: (KAFKA_DESCRIBE, DESCRIBE_CONFIGS),
+        CREATE: (KAFKA_CREATE, KAFKA_DELETE, KAFKA_ALTER, ALTER_CONFIGS),
+    },
+    GROUP: {READ: (KAFKA_READ,), DESCRIBE: (KAFKA_DESCRIBE,), DELETE: (KAFKA_DELETE,)},
+}
+# the cluster's operations (Kafka's AclEntry.supportedOperations); no ACL line grants them
+_CLUSTER_OPERATIONS = (KAFKA_CREATE, KAFKA_ALTER, KAFKA_DESCRIBE, CLUSTER_ACTION,
+                       DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE)  # fmt: skip
 # gs2-header (no channel binding: "n" or "y"), then client-first-message-bare
 _CLIENT_FIRST = re.compile(r"([ny]),(?:a=([^,]*))?,(n=([^,]*),r=([\x21-\x2b\x2d-\x7e]+)(?:,.*)?)")
 _TOPIC_PATTERN = re.compile(r"[A-Za-z0-9._-]*\*?")
@@ -619,6 +640,18 @@ class Access:
             self.principal, operation, group
         )
 
+    def kafka_operations(self, kind: str, name: str = "") -> int:
+        """Kafka's authorized-operations bit field (Metadata, DescribeCluster, DescribeGroups)
+        for a topic, a group or the cluster (`kind` TOPIC, GROUP or CLUSTER): the operations
+        the principal's grants allow, each with what it implies (_KAFKA_OPERATIONS); without
+        ACLs every operation Kafka has for the resource. No ACL line grants the cluster, and
+        Kafka answers none to a principal without its DESCRIBE."""
+        if kind == CLUSTER:
+            return bit_field(_CLUSTER_OPERATIONS) if self.authorizer is None else 0
+        allowed = self.topic if kind == TOPIC else self.group
+        ops = _KAFKA_OPERATIONS[kind]
+        return bit_field(code for op, codes in ops.items() if allowed(op, name) for code in codes)
+
     def check_topic(self, operation: str, topic: str) -> None:
         if not self.topic(operation, topic):
             raise TopicAuthorizationError(
@@ -630,3 +663,11 @@ class Access:
             raise GroupAuthorizationError(
                 f"{self.principal} may not {operation} group {group!r}", group, operation
             )
+
+
+def bit_field(codes: Iterable[int]) -> int:
+    """Kafka's 32-bit field of operation codes (bit i for code i), as a signed int32."""
+    bits = 0
+    for code in codes:
+        bits |= 1 << code
+    return bits - (1 << 32) if bits >= 1 << 31 else bits

@@ -21,6 +21,7 @@ from kio.schema.errors import ErrorCode
 from mqcore.config import TopicConfig, validate_name
 from mqcore.errors import (
     InvalidRecordError,
+    MissingKeyError,
     MQCoreError,
     OffsetOutOfRangeError,
     TopicExistsError,
@@ -29,7 +30,17 @@ from mqcore.errors import (
 from mqcore.log.legacy import up_convert
 from mqcore.server.admin import AdminApis, create_requested, request_limit, throttle_time
 from mqcore.server.admin import create_topic as admin_create_topic
-from mqcore.server.auth import CREATE, DESCRIBE, READ, WRITE, Access, Authorizer
+from mqcore.server.auth import (
+    CLUSTER,
+    CREATE,
+    DESCRIBE,
+    NOT_ASKED,
+    READ,
+    TOPIC,
+    WRITE,
+    Access,
+    Authorizer,
+)
 from mqcore.server.common import (
     NO_TIME,
     ZERO_UUID,
@@ -50,6 +61,7 @@ from mqcore.store import Store
 
 EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3  # ListOffsets' special timestamps
 MAX_EPOCH = 0x7FFF
+KEYLESS = "a compacted topic takes only records with a key"  # a keyless record's record error
 
 Handler = Callable[[Api, Any, Session], Any]
 
@@ -185,19 +197,29 @@ class Broker:
             names = [t.name for t in body.topics if t.name is not None]
             # v0-v3 had no flag: those versions always auto-created
             create = self.auto_create_topics and getattr(body, "allow_auto_topic_creation", True)
-        topics = tuple(self._topic_metadata(m, name, create, session) for name in names)
+        ops = getattr(body, "include_topic_authorized_operations", False)  # v8+
+        topics = tuple(self._topic_metadata(m, name, create, session, ops) for name in names)
         if body.topics is not None:  # v10+ may name a topic by ID (KIP-516; KIP-848 consumers)
-            topics += tuple(self._topic_by_id(found, t.topic_id, session)
+            topics += tuple(self._topic_by_id(found, t.topic_id, session, ops)
                             for t in body.topics if t.name is None)  # fmt: skip
+        cluster_ops = NOT_ASKED  # v8-v10 only: DescribeCluster answers it from v11 on
+        if getattr(body, "include_cluster_authorized_operations", False):
+            cluster_ops = self.access(session).kafka_operations(CLUSTER)
         return build(
             found.response, throttle_time=NO_TIME, brokers=brokers, cluster_id=self.cluster_id,
-            controller_id=self.node_id, topics=topics, cluster_authorized_operations=-2**31,
+            controller_id=self.node_id, topics=topics, cluster_authorized_operations=cluster_ops,
         )  # fmt: skip
 
-    def _topic_metadata(self, m: Any, name: str, create: bool, session: Session) -> Any:
-        code, count = ErrorCode.none, 0
+    def _topic_metadata(
+        self, m: Any, name: str, create: bool, session: Session, ops: bool = False
+    ) -> Any:
+        """One topic's Metadata (auto-created when `create` allows); with `ops`, the
+        principal's authorized operations on it, unless it may not describe it (Kafka's)."""
+        code, count, authorized = ErrorCode.none, 0, NOT_ASKED
         try:
             self.authorize(session, DESCRIBE, name)
+            if ops:
+                authorized = self.access(session).kafka_operations(TOPIC, name)
             validate_name(name)
             if not self.log.has_topic(name):  # a dict lookup (topics() sorts every name)
                 if not create or not self.allowed(session, CREATE, name):
@@ -225,19 +247,19 @@ class Broker:
         return build(
             m.MetadataResponseTopic, error_code=code, name=name, topic_id=topic_id(name),
             is_internal=name.startswith("__"), partitions=partitions,
-            topic_authorized_operations=-2**31,
+            topic_authorized_operations=authorized,
         )  # fmt: skip
 
-    def _topic_by_id(self, found: Api, wanted: Any, session: Session) -> Any:
+    def _topic_by_id(self, found: Api, wanted: Any, session: Session, ops: bool) -> Any:
         """The topic whose ID (common.topic_id) is `wanted`; UNKNOWN_TOPIC_ID when there is
         none, or the principal may not describe it (an ID does not reveal a name)."""
         for name in self.store.topics():
             if topic_id(name) == wanted and self.allowed(session, DESCRIBE, name):
-                return self._topic_metadata(found.module, name, False, session)
+                return self._topic_metadata(found.module, name, False, session, ops)
         return build(
             found.module.MetadataResponseTopic, error_code=ErrorCode.unknown_topic_id,
             name=None if found.version >= 12 else "", topic_id=wanted, is_internal=False,
-            partitions=(), topic_authorized_operations=-2**31,
+            partitions=(), topic_authorized_operations=NOT_ASKED,
         )  # fmt: skip
 
     def _create(
@@ -335,6 +357,8 @@ class Broker:
                     got.log_append_time_ms = info.log_append_time
                 except MQCoreError as e:
                     got.error_code, got.error_message = int(error_code(e)), str(e)
+                    if isinstance(e, MissingKeyError):  # Kafka names each keyless record
+                        got.record_errors = tuple((i, KEYLESS) for i in e.indexes)
                     failed = True
         if body.acks == 0:
             if failed:

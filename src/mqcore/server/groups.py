@@ -57,7 +57,7 @@ from mqcore.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
-from mqcore.server.auth import DELETE, DESCRIBE, READ, Access
+from mqcore.server.auth import DELETE, DESCRIBE, GROUP, NOT_ASKED, READ, Access
 from mqcore.server.common import client_host
 from mqcore.server.consumergroups import GROUP_TYPE as CONSUMER_GROUP_TYPE
 from mqcore.server.consumergroups import (
@@ -1266,13 +1266,17 @@ class GroupCoordinator:
         is a KIP-848 group (ConsumerGroupDescribe describes those, as in Kafka), is Dead, and
         from v6 GROUP_ID_NOT_FOUND (KIP-1043)."""
         with_offsets = self._committed_groups()
+        ops = getattr(body, "include_authorized_operations", False)  # v3+
         with self._cond:
             described = tuple(
-                self._described(found, gid, session, gid in with_offsets) for gid in body.groups
+                self._described(found, gid, session, gid in with_offsets, ops)
+                for gid in body.groups
             )
         return build(found.response, throttle_time=NO_DURATION, groups=described)
 
-    def _described(self, found: Api, group_id: str, session: Any, committed: bool) -> Any:
+    def _described(
+        self, found: Api, group_id: str, session: Any, committed: bool, ops: bool
+    ) -> Any:
         m = found.module
         group = self._groups.get(group_id)
         if group is not None:
@@ -1293,8 +1297,16 @@ class GroupCoordinator:
             group_state=state, protocol_type=ptype,
             protocol_data=(group.protocol_name or "") if stable and group else "",
             members=self._described_members(m, group, stable) if group is not None else (),
-            authorized_operations=-(2**31),
+            authorized_operations=self._operations(session, group_id, ops and not code),
         )  # fmt: skip
+
+    def _operations(self, session: Any, group_id: str, asked: bool) -> int:
+        """The principal's authorized operations on the group (Kafka's bit field), when asked
+        and the group is described without an error (as Kafka answers)."""
+        if not asked:
+            return NOT_ASKED
+        access = Access(None) if self.access is None else self.access(session)
+        return access.kafka_operations(GROUP, group_id)
 
     @staticmethod
     def _described_members(m: Any, group: Group, stable: bool) -> tuple[Any, ...]:

@@ -41,9 +41,13 @@ correlation_id int32; v1 from v9: it and tagged fields):
                    | error_message nullable string                              (v8+)
                    | tagged fields (v9+)
 
+    record error   batch_index int32 | batch_index_error_message nullable string
+                   | tagged fields (v9+)
+
 The tagged fields are always empty here: v10's current_leader (a partition's) and
 node_endpoints (the body's) are written only on NOT_LEADER_OR_FOLLOWER, which a single node
-never answers. record_errors is always empty: a batch is refused whole.
+never answers. A batch is refused whole; record_errors names the records that made it so
+where Kafka names them (the keyless records of a compacted topic), and is empty otherwise.
 """
 
 from __future__ import annotations
@@ -184,6 +188,8 @@ class ProducedPartition:
     log_append_time_ms: int = -1
     log_start_offset: int = -1
     error_message: str | None = None
+    # (index of the record in the batch, why it was refused): Kafka's record_errors (v8+)
+    record_errors: tuple[tuple[int, str | None], ...] = ()
 
 
 @dataclass(slots=True)
@@ -218,7 +224,7 @@ def encode_produce(version: int, correlation_id: int, answer: ProduceAnswer) -> 
             if version >= 5:
                 out += I64.pack(p.log_start_offset)
             if version >= 8:
-                out += count(0, flexible)  # record_errors
+                out += _record_errors(p.record_errors, flexible)
                 out += string(p.error_message, flexible)
             if flexible:
                 out += b"\0"  # the partition's tagged fields
@@ -229,6 +235,17 @@ def encode_produce(version: int, correlation_id: int, answer: ProduceAnswer) -> 
     if flexible:
         out += b"\0"  # the body's tagged fields
     I32.pack_into(out, 0, len(out) - 4)
+    return bytes(out)
+
+
+def _record_errors(errors: tuple[tuple[int, str | None], ...], flexible: bool) -> bytes:
+    """A partition's record_errors array (v8+)."""
+    out = bytearray(count(len(errors), flexible))
+    for index, message in errors:
+        out += I32.pack(index)
+        out += string(message, flexible)
+        if flexible:
+            out += b"\0"  # the record error's tagged fields
     return bytes(out)
 
 

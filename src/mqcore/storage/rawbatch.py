@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from mqcore._ext.batch import BatchInfo, peek_batch_header
+from mqcore._ext.batch import BatchInfo, Message, decode_messages, peek_batch_header
 from mqcore._ext.keyindex import batch_hits
 from mqcore._ext.rawbatch import check_whole_batch, stamp_batch
 from mqcore.errors import CorruptRecordError, InvalidRecordError
@@ -16,6 +16,7 @@ from mqcore.storage import durable
 from mqcore.storage.segment import MAX_DECOMPRESSED
 
 ATTR_LOG_APPEND_TIME = 0x08
+_FIRST_OFFSET = -(1 << 63)  # a client's batch may carry any base offset: decode every record
 SOURCE = "the appended records"  # what error messages call the caller's buffer
 
 
@@ -56,6 +57,15 @@ class RawBatch:
         if self._hits is None:
             self._hits = batch_hits(self.buf, self.pos, MAX_DECOMPRESSED, SOURCE)[0]
         return self._hits
+
+    def keys(self) -> list[bytes | None]:
+        """Each record's key in batch order (None: no key), decoded on demand: for the checks
+        only some topics need (a compacted topic's keys, Kafka's LogValidator)."""
+        out: list[Message] = []
+        whole = self.buf[self.pos : self.pos + self.size]
+        decode_messages(whole, 0, "", 0, _FIRST_OFFSET, self.count, out, False,
+                        MAX_DECOMPRESSED, SOURCE)  # fmt: skip
+        return [m.key for m in out]
 
     def set_base_offset(self, base_offset: int) -> None:
         if self.keep_offsets:
