@@ -501,6 +501,18 @@ def test_heartbeats_and_describes_need_the_group_grants(store: mqcore.Store, clo
         coord.close()
 
 
+def test_describe_answers_the_authorized_operations_when_asked(
+    coord: GroupCoordinator,
+) -> None:
+    """ConsumerGroupDescribe's authorized_operations: every operation Kafka has on a group
+    (READ 3, DELETE 6, DESCRIBE 8) without ACLs when asked, Kafka's "not asked" otherwise."""
+    m = Member(coord)
+    assert m.join("t").error_code == ErrorCode.none
+    asked = m.call(69, 1, group_ids=("g",), include_authorized_operations=True).groups[0]
+    assert asked.authorized_operations == (1 << 3) | (1 << 6) | (1 << 8)
+    assert described(coord).authorized_operations == -(2**31)
+
+
 class Nobody:
     """An authorizer that grants nothing."""
 

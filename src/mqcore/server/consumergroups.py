@@ -65,7 +65,7 @@ from kio.schema.errors import ErrorCode
 from mqcore.consume.group import range_assign, validate_group
 from mqcore.errors import InvalidGroupError, MQCoreError
 from mqcore.log.internal import is_internal
-from mqcore.server.auth import DESCRIBE, READ, Access
+from mqcore.server.auth import DESCRIBE, GROUP, NOT_ASKED, READ, Access
 from mqcore.server.common import NO_TIME, client_host, topic_id
 from mqcore.server.defaults import CONSUMER_HEARTBEAT_INTERVAL, CONSUMER_SESSION_TIMEOUT
 from mqcore.server.protocol import Api, build
@@ -609,11 +609,21 @@ class ConsumerGroups:
     def describe(self, found: Api, body: Any, session: Any) -> Any:
         """Each group as Kafka describes a consumer group: GROUP_ID_NOT_FOUND for a name that
         is not one (librdkafka then asks DescribeGroups, for a classic group)."""
+        asked = bool(body.include_authorized_operations)
         with self.lock:
-            described = tuple(self._described(found.module, gid, session) for gid in body.group_ids)
+            described = tuple(
+                self._described(found.module, gid, session, asked) for gid in body.group_ids
+            )
         return build(found.response, throttle_time=NO_TIME, groups=described)
 
-    def _described(self, m: Any, group_id: str, session: Any) -> Any:
+    def _operations(self, session: Any, group_id: str, asked: bool) -> int:
+        """The principal's authorized operations on the group, when asked (Kafka's bit field)."""
+        if not asked:
+            return NOT_ASKED
+        access = Access(None) if self.access is None else self.access(session)
+        return access.kafka_operations(GROUP, group_id)
+
+    def _described(self, m: Any, group_id: str, session: Any, asked: bool) -> Any:
         group = self.group(group_id)
         if not self._allowed(session, DESCRIBE, group_id):
             code, message = ErrorCode.group_authorization_failed, f"may not describe {group_id!r}"
@@ -628,11 +638,11 @@ class ConsumerGroups:
                 group_id=group_id, group_state=group.state, group_epoch=group.epoch,
                 assignment_epoch=group.assignment_epoch, assignor_name=group.assignor,
                 members=tuple(self._described_member(m, group, x) for x in group.members.values()),
-                authorized_operations=-(2**31),
+                authorized_operations=self._operations(session, group_id, asked),
             )  # fmt: skip
         return build(m.DescribedGroup, error_code=code, error_message=message, group_id=group_id,
                      group_state=DEAD, group_epoch=-1, assignment_epoch=-1, assignor_name="",
-                     members=(), authorized_operations=-(2**31))  # fmt: skip
+                     members=(), authorized_operations=NOT_ASKED)  # fmt: skip
 
     @staticmethod
     def _described_member(m: Any, group: ConsumerGroup, member: Member) -> Any:
