@@ -206,6 +206,29 @@ def test_cleanup_policy_is_a_list_that_append_and_subtract_change(
     assert store.topic_config("t").cleanup_policy == "compact"
 
 
+def test_a_config_named_twice_in_one_resource_is_an_invalid_request(
+    kafka_server: Any, store: mqcore.Store
+) -> None:
+    """Kafka refuses a resource naming one config twice (INVALID_REQUEST) rather than apply
+    its operations in turn; nothing changes."""
+    from kio.schema.incremental_alter_configs.v1.request import (
+        AlterableConfig,
+        AlterConfigsResource,
+    )
+
+    store.create_topic("t", retention_ms=1000)
+    twice = (AlterableConfig(name="retention.ms", config_operation=0, value="5"),
+             AlterableConfig(name="retention.ms", config_operation=0, value="6"))  # fmt: skip
+    wire = KioWire(kafka_server.address)
+    try:
+        r = wire.call(44, 1, validate_only=False, resources=(
+            AlterConfigsResource(resource_type=2, resource_name="t", configs=twice),))  # fmt: skip
+    finally:
+        wire.close()
+    assert r.responses[0].error_code == ErrorCode.invalid_request
+    assert store.topic_config("t").retention_ms == 1000
+
+
 def test_an_empty_cleanup_policy_keeps_everything(store: mqcore.Store) -> None:
     """Kafka 3.9 takes an empty list: neither retention nor compaction applies."""
     store.create_topic("k", cleanup_policy="", retention_ms=1, segment_bytes=200)

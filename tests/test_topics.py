@@ -375,3 +375,24 @@ def test_delays_and_transactions_for_a_deleted_topic_do_not_hold_up_the_rest(
         assert store.pending_delays() == 0 and store.open_transactions() == []
         assert store.deliver_due(now=2**50) == 0
         assert "gone" not in store.topics()
+
+
+def test_update_topic_config_reads_and_writes_with_nothing_between(store: mqcore.Store) -> None:
+    """Store.update_topic_config computes the change from the settings as they are, under the
+    topic's change: 4 threads adding 1 to retention_ms 50 times each lose none of the 200
+    increments (a read, then alter_topic_config, would lose some: IncrementalAlterConfigs'
+    APPEND and SUBTRACT are computed this way)."""
+    import threading
+
+    store.create_topic("t", retention_ms=1000)
+
+    def add_ones() -> None:
+        for _ in range(50):
+            store.update_topic_config("t", lambda cfg: {"retention_ms": cfg.retention_ms + 1})
+
+    threads = [threading.Thread(target=add_ones) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert store.topic_config("t").retention_ms == 1200

@@ -242,6 +242,16 @@ class Store(Sender[RecordMetadata, BatchMetadata, list[BatchMetadata]]):
         refuse_internal(topic, "alter")
         return self.log.alter_topic_config(topic, **changes)
 
+    def update_topic_config(
+        self, topic: str, changes_of: Callable[[TopicConfig], dict[str, Any]]
+    ) -> TopicConfig:
+        """alter_topic_config(topic, **changes_of(current settings)), read and written with no
+        other change of the topic between them (Kafka's IncrementalAlterConfigs APPEND and
+        SUBTRACT of list settings)."""
+        self.log.check_writable()
+        refuse_internal(topic, "alter")
+        return self.log.update_topic_config(topic, changes_of)
+
     def delete_topic(self, name: str) -> None:
         """Delete a topic and all its messages (Kafka's DeleteTopics); the name may be created
         again afterwards, as a new topic whose offsets start at 0.

@@ -495,9 +495,18 @@ class Log:
     def alter_topic_config(self, topic: str, **changes: Any) -> TopicConfig:
         """Change settings of an existing topic (Store.alter_topic_config says what and when);
         returns its new settings."""
+        return self.update_topic_config(topic, lambda _old: changes)
+
+    def update_topic_config(
+        self, topic: str, changes_of: Callable[[TopicConfig], dict[str, Any]]
+    ) -> TopicConfig:
+        """alter_topic_config with the changes computed from the settings as they are, under
+        the topic's change: no other change comes between the read and the write (an
+        IncrementalAlterConfigs APPEND to a list setting)."""
         self.check_writable()
         with self._changes.changing(topic):
             old = self._existing(topic)
+            changes = changes_of(old)
             new = old.with_changes(**changes)
             old.changes_allowed(changes)
             if new == old:

@@ -245,16 +245,18 @@ class AdminApis:
                     )
                 # changing a topic's settings is managing it, as creating it is
                 self.broker.authorize(session, CREATE, r.resource_name)
-                current = self.store.topic_config(r.resource_name)
-                changes: dict[str, Any] = {}
-                for c in r.configs:  # in order: an APPEND reads what came before it
-                    field, value = self._change(c, current, changes)
-                    changes[field] = value
+                names = [c.name for c in r.configs]
+                if len(set(names)) < len(names):  # Kafka refuses the resource whole
+                    raise KafkaError(ErrorCode.invalid_request, f"a config named twice: {names}")
                 if body.validate_only:
+                    current = self.store.topic_config(r.resource_name)
+                    changes = self._changes(r.configs, current)
                     current.changes_allowed(changes)
                     dataclasses.replace(current, **changes)  # validates the values
-                else:
-                    self.store.alter_topic_config(r.resource_name, **changes)
+                else:  # computed from the settings as they are when written (APPEND)
+                    self.store.update_topic_config(
+                        r.resource_name, lambda now, c=r.configs: self._changes(c, now)
+                    )
             except MQCoreError as e:
                 code, message = error_code(e), str(e)
             except TypeError as e:  # a value of the wrong type for its field
@@ -269,6 +271,15 @@ class AdminApis:
                 )  # fmt: skip
             )
         return build(found.response, throttle_time=NO_TIME, responses=tuple(out))
+
+    def _changes(self, configs: Any, current: TopicConfig) -> dict[str, Any]:
+        """The changes of one resource's operations, in order (an APPEND reads the ones
+        before it)."""
+        changes: dict[str, Any] = {}
+        for c in configs:
+            field, value = self._change(c, current, changes)
+            changes[field] = value
+        return changes
 
     @staticmethod
     def _change(c: Any, current: TopicConfig, changes: dict[str, Any]) -> tuple[str, Any]:
