@@ -86,20 +86,26 @@ def test_without_auto_create_a_deleted_topic_stays_unknown(store: mqcore.Store) 
     assert store.topics() == []
 
 
-def test_kafka_python_deletes_by_name_and_an_id_is_unknown(
+def test_kafka_python_deletes_by_name_and_by_the_id_metadata_gives(
     kafka_server: Any, store: mqcore.Store
 ) -> None:
-    """kafka-python sends DeleteTopics v6, which may name a topic by ID: the server keeps no
-    topic IDs, so an ID is UNKNOWN_TOPIC_ID (and nothing is deleted)."""
+    """kafka-python sends DeleteTopics v6, which may name a topic by ID: the ID Metadata gives
+    deletes that topic, an ID of no topic is UNKNOWN_TOPIC_ID (and nothing is deleted)."""
     store.create_topic("a", partitions=2)
     store.create_topic("b")
+    store.create_topic("c")
     admin = KafkaAdminClient(bootstrap_servers=kafka_server.bootstrap)
     try:
+        ids = {t["name"]: t["topic_id"] for t in admin.describe_topics(["a", "b", "c"])}
+        assert len(set(ids.values())) == 3 and str(uuid.UUID(int=0)) not in ids.values()
         some_id = uuid.uuid4()
-        got = admin.delete_topics(["a", some_id], raise_errors=False)
-        # kafka-python shows the zero UUID as None, and an ID as its text
+        got = admin.delete_topics(["a", some_id, uuid.UUID(ids["c"])], raise_errors=False)
         codes = {(t["name"], t["topic_id"]): t["error_code"] for t in got["topics"]}
-        assert codes == {("a", None): 0, (None, str(some_id)): UNKNOWN_TOPIC_ID}
+        assert codes == {
+            ("a", ids["a"]): 0,
+            (None, str(some_id)): UNKNOWN_TOPIC_ID,
+            ("c", ids["c"]): 0,
+        }
         assert store.topics() == ["b"]
         twice = admin.delete_topics(["b", "b"], raise_errors=False)
         assert [t["error_code"] for t in twice["topics"]] == [INVALID_REQUEST] * 2

@@ -29,12 +29,12 @@ from mqcore.errors import (
 from mqcore.server.auth import CLUSTER, CREATE, DESCRIBE, NOT_ASKED
 from mqcore.server.common import (
     NO_TIME,
-    ZERO_UUID,
     KafkaError,
     Session,
     config_field,
     error_code,
     kafka_config_name,
+    topic_id,
     topic_setting,
 )
 from mqcore.server.protocol import Api, build
@@ -346,23 +346,21 @@ class AdminApis:
 
     def delete_topics(self, found: Api, body: Any, session: Session) -> Any:
         """Kafka's DeleteTopics: each topic deleted, durably, when the response is sent (there
-        is no replica to wait for, so `timeout` is not needed). v6 may name a topic by ID;
-        mqcore keeps no topic IDs (Metadata gives the zero UUID), so an ID is UNKNOWN_TOPIC_ID."""
+        is no replica to wait for, so `timeout` is not needed). v6 may name a topic by its ID
+        (the one Metadata gives: common.topic_id); an ID of no topic is UNKNOWN_TOPIC_ID."""
         m = found.module
         if hasattr(body, "topic_names"):  # v1-v5: names only
             wanted = [(name, None) for name in body.topic_names]
         else:
-            wanted = [(t.name, t.topic_id) for t in body.topics]
+            by_id = {topic_id(n): n for n in self.store.topics()}
+            wanted = [(t.name or by_id.get(t.topic_id), t.topic_id) for t in body.topics]
         seen = Counter(name for name, _ in wanted if name is not None)
         out = []
-        for name, topic_id in wanted:
+        for name, asked_id in wanted:
             code, message = ErrorCode.none, None
             try:
                 if name is None:
-                    raise KafkaError(
-                        ErrorCode.unknown_topic_id,
-                        f"topic ID {topic_id}: mqcore keeps no topic IDs; name the topic",
-                    )
+                    raise KafkaError(ErrorCode.unknown_topic_id, f"no topic has ID {asked_id}")
                 if seen[name] > 1:
                     raise KafkaError(ErrorCode.invalid_request, f"topic {name!r} named twice")
                 self.broker.authorize(session, CREATE, name)  # managing the topic
@@ -373,7 +371,7 @@ class AdminApis:
                 build(
                     m.DeletableTopicResult,
                     name=name,
-                    topic_id=topic_id if name is None else ZERO_UUID,
+                    topic_id=asked_id if name is None else topic_id(name),
                     error_code=code,
                     error_message=message,
                 )  # fmt: skip

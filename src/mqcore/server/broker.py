@@ -289,7 +289,7 @@ class Broker:
                 build(
                     m.CreatableTopicResult,
                     name=t.name,
-                    topic_id=ZERO_UUID,
+                    topic_id=topic_id(t.name) if cfg else ZERO_UUID,
                     error_code=code,
                     error_message=message,
                     topic_config_error_code=0,
