@@ -25,13 +25,6 @@ pytest.importorskip("mqcore.server", reason="the server extra (kio) is missing")
 pytestmark = pytest.mark.slow
 
 ZOOKEEPER_JAR = "/usr/share/java/zookeeper.jar"
-BURROW_GAPS = (
-    "Metadata v1 naming __consumer_offsets before any group committed answers "
-    "INVALID_TOPIC_EXCEPTION (Kafka creates the internal topic then), so Burrow's consumer "
-    "module fails to start; and ListOffsets v0 is not served: its cluster module always sends "
-    "it (a bare sarama OffsetRequest), gets EOF, never learns an end offset and drops every "
-    "commit it reads ('no topic'), so it reports no lag at all"
-)
 
 
 def serving(port: int) -> bool:
@@ -82,7 +75,6 @@ def burrow_lag(address: str, group: str) -> dict[tuple[str, int], tuple[int, int
     }
 
 
-@pytest.mark.xfail(strict=True, reason=BURROW_GAPS)
 def test_burrow_reports_the_lag_the_store_has(
     kafka_server: Any, store: mqcore.Store, zookeeper: str, tmp_path: Any
 ) -> None:

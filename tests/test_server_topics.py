@@ -20,6 +20,8 @@ kafka = pytest.importorskip("kafka")
 ck = pytest.importorskip("confluent_kafka")
 from confluent_kafka.admin import AdminClient, NewPartitions  # noqa: E402
 from kafka.admin import KafkaAdminClient  # noqa: E402
+from kio.index import load_payload_module  # noqa: E402
+from kio.static.constants import EntityType  # noqa: E402
 
 from mqcore.server import Server  # noqa: E402
 from mqcore.server.auth import add_user  # noqa: E402
@@ -84,6 +86,36 @@ def test_without_auto_create_a_deleted_topic_stays_unknown(store: mqcore.Store) 
         listed = admin.list_topics(topic="gone", timeout=WAIT).topics["gone"]
         assert listed.error.code() == UNKNOWN_TOPIC_OR_PARTITION
     assert store.topics() == []
+
+
+def test_metadata_naming_consumer_offsets_makes_it_as_kafka_makes_its_internal_topic(
+    store: mqcore.Store,
+) -> None:
+    """Burrow (over sarama, Metadata v1) names __consumer_offsets before any group committed:
+    Kafka's broker creates its internal topic then, whatever auto.create.topics.enable says, so
+    it answers the topic (internal, one partition here) and a later commit lands in it. A
+    request that does not allow auto-creation (v4+) gets UNKNOWN_TOPIC_OR_PARTITION; another
+    missing topic stays unknown on a server that does not auto-create."""
+    v1 = load_payload_module(3, 1, EntityType.request)
+    v4 = load_payload_module(3, 4, EntityType.request)
+    with Server(store, listen="127.0.0.1:0", auto_create_topics=False) as srv:
+        wire = kafkaclients.KioWire(srv.address)
+        try:
+            r = wire.call(3, 4, topics=(v4.MetadataRequestTopic(name="__consumer_offsets"),),
+                          allow_auto_topic_creation=False)  # fmt: skip
+            assert [int(t.error_code) for t in r.topics] == [UNKNOWN_TOPIC_OR_PARTITION]
+            assert store.topics() == []
+            r = wire.call(3, 1, topics=tuple(v1.MetadataRequestTopic(name=n)
+                                             for n in ("__consumer_offsets", "other")))  # fmt: skip
+            got = {t.name: (int(t.error_code), t.is_internal, len(t.partitions)) for t in r.topics}
+            assert got == {"__consumer_offsets": (0, True, 1),
+                           "other": (UNKNOWN_TOPIC_OR_PARTITION, False, 0)}  # fmt: skip
+        finally:
+            wire.close()
+        assert store.topics() == ["__consumer_offsets"]
+        store.create_topic("t")
+        store.alter_group_offsets("g", {("t", 0): 0})
+        assert [(x.topic, x.committed) for x in store.group_lag("g")["g"]] == [("t", 0)]
 
 
 def test_kafka_python_deletes_by_name_and_by_the_id_metadata_gives(

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from mqcore.crashpoints import crash_point
+from mqcore.errors import TopicExistsError
 from mqcore.log.internal import ReplayedState
 
 if TYPE_CHECKING:
@@ -162,6 +163,22 @@ class OffsetStore(ReplayedState[GroupKey, OffsetAndMetadata]):
         with self.lock:
             return {(t, p): om for (g, t, p), om in self.loaded().items() if g == group}
 
+    def topic(self) -> str:
+        """`__consumer_offsets`, created (compacted, one partition) unless the log has it: at
+        the first commit, or when a Kafka client names it before any group committed (Kafka's
+        broker creates its internal topic then; Burrow reads it from the start)."""
+        try:
+            return self.log.internal_topic(
+                OFFSETS_TOPIC,
+                partitions=1,
+                cleanup_policy="compact",
+                unique_ids=False,
+                key_index=False,
+                segment_bytes=OFFSETS_SEGMENT_BYTES,
+            )
+        except TopicExistsError:  # created meanwhile by another thread
+            return OFFSETS_TOPIC
+
     def commit(
         self, group: str, offsets: Mapping[tuple[str, int], OffsetAndMetadata | None]
     ) -> None:
@@ -179,14 +196,7 @@ class OffsetStore(ReplayedState[GroupKey, OffsetAndMetadata]):
         if not items:
             return
         loaded = self.loaded()
-        topic = self.log.internal_topic(
-            OFFSETS_TOPIC,
-            partitions=1,
-            cleanup_policy="compact",
-            unique_ids=False,
-            key_index=False,
-            segment_bytes=OFFSETS_SEGMENT_BYTES,
-        )
+        topic = self.topic()
         count = self.log.config(topic).partitions
         by_partition: dict[int, list[tuple[GroupKey, OffsetAndMetadata | None]]] = {}
         for key, om in sorted(items.items()):

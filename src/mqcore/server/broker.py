@@ -19,6 +19,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from mqcore.config import TopicConfig, validate_name
+from mqcore.consume.offsets import OFFSETS_TOPIC
 from mqcore.errors import (
     InvalidRecordError,
     MissingKeyError,
@@ -196,7 +197,7 @@ class Broker:
         else:
             names = [t.name for t in body.topics if t.name is not None]
             # v0-v3 had no flag: those versions always auto-created
-            create = self.auto_create_topics and getattr(body, "allow_auto_topic_creation", True)
+            create = getattr(body, "allow_auto_topic_creation", True)
         ops = getattr(body, "include_topic_authorized_operations", False)  # v8+
         topics = tuple(self._topic_metadata(m, name, create, session, ops) for name in names)
         if body.topics is not None:  # v10+ may name a topic by ID (KIP-516; KIP-848 consumers)
@@ -213,8 +214,11 @@ class Broker:
     def _topic_metadata(
         self, m: Any, name: str, create: bool, session: Session, ops: bool = False
     ) -> Any:
-        """One topic's Metadata (auto-created when `create` allows); with `ops`, the
-        principal's authorized operations on it, unless it may not describe it (Kafka's)."""
+        """One topic's Metadata; with `ops`, the principal's authorized operations on it,
+        unless it may not describe it (Kafka's). When the request allows auto-creation
+        (`create`), a missing topic is made if the server auto-creates topics, and
+        `__consumer_offsets` whatever it does, as Kafka's broker makes its internal topic (a
+        client reading commits, such as Burrow, names it before any group committed)."""
         code, count, authorized = ErrorCode.none, 0, NOT_ASKED
         try:
             self.authorize(session, DESCRIBE, name)
@@ -222,12 +226,17 @@ class Broker:
                 authorized = self.access(session).kafka_operations(TOPIC, name)
             validate_name(name)
             if not self.log.has_topic(name):  # a dict lookup (topics() sorts every name)
-                if not create or not self.allowed(session, CREATE, name):
+                if create and name == OFFSETS_TOPIC:
+                    self.store.offset_store().topic()
+                elif not (create and self.auto_create_topics) or not self.allowed(
+                    session, CREATE, name
+                ):
                     raise UnknownTopicError(name)
-                try:
-                    self._create(name, self.default_partitions, {}, session)
-                except TopicExistsError:
-                    pass  # created meanwhile by another connection, with another count
+                else:
+                    try:
+                        self._create(name, self.default_partitions, {}, session)
+                    except TopicExistsError:
+                        pass  # created meanwhile by another connection, with another count
             count = self.store.partitions(name)  # UnknownTopicError if deleted meanwhile
         except MQCoreError as e:
             code = error_code(e)
