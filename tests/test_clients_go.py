@@ -6,10 +6,10 @@ library sources, offline
 (GO111MODULE=off, GOPATH=/usr/share/gocode), that produces, consumes, or consumes in a group
 and prints what it saw; the test compares that with the store: messages intact and in order,
 each batch stored with the codec the client sent, a group's committed offsets and lag as
-`Store.group_lag` has them. Where the server does not serve what a client sends yet, the test
-is an expected failure naming the request (strict: it fails once the server is fixed, so the
-marker goes). `make test-tools` installs golang-go and the four -dev packages as root; a
-missing one skips its client's tests."""
+`Store.group_lag` has them. sarama's default version and optiopay speak Produce v0 (magic 0
+message sets), kafka-go Produce and Fetch v2 (magic 1) and JoinGroup v1: the server turns
+legacy message sets into v2 batches of the same codec. `make test-tools` installs golang-go
+and the four -dev packages as root; a missing one skips its client's tests."""
 
 from __future__ import annotations
 
@@ -37,25 +37,6 @@ SOURCES = {  # program -> (the Debian package, the source it builds against)
     "optiopay": ("golang-github-optiopay-kafka-dev", "github.com/optiopay/kafka/v2"),
 }
 HERE = Path(__file__).resolve().parent / "clients"
-
-
-def xfail(reason: str) -> Any:
-    return pytest.mark.xfail(strict=True, reason=reason)
-
-
-# What the server does not serve yet, as each client meets it (the request the server log shows
-# at DEBUG as "API k version v is not served", after which it closes the connection).
-PRODUCE_V0 = "Produce v0 (magic 0 message sets) is not served: sarama gets EOF"
-LIST_OFFSETS_V0 = "ListOffsets v0 is not served (then Fetch v0): sarama gets EOF"
-JOIN_GROUP_V1 = "JoinGroup v1 is not served: sarama's group.Consume gets EOF"
-PRODUCE_V2 = "Produce v2 (magic 1 message sets) is not served: kafka-go's write gets EOF"
-FETCH_V2 = "Fetch v2 (magic 1 message sets) is not served: kafka-go's reader never gets a message"
-KAFKA_GO_JOIN = "JoinGroup v1 is not served: kafka-go's group reader retries without end"
-OPTIOPAY_PRODUCE_V0 = "Produce v0 (magic 0 message sets) is not served: optiopay's Produce gets EOF"
-OLD_LIBRDKAFKA_CODECS = (
-    "ApiVersions lists Produce 3-11: librdkafka 2.0.2 compresses gzip/snappy/lz4 only when the "
-    "broker lists Produce v0 (KAFKA-18659), so the batches arrive uncompressed"
-)
 
 
 def go_env(cache: Path) -> dict[str, str]:
@@ -118,9 +99,7 @@ def confluent(go_programs: dict[str, str], tmp_path_factory: pytest.TempPathFact
 @pytest.mark.parametrize(
     ("version", "codec"),
     [
-        pytest.param("default", "none", marks=xfail(PRODUCE_V0)),
-        pytest.param("default", "gzip", marks=xfail(PRODUCE_V0)),
-        pytest.param("default", "snappy", marks=xfail(PRODUCE_V0)),
+        *(("default", c) for c in ("none", "gzip", "snappy")),
         *(("2.2.0", c) for c in ("none", "gzip", "snappy", "lz4", "zstd")),
     ],
 )
@@ -136,8 +115,7 @@ def test_sarama_produces(
     check_produced(store, "sp", "sarama", codec)
 
 
-@pytest.mark.parametrize("version", [pytest.param("default", marks=xfail(LIST_OFFSETS_V0)),
-                                     "2.2.0"])  # fmt: skip
+@pytest.mark.parametrize("version", ["default", "2.2.0"])
 def test_sarama_consumes(
     kafka_server: Any, store: mqcore.Store, sarama: list[str], version: str
 ) -> None:
@@ -149,7 +127,7 @@ def test_sarama_consumes(
     assert seen(records) == stored(store, "sc", 2)
 
 
-@pytest.mark.parametrize("version", [pytest.param("2.2.0", marks=xfail(JOIN_GROUP_V1))])
+@pytest.mark.parametrize("version", ["2.2.0"])
 def test_sarama_consumer_group(
     kafka_server: Any, store: mqcore.Store, sarama: list[str], version: str
 ) -> None:
@@ -164,7 +142,6 @@ def test_sarama_consumer_group(
 
 
 @pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4"])
-@xfail(PRODUCE_V2)
 def test_kafka_go_writer_writes(
     kafka_server: Any, store: mqcore.Store, kafkago: list[str], codec: str
 ) -> None:
@@ -176,7 +153,6 @@ def test_kafka_go_writer_writes(
     check_produced(store, "kw", "kafka-go", codec)
 
 
-@xfail(FETCH_V2)
 def test_kafka_go_reader_reads(kafka_server: Any, store: mqcore.Store, kafkago: list[str]) -> None:
     """A Reader of partition 1 (Fetch v2) reads every message from the first, in order."""
     fill(store, "kr", 2, compression="snappy")
@@ -184,7 +160,6 @@ def test_kafka_go_reader_reads(kafka_server: Any, store: mqcore.Store, kafkago: 
     assert seen(records) == stored(store, "kr", 2)[N:]
 
 
-@xfail(KAFKA_GO_JOIN)
 def test_kafka_go_group_reader_commits(
     kafka_server: Any, store: mqcore.Store, kafkago: list[str]
 ) -> None:
@@ -199,11 +174,7 @@ def test_kafka_go_group_reader_commits(
 
 @pytest.mark.parametrize(
     "codec",
-    [
-        "none",
-        *(pytest.param(c, marks=xfail(OLD_LIBRDKAFKA_CODECS)) for c in ("gzip", "snappy", "lz4")),
-        "zstd",
-    ],
+    ["none", "gzip", "snappy", "lz4", "zstd"],
 )
 def test_confluent_kafka_go_produces(
     kafka_server: Any, store: mqcore.Store, confluent: list[str], codec: str
@@ -241,7 +212,6 @@ def test_confluent_kafka_go_consumer_group(
 
 
 @pytest.mark.parametrize("codec", ["none", "gzip", "snappy"])
-@xfail(OPTIOPAY_PRODUCE_V0)
 def test_optiopay_produces(
     kafka_server: Any, store: mqcore.Store, optiopay: list[str], codec: str
 ) -> None:

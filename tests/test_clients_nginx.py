@@ -47,17 +47,7 @@ def listening(address: str) -> bool:
     return True
 
 
-@pytest.mark.parametrize(
-    "version",
-    [
-        pytest.param(v, marks=pytest.mark.xfail(strict=True, reason=reason))
-        for v, reason in [
-            (0, "Produce v0 (magic 0 message sets) is not served: the producer's send fails"),
-            (1, "Produce v1 (magic 0 message sets) is not served: the producer's send fails"),
-            (2, "Produce v2 (magic 1 message sets) is not served: the producer's send fails"),
-        ]
-    ],
-)
+@pytest.mark.parametrize("version", [0, 1, 2])
 def test_lua_nginx_kafka_produces(
     kafka_server: Any, store: mqcore.Store, tmp_path: Any, version: int
 ) -> None:

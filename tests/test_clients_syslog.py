@@ -28,14 +28,7 @@ pytest.importorskip("mqcore.server", reason="the server extra (kio) is missing")
 
 SYSLOG_NG_UNPACKED = "/opt/mqcore-test-tools/syslog-ng"  # make test-tools puts it there
 N = 200
-OLD_LIBRDKAFKA_CODECS = (
-    "ApiVersions lists Produce 3-11: librdkafka 2.0.2 compresses gzip only when the broker "
-    "lists Produce v0 (KAFKA-18659), so the batches arrive uncompressed"
-)
-CODECS = [
-    "none",
-    pytest.param("gzip", marks=pytest.mark.xfail(strict=True, reason=OLD_LIBRDKAFKA_CODECS)),
-]
+CODECS = ["none", "gzip"]
 
 
 @pytest.fixture

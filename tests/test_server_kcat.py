@@ -58,25 +58,10 @@ def test_kcat_produces_what_the_store_reads(
 
 # librdkafka before 2.x decides whether a broker takes gzip, snappy and lz4 from ApiVersions:
 # its compr_req table asks for Produce v0 (rdkafka_msgset_writer.c,
-# rd_kafka_msgset_writer_select_MsgVersion), and mqcore lists Produce 3-11, so kcat 1.7.1 over
-# Debian's librdkafka 2.0.2 sends those batches uncompressed and says nothing. Kafka 4 lists
-# Produce v0-v2 for exactly this (KAFKA-18659). zstd asks for Produce v7 and is kept.
-OLD_LIBRDKAFKA_CODECS = (
-    "ApiVersions lists Produce 3-11: librdkafka 2.0.2 compresses gzip/snappy/lz4 only when the "
-    "broker lists Produce v0 (KAFKA-18659), so the batches arrive uncompressed"
-)
-
-
-@pytest.mark.parametrize(
-    "codec",
-    [
-        *(
-            pytest.param(c, marks=pytest.mark.xfail(strict=True, reason=OLD_LIBRDKAFKA_CODECS))
-            for c in ("gzip", "snappy", "lz4")
-        ),
-        "zstd",
-    ],
-)
+# rd_kafka_msgset_writer_select_MsgVersion). mqcore lists Produce v0-v11, so kcat 1.7.1 over
+# Debian's librdkafka 2.0.2 compresses with each codec (Kafka 4 lists Produce v0-v2 for exactly
+# this, KAFKA-18659); zstd asks for Produce v7.
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
 def test_kcat_batches_are_stored_with_the_codec_it_was_told(
     kafka_server: Any, store: mqcore.Store, codec: str
 ) -> None:
