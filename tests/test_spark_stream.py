@@ -179,7 +179,7 @@ def test_stream_options() -> None:
         ({"EndingTimestamp": "5"}, "'endingTimestamp' is not valid for a streaming read"),
         ({"maxOffsetsPerTrigger": "0"}, "'maxOffsetsPerTrigger' must be a positive integer"),
         ({"maxTriggerDelay": "soon"}, "'maxTriggerDelay' must be a duration"),
-        ({"groupId": "a/b"}, "option 'groupId'"),
+        ({"groupId": "g" * 32768}, "option 'groupId': group name is 32768 bytes long"),
         ({"maxOffsetPerTrigger": "5"}, "did you mean 'maxOffsetsPerTrigger'"),
     ]
     for extra, message in bad:
@@ -193,7 +193,11 @@ def test_stream_options() -> None:
         with pytest.raises(InvalidConfigError):
             source.reader(source.schema())
     with pytest.raises(InvalidConfigError, match="'groupId'"):
-        MqcoreDataSource({"path": "/s", "subscribe": "a", "groupId": "a/b"}).schema()
+        MqcoreDataSource({"path": "/s", "subscribe": "a", "groupId": "g" * 32768}).schema()
+    # Kafka's rule for a group ID: any non-empty string, slashes and commas included
+    assert parse_stream_options({"path": "/s", "subscribe": "a", "groupId": "a/b, c"}).group_id == (
+        "a/b, c"
+    )
     assert parse_write_options(
         {"path": "/s", "checkpointLocation": "/c"}, streaming=True
     ) == WriteOptions("/s", None, "/c")
