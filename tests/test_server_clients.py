@@ -321,6 +321,65 @@ def test_admin_client_describes_and_alters_configs(kafka_server: Any, store: mqc
     assert unknown.value.args[0].code() == ck.KafkaError.UNKNOWN_TOPIC_OR_PART
 
 
+@pytest.mark.filterwarnings("ignore:alter_configs has been deprecated:DeprecationWarning")
+def test_alter_configs_replaces_a_topics_settings_as_kafka_does(
+    kafka_server: Any, store: mqcore.Store
+) -> None:
+    """AlterConfigs (key 33, what confluent-kafka's deprecated alter_configs and librdkafka's
+    AlterConfigs send): the configs given become the topic's whole set, so a setting left out
+    goes back to its default; one fixed at creation keeps its value; validate_only changes
+    nothing; an unknown name, a bad value or a name given twice refuses the resource whole.
+    v0 (not flexible) over raw frames, as old clients send it. Was UNSUPPORTED_VERSION."""
+    from confluent_kafka.admin import ConfigResource, ResourceType
+
+    defaults = mqcore.config.TopicConfig()
+    store.create_topic("ac", retention_ms=3_600_000, max_message_bytes=50_000,
+                       segment_bytes=4 << 20)  # fmt: skip
+    admin = AdminClient({"bootstrap.servers": kafka_server.bootstrap})
+    res = ConfigResource(ResourceType.TOPIC, "ac", set_config={"cleanup.policy": "compact"})
+    admin.alter_configs([res])[res].result(WAIT)
+    cfg = store.topic_config("ac")
+    assert (cfg.cleanup_policy, cfg.retention_ms, cfg.max_message_bytes, cfg.segment_bytes) == (
+        "compact",
+        defaults.retention_ms,
+        defaults.max_message_bytes,
+        4 << 20,
+    )
+    check = ConfigResource(ResourceType.TOPIC, "ac", set_config={"retention.ms": "1000"})
+    admin.alter_configs([check], validate_only=True)[check].result(WAIT)
+    assert store.topic_config("ac") == cfg
+    for configs in ({"retention.ms": "soon"}, {"no.such.setting": "1"},
+                    {"segment.bytes": "1000000"}):  # fmt: skip
+        bad = ConfigResource(ResourceType.TOPIC, "ac", set_config=configs)
+        with pytest.raises(ck.KafkaException) as refused:
+            admin.alter_configs([bad])[bad].result(WAIT)
+        assert refused.value.args[0].code() == ck.KafkaError.INVALID_CONFIG, configs
+    assert store.topic_config("ac") == cfg
+    from kio.index import load_payload_module
+    from kio.static.constants import EntityType
+
+    v0 = load_payload_module(33, 0, EntityType.request)
+    wire = kafkaclients.KioWire(kafka_server.address)
+    try:
+
+        def alter(*configs: tuple[str, str | None]) -> int:
+            entries = tuple(v0.AlterableConfig(name=n, value=v) for n, v in configs)
+            r = wire.call(33, 0, validate_only=False, resources=(v0.AlterConfigsResource(
+                resource_type=2, resource_name="ac", configs=entries),))  # fmt: skip
+            return int(r.responses[0].error_code)
+
+        assert alter(("retention.ms", "7000"), ("retention.ms", "8000")) == 42  # INVALID_REQUEST
+        assert alter(("retention.ms", "7000"), ("compression.type", None)) == 0
+        cfg = store.topic_config("ac")
+        assert (cfg.retention_ms, cfg.compression, cfg.cleanup_policy) == (
+            7000,
+            defaults.compression,
+            defaults.cleanup_policy,
+        )
+    finally:
+        wire.close()
+
+
 def test_admin_client_describes_the_cluster_and_deletes_records(
     kafka_server: Any, store: mqcore.Store
 ) -> None:

@@ -13,7 +13,7 @@ import contextlib
 import dataclasses
 import datetime
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -234,6 +234,25 @@ class AdminApis:
         return tuple(out)
 
     def incremental_alter_configs(self, found: Api, body: Any, session: Session) -> Any:
+        return self._alter_configs(found, body, session, self._changes)
+
+    def alter_configs(self, found: Api, body: Any, session: Session) -> Any:
+        """AlterConfigs, the form IncrementalAlterConfigs replaced (kafka-python's
+        alter_configs, librdkafka's AlterConfigs): the configs given are the topic's whole
+        set, so every other setting that can change goes back to its default, as Kafka
+        replaces a topic's overrides."""
+        return self._alter_configs(found, body, session, self._replacement)
+
+    def _alter_configs(
+        self,
+        found: Api,
+        body: Any,
+        session: Session,
+        changes_of: Callable[[Any, TopicConfig], dict[str, Any]],
+    ) -> Any:
+        """Both alter APIs: each resource's configs turned into changes by `changes_of`
+        (given the topic's settings as they are when written), checked, and applied or, with
+        validate_only, only checked; a resource's answer names what was wrong."""
         m = found.module
         out = []
         for r in body.resources:
@@ -250,12 +269,12 @@ class AdminApis:
                     raise KafkaError(ErrorCode.invalid_request, f"a config named twice: {names}")
                 if body.validate_only:
                     current = self.store.topic_config(r.resource_name)
-                    changes = self._changes(r.configs, current)
+                    changes = changes_of(r.configs, current)
                     current.changes_allowed(changes)
                     dataclasses.replace(current, **changes)  # validates the values
                 else:  # computed from the settings as they are when written (APPEND)
                     self.store.update_topic_config(
-                        r.resource_name, lambda now, c=r.configs: self._changes(c, now)
+                        r.resource_name, lambda now, c=r.configs: changes_of(c, now)
                     )
             except MQCoreError as e:
                 code, message = error_code(e), str(e)
@@ -271,6 +290,24 @@ class AdminApis:
                 )  # fmt: skip
             )
         return build(found.response, throttle_time=NO_TIME, responses=tuple(out))
+
+    @staticmethod
+    def _replacement(configs: Any, current: TopicConfig) -> dict[str, Any]:
+        """AlterConfigs' changes: the settings given, every other changeable one at its
+        default (a null value too). Those fixed at creation keep their value unless given:
+        they have no default to go back to (the topic's files are sized by them)."""
+        changes = {
+            f.name: getattr(_DEFAULTS, f.name)
+            for f in dataclasses.fields(TopicConfig)
+            if f.name not in FIXED_AT_CREATION
+        }
+        for c in configs:
+            if c.value is None:
+                config_field(c.name)  # an unknown name is still INVALID_CONFIG
+            else:
+                field, value = topic_setting(c.name, c.value)
+                changes[field] = value
+        return changes
 
     def _changes(self, configs: Any, current: TopicConfig) -> dict[str, Any]:
         """The changes of one resource's operations, in order (an APPEND reads the ones

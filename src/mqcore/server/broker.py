@@ -131,6 +131,7 @@ class Broker:
             20: admin.delete_topics,
             21: admin.delete_records,
             32: admin.describe_configs,
+            33: admin.alter_configs,
             37: admin.create_partitions,
             44: admin.incremental_alter_configs,
             60: admin.describe_cluster,

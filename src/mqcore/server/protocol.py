@@ -80,6 +80,7 @@ APIS: dict[int, tuple[str, int, int]] = {
     21: ("DeleteRecords", 0, 2),
     22: ("InitProducerId", 0, 4),
     32: ("DescribeConfigs", 0, 4),
+    33: ("AlterConfigs", 0, 2),
     36: ("SaslAuthenticate", 0, 2),
     37: ("CreatePartitions", 0, 3),
     42: ("DeleteGroups", 0, 2),
