@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
+import functools
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -274,7 +275,7 @@ class AdminApis:
                     dataclasses.replace(current, **changes)  # validates the values
                 else:  # computed from the settings as they are when written (APPEND)
                     self.store.update_topic_config(
-                        r.resource_name, lambda now, c=r.configs: changes_of(c, now)
+                        r.resource_name, functools.partial(changes_of, r.configs)
                     )
             except MQCoreError as e:
                 code, message = error_code(e), str(e)
