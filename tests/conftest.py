@@ -6,7 +6,9 @@ from __future__ import annotations
 import os
 import random
 import shutil
+import signal
 import site
+import subprocess
 import sys
 import sysconfig
 import tempfile
@@ -124,6 +126,19 @@ def child_env() -> dict[str, str]:
     if IMPORT_ROOT is not None:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [IMPORT_ROOT, env.get("PYTHONPATH")]))
     return env
+
+
+def interruptible(argv: list[str], **popen: Any) -> subprocess.Popen[bytes]:
+    """Start `argv` (with child_env()) so that a SIGINT reaches it as Ctrl-C does. A suite
+    started in the background by a non-interactive shell (`cmd &`, nohup) has SIGINT ignored,
+    and an ignored signal stays ignored across fork and exec, so a child would never see the
+    test's SIGINT; for the child's start the handler is Python's own, which exec resets to the
+    default."""
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return subprocess.Popen(argv, env=child_env(), **popen)
+    finally:
+        signal.signal(signal.SIGINT, old)
 
 
 def plain_partition(store: mqcore.Store, key: bytes, partitions: int) -> int:

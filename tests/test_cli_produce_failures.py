@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import child_env, run_cli
+from conftest import interruptible, run_cli
 
 import mqcore
 
@@ -33,9 +33,9 @@ def values(store: str, topic: str = "t") -> list[bytes]:
 
 def produce_process(store: str, *args: str) -> subprocess.Popen[bytes]:
     """`mqcore produce` in a process of its own, stdin a pipe the test writes."""
-    return subprocess.Popen(
+    return interruptible(
         [sys.executable, "-m", "mqcore.cli", "produce", store, "t", *args],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=child_env(),
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip
 
 

@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import child_env, run_cli, shown_time
+from conftest import interruptible, run_cli, shown_time
 
 import mqcore
 
@@ -167,11 +167,8 @@ def test_ctrl_c_prints_what_was_found_and_the_cursor_to_resume(big: str) -> None
     so the query blocks printing them until this process reads; the signal is sent once matches
     are waiting in the pipe and before anything is read, so it always lands inside the scan."""
     argv = ["query", big, "big", "--where", "hit = 'yes'", "--progress", "--limit", str(BIG)]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "mqcore.cli", *argv],
-        env=child_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+    proc = interruptible(
+        [sys.executable, "-m", "mqcore.cli", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
     try:
         assert proc.stdout is not None
