@@ -25,6 +25,7 @@ from clients.harness import N, check_produced, client, committed, fill, seen, st
 import mqcore
 
 pytest.importorskip("mqcore.server", reason="the server extra (kio) is missing")
+pytestmark = pytest.mark.slow  # outside programs: a build, a daemon or an interpreter each
 
 GOPATH = "/usr/share/gocode"
 SOURCES = {  # program -> (the Debian package, the source it builds against)

@@ -21,6 +21,7 @@ from clients.harness import fill_config, free_port, running, tail, wait_for
 import mqcore
 
 pytest.importorskip("mqcore.server", reason="the server extra (kio) is missing")
+pytestmark = pytest.mark.slow  # outside programs: a build, a daemon or an interpreter each
 
 LUA_MODULE = "/usr/lib/nginx/modules/ngx_http_lua_module.so"
 LIBRARY = "/usr/share/lua/5.1/nginx/kafka/producer.lua"

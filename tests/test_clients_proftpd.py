@@ -18,6 +18,7 @@ from clients.harness import fill_config, free_port, running, tail, wait_for
 import mqcore
 
 pytest.importorskip("mqcore.server", reason="the server extra (kio) is missing")
+pytestmark = pytest.mark.slow  # outside programs: a build, a daemon or an interpreter each
 
 MODULE = "/usr/lib/proftpd/mod_kafka.so"
 N = 10

@@ -19,6 +19,7 @@ from clients.harness import N, check_produced, client, committed, fill, seen, st
 import mqcore
 
 pytest.importorskip("mqcore.server", reason="the server extra (kio) is missing")
+pytestmark = pytest.mark.slow  # outside programs: a build, a daemon or an interpreter each
 
 DEBIAN_PYTHON = "/usr/bin/python3"
 SCRIPT = str(Path(__file__).resolve().parent / "clients" / "pyclients.py")

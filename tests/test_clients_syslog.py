@@ -25,6 +25,7 @@ from clients.harness import batch_codecs, fill_config, running, tail, wait_for
 import mqcore
 
 pytest.importorskip("mqcore.server", reason="the server extra (kio) is missing")
+pytestmark = pytest.mark.slow  # outside programs: a build, a daemon or an interpreter each
 
 SYSLOG_NG_UNPACKED = "/opt/mqcore-test-tools/syslog-ng"  # make test-tools puts it there
 N = 200
