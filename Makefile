@@ -37,16 +37,17 @@ test: build test-tools
 # drives the console in a headless browser through Selenium); the Kafka clients and tools of
 # tests/test_clients_*.py (docs/testing.md "Kafka clients from Debian"): rsyslog's omkafka;
 # Go with the sources of sarama, kafka-go, confluent-kafka-go and optiopay/kafka (the tests
-# build tests/clients/*.go against them with GOPATH=/usr/share/gocode, offline); Burrow and
-# the ZooKeeper it keeps its own state in; Debian's kafka-python and confluent-kafka (run by
-# /usr/bin/python3); nginx with lua-nginx-kafka; ProFTPD's mod_kafka. syslog-ng's Kafka module
-# is unpacked into $(TEST_TOOLS_DIR) instead (tests/clients/unpack-syslog-ng.sh says why).
+# build tests/clients/*.go against them with GOPATH=/usr/share/gocode, offline); Burrow;
+# ZooKeeper (Burrow keeps its state there, and tests/test_cluster_*.py run one); Debian's
+# kafka-python and confluent-kafka (run by /usr/bin/python3); nginx with lua-nginx-kafka;
+# ProFTPD's mod_kafka. syslog-ng's Kafka module is unpacked into $(TEST_TOOLS_DIR) instead
+# (tests/clients/unpack-syslog-ng.sh says why).
 TEST_TOOLS_DIR := /opt/mqcore-test-tools
 DEBIAN_TOOLS := rsyslog-kafka:rsyslog-omkafka golang-go:Go \
 	golang-github-shopify-sarama-dev:sarama golang-github-segmentio-kafka-go-dev:kafka-go \
 	golang-github-confluentinc-confluent-kafka-go-dev:confluent-kafka-go \
 	golang-github-optiopay-kafka-dev:optiopay-kafka burrow:Burrow \
-	zookeeper:Burrow python3-kafka:kafka-python python3-confluent-kafka:confluent-kafka \
+	zookeeper:ZooKeeper python3-kafka:kafka-python python3-confluent-kafka:confluent-kafka \
 	nginx-light:lua-nginx-kafka libnginx-mod-http-lua:lua-nginx-kafka \
 	lua-nginx-kafka:lua-nginx-kafka proftpd-mod-kafka:proftpd-mod-kafka
 

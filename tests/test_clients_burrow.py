@@ -9,50 +9,29 @@ two daemons start and Burrow refreshes on its own clock (1 s here)."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import socket
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from clients.harness import committed, fill_config, free_port, running, tail, wait_for
+from zkserver import ZooKeeper
 
 import mqcore
 
 pytest.importorskip("mqcore.server", reason="the server extra (kio) is missing")
 pytestmark = pytest.mark.slow
 
-ZOOKEEPER_JAR = "/usr/share/java/zookeeper.jar"
-
-
-def serving(port: int) -> bool:
-    """Whether the ZooKeeper on the loopback port serves requests: its `srvr` command shows
-    its mode then (it accepts connections, and closes them, before that)."""
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=2) as sock:
-            sock.sendall(b"srvr")
-            return b"Mode:" in sock.makefile("rb").read()
-    except OSError:
-        return False
-
 
 @pytest.fixture
 def zookeeper(tmp_path: Any) -> Iterator[str]:
     """A standalone ZooKeeper on a free loopback port; its host:port."""
-    java = shutil.which("java")
-    if java is None or not os.path.exists(ZOOKEEPER_JAR):
-        pytest.skip("ZooKeeper is not installed (apt-get install zookeeper; make test-tools)")
-    port = free_port()
-    log = str(tmp_path / "zookeeper.log")
-    main = "org.apache.zookeeper.server.ZooKeeperServerMain"
-    options = ["-Dzookeeper.admin.enableServer=false", "-Dzookeeper.4lw.commands.whitelist=srvr"]
-    argv = [java, *options, "-cp", ZOOKEEPER_JAR, main, str(port), str(tmp_path / "zk")]
-    with running(argv, log) as proc:
-        wait_for(lambda: serving(port) or proc.poll() is not None, "ZooKeeper to serve")
-        assert proc.poll() is None, tail(log)
-        yield f"127.0.0.1:{port}"
+    server = ZooKeeper(tmp_path).start()
+    try:
+        yield server.address
+    finally:
+        server.stop()
 
 
 def burrow_get(address: str, path: str) -> Any:

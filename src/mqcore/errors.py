@@ -58,6 +58,9 @@ __all__ = [
     "AuthorizationError",
     "TopicAuthorizationError",
     "GroupAuthorizationError",
+    "CoordinatorError",
+    "NodeIdTakenError",
+    "StaleStateError",
     "QueryInterrupted",
     "ImplausibleTimeWarning",
 ]
@@ -326,6 +329,21 @@ class TopicAuthorizationError(AuthorizationError):
 
 class GroupAuthorizationError(AuthorizationError):
     """No grant lets the principal do this to the consumer or share group."""
+
+
+class CoordinatorError(MQCoreError):
+    """The cluster's coordination service (ZooKeeper) did not answer in time, or this node's
+    session with it ended: nothing was changed that the error does not name."""
+
+
+class NodeIdTakenError(CoordinatorError):
+    """Another live broker is registered under this node ID (Kafka refuses the second the
+    same way): two processes must never act as one node."""
+
+
+class StaleStateError(CoordinatorError):
+    """A conditional update lost: the state changed since it was read, or the writer is no
+    longer the controller (a newer one was elected). Read the state again and decide anew."""
 
 
 class QueryInterrupted(KeyboardInterrupt):

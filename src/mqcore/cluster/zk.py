@@ -1,0 +1,540 @@
+"""The cluster's state in ZooKeeper, in the layout Kafka kept there before KRaft, so that the
+tools that read a ZooKeeper-era Kafka cluster read ours (issue 33; docs/cluster.md).
+
+Nothing here decides anything by itself: ZooKeeper's ephemeral nodes say which brokers are
+alive and which one is the controller, and every change of a partition's state is a
+compare-and-set on its znode's version, fenced by the controller epoch's znode version when the
+controller writes (Kafka's KafkaZkClient does the same with a multi-op and a CheckOp).
+
+Znodes (under the chroot of the coordinator URL, `zk://HOST:PORT[,HOST:PORT]/PATH`):
+
+    /brokers/ids/<id>           ephemeral  {"version":5,"host":H,"port":P,"endpoints":
+                                           ["PLAINTEXT://H:P"],"listener_security_protocol_map":
+                                           {"PLAINTEXT":"PLAINTEXT"},"jmx_port":-1,
+                                           "features":{},"timestamp":"<ms>"[,"rack":R]}
+    /controller                 ephemeral  {"version":1,"brokerid":N,"timestamp":"<ms>"}
+    /controller_epoch           persistent "<epoch>"  (its znode version fences the controller)
+    /brokers/topics/<t>         persistent {"version":2,"partitions":{"<p>":[replica ids]},
+                                           "adding_replicas":{},"removing_replicas":{}}
+    /brokers/topics/<t>/partitions/<p>/state
+                                persistent {"controller_epoch":C,"leader":L,"version":1,
+                                           "leader_epoch":E,"isr":[ids]}
+    /config/topics/<t>          persistent {"version":1,"config":{"<name>":"<value>"}}
+
+A leader of -1 means the partition has none (no replica of the ISR is alive).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import (
+    BadVersionError,
+    KazooException,
+    NodeExistsError,
+    NoNodeError,
+    RolledBackError,
+)
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.recipe.watchers import ChildrenWatch, DataWatch
+
+from mqcore.errors import (
+    CoordinatorError,
+    InvalidConfigError,
+    NodeIdTakenError,
+    StaleStateError,
+    TopicExistsError,
+    UnknownTopicError,
+)
+
+BROKERS = "/brokers/ids"
+TOPICS = "/brokers/topics"
+TOPIC_CONFIGS = "/config/topics"
+CONTROLLER = "/controller"
+CONTROLLER_EPOCH = "/controller_epoch"
+NO_LEADER = -1
+
+# Kafka's zookeeper.session.timeout.ms default (18 s): how long ZooKeeper keeps a silent
+# broker's ephemeral nodes, so how long a dead broker stays registered and leader
+DEFAULT_SESSION_TIMEOUT_MS = 18_000
+# how long start() waits for ZooKeeper to answer at all (Kafka's zookeeper.connection.timeout.ms
+# defaults to the session timeout)
+DEFAULT_CONNECT_TIMEOUT = 18.0
+
+
+def parse_coordinator(url: str) -> tuple[str, str]:
+    """`zk://HOST:PORT[,HOST:PORT...][/PATH]` as (hosts, chroot). The chroot keeps one cluster's
+    znodes apart from another's on a shared ZooKeeper ("/" when no path is given)."""
+    parts = urlsplit(url)
+    if parts.scheme != "zk" or not parts.netloc:
+        raise InvalidConfigError(
+            f"coordinator {url!r} is not a ZooKeeper URL: zk://HOST:PORT[,HOST:PORT]/PATH"
+        )
+    for host in parts.netloc.split(","):
+        name, sep, port = host.rpartition(":")
+        if not sep or not name or not port.isdigit() or not 0 < int(port) < 65536:
+            raise InvalidConfigError(f"coordinator {url!r}: {host!r} is not HOST:PORT")
+    chroot = parts.path.rstrip("/") or "/"
+    if parts.query or parts.fragment or "//" in chroot:
+        raise InvalidConfigError(f"coordinator {url!r}: the path must be a plain /PATH")
+    return parts.netloc, chroot
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerInfo:
+    """A live broker as it registered: its node ID, where clients reach it, its rack."""
+
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+    def encode(self, now_ms: int) -> bytes:
+        data: dict[str, Any] = {
+            "version": 5,
+            "host": self.host,
+            "port": self.port,
+            "endpoints": [f"PLAINTEXT://{self.host}:{self.port}"],
+            "listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT"},
+            "jmx_port": -1,
+            "features": {},
+            "timestamp": str(now_ms),
+        }
+        if self.rack is not None:
+            data["rack"] = self.rack
+        return json.dumps(data).encode()
+
+    @classmethod
+    def decode(cls, node_id: int, raw: bytes, path: str) -> BrokerInfo:
+        data = _json(raw, path)
+        try:
+            return cls(node_id, str(data["host"]), int(data["port"]), data.get("rack"))
+        except (KeyError, TypeError, ValueError) as e:
+            raise CoordinatorError(f"{path} is not a broker registration: {e!r}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionState:
+    """A partition's leader, leader epoch and in-sync replicas, as of `version` (its znode's
+    version: the condition of the next update), written by controller epoch
+    `controller_epoch`."""
+
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    controller_epoch: int
+    version: int = -1
+
+    def encode(self) -> bytes:
+        return json.dumps({
+            "controller_epoch": self.controller_epoch,
+            "leader": self.leader,
+            "version": 1,
+            "leader_epoch": self.leader_epoch,
+            "isr": list(self.isr),
+        }).encode()  # fmt: skip
+
+    @classmethod
+    def decode(cls, raw: bytes, version: int, path: str) -> PartitionState:
+        data = _json(raw, path)
+        try:
+            return cls(
+                int(data["leader"]),
+                int(data["leader_epoch"]),
+                tuple(int(r) for r in data["isr"]),
+                int(data["controller_epoch"]),
+                version,
+            )
+        except (KeyError, TypeError, ValueError) as e:
+            raise CoordinatorError(f"{path} is not a partition state: {e!r}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class Controller:
+    """This node's term as controller: its epoch, and the version of `/controller_epoch` that
+    every write of the term is conditional on (a newer controller changes it, so the old one's
+    writes fail with StaleStateError instead of undoing the new one's)."""
+
+    node_id: int
+    epoch: int
+    epoch_version: int
+
+
+def _json(raw: bytes, path: str) -> dict[str, Any]:
+    try:
+        data = json.loads(raw)
+    except (UnicodeDecodeError, ValueError):
+        raise CoordinatorError(f"{path} does not hold JSON: {raw[:80]!r}") from None
+    if not isinstance(data, dict):
+        raise CoordinatorError(f"{path} does not hold a JSON object: {raw[:80]!r}")
+    return data
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass
+class _Watches:
+    """The recipes keeping the watches alive (kazoo's watchers stop when collected)."""
+
+    items: list[Any] = field(default_factory=list)
+
+
+class ZkCoordinator:
+    """One node's session with ZooKeeper and the operations of the cluster's state over it.
+    `start()` connects (CoordinatorError if ZooKeeper does not answer in time); `close()` ends
+    the session, and with it this node's ephemeral znodes (its registration, its controller
+    term). `session_lost` is set when ZooKeeper expired the session: the ephemeral znodes are
+    gone then, so a broker must stop acting on them (re-register, step down as controller)."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+    ):
+        self.url = url
+        hosts, self.chroot = parse_coordinator(url)
+        if session_timeout_ms <= 0:  # ZooKeeper bounds it to 2-20 of its ticks
+            raise InvalidConfigError(f"session timeout {session_timeout_ms} ms must be positive")
+        self.connect_timeout = connect_timeout
+        # every request waits at most this long (kazoo's blocking calls would wait out a
+        # ZooKeeper outage without end)
+        self.request_timeout = connect_timeout
+        # the chroot is prefixed here rather than by kazoo, which cannot make it (it only
+        # warns that it is missing)
+        self.root = "" if self.chroot == "/" else self.chroot
+        self.client = KazooClient(hosts=hosts, timeout=session_timeout_ms / 1000)
+        self.session_lost = threading.Event()
+        self._watches = _Watches()
+        self.client.add_listener(self._on_state)
+
+    def _on_state(self, state: str) -> None:
+        if state == KazooState.LOST:
+            self.session_lost.set()
+
+    # -- the session ----------------------------------------------------------------------
+
+    def start(self) -> ZkCoordinator:
+        """Connect, and make the chroot and the persistent parents if they are missing."""
+        try:
+            self.client.start(timeout=self.connect_timeout)
+        except KazooTimeoutError:
+            self.client.stop()
+            self.client.close()
+            raise CoordinatorError(
+                f"ZooKeeper at {self.url} did not answer within {self.connect_timeout:g} s"
+            ) from None
+        try:
+            for path in (BROKERS, TOPICS, TOPIC_CONFIGS):
+                self._call(f"making {path}", self.client.ensure_path_async, self._p(path))
+        except CoordinatorError:
+            self.close()
+            raise
+        return self
+
+    def close(self) -> None:
+        """End the session: ZooKeeper drops this node's ephemeral znodes at once."""
+        self.client.stop()
+        self.client.close()
+
+    def __enter__(self) -> ZkCoordinator:
+        return self.start()
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    # -- brokers --------------------------------------------------------------------------
+
+    def register_broker(self, info: BrokerInfo) -> None:
+        """Register this node, ephemerally: it stays registered while the session lives.
+        NodeIdTakenError if a live broker already holds the ID."""
+        path = f"{BROKERS}/{info.node_id}"
+        try:
+            self._call(f"registering {path}", self.client.create_async, self._p(path),
+                       info.encode(_now_ms()), ephemeral=True)  # fmt: skip
+        except NodeExistsError:
+            raise NodeIdTakenError(
+                f"node ID {info.node_id} is registered by a live broker ({self.url}{path}); "
+                "give this node another --node-id, or stop the other"
+            ) from None
+
+    def brokers(self) -> dict[int, BrokerInfo]:
+        """The live brokers by node ID."""
+        out = {}
+        for child in self._children(BROKERS):
+            if not child.isdigit():
+                continue
+            path = f"{BROKERS}/{child}"
+            raw = self._data(path)
+            if raw is not None:  # gone between the listing and the read
+                out[int(child)] = BrokerInfo.decode(int(child), raw[0], path)
+        return out
+
+    def watch_brokers(self, on_change: Callable[[set[int]], None]) -> None:
+        """Call `on_change(live node IDs)` now and whenever a broker comes or goes (on
+        kazoo's event thread: hand the work to another thread)."""
+
+        def changed(children: list[str]) -> None:
+            on_change({int(c) for c in children if c.isdigit()})
+
+        self._watches.items.append(ChildrenWatch(self.client, self._p(BROKERS), changed))
+
+    # -- the controller -------------------------------------------------------------------
+
+    def elect(self, node_id: int) -> Controller | None:
+        """Try once to become the controller: create the ephemeral `/controller` and bump
+        `/controller_epoch` in one multi-op, so no two terms share an epoch. The term, or None
+        when another node is the controller (or won the same race)."""
+        if self._data(CONTROLLER_EPOCH) is None:
+            try:
+                self._call("making the controller epoch", self.client.create_async,
+                           self._p(CONTROLLER_EPOCH), b"0")  # fmt: skip
+            except NodeExistsError:
+                pass  # made meanwhile by another node
+        raw, stat = self._data(CONTROLLER_EPOCH) or (b"", None)
+        if stat is None:
+            raise CoordinatorError(f"{CONTROLLER_EPOCH} vanished")
+        epoch = self._int(raw, CONTROLLER_EPOCH) + 1
+        body = json.dumps({"version": 1, "brokerid": node_id, "timestamp": str(_now_ms())})
+        t = self.client.transaction()
+        t.create(self._p(CONTROLLER), body.encode(), ephemeral=True)
+        t.set_data(self._p(CONTROLLER_EPOCH), str(epoch).encode(), version=stat.version)
+        results = self._commit(t, "electing the controller")
+        if isinstance(results[0], NodeExistsError) or isinstance(results[1], BadVersionError):
+            return None
+        self._raise_failed(results, "electing the controller")
+        return Controller(node_id, epoch, results[1].version)
+
+    def controller(self) -> int | None:
+        """The controller's node ID, or None while there is none."""
+        found = self._data(CONTROLLER)
+        if found is None:
+            return None
+        data = _json(found[0], CONTROLLER)
+        try:
+            return int(data["brokerid"])
+        except (KeyError, TypeError, ValueError):
+            raise CoordinatorError(f"{CONTROLLER} does not name a broker: {found[0]!r}") from None
+
+    def controller_epoch(self) -> int:
+        """The epoch of the newest term (0 before any election)."""
+        found = self._data(CONTROLLER_EPOCH)
+        return 0 if found is None else self._int(found[0], CONTROLLER_EPOCH)
+
+    def watch_controller(self, on_change: Callable[[int | None], None]) -> None:
+        """Call `on_change(controller node ID or None)` now and whenever it changes."""
+
+        def changed(data: bytes | None, _stat: Any) -> None:
+            if data is None:
+                on_change(None)
+                return
+            try:
+                on_change(int(_json(data, CONTROLLER)["brokerid"]))
+            except (CoordinatorError, KeyError, TypeError, ValueError):
+                on_change(None)
+
+        self._watches.items.append(DataWatch(self.client, self._p(CONTROLLER), changed))
+
+    # -- topics and partitions ------------------------------------------------------------
+
+    def create_topic(
+        self,
+        term: Controller,
+        topic: str,
+        assignment: Mapping[int, Sequence[int]],
+        config: Mapping[str, str] | None = None,
+    ) -> dict[int, PartitionState]:
+        """Write a new topic whole, in one multi-op conditional on the controller's term: its
+        replica assignment, its configs, and each partition's first state (the first replica
+        leads at epoch 0, every replica in sync). TopicExistsError if it exists;
+        StaleStateError if `term` is over."""
+        partitions = sorted(assignment)
+        if partitions != list(range(len(partitions))) or not partitions:
+            raise InvalidConfigError(f"topic {topic!r}: partitions must be 0..n-1: {partitions}")
+        for p in partitions:
+            replicas = list(assignment[p])
+            if not replicas or len(set(replicas)) != len(replicas):
+                raise InvalidConfigError(
+                    f"topic {topic!r} partition {p}: replicas must be distinct: {replicas}"
+                )
+        body = {
+            "version": 2,
+            "partitions": {str(p): list(assignment[p]) for p in partitions},
+            "adding_replicas": {},
+            "removing_replicas": {},
+        }
+        states = {
+            p: PartitionState(assignment[p][0], 0, tuple(assignment[p]), term.epoch, 0)
+            for p in partitions
+        }
+        t = self.client.transaction()
+        t.check(self._p(CONTROLLER_EPOCH), term.epoch_version)
+        t.create(self._p(f"{TOPICS}/{topic}"), json.dumps(body).encode())
+        t.create(self._p(f"{TOPIC_CONFIGS}/{topic}"),
+                 json.dumps({"version": 1, "config": dict(config or {})}).encode())  # fmt: skip
+        t.create(self._p(f"{TOPICS}/{topic}/partitions"), b"")
+        for p in partitions:
+            t.create(self._p(f"{TOPICS}/{topic}/partitions/{p}"), b"")
+            t.create(self._p(f"{TOPICS}/{topic}/partitions/{p}/state"), states[p].encode())
+        results = self._commit(t, f"creating topic {topic!r}")
+        if isinstance(results[0], BadVersionError):
+            raise StaleStateError(
+                f"creating topic {topic!r}: controller epoch {term.epoch} is over"
+            )
+        if isinstance(results[1], NodeExistsError):
+            raise TopicExistsError(f"topic {topic!r} already exists")
+        self._raise_failed(results, f"creating topic {topic!r}")
+        return states
+
+    def topics(self) -> list[str]:
+        return sorted(self._children(TOPICS))
+
+    def assignment(self, topic: str) -> dict[int, tuple[int, ...]]:
+        """Each partition's replicas, the preferred leader first."""
+        path = f"{TOPICS}/{topic}"
+        found = self._data(path)
+        if found is None:
+            raise UnknownTopicError(topic)
+        data = _json(found[0], path)
+        try:
+            return {int(p): tuple(int(r) for r in rs) for p, rs in data["partitions"].items()}
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise CoordinatorError(f"{path} is not a replica assignment: {e!r}") from None
+
+    def topic_config(self, topic: str) -> dict[str, str]:
+        path = f"{TOPIC_CONFIGS}/{topic}"
+        found = self._data(path)
+        if found is None:
+            raise UnknownTopicError(topic)
+        config = _json(found[0], path).get("config", {})
+        if not isinstance(config, dict):
+            raise CoordinatorError(f"{path} has no config object")
+        return {str(k): str(v) for k, v in config.items()}
+
+    def partition_state(self, topic: str, partition: int) -> PartitionState:
+        path = self._state_path(topic, partition)
+        found = self._data(path)
+        if found is None:
+            raise UnknownTopicError(f"{topic}-{partition}")
+        return PartitionState.decode(found[0], found[1].version, path)
+
+    def set_partition_state(
+        self,
+        topic: str,
+        partition: int,
+        state: PartitionState,
+        *,
+        expected_version: int,
+        term: Controller | None = None,
+    ) -> PartitionState:
+        """Replace a partition's state if its znode is still at `expected_version` (and, for a
+        controller's write, `term` is still the newest): the state as written, with its new
+        version. StaleStateError otherwise: nothing was written. A leader changing its ISR
+        writes without a term, as Kafka's leaders did."""
+        path = self._state_path(topic, partition)
+        if term is None:
+            try:
+                stat = self._call(f"writing {path}", self.client.set_async, self._p(path),
+                                  state.encode(), version=expected_version)  # fmt: skip
+            except BadVersionError:
+                raise StaleStateError(
+                    f"{path} changed since version {expected_version}: read it again"
+                ) from None
+            except NoNodeError:
+                raise UnknownTopicError(f"{topic}-{partition}") from None
+            return PartitionState(
+                state.leader, state.leader_epoch, state.isr, state.controller_epoch, stat.version
+            )
+        t = self.client.transaction()
+        t.check(self._p(CONTROLLER_EPOCH), term.epoch_version)
+        t.set_data(self._p(path), state.encode(), version=expected_version)
+        results = self._commit(t, f"writing {path}")
+        if isinstance(results[0], BadVersionError):
+            raise StaleStateError(f"writing {path}: controller epoch {term.epoch} is over")
+        if isinstance(results[1], BadVersionError):
+            raise StaleStateError(f"{path} changed since version {expected_version}: read it again")
+        if isinstance(results[1], NoNodeError):
+            raise UnknownTopicError(f"{topic}-{partition}")
+        self._raise_failed(results, f"writing {path}")
+        return PartitionState(
+            state.leader, state.leader_epoch, state.isr, state.controller_epoch,
+            results[1].version,
+        )  # fmt: skip
+
+    def watch_partition_state(
+        self, topic: str, partition: int, on_change: Callable[[PartitionState | None], None]
+    ) -> None:
+        """Call `on_change(state or None)` now and whenever the partition's state changes."""
+        path = self._state_path(topic, partition)
+
+        def changed(data: bytes | None, stat: Any) -> None:
+            on_change(None if data is None else PartitionState.decode(data, stat.version, path))
+
+        self._watches.items.append(DataWatch(self.client, self._p(path), changed))
+
+    # -- helpers --------------------------------------------------------------------------
+
+    def _p(self, path: str) -> str:
+        """`path` under the cluster's chroot."""
+        return self.root + path
+
+    @staticmethod
+    def _state_path(topic: str, partition: int) -> str:
+        return f"{TOPICS}/{topic}/partitions/{partition}/state"
+
+    def _call(self, what: str, request: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """One request, waited for at most `request_timeout` seconds. ZooKeeper's answers that
+        callers act on (NoNode, NodeExists, BadVersion) are raised as kazoo raises them; any
+        other failure, and no answer in time, is CoordinatorError naming `what`."""
+        try:
+            return request(*args, **kwargs).get(timeout=self.request_timeout)
+        except (NoNodeError, NodeExistsError, BadVersionError):
+            raise
+        except KazooTimeoutError:
+            raise CoordinatorError(
+                f"{what}: ZooKeeper at {self.url} did not answer within {self.request_timeout:g} s"
+            ) from None
+        except KazooException as e:
+            raise CoordinatorError(f"{what}: {e!r}") from None
+
+    def _children(self, path: str) -> list[str]:
+        try:
+            return list(
+                self._call(f"listing {path}", self.client.get_children_async, self._p(path))
+            )
+        except NoNodeError:
+            return []
+
+    def _data(self, path: str) -> tuple[bytes, Any] | None:
+        try:
+            data, stat = self._call(f"reading {path}", self.client.get_async, self._p(path))
+        except NoNodeError:
+            return None
+        return data, stat
+
+    @staticmethod
+    def _int(raw: bytes, path: str) -> int:
+        try:
+            return int(raw.decode())
+        except (UnicodeDecodeError, ValueError):
+            raise CoordinatorError(f"{path} does not hold an integer: {raw[:40]!r}") from None
+
+    def _commit(self, t: Any, what: str) -> list[Any]:
+        return list(self._call(what, t.commit_async))
+
+    @staticmethod
+    def _raise_failed(results: list[Any], what: str) -> None:
+        """A multi-op that failed for a reason the caller did not handle."""
+        for r in results:
+            if isinstance(r, Exception) and not isinstance(r, RolledBackError):
+                raise CoordinatorError(f"{what}: {r!r}")
