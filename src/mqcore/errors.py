@@ -61,6 +61,7 @@ __all__ = [
     "CoordinatorError",
     "NodeIdTakenError",
     "StaleStateError",
+    "NotControllerError",
     "QueryInterrupted",
     "ImplausibleTimeWarning",
 ]
@@ -344,6 +345,11 @@ class NodeIdTakenError(CoordinatorError):
 class StaleStateError(CoordinatorError):
     """A conditional update lost: the state changed since it was read, or the writer is no
     longer the controller (a newer one was elected). Read the state again and decide anew."""
+
+
+class NotControllerError(CoordinatorError):
+    """Asked of a broker that does not hold the controller's term now (Kafka's
+    NOT_CONTROLLER): ask the controller, whose ID the cluster's state names."""
 
 
 class QueryInterrupted(KeyboardInterrupt):

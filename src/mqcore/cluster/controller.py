@@ -1,0 +1,246 @@
+"""The controller: one broker of the cluster, elected through ZooKeeper, places new topics'
+replicas and moves leadership when brokers come and go (issue 33; docs/cluster.md).
+
+Every broker runs a ClusterController; it acts only while it holds the controller's term
+(`cluster.zk.ZkCoordinator.elect`), and every write it makes is fenced by that term, so a
+controller that lost its term without knowing it changes nothing. Its work runs on one thread
+from a queue of events, as Kafka's ControllerEventManager runs it: ZooKeeper's watches (the
+live brokers, the controller znode) and requests (create a topic) only enqueue.
+
+On becoming controller, and on every change of the live brokers, it walks every partition
+(Kafka's controller targets the changed brokers' partitions; a full walk is simpler and costs
+one ZooKeeper read per partition, which the cluster sizes of issue 33 afford):
+
+- a partition whose leader is not alive gets the first live in-sync replica in assignment
+  order as leader, with the leader epoch bumped (Kafka's offline-partition election). With no
+  live in-sync replica it has no leader (-1) and keeps its last ISR, so that a returning member
+  of it leads again; unclean election (off by default) takes any live replica instead;
+- a partition whose leader lives loses its dead followers from the ISR (the leader epoch
+  stays: only a leader change bumps it).
+
+Each change is a compare-and-set; a lost one is read again and decided anew.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import random
+import threading
+from collections.abc import Mapping
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+from mqcore.cluster.assign import NO_LEADER, assign_replicas, elect_leader
+from mqcore.cluster.zk import Controller, PartitionState, ZkCoordinator
+from mqcore.errors import (
+    CoordinatorError,
+    MQCoreError,
+    NotControllerError,
+    StaleStateError,
+    UnknownTopicError,
+)
+
+log = logging.getLogger("mqcore.cluster")
+
+# a partition's compare-and-set lost this many times in a row: left for the next walk (each
+# loss means another writer changed it, so the walk after the next event sees its state)
+CAS_ATTEMPTS = 5
+POLL = 0.2  # how often the event loop looks at `stopping` while idle
+
+
+@dataclass(frozen=True, slots=True)
+class _CreateTopic:
+    topic: str
+    partitions: int
+    replication_factor: int
+    config: Mapping[str, str]
+    future: Future[dict[int, PartitionState]]
+
+
+class ClusterController:
+    """This broker's controller: start() joins the election; `term` is the controller term
+    it holds now (None when another broker is the controller)."""
+
+    def __init__(
+        self,
+        coordinator: ZkCoordinator,
+        node_id: int,
+        *,
+        unclean_leader_election: bool = False,
+        rng: random.Random | None = None,
+    ):
+        self.coordinator = coordinator
+        self.node_id = node_id
+        self.unclean = unclean_leader_election
+        self.rng = rng or random.Random()
+        self.term: Controller | None = None
+        self.live: set[int] = set()
+        self._events: queue.Queue[Any] = queue.Queue()
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, name=f"mqcore-controller-{node_id}", daemon=True
+        )
+
+    # -- life -----------------------------------------------------------------------------
+
+    def start(self) -> ClusterController:
+        self._thread.start()
+        self.coordinator.watch_brokers(lambda live: self._events.put(("brokers", live)))
+        self.coordinator.watch_controller(lambda node: self._events.put(("controller", node)))
+        return self
+
+    def stop(self) -> None:
+        """Stop handling events (the term, if held, ends with the coordinator's session)."""
+        self._stopping.set()
+        self._events.put(("stop", None))
+        if self._thread.is_alive():
+            self._thread.join()
+
+    @property
+    def is_controller(self) -> bool:
+        return self.term is not None
+
+    # -- requests -------------------------------------------------------------------------
+
+    def create_topic(
+        self,
+        topic: str,
+        partitions: int,
+        replication_factor: int,
+        config: Mapping[str, str] | None = None,
+    ) -> Future[dict[int, PartitionState]]:
+        """Place and write a new topic (on the controller's thread). The future's result is
+        each partition's first state; NotControllerError when this broker is not the
+        controller, TopicExistsError, InvalidConfigError (a replication factor above the live
+        brokers, racks on some brokers only)."""
+        future: Future[dict[int, PartitionState]] = Future()
+        self._events.put(("create", _CreateTopic(topic, partitions, replication_factor,
+                                                 dict(config or {}), future)))  # fmt: skip
+        return future
+
+    # -- the event loop -------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                kind, value = self._events.get(timeout=POLL)
+            except queue.Empty:
+                continue
+            try:
+                self._handle(kind, value)
+            except CoordinatorError as e:  # ZooKeeper away: the next event tries again
+                log.warning("controller %d: %s", self.node_id, e)
+            except Exception:  # one event's bug must not end the controller
+                log.exception("controller %d: handling %s failed", self.node_id, kind)
+
+    def _handle(self, kind: str, value: Any) -> None:
+        if kind == "stop":
+            return
+        if kind == "controller":
+            if value is None:
+                self.term = self.coordinator.elect(self.node_id)
+                if self.term is not None:
+                    log.info("broker %d is the controller, epoch %d", self.node_id,
+                             self.term.epoch)  # fmt: skip
+                    self.live = set(self.coordinator.brokers())
+                    self._walk()
+            elif value != self.node_id:
+                self.term = None
+            return
+        if kind == "brokers":
+            self.live = set(value)
+            if self.term is not None:
+                self._walk()
+            return
+        if kind == "create":
+            self._create(value)
+
+    def _create(self, request: _CreateTopic) -> None:
+        if not request.future.set_running_or_notify_cancel():
+            return
+        try:
+            if self.term is None:
+                raise NotControllerError(
+                    f"broker {self.node_id} is not the controller (the controller is "
+                    f"{self.coordinator.controller()})"
+                )
+            brokers = self.coordinator.brokers()
+            placement = assign_replicas(
+                {b: info.rack for b, info in brokers.items()},
+                request.partitions,
+                request.replication_factor,
+                rng=self.rng,
+            )
+            states = self.coordinator.create_topic(
+                self.term, request.topic, placement, request.config
+            )
+        except StaleStateError as e:
+            self.term = None
+            request.future.set_exception(NotControllerError(str(e)))
+        except MQCoreError as e:
+            request.future.set_exception(e)
+        else:
+            request.future.set_result(states)
+
+    # -- leadership -----------------------------------------------------------------------
+
+    def _walk(self) -> None:
+        """Every partition's leader and ISR brought in line with the live brokers."""
+        for topic in self.coordinator.topics():
+            try:
+                assignment = self.coordinator.assignment(topic)
+            except UnknownTopicError:
+                continue  # deleted meanwhile
+            for partition, replicas in sorted(assignment.items()):
+                if self.term is None:
+                    return
+                self._settle(topic, partition, replicas)
+
+    def _settle(self, topic: str, partition: int, replicas: tuple[int, ...]) -> None:
+        for _ in range(CAS_ATTEMPTS):
+            try:
+                state = self.coordinator.partition_state(topic, partition)
+            except UnknownTopicError:
+                return
+            wanted = self._decide(state, replicas)
+            if wanted is None:
+                return
+            term = self.term
+            if term is None:
+                return
+            try:
+                self.coordinator.set_partition_state(
+                    topic, partition, wanted, expected_version=state.version, term=term
+                )
+            except StaleStateError as e:
+                if "controller epoch" in str(e):  # a newer controller: this term is over
+                    self.term = None
+                    return
+                continue  # the partition changed meanwhile (a leader's ISR change): again
+            if wanted.leader != state.leader:
+                log.info("%s-%d: leader %d -> %d (epoch %d), ISR %s", topic, partition,
+                         state.leader, wanted.leader, wanted.leader_epoch,
+                         list(wanted.isr))  # fmt: skip
+            return
+        log.warning("%s-%d: gave up after %d lost updates; the next change retries", topic,
+                    partition, CAS_ATTEMPTS)  # fmt: skip
+
+    def _decide(self, state: PartitionState, replicas: tuple[int, ...]) -> PartitionState | None:
+        """The state the partition should have with the live brokers, or None if it has it."""
+        assert self.term is not None
+        live = self.live
+        if state.leader in live:
+            isr = tuple(r for r in state.isr if r in live)
+            if isr == state.isr:
+                return None
+            return PartitionState(state.leader, state.leader_epoch, isr, self.term.epoch)
+        leader = elect_leader(replicas, state.isr, live, unclean=self.unclean)
+        if leader == NO_LEADER:
+            if state.leader == NO_LEADER:
+                return None
+            # offline: the ISR keeps its last members, so one of them leads when it returns
+            return PartitionState(NO_LEADER, state.leader_epoch + 1, state.isr, self.term.epoch)
+        isr = tuple(r for r in state.isr if r in live) if leader in state.isr else (leader,)
+        return PartitionState(leader, state.leader_epoch + 1, isr, self.term.epoch)

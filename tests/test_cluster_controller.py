@@ -1,0 +1,224 @@
+"""The controller (mqcore.cluster.controller) over a real ZooKeeper: one broker of several
+holds the term, places topics, and moves leadership when brokers die and return. Each broker
+here is a ZooKeeper session of its own with its registration and its ClusterController, in this
+process; a broker dies when its session ends (ZooKeeper drops its ephemeral znodes at once, as
+after a crashed broker's session timeout)."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from zkserver import ZooKeeper
+
+pytest.importorskip("kazoo", reason="the server extra (kazoo) is missing")
+
+from mqcore.cluster.assign import NO_LEADER  # noqa: E402
+from mqcore.cluster.controller import ClusterController  # noqa: E402
+from mqcore.cluster.zk import BrokerInfo, PartitionState, ZkCoordinator  # noqa: E402
+from mqcore.errors import InvalidConfigError, NotControllerError, TopicExistsError  # noqa: E402
+
+WAIT = 30.0
+
+
+class Node:
+    """One broker as the cluster sees it: registered, running its controller."""
+
+    def __init__(self, zk: ZooKeeper, node_id: int, *, unclean: bool = False):
+        self.node_id = node_id
+        self.coordinator = ZkCoordinator(zk.url("/cluster"), session_timeout_ms=4000,
+                                         connect_timeout=10.0).start()  # fmt: skip
+        self.coordinator.register_broker(BrokerInfo(node_id, "127.0.0.1", 9100 + node_id))
+        self.controller = ClusterController(
+            self.coordinator, node_id, unclean_leader_election=unclean, rng=random.Random(node_id)
+        ).start()
+        self.alive = True
+
+    def kill(self) -> None:
+        """The broker dies: its session ends, and its registration and term with it."""
+        if self.alive:
+            self.controller.stop()
+            self.coordinator.close()
+            self.alive = False
+
+
+@pytest.fixture
+def zk(tmp_path: Path) -> Iterator[ZooKeeper]:
+    server = ZooKeeper(tmp_path).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def cluster(zk: ZooKeeper) -> Iterator[dict[int, Node]]:
+    nodes = {n: Node(zk, n) for n in (1, 2, 3)}
+    try:
+        yield nodes
+    finally:
+        for node in nodes.values():
+            node.kill()
+
+
+def until(condition: Callable[[], object], what: str) -> object:
+    deadline = time.monotonic() + WAIT
+    while True:
+        value = condition()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def the_controller(nodes: dict[int, Node]) -> Node:
+    def one() -> Node | None:
+        holding = [n for n in nodes.values() if n.alive and n.controller.is_controller]
+        return holding[0] if len(holding) == 1 else None
+
+    found = until(one, "one broker to hold the controller's term")
+    assert isinstance(found, Node)
+    return found
+
+
+def states(node: Node, topic: str) -> dict[int, PartitionState]:
+    c = node.coordinator
+    return {p: c.partition_state(topic, p) for p in c.assignment(topic)}
+
+
+def test_one_broker_controls_and_places_a_topic_over_the_live_brokers(
+    cluster: dict[int, Node],
+) -> None:
+    """One of three holds the term; the others refuse to create topics (NOT_CONTROLLER).
+    Six partitions of three replicas land on all three brokers, each leading two, every
+    replica in sync at leader epoch 0."""
+    controller = the_controller(cluster)
+    other = next(n for n in cluster.values() if n is not controller)
+    with pytest.raises(NotControllerError, match=f"the controller is {controller.node_id}"):
+        other.controller.create_topic("t", 6, 3).result(WAIT)
+    created = controller.controller.create_topic("t", 6, 3, {"retention.ms": "5"}).result(WAIT)
+    assignment = controller.coordinator.assignment("t")
+    assert sorted(assignment) == list(range(6))
+    for p, replicas in assignment.items():
+        assert sorted(replicas) == [1, 2, 3]
+        assert created[p] == PartitionState(replicas[0], 0, replicas,
+                                            controller.controller.term.epoch, 0)  # type: ignore[union-attr]  # fmt: skip
+    assert set(Counter(r[0] for r in assignment.values()).values()) == {2}
+    with pytest.raises(TopicExistsError):
+        controller.controller.create_topic("t", 1, 1).result(WAIT)
+    with pytest.raises(InvalidConfigError, match="larger than the 3 live brokers"):
+        controller.controller.create_topic("u", 1, 4).result(WAIT)
+    assert controller.coordinator.topics() == ["t"]
+
+
+def test_a_dead_brokers_partitions_move_to_live_in_sync_replicas(cluster: dict[int, Node]) -> None:
+    """A broker that is not the controller dies: each partition it led gets the next replica
+    in assignment order as leader at epoch 1; every partition's ISR loses it, and those it
+    only followed keep their leader and epoch 0."""
+    controller = the_controller(cluster)
+    controller.controller.create_topic("t", 6, 3).result(WAIT)
+    assignment = controller.coordinator.assignment("t")
+    victim = next(n for n in cluster.values() if n is not controller)
+    victim.kill()
+    gone = victim.node_id
+
+    def moved() -> bool:
+        return all(gone not in s.isr for s in states(controller, "t").values())
+
+    until(moved, f"broker {gone} to leave every ISR")
+    for p, s in states(controller, "t").items():
+        replicas = assignment[p]
+        expected_isr = tuple(r for r in replicas if r != gone)
+        if replicas[0] == gone:
+            assert (s.leader, s.leader_epoch, s.isr) == (expected_isr[0], 1, expected_isr)
+        else:
+            assert (s.leader, s.leader_epoch, s.isr) == (replicas[0], 0, expected_isr)
+
+
+def test_the_controllers_death_hands_the_term_on(cluster: dict[int, Node]) -> None:
+    """The controller's broker dies: another broker takes the term at epoch 2 and moves the
+    dead broker's leaderships as above."""
+    first = the_controller(cluster)
+    first.controller.create_topic("t", 3, 3).result(WAIT)
+    epoch = first.controller.term.epoch  # type: ignore[union-attr]
+    first.kill()
+    second = the_controller(cluster)
+    assert second is not first
+    assert second.controller.term.epoch == epoch + 1  # type: ignore[union-attr]
+    gone = first.node_id
+    until(lambda: all(gone not in s.isr and s.leader != gone for s in states(second, "t").values()),
+          "the dead controller's partitions to move")  # fmt: skip
+
+
+def partition(node: Node, want: Callable[[PartitionState], bool], what: str) -> PartitionState:
+    """The partition t-0's state once `want` holds for it."""
+    found = until(lambda: (s := node.coordinator.partition_state("t", 0)) and want(s) and s, what)
+    assert isinstance(found, PartitionState)
+    return found
+
+
+def test_a_partition_with_no_live_in_sync_replica_waits_for_one(zk: ZooKeeper) -> None:
+    """A partition's followers die, then its leader: it has no leader and keeps its last ISR
+    (the last leader). A replica that was out of sync returns first and does not take over
+    (clean election); the last leader returns and leads again, one epoch on, so the other
+    never led."""
+    nodes = {n: Node(zk, n) for n in (1, 2, 3)}
+    try:
+        controller = the_controller(nodes)
+        controller.controller.create_topic("t", 1, 3).result(WAIT)
+        others = [n for n in controller.coordinator.assignment("t")[0] if n != controller.node_id]
+        first = controller.coordinator.partition_state("t", 0)
+        leader = first.leader if first.leader != controller.node_id else others[0]
+        follower = next(n for n in others if n != leader)
+        if first.leader != leader:  # the controller's broker led: move it off, as a failover would
+            nodes[controller.node_id].coordinator.set_partition_state(
+                "t", 0, PartitionState(leader, first.leader_epoch + 1, (leader, follower),
+                                       first.controller_epoch),
+                expected_version=first.version)  # fmt: skip
+        else:  # the leader drops the controller's broker from the ISR, as a leader does
+            nodes[leader].coordinator.set_partition_state(
+                "t", 0, PartitionState(leader, first.leader_epoch, (leader, follower),
+                                       first.controller_epoch),
+                expected_version=first.version)  # fmt: skip
+        nodes[follower].kill()
+        shrunk = partition(controller, lambda s: s.isr == (leader,), "the ISR to shrink")
+        nodes[leader].kill()
+        offline = partition(controller, lambda s: s.leader == NO_LEADER, "the partition offline")
+        assert offline.isr == (leader,) and offline.leader_epoch == shrunk.leader_epoch + 1
+        nodes[follower] = Node(zk, follower)  # out of sync: may not lead
+        until(lambda: follower in controller.controller.live, "the controller to see it")
+        nodes[leader] = Node(zk, leader)
+        back = partition(controller, lambda s: s.leader == leader, f"broker {leader} to lead")
+        assert back.leader_epoch == offline.leader_epoch + 1 and back.isr == (leader,)
+    finally:
+        for node in nodes.values():
+            node.kill()
+
+
+def test_unclean_election_takes_an_out_of_sync_replica(zk: ZooKeeper) -> None:
+    """With unclean leader election on, the same loss makes the live out-of-sync replica the
+    leader, alone in the ISR (it may lack acknowledged writes: the setting's price)."""
+    nodes = {n: Node(zk, n, unclean=True) for n in (1, 2, 3)}
+    try:
+        controller = the_controller(nodes)
+        controller.controller.create_topic("t", 1, 3).result(WAIT)
+        replicas = controller.coordinator.assignment("t")[0]
+        lagging = controller.node_id
+        in_sync = tuple(r for r in replicas if r != lagging)
+        state = controller.coordinator.partition_state("t", 0)
+        nodes[in_sync[0]].coordinator.set_partition_state(
+            "t", 0, PartitionState(in_sync[0], state.leader_epoch, in_sync, state.controller_epoch),
+            expected_version=state.version)  # fmt: skip
+        for n in in_sync:
+            nodes[n].kill()
+        led = until(lambda: (s := controller.coordinator.partition_state("t", 0)).leader
+                    == lagging and s, "the laggard to lead")  # fmt: skip
+        assert isinstance(led, PartitionState)
+        assert led.isr == (lagging,)
+    finally:
+        for node in nodes.values():
+            node.kill()
