@@ -6,7 +6,6 @@ after a crashed broker's session timeout)."""
 
 from __future__ import annotations
 
-import random
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -17,33 +16,13 @@ from zkserver import ZooKeeper
 
 pytest.importorskip("kazoo", reason="the server extra (kazoo) is missing")
 
+from clusternodes import Node  # noqa: E402
+
 from mqcore.cluster.assign import NO_LEADER  # noqa: E402
-from mqcore.cluster.controller import ClusterController  # noqa: E402
-from mqcore.cluster.zk import BrokerInfo, PartitionState, ZkCoordinator  # noqa: E402
+from mqcore.cluster.zk import PartitionState  # noqa: E402
 from mqcore.errors import InvalidConfigError, NotControllerError, TopicExistsError  # noqa: E402
 
 WAIT = 30.0
-
-
-class Node:
-    """One broker as the cluster sees it: registered, running its controller."""
-
-    def __init__(self, zk: ZooKeeper, node_id: int, *, unclean: bool = False):
-        self.node_id = node_id
-        self.coordinator = ZkCoordinator(zk.url("/cluster"), session_timeout_ms=4000,
-                                         connect_timeout=10.0).start()  # fmt: skip
-        self.coordinator.register_broker(BrokerInfo(node_id, "127.0.0.1", 9100 + node_id))
-        self.controller = ClusterController(
-            self.coordinator, node_id, unclean_leader_election=unclean, rng=random.Random(node_id)
-        ).start()
-        self.alive = True
-
-    def kill(self) -> None:
-        """The broker dies: its session ends, and its registration and term with it."""
-        if self.alive:
-            self.controller.stop()
-            self.coordinator.close()
-            self.alive = False
 
 
 @pytest.fixture

@@ -29,6 +29,7 @@
                    [--acl FILE]] [--tls-cert PEM --tls-key PEM]
     mqcore server-user add FILE USER [--password-stdin] [--iterations N]
     mqcore server-user remove FILE USER
+    mqcore cluster status --coordinator zk://HOST:PORT/PATH [--under-replicated] [--json]
 
 The commands that read (consume, get, query, topics, groups, stats, trace, console without
 --allow-write, and verify without --repair) open the store read-only: no lock is taken and
@@ -57,6 +58,7 @@ from collections.abc import Sequence
 
 import mqcore
 from mqcore.cli import (
+    cluster,
     config,
     console,
     dump,
@@ -151,6 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_parsers(sub)
     console.add_parsers(sub)
     users.add_parsers(sub)
+    cluster.add_parsers(sub)
     for command in sub.choices.values():
         command.set_defaults(parser=command)  # for usage errors a command finds late
     return parser

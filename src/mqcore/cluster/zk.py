@@ -188,6 +188,36 @@ class _Watches:
     items: list[Any] = field(default_factory=list)
 
 
+@dataclass(frozen=True, slots=True)
+class PartitionView:
+    """One partition as `describe()` shows it: replicas (preferred leader first) and state."""
+
+    topic: str
+    partition: int
+    replicas: tuple[int, ...]
+    state: PartitionState | None  # None: its state znode is missing (being created or gone)
+
+    @property
+    def offline(self) -> bool:
+        return self.state is None or self.state.leader == NO_LEADER
+
+    @property
+    def under_replicated(self) -> bool:
+        return self.state is None or len(self.state.isr) < len(self.replicas)
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterView:
+    """What `mqcore cluster status` shows: the live brokers, the controller and its epoch,
+    every partition. Read znode by znode, so not one instant's picture: a change during the
+    read may show half applied."""
+
+    brokers: dict[int, BrokerInfo]
+    controller: int | None
+    controller_epoch: int
+    partitions: list[PartitionView]
+
+
 class ZkCoordinator:
     """One node's session with ZooKeeper and the operations of the cluster's state over it.
     `start()` connects (CoordinatorError if ZooKeeper does not answer in time); `close()` ends
@@ -481,6 +511,22 @@ class ZkCoordinator:
             on_change(None if data is None else PartitionState.decode(data, stat.version, path))
 
         self._watches.items.append(DataWatch(self.client, self._p(path), changed))
+
+    def describe(self) -> ClusterView:
+        """The whole cluster as its state says it is now (see ClusterView)."""
+        partitions = []
+        for topic in self.topics():
+            try:
+                assignment = self.assignment(topic)
+            except UnknownTopicError:
+                continue  # deleted meanwhile
+            for p, replicas in sorted(assignment.items()):
+                try:
+                    state: PartitionState | None = self.partition_state(topic, p)
+                except UnknownTopicError:
+                    state = None
+                partitions.append(PartitionView(topic, p, replicas, state))
+        return ClusterView(self.brokers(), self.controller(), self.controller_epoch(), partitions)
 
     # -- helpers --------------------------------------------------------------------------
 

@@ -1,0 +1,137 @@
+"""`mqcore cluster status` (issue 33) as a process, over a real ZooKeeper and three brokers'
+coordination (tests/clusternodes.py): what it prints is the coordination state read by an
+independent ZooKeeper client, and its exit status says whether every partition is healthy."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import run_cli
+from zkserver import ZooKeeper
+
+pytest.importorskip("kazoo", reason="the server extra (kazoo) is missing")
+from clusternodes import Node  # noqa: E402
+from kazoo.client import KazooClient  # noqa: E402
+
+WAIT = 30.0
+UNHEALTHY = 3
+
+
+@pytest.fixture
+def zk(tmp_path: Path) -> Iterator[ZooKeeper]:
+    server = ZooKeeper(tmp_path).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def until(condition: Callable[[], object], what: str) -> None:
+    deadline = time.monotonic() + WAIT
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+Partitions = dict[str, tuple[list[int], int, int, list[int]]]
+
+
+def znodes(zk: ZooKeeper) -> tuple[list[int], int, int, Partitions]:
+    """The state as a plain kazoo client reads it, which the command must show: the live
+    brokers, the controller, its epoch, and "topic-p" -> (replicas, leader, epoch, isr)."""
+    raw = KazooClient(hosts=zk.address + "/cluster")
+    raw.start(WAIT)
+    try:
+        brokers = sorted(int(b) for b in raw.get_children("/brokers/ids"))
+        controller = json.loads(raw.get("/controller")[0])["brokerid"]
+        epoch = int(raw.get("/controller_epoch")[0])
+        partitions: Partitions = {}
+        for topic in raw.get_children("/brokers/topics"):
+            assignment = json.loads(raw.get(f"/brokers/topics/{topic}")[0])["partitions"]
+            for p, replicas in assignment.items():
+                state = json.loads(raw.get(f"/brokers/topics/{topic}/partitions/{p}/state")[0])
+                partitions[f"{topic}-{p}"] = (replicas, state["leader"], state["leader_epoch"],
+                                              state["isr"])  # fmt: skip
+        return brokers, controller, epoch, partitions
+    finally:
+        raw.stop()
+        raw.close()
+
+
+def status(zk: ZooKeeper, *flags: str) -> tuple[int, Any]:
+    code, out, err = run_cli("cluster", "status", "--coordinator", zk.url("/cluster"), "--json",
+                             *flags)  # fmt: skip
+    assert err == "", err
+    return code, json.loads(out)
+
+
+def shown_partitions(shown: Any) -> Partitions:
+    return {f"{p['topic']}-{p['partition']}": (p["replicas"], p["leader"], p["leader_epoch"],
+                                               p["isr"]) for p in shown["partitions"]}  # fmt: skip
+
+
+def test_status_shows_the_coordination_state_and_exits_3_when_unhealthy(zk: ZooKeeper) -> None:
+    nodes = {n: Node(zk, n) for n in (1, 2, 3)}
+    try:
+        until(lambda: sum(n.controller.is_controller for n in nodes.values()) == 1, "a controller")
+        controller = next(n for n in nodes.values() if n.controller.is_controller)
+        controller.controller.create_topic("wide", 3, 3).result(WAIT)
+        controller.controller.create_topic("narrow", 3, 1).result(WAIT)
+        code, shown = status(zk)
+        brokers, leader_of_all, epoch, partitions = znodes(zk)
+        assert code == 0
+        assert [b["id"] for b in shown["brokers"]] == brokers == [1, 2, 3]
+        assert (shown["controller"], shown["controller_epoch"]) == (leader_of_all, epoch)
+        assert shown_partitions(shown) == partitions
+        assert (shown["under_replicated"], shown["offline"]) == (0, 0)
+
+        victim = next(n for n in nodes.values() if n is not controller)
+        victim.kill()
+        gone = victim.node_id
+
+        def settled() -> bool:
+            # it leaves every ISR, or, where it was the only replica, the partition goes
+            # offline keeping it as its last ISR
+            return all(gone not in v[3] or v[1] == -1 for v in znodes(zk)[3].values())
+
+        until(settled, "the partitions to settle")
+        code, shown = status(zk, "--under-replicated")
+        _, _, epoch, partitions = znodes(zk)
+        assert code == UNHEALTHY
+        listed = {f"{p['topic']}-{p['partition']}": p for p in shown["partitions"]}
+        offline = {k for k, v in partitions.items() if k.startswith("narrow-") and v[0] == [gone]}
+        assert len(offline) == 1  # each broker leads one of the three
+        assert set(listed) == {f"wide-{p}" for p in range(3)} | offline
+        assert all(listed[k]["offline"] and listed[k]["leader"] is None for k in offline)
+        # counted as Kafka counts them: under-replicated is fewer in-sync replicas than
+        # replicas; an offline partition of one replica keeps that replica as its last ISR
+        assert (shown["under_replicated"], shown["offline"]) == (3, 1)
+        code, out, err = run_cli("cluster", "status", "--coordinator", zk.url("/cluster"))
+        assert code == UNHEALTHY and err == ""
+        lines = out.splitlines()
+        assert lines[:2] == [f"controller: broker {controller.node_id} (epoch {epoch})",
+                             "brokers: 2 live"]  # fmt: skip
+        assert "partitions: 6 in 2 topic(s), 3 under-replicated, 1 offline" in lines
+        for key in [f"wide-{p}" for p in range(3)] + sorted(offline):
+            (line,) = [x for x in lines if x.strip().startswith(key + " ")]
+            assert ("offline" if key in offline else "under-replicated") in line
+    finally:
+        for node in nodes.values():
+            node.kill()
+
+
+def test_status_without_zookeeper_is_one_line(zk: ZooKeeper) -> None:
+    zk.stop()
+    t0 = time.monotonic()
+    code, out, err = run_cli("cluster", "status", "--coordinator", zk.url("/cluster"),
+                             "--timeout", "1")  # fmt: skip
+    assert (code, out) == (1, "")
+    assert err == f"mqcore: error: ZooKeeper at {zk.url('/cluster')} did not answer within 1 s\n"
+    assert time.monotonic() - t0 < 30
+    code, _, err = run_cli("cluster", "status", "--coordinator", "http://x")
+    assert code == 1 and "is not a ZooKeeper URL" in err
