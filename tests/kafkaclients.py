@@ -75,6 +75,34 @@ class KioWire:
         self.sock.close()
 
 
+def kafka_python_call(address: tuple[str, int], request: Any) -> Any:
+    """One request of kafka-python's protocol classes (kafka.protocol.old, every version down
+    to v0), encoded and its response decoded by kafka-python: not by kio, not by us."""
+    import importlib
+    import struct
+
+    from kafka.protocol.old.api import RequestHeader, RequestHeaderV2
+
+    # a flexible version ends its structs in tagged fields; kafka-python's classes do not all
+    # say FLEXIBLE_VERSION, so the schema tells
+    flexible = request.FLEXIBLE_VERSION or "tags" in request.SCHEMA.names
+    fields = {"api_key": request.API_KEY, "api_version": request.API_VERSION,
+              "correlation_id": 7, "client_id": "old"}  # fmt: skip
+    header = RequestHeaderV2(**fields, tags={}) if flexible else RequestHeader(**fields)
+    payload = header.encode() + request.encode()
+    with socket.create_connection(address, timeout=WAIT) as sock:
+        sock.sendall(struct.pack(">i", len(payload)) + payload)
+        (size,) = struct.unpack(">i", recv_exactly(sock, 4))
+        body = recv_exactly(sock, size)
+    assert struct.unpack_from(">i", body)[0] == 7
+    module = importlib.import_module(type(request).__module__)
+    response = getattr(module, type(request).__name__.replace("Request_", "Response_"))
+    if flexible:  # a flexible response header carries tagged fields (none here)
+        assert body[4] == 0, "no tagged fields expected in the response header"
+        return response.decode(body[5:])
+    return response.decode(body[4:])
+
+
 def kio_response_frame(response: type, correlation: int, values: dict[str, Any]) -> bytes:
     """A whole response frame written by kio: `response` (a kio response entity) built from
     those of `values` it has (versions differ in their fields), with its header."""

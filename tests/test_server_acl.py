@@ -101,6 +101,24 @@ def list_offsets(w: Wire, topic: str) -> Any:
     return r.topics[0].partitions[0].error_code
 
 
+def epoch_end(w: Wire, topic: str, replica: int) -> Any:
+    m = module(23, 4)
+    asked = m.OffsetForLeaderPartition(partition=0, current_leader_epoch=-1, leader_epoch=0)
+    r = w.call(23, 4, replica_id=replica,
+               topics=(m.OffsetForLeaderTopic(topic=topic, partitions=(asked,)),))  # fmt: skip
+    return r.topics[0].partitions[0].error_code
+
+
+def leader_epoch(w: Wire, topic: str) -> Any:
+    """A consumer's OffsetForLeaderEpoch (KIP-320): describe on the topic."""
+    return epoch_end(w, topic, -1)
+
+
+def replica_leader_epoch(w: Wire, topic: str) -> Any:
+    """A replica's (replica_id set): Kafka's CLUSTER_ACTION, which no ACL line grants."""
+    return epoch_end(w, topic, 2)
+
+
 def metadata_named(w: Wire, topic: str) -> Any:
     m = module(3, 12)
     r = w.call(
@@ -243,6 +261,11 @@ TABLE: list[tuple[Op, str, str, Any]] = [
     *[(fetch, PUBLIC, p, OK if p in ("owner", "reader") else TOPIC_DENIED) for p in PRINCIPALS],
     *[(fetch, OFFSETS, p, OK if p == "ops" else TOPIC_DENIED) for p in PRINCIPALS],
     *[(list_offsets, SECRET, p, OK if p == "owner" else TOPIC_DENIED) for p in PRINCIPALS],
+    *[(leader_epoch, SECRET, p, OK if p == "owner" else TOPIC_DENIED) for p in PRINCIPALS],
+    *[(leader_epoch, PUBLIC, p, OK if p in ("owner", "reader") else TOPIC_DENIED)
+      for p in PRINCIPALS],
+    *[(replica_leader_epoch, SECRET, p, ErrorCode.cluster_authorization_failed)
+      for p in PRINCIPALS],
     *[(metadata_named, SECRET, p, OK if p == "owner" else TOPIC_DENIED) for p in PRINCIPALS],
     *[(metadata_named, OFFSETS, p, OK if p == "ops" else TOPIC_DENIED) for p in PRINCIPALS],
     *[(metadata_lists, SECRET, p, "listed" if p == "owner" else "hidden") for p in PRINCIPALS],

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
@@ -19,6 +18,8 @@ import mqcore
 
 pytest.importorskip("mqcore.server", reason="the server extra (kio) is missing")
 kafka = pytest.importorskip("kafka")
+from kafkaclients import kafka_python_call  # noqa: E402
+
 from mqcore.server import Server  # noqa: E402
 from mqcore.server.protocol import APIS  # noqa: E402
 
@@ -135,45 +136,8 @@ def test_create_and_delete_topics_v0(served: Server, store: mqcore.Store) -> Non
 
 def test_api_versions_lists_what_kafka_3_9_served() -> None:
     floors = {key: low for key, (_, low, _) in APIS.items()}
-    for key in (0, 1, 2, 8, 9, 11, 19, 20, 32):  # the versions KIP-896 removed
+    for key in (0, 1, 2, 8, 9, 11, 19, 20, 23, 32):  # the versions KIP-896 removed
         assert floors[key] == 0, key
-
-
-def old_call(srv: Server, request: Any) -> Any:
-    """One request of kafka-python's protocol classes for old versions, encoded and its
-    response decoded by kafka-python (not by kio, not by us)."""
-    import socket
-    import struct
-
-    from kafka.protocol.old.api import RequestHeader
-    from kafka.protocol.old.api import Response as OldResponse
-
-    header = RequestHeader(api_key=request.API_KEY, api_version=request.API_VERSION,
-                           correlation_id=7, client_id="old")  # fmt: skip
-    payload = header.encode() + request.encode()
-    with socket.create_connection(srv.address, timeout=WAIT) as sock:
-        sock.sendall(struct.pack(">i", len(payload)) + payload)
-        (size,) = struct.unpack(">i", recv_all(sock, 4))
-        body = recv_all(sock, size)
-    assert struct.unpack_from(">i", body)[0] == 7
-    response_type: type[OldResponse] = _response_type(request)
-    return response_type.decode(body[4:])
-
-
-def _response_type(request: Any) -> Any:
-    import importlib
-
-    module = importlib.import_module(type(request).__module__)
-    return getattr(module, type(request).__name__.replace("Request_", "Response_"))
-
-
-def recv_all(sock: Any, n: int) -> bytes:
-    out = b""
-    while len(out) < n:
-        chunk = sock.recv(n - len(out))
-        assert chunk, "closed"
-        out += chunk
-    return out
 
 
 def test_offset_commit_v0_v1_and_fetch_v0(served: Server, store: mqcore.Store) -> None:
@@ -186,11 +150,13 @@ def test_offset_commit_v0_v1_and_fetch_v0(served: Server, store: mqcore.Store) -
     store.create_topic("t", partitions=2)
     store.append_batch("t", [b"x"] * 50, partition=0)
     store.append_batch("t", [b"x"] * 50, partition=1)
-    r = old_call(served, OffsetCommitRequest_v0("g0", [("t", [(0, 11, "zero")])]))
+    r = kafka_python_call(served.address, OffsetCommitRequest_v0("g0", [("t", [(0, 11, "zero")])]))
     assert r.topics[0][1][0][1] == 0  # error_code NONE
-    r = old_call(served, OffsetCommitRequest_v1("g0", -1, "", [("t", [(1, 22, 0, "one")])]))
+    r = kafka_python_call(
+        served.address, OffsetCommitRequest_v1("g0", -1, "", [("t", [(1, 22, 0, "one")])])
+    )
     assert r.topics[0][1][0][1] == 0
-    fetched = old_call(served, OffsetFetchRequest_v0("g0", [("t", [0, 1])]))
+    fetched = kafka_python_call(served.address, OffsetFetchRequest_v0("g0", [("t", [0, 1])]))
     assert [(p[0], p[1], p[2], p[3]) for p in fetched.topics[0][1]] == [
         (0, 11, "zero", 0), (1, 22, "one", 0)
     ]  # fmt: skip
@@ -202,7 +168,9 @@ def test_describe_configs_v0(served: Server, store: mqcore.Store) -> None:
     from kafka.protocol.old.admin import DescribeConfigsRequest_v0
 
     store.create_topic("t", retention_ms=1234)
-    r = old_call(served, DescribeConfigsRequest_v0([(2, "t", ["retention.ms", "cleanup.policy"])]))
+    r = kafka_python_call(
+        served.address, DescribeConfigsRequest_v0([(2, "t", ["retention.ms", "cleanup.policy"])])
+    )
     error_code, _message, _type, name, configs = r.resources[0]
     assert (error_code, name) == (0, "t")
     got = {c[0]: (c[1], c[3]) for c in configs}  # name: (value, is_default)

@@ -62,6 +62,9 @@ from mqcore.store import Store
 
 EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3  # ListOffsets' special timestamps
 MAX_EPOCH = 0x7FFF
+# the leader epoch a node of one leads every partition at: its appends carry it and
+# OffsetForLeaderEpoch fences by it (Metadata answers -1, no epoch, so clients check none)
+LEADER_EPOCH = 0
 KEYLESS = "a compacted topic takes only records with a key"  # a keyless record's record error
 
 Handler = Callable[[Api, Any, Session], Any]
@@ -118,6 +121,7 @@ class Broker:
             0: self.produce,
             1: self.fetch,
             2: self.list_offsets,
+            23: self.offset_for_leader_epoch,
             3: self.metadata,
             18: self.api_versions,
             19: self.create_topics,
@@ -362,7 +366,7 @@ class Broker:
                     records = p.records
                     if getattr(body, "message_sets", False):  # Produce v0-v2: magic 0 or 1
                         records = up_convert(records, self.log.clock())
-                    info = self.log.replica(t.name, p.index).append_as_leader(records, 0)
+                    info = self.log.replica(t.name, p.index).append_as_leader(records, LEADER_EPOCH)
                     got.base_offset, got.log_start_offset = info.first_offset, info.log_start_offset
                     got.log_append_time_ms = info.log_append_time
                 except MQCoreError as e:
@@ -467,6 +471,45 @@ class Broker:
                     )  # fmt: skip
                 )
             topics.append(build(m.ListOffsetsTopicResponse, name=t.name, partitions=tuple(out)))
+        return build(found.response, throttle_time=NO_TIME, topics=tuple(topics))
+
+    def offset_for_leader_epoch(self, found: Api, body: Any, session: Session) -> Any:
+        """Where each asked leader epoch ends in a partition's log (ReplicaLog's epoch cache,
+        Kafka's rules): what a follower asks before it truncates (KIP-101, KIP-279) and a
+        consumer asks to find a truncated log (KIP-320). This node leads every partition at
+        LEADER_EPOCH: a current_leader_epoch below it is FENCED_LEADER_EPOCH, above it
+        UNKNOWN_LEADER_EPOCH (-1: no check). A replica's request (replica_id >= 0) needs
+        Kafka's CLUSTER_ACTION, which no ACL line grants; a consumer's, describe on the
+        topic."""
+        m = found.module
+        replica = getattr(body, "replica_id", -1)  # v3+; -1 (consumer) or -2 (debug) before
+        topics = []
+        for t in body.topics:
+            parts = []
+            for p in t.partitions:
+                code, epoch, end = ErrorCode.none, -1, -1
+                try:
+                    if replica >= 0 and not self.access(session).kafka_operations(CLUSTER):
+                        raise KafkaError(
+                            ErrorCode.cluster_authorization_failed,
+                            "a replica's OffsetForLeaderEpoch needs CLUSTER_ACTION",
+                        )
+                    if replica < 0:
+                        self.authorize(session, DESCRIBE, t.topic)
+                    current = getattr(p, "current_leader_epoch", -1)  # v2+
+                    if 0 <= current < LEADER_EPOCH:
+                        raise KafkaError(ErrorCode.fenced_leader_epoch, f"epoch {current}")
+                    if current > LEADER_EPOCH:
+                        raise KafkaError(ErrorCode.unknown_leader_epoch, f"epoch {current}")
+                    epoch, end = self.log.replica(t.topic, p.partition).end_offset_for_epoch(
+                        p.leader_epoch
+                    )
+                except MQCoreError as e:
+                    code = error_code(e)
+                parts.append(build(m.EpochEndOffset, error_code=code, partition=p.partition,
+                                   leader_epoch=epoch, end_offset=end))  # fmt: skip
+            topics.append(build(m.OffsetForLeaderTopicResult, topic=t.topic,
+                                partitions=tuple(parts)))  # fmt: skip
         return build(found.response, throttle_time=NO_TIME, topics=tuple(topics))
 
     def _offset_for(self, topic: str, partition: int, timestamp: int) -> tuple[int, int]:

@@ -135,6 +135,16 @@ _add(LegacyVersion(
     request=[("topic_names", ["string"]), ("timeout", "ms32")],
     response=[("responses", [[("name", "string"), ("error_code", "int16")]])],
 ))  # fmt: skip
+for _v in (0, 1):  # OffsetForLeaderEpoch: v1's answer adds the epoch found
+    _add(LegacyVersion(
+        23, _v, 2,
+        request=[("topics", [[("topic", "string"), ("partitions", [[
+            ("partition", "int32"), ("leader_epoch", "int32")]])]])],
+        response=[("topics", [[("topic", "string"), ("partitions", [[
+            ("error_code", "int16"), ("partition", "int32"),
+            *([("leader_epoch", "int32")] if _v else []), ("end_offset", "int64")]])]])],
+        defaults={"current_leader_epoch": -1},  # no check, as v2 without one
+    ))  # fmt: skip
 _add(LegacyVersion(
     32, 0, 1,
     request=[("resources", [[("resource_type", "int8"), ("resource_name", "string"),

@@ -79,6 +79,7 @@ APIS: dict[int, tuple[str, int, int]] = {
     20: ("DeleteTopics", 0, 6),
     21: ("DeleteRecords", 0, 2),
     22: ("InitProducerId", 0, 4),
+    23: ("OffsetForLeaderEpoch", 0, 4),
     32: ("DescribeConfigs", 0, 4),
     33: ("AlterConfigs", 0, 2),
     36: ("SaslAuthenticate", 0, 2),
