@@ -18,6 +18,8 @@ pytest.importorskip("kazoo", reason="the server extra (kazoo) is missing")
 from clusternodes import Node  # noqa: E402
 from kazoo.client import KazooClient  # noqa: E402
 
+from mqcore.cluster.zk import PartitionState  # noqa: E402
+
 WAIT = 30.0
 UNHEALTHY = 3
 
@@ -135,3 +137,54 @@ def test_status_without_zookeeper_is_one_line(zk: ZooKeeper) -> None:
     assert time.monotonic() - t0 < 30
     code, _, err = run_cli("cluster", "status", "--coordinator", "http://x")
     assert code == 1 and "is not a ZooKeeper URL" in err
+
+
+def test_elect_leaders_gives_partitions_back_to_their_preferred_replicas(zk: ZooKeeper) -> None:
+    """A preferred replica dies and comes back. While it is out of sync, elect-leaders
+    leaves its partition alone and exits 3 naming it; once the leader has taken it back into
+    the ISR (what a caught-up follower gets), elect-leaders makes it the leader again, one
+    epoch on, and exits 0."""
+    nodes = {n: Node(zk, n) for n in (1, 2, 3)}
+    try:
+        until(lambda: sum(n.controller.is_controller for n in nodes.values()) == 1, "a controller")
+        controller = next(n for n in nodes.values() if n.controller.is_controller)
+        controller.controller.create_topic("t", 3, 3).result(WAIT)
+        assignment = controller.coordinator.assignment("t")
+        # the partition whose preferred replica is not the controller's broker
+        part, replicas = next((p, r) for p, r in sorted(assignment.items())
+                              if r[0] != controller.node_id)  # fmt: skip
+        preferred, successor = replicas[0], replicas[1]
+        nodes[preferred].kill()
+        until(lambda: controller.coordinator.partition_state("t", part).leader == successor,
+              "the successor to lead")  # fmt: skip
+        nodes[preferred] = Node(zk, preferred)
+        until(lambda: preferred in controller.controller.live, "the controller to see it back")
+
+        code, out, err = run_cli("cluster", "elect-leaders", "--coordinator", zk.url("/cluster"),
+                                 "--topic", "t")  # fmt: skip
+        assert (code, err) == (UNHEALTHY, "")
+        assert out.splitlines()[-1] == (
+            f"not led by their preferred replica (dead or out of sync): t-{part}"
+        )
+        state = controller.coordinator.partition_state("t", part)
+        assert (state.leader, state.leader_epoch) == (successor, 1)
+
+        # the leader takes it back into the ISR, as it will once the follower caught up
+        nodes[successor].coordinator.set_partition_state(
+            "t", part, PartitionState(successor, 1, (*state.isr, preferred),
+                                      state.controller_epoch),
+            expected_version=state.version)  # fmt: skip
+        code, out, err = run_cli("cluster", "elect-leaders", "--coordinator", zk.url("/cluster"),
+                                 "--topic", "t", "--partition", str(part), "--json")  # fmt: skip
+        assert (code, err) == (0, "")
+        shown = json.loads(out)
+        assert shown["not_preferred"] == []
+        assert [(p["partition"], p["leader"], p["leader_epoch"], p["preferred"])
+                for p in shown["partitions"]] == [(part, preferred, 2, preferred)]  # fmt: skip
+        assert controller.coordinator.partition_state("t", part).leader == preferred
+        code, _, err = run_cli("cluster", "elect-leaders", "--coordinator", zk.url("/cluster"),
+                               "--partition", "0")  # fmt: skip
+        assert code == 2 and "--partition needs --topic" in err
+    finally:
+        for node in nodes.values():
+            node.kill()

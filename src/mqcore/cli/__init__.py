@@ -30,6 +30,7 @@
     mqcore server-user add FILE USER [--password-stdin] [--iterations N]
     mqcore server-user remove FILE USER
     mqcore cluster status --coordinator zk://HOST:PORT/PATH [--under-replicated] [--json]
+    mqcore cluster elect-leaders --coordinator zk://HOST:PORT/PATH [--topic T [--partition P]]
 
 The commands that read (consume, get, query, topics, groups, stats, trace, console without
 --allow-write, and verify without --repair) open the store read-only: no lock is taken and

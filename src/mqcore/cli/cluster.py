@@ -2,6 +2,8 @@
 
     mqcore cluster status --coordinator zk://HOST:PORT/PATH [--under-replicated] [--json]
                           [--timeout S]
+    mqcore cluster elect-leaders --coordinator zk://HOST:PORT/PATH [--topic T [--partition P]]
+                                 [--json] [--timeout S]
 
 Shows the controller and its epoch, the live brokers, and every partition's replicas, leader,
 leader epoch and in-sync replicas, marking those under-replicated (fewer in-sync replicas than
@@ -9,6 +11,13 @@ replicas) and offline (no leader); `--under-replicated` lists only partitions th
 as kafka-topics' --under-replicated-partitions does. It reads ZooKeeper and nothing else: no
 broker is asked, so it works while brokers are down. Exit status 0 when every partition has
 all its replicas in sync and a leader, 3 otherwise, so a script can check the cluster's health.
+
+`elect-leaders` is a preferred-leader election (kafka-leader-election.sh --election-type
+PREFERRED): every partition (or the topic's, or one) whose first assigned replica is alive and
+in sync but not leading gets it back as leader. The request goes to the controller through
+ZooKeeper; the command waits (at most --timeout) until the controller is done, then prints who
+leads each partition asked. Exit status 0 when each is led by its preferred replica, 3 when
+some could not be (that replica dead or out of sync), naming them.
 """
 
 from __future__ import annotations
@@ -16,11 +25,14 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import time
 from typing import Any, TextIO
 
-from mqcore.errors import InvalidConfigError
+from mqcore.cli.options import UsageError
+from mqcore.errors import CoordinatorError, InvalidConfigError, UnknownTopicError
 
 UNHEALTHY = 3
+POLL = 0.05  # how often elect-leaders looks whether the controller is done
 
 
 def add_parsers(sub: Any) -> None:
@@ -50,6 +62,22 @@ def add_parsers(sub: Any) -> None:
     )  # fmt: skip
     status.set_defaults(run=cmd_status)
     status.set_defaults(parser=status)
+    elect = actions.add_parser(
+        "elect-leaders",
+        help="give partitions back to their preferred replicas (exit 3 if some could not be)",
+    )
+    elect.add_argument(
+        "--coordinator", required=True, metavar="URL", help="zk://HOST:PORT[,HOST:PORT]/PATH"
+    )
+    elect.add_argument("--topic", help="only this topic's partitions")
+    elect.add_argument("--partition", type=int, help="only this partition (needs --topic)")
+    elect.add_argument("--json", action="store_true", help="one JSON object")
+    elect.add_argument(
+        "--timeout", type=float, default=30.0, metavar="S",
+        help="seconds to wait for the coordinator and the controller (default 30)",
+    )  # fmt: skip
+    elect.set_defaults(run=cmd_elect)
+    elect.set_defaults(parser=elect)
 
 
 def _zk() -> Any:
@@ -125,3 +153,48 @@ def _partition_line(p: Any) -> str:
         f"replicas {list(p.replicas)}  isr {list(s.isr)}"
         + ("  " + ", ".join(marks) if marks else "")
     )
+
+
+def cmd_elect(args: argparse.Namespace, out: TextIO) -> int:
+    if args.timeout <= 0:
+        raise InvalidConfigError(f"--timeout must be positive: {args.timeout}")
+    if args.partition is not None and args.topic is None:
+        raise UsageError("--partition needs --topic")
+    zk = _zk()
+    logging.getLogger("kazoo").setLevel(logging.CRITICAL)
+    deadline = time.monotonic() + args.timeout
+    with zk.ZkCoordinator(args.coordinator, connect_timeout=args.timeout) as coordinator:
+        asked = [
+            p for p in coordinator.describe().partitions
+            if (args.topic is None or p.topic == args.topic)
+            and (args.partition is None or p.partition == args.partition)
+        ]  # fmt: skip
+        if not asked:
+            what = "no partitions" if args.topic is None else f"no partition of {args.topic!r}"
+            raise UnknownTopicError(f"{what} to elect leaders for")
+        coordinator.request_preferred_election([(p.topic, p.partition) for p in asked])
+        while coordinator.pending_preferred_election() is not None:
+            if time.monotonic() > deadline:
+                raise CoordinatorError(
+                    f"the controller did not finish the election within {args.timeout:g} s "
+                    "(is a controller running? `mqcore cluster status` names it); the request "
+                    "stays and is carried out when one is"
+                )
+            time.sleep(POLL)
+        now = {(p.topic, p.partition): p for p in coordinator.describe().partitions}
+    rows = [now.get((p.topic, p.partition), p) for p in asked]
+    missed = [p for p in rows if p.state is None or p.state.leader != p.replicas[0]]
+    if args.json:
+        print(json.dumps({
+            "partitions": [{**_partition_json(p), "preferred": p.replicas[0]} for p in rows],
+            "not_preferred": [f"{p.topic}-{p.partition}" for p in missed],
+        }), file=out)  # fmt: skip
+        return UNHEALTHY if missed else 0
+    for p in rows:
+        print(_partition_line(p), file=out)
+    if missed:
+        names = ", ".join(f"{p.topic}-{p.partition}" for p in missed)
+        print(f"not led by their preferred replica (dead or out of sync): {names}", file=out)
+        return UNHEALTHY
+    print(f"{len(rows)} partition(s) led by their preferred replica", file=out)
+    return 0

@@ -89,6 +89,9 @@ class ClusterController:
         self._thread.start()
         self.coordinator.watch_brokers(lambda live: self._events.put(("brokers", live)))
         self.coordinator.watch_controller(lambda node: self._events.put(("controller", node)))
+        self.coordinator.watch_preferred_election(
+            lambda partitions: self._events.put(("preferred", partitions))
+        )
         return self
 
     def stop(self) -> None:
@@ -146,6 +149,9 @@ class ClusterController:
                              self.term.epoch)  # fmt: skip
                     self.live = set(self.coordinator.brokers())
                     self._walk()
+                    pending = self.coordinator.pending_preferred_election()
+                    if pending is not None:  # asked of an earlier controller, not done
+                        self._elect_preferred(pending)
             elif value != self.node_id:
                 self.term = None
             return
@@ -156,6 +162,9 @@ class ClusterController:
             return
         if kind == "create":
             self._create(value)
+            return
+        if kind == "preferred" and self.term is not None:
+            self._elect_preferred(value)
 
     def _create(self, request: _CreateTopic) -> None:
         if not request.future.set_running_or_notify_cancel():
@@ -198,13 +207,15 @@ class ClusterController:
                     return
                 self._settle(topic, partition, replicas)
 
-    def _settle(self, topic: str, partition: int, replicas: tuple[int, ...]) -> None:
+    def _settle(
+        self, topic: str, partition: int, replicas: tuple[int, ...], *, preferred: bool = False
+    ) -> None:
         for _ in range(CAS_ATTEMPTS):
             try:
                 state = self.coordinator.partition_state(topic, partition)
             except UnknownTopicError:
                 return
-            wanted = self._decide(state, replicas)
+            wanted = self._decide(state, replicas, preferred=preferred)
             if wanted is None:
                 return
             term = self.term
@@ -227,10 +238,33 @@ class ClusterController:
         log.warning("%s-%d: gave up after %d lost updates; the next change retries", topic,
                     partition, CAS_ATTEMPTS)  # fmt: skip
 
-    def _decide(self, state: PartitionState, replicas: tuple[int, ...]) -> PartitionState | None:
+    def _elect_preferred(self, partitions: list[tuple[str, int]]) -> None:
+        """A requested preferred-leader election (Kafka's PreferredReplicaPartitionLeader-
+        Election): each partition whose preferred replica (the first assigned) is alive, in
+        sync and not leading gets it as leader at the next epoch; the others are left as they
+        are. The request is deleted once every partition was looked at, whatever the
+        outcome (`mqcore cluster elect-leaders` then reads who leads)."""
+        assert self.term is not None
+        for topic, partition in partitions:
+            try:
+                replicas = self.coordinator.assignment(topic).get(partition)
+            except UnknownTopicError:
+                continue
+            if replicas:
+                self._settle(topic, partition, replicas, preferred=True)
+            if self.term is None:
+                return  # the term ended: the next controller sees the request still there
+        self.coordinator.finish_preferred_election()
+
+    def _decide(
+        self, state: PartitionState, replicas: tuple[int, ...], *, preferred: bool = False
+    ) -> PartitionState | None:
         """The state the partition should have with the live brokers, or None if it has it."""
         assert self.term is not None
         live = self.live
+        first = replicas[0]
+        if preferred and state.leader != first and first in live and first in state.isr:
+            return PartitionState(first, state.leader_epoch + 1, state.isr, self.term.epoch)
         if state.leader in live:
             isr = tuple(r for r in state.isr if r in live)
             if isr == state.isr:

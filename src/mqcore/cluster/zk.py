@@ -20,6 +20,10 @@ Znodes (under the chroot of the coordinator URL, `zk://HOST:PORT[,HOST:PORT]/PAT
                                 persistent {"controller_epoch":C,"leader":L,"version":1,
                                            "leader_epoch":E,"isr":[ids]}
     /config/topics/<t>          persistent {"version":1,"config":{"<name>":"<value>"}}
+    /admin/preferred_replica_election
+                                persistent {"version":1,"partitions":[{"topic":T,
+                                           "partition":P}]}: a request to the controller,
+                                           which deletes it once done
 
 A leader of -1 means the partition has none (no replica of the ISR is alive).
 """
@@ -27,6 +31,7 @@ A leader of -1 means the partition has none (no replica of the ISR is alive).
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -45,6 +50,7 @@ from kazoo.exceptions import (
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
+from mqcore.cluster.assign import NO_LEADER
 from mqcore.errors import (
     CoordinatorError,
     InvalidConfigError,
@@ -59,7 +65,8 @@ TOPICS = "/brokers/topics"
 TOPIC_CONFIGS = "/config/topics"
 CONTROLLER = "/controller"
 CONTROLLER_EPOCH = "/controller_epoch"
-NO_LEADER = -1
+PREFERRED_ELECTION = "/admin/preferred_replica_election"
+log = logging.getLogger("mqcore.cluster")
 
 # Kafka's zookeeper.session.timeout.ms default (18 s): how long ZooKeeper keeps a silent
 # broker's ephemeral nodes, so how long a dead broker stays registered and leader
@@ -175,6 +182,17 @@ def _json(raw: bytes, path: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise CoordinatorError(f"{path} does not hold a JSON object: {raw[:80]!r}")
     return data
+
+
+def _election_partitions(raw: bytes) -> list[tuple[str, int]]:
+    """The partitions an election request names; none for a malformed one (logged), so the
+    controller deletes it rather than let it block every later request."""
+    try:
+        items = _json(raw, PREFERRED_ELECTION)["partitions"]
+        return [(str(i["topic"]), int(i["partition"])) for i in items]
+    except (CoordinatorError, KeyError, TypeError, ValueError) as e:
+        log.warning("%s is not an election request (%r): dropping it", PREFERRED_ELECTION, e)
+        return []
 
 
 def _now_ms() -> int:
@@ -527,6 +545,46 @@ class ZkCoordinator:
                     state = None
                 partitions.append(PartitionView(topic, p, replicas, state))
         return ClusterView(self.brokers(), self.controller(), self.controller_epoch(), partitions)
+
+    # -- preferred-leader election ----------------------------------------------------------
+
+    def request_preferred_election(self, partitions: Sequence[tuple[str, int]]) -> None:
+        """Ask the controller to give each partition back to its preferred replica (the first
+        of its assignment), as Kafka's ZooKeeper-era tool asked: a znode the controller
+        watches and deletes once done. CoordinatorError while an earlier request is pending."""
+        body = {"version": 1, "partitions": [{"topic": t, "partition": p} for t, p in partitions]}
+        try:
+            self._call(f"writing {PREFERRED_ELECTION}", self.client.create_async,
+                       self._p(PREFERRED_ELECTION), json.dumps(body).encode(),
+                       makepath=True)  # fmt: skip
+        except NodeExistsError:
+            raise CoordinatorError(
+                "a preferred-leader election is already under way: wait for the controller "
+                f"to finish it ({PREFERRED_ELECTION} is deleted then)"
+            ) from None
+
+    def pending_preferred_election(self) -> list[tuple[str, int]] | None:
+        """The partitions of the preferred-leader election requested and not yet done."""
+        found = self._data(PREFERRED_ELECTION)
+        return None if found is None else _election_partitions(found[0])
+
+    def watch_preferred_election(self, on_request: Callable[[list[tuple[str, int]]], None]) -> None:
+        """Call `on_request(partitions)` whenever a preferred-leader election is requested
+        (and now, if one is pending)."""
+
+        def changed(data: bytes | None, _stat: Any) -> None:
+            if data is not None:
+                on_request(_election_partitions(data))
+
+        self._watches.items.append(DataWatch(self.client, self._p(PREFERRED_ELECTION), changed))
+
+    def finish_preferred_election(self) -> None:
+        """Delete the request: the controller is done with it."""
+        try:
+            self._call(f"deleting {PREFERRED_ELECTION}", self.client.delete_async,
+                       self._p(PREFERRED_ELECTION))  # fmt: skip
+        except NoNodeError:
+            pass
 
     # -- helpers --------------------------------------------------------------------------
 
