@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from cliserver import run_module_cli
 from hypothesis import settings
+from zkserver import ZooKeeper
 
 import mqcore
 
@@ -160,6 +161,17 @@ def run_cli(*argv: str, stdin: bytes | None = None) -> tuple[int, str, str]:
     out, err = stdout.decode(), stderr.decode()
     assert "Traceback" not in err, err
     return status, out, err
+
+
+@pytest.fixture
+def zk(tmp_path: Path) -> Iterator[ZooKeeper]:
+    """A ZooKeeper of the test's own (tests/zkserver.py), stopped after it; skips where
+    Debian's zookeeper is not installed."""
+    server = ZooKeeper(tmp_path).start()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture(scope="session")

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -22,15 +21,6 @@ from mqcore.cluster.zk import PartitionState  # noqa: E402
 
 WAIT = 30.0
 UNHEALTHY = 3
-
-
-@pytest.fixture
-def zk(tmp_path: Path) -> Iterator[ZooKeeper]:
-    server = ZooKeeper(tmp_path).start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def until(condition: Callable[[], object], what: str) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import shutil
 import urllib.request
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -22,16 +21,6 @@ import mqcore
 
 pytest.importorskip("mqcore.server", reason="the server extra (kio) is missing")
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def zookeeper(tmp_path: Any) -> Iterator[str]:
-    """A standalone ZooKeeper on a free loopback port; its host:port."""
-    server = ZooKeeper(tmp_path).start()
-    try:
-        yield server.address
-    finally:
-        server.stop()
 
 
 def burrow_get(address: str, path: str) -> Any:
@@ -55,7 +44,7 @@ def burrow_lag(address: str, group: str) -> dict[tuple[str, int], tuple[int, int
 
 
 def test_burrow_reports_the_lag_the_store_has(
-    kafka_server: Any, store: mqcore.Store, zookeeper: str, tmp_path: Any
+    kafka_server: Any, store: mqcore.Store, zk: ZooKeeper, tmp_path: Any
 ) -> None:
     """Burrow started over a store no group has committed in yet, as when it is set up with
     the cluster; then a group commits behind the end on two partitions: Burrow's lag for
@@ -67,7 +56,7 @@ def test_burrow_reports_the_lag_the_store_has(
     for p in range(2):
         store.append_batch("orders", [b"order %d" % i for i in range(30 + 10 * p)], partition=p)
     http = f"127.0.0.1:{free_port()}"
-    fields = {"pidfile": str(tmp_path / "pid"), "zookeeper": zookeeper, "http": http}
+    fields = {"pidfile": str(tmp_path / "pid"), "zookeeper": zk.address, "http": http}
     fill_config("burrow.toml", str(tmp_path / "burrow.toml"), **fields,
                 bootstrap=kafka_server.bootstrap)  # fmt: skip
     log = str(tmp_path / "burrow.log")

@@ -9,7 +9,6 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 from zkserver import ZooKeeper
@@ -23,15 +22,6 @@ from mqcore.cluster.zk import PartitionState  # noqa: E402
 from mqcore.errors import InvalidConfigError, NotControllerError, TopicExistsError  # noqa: E402
 
 WAIT = 30.0
-
-
-@pytest.fixture
-def zk(tmp_path: Path) -> Iterator[ZooKeeper]:
-    server = ZooKeeper(tmp_path).start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture

@@ -8,8 +8,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 from zkserver import ZooKeeper, free_port
@@ -33,15 +32,6 @@ from mqcore.errors import (  # noqa: E402
 )
 
 WAIT = 30.0
-
-
-@pytest.fixture
-def zk(tmp_path: Path) -> Iterator[ZooKeeper]:
-    server = ZooKeeper(tmp_path).start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def coordinator(zk: ZooKeeper, path: str = "/c1", **options: float) -> ZkCoordinator:
