@@ -944,6 +944,16 @@ def _batch_holding(
     )
 
 
+def page_budget(limit: int, max_scan: int, timeout: float | None) -> ScanBudget:
+    """A query's limits, checked (InvalidConfigError names a bad one): one page's budget,
+    for a scan in partition order and a merge in time order alike."""
+    return ScanBudget(
+        check_limit("limit", limit, MAX_LIMIT),
+        check_limit("max_scan", max_scan, NO_END),
+        time.monotonic() + check_timeout(timeout),
+    )
+
+
 def run_scan(
     parts: Sequence[Partition],
     spec: ScanSpec,
@@ -954,11 +964,7 @@ def run_scan(
     threads: int | None = None,
 ) -> QueryResult:
     threads = check_threads(threads)
-    budget = ScanBudget(
-        check_limit("limit", limit, MAX_LIMIT),
-        check_limit("max_scan", max_scan, NO_END),
-        time.monotonic() + check_timeout(timeout),
-    )
+    budget = page_budget(limit, max_scan, timeout)
     result = QueryResult()
     resume_partition = decode_cursor(cursor)[0]
     try:

@@ -32,11 +32,12 @@ from mqcore.query.engine import (
     ScanSpec,
     decode_cursor,
     encode_cursor,
+    page_budget,
     query_bytes,
     resume_points,
 )
 from mqcore.query.keyed import find_indexed
-from mqcore.query.merge import Fetch, Fetched, merge_by_time, page_budget
+from mqcore.query.merge import Fetch, Fetched, merge_by_time
 from mqcore.storage.partition import Partition
 
 FILTERED_PAGE = 1024  # hits one lookup reads when filters may reject most of them

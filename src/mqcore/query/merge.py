@@ -41,7 +41,6 @@ from mqcore.query.engine import (
     EXHAUSTED,
     INTERRUPTED,
     LIMIT,
-    MAX_LIMIT,
     MAX_PARTITION,
     MAX_SCAN,
     NO_END,
@@ -50,10 +49,9 @@ from mqcore.query.engine import (
     QueryResult,
     ScanBudget,
     ScanSpec,
-    check_limit,
     check_threads,
-    check_timeout,
     decode_cursor,
+    page_budget,
     scan_partition,
     shown,
 )
@@ -352,15 +350,6 @@ def scan_fetch(spec: ScanSpec, threads: int) -> Fetch:
                        found.scanned_bytes)  # fmt: skip
 
     return fetch
-
-
-def page_budget(limit: int, max_scan: int, timeout: float | None) -> ScanBudget:
-    """A query's limits, checked (InvalidConfigError names a bad one)."""
-    return ScanBudget(
-        check_limit("limit", limit, MAX_LIMIT),
-        check_limit("max_scan", max_scan, NO_END),
-        time.monotonic() + check_timeout(timeout),
-    )
 
 
 def run_time_scan(

@@ -28,6 +28,7 @@ from dataclasses import fields, is_dataclass
 from typing import Any, Union, get_args, get_origin
 
 from mqcore.errors import ProtocolError
+from mqcore.server.wireformat import uvarint
 
 _FIXED = {
     "bool": 1, "int8": 1, "int16": 2, "uint16": 2, "error_code": 2, "int32": 4, "uint32": 4,
@@ -75,15 +76,6 @@ def _without(view: memoryview, cuts: list[tuple[int, int, bytes]]) -> bytes:
         out += replacement
         at = end
     out += view[at:]
-    return bytes(out)
-
-
-def _uvarint_bytes(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
     return bytes(out)
 
 
@@ -234,6 +226,6 @@ def _walk_tagged(tagged: dict[int, Step], buf: memoryview, pos: int, end: int,
             unknown.append((entry, pos + size, b""))
         pos += size
     if unknown and notes is not None:
-        notes.cuts.append((count_at, count_end, _uvarint_bytes(count - len(unknown))))
+        notes.cuts.append((count_at, count_end, uvarint(count - len(unknown))))
         notes.cuts += unknown
     return pos
