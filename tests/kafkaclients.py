@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import socket
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 WAIT = 30.0
@@ -139,3 +142,19 @@ def consume_confluent(config: dict[str, Any], topic: str, partitions: int, n: in
         return got
     finally:
         c.close()
+
+
+@contextmanager
+def sasl_acl_server(store: Any, directory: Path, acl: str) -> Iterator[Any]:
+    """`mqcore serve` over `store` with SASL users alice (password alice-secret-Pa55) and
+    reader (reader-secret-9x) and the ACL file `acl`, written under `directory`."""
+    from mqcore.server import Server
+    from mqcore.server.auth import add_user
+
+    users = directory / "users.jsonl"
+    add_user(users, "alice", "alice-secret-Pa55")
+    add_user(users, "reader", "reader-secret-9x")
+    acl_file = directory / "acl.txt"
+    acl_file.write_text(acl)
+    with Server(store, "127.0.0.1:0", sasl_credentials=str(users), acl=str(acl_file)) as srv:
+        yield srv

@@ -56,8 +56,8 @@ def go_programs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
 
 def program(go_programs: dict[str, str], tmp_path_factory: Any, name: str) -> str:
-    """The client program `name` (tests/clients/NAME.go), built against Debian's sources;
-    skips when Go or the client's package is missing."""
+    """The client program `name` (tests/clients/NAME.go with common.go), built against
+    Debian's sources; skips when Go or the client's package is missing."""
     package, source = SOURCES[name]
     go = shutil.which("go")
     if go is None:
@@ -67,7 +67,7 @@ def program(go_programs: dict[str, str], tmp_path_factory: Any, name: str) -> st
     if name not in go_programs:
         out = tmp_path_factory.mktemp("go")
         built = subprocess.run(
-            [go, "build", "-o", str(out / name), str(HERE / f"{name}.go")],
+            [go, "build", "-o", str(out / name), str(HERE / f"{name}.go"), str(HERE / "common.go")],
             env=go_env(out), capture_output=True, text=True, timeout=600,
         )  # fmt: skip
         assert built.returncode == 0, built.stderr[-3000:]

@@ -12,6 +12,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import kafkaclients
 import pytest
 
 import mqcore
@@ -34,8 +35,6 @@ from kio.index import load_payload_module  # noqa: E402
 from kio.schema.errors import ErrorCode  # noqa: E402
 from kio.static.constants import EntityType  # noqa: E402
 
-from mqcore.server import Server  # noqa: E402
-from mqcore.server.auth import add_user  # noqa: E402
 from mqcore.server.producewire import (  # noqa: E402
     ProduceAnswer,
     ProducedPartition,
@@ -340,12 +339,7 @@ reader   describe            group:g
 
 @pytest.fixture
 def sasl_server(store: mqcore.Store, tmp_path: Path) -> Any:
-    users = tmp_path / "users.jsonl"
-    add_user(users, "alice", "alice-secret-Pa55")
-    add_user(users, "reader", "reader-secret-9x")
-    acl = tmp_path / "acl.txt"
-    acl.write_text(ACL)
-    with Server(store, "127.0.0.1:0", sasl_credentials=str(users), acl=str(acl)) as srv:
+    with kafkaclients.sasl_acl_server(store, tmp_path, ACL) as srv:
         yield srv
 
 

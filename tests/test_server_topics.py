@@ -24,7 +24,6 @@ from kio.index import load_payload_module  # noqa: E402
 from kio.static.constants import EntityType  # noqa: E402
 
 from mqcore.server import Server  # noqa: E402
-from mqcore.server.auth import add_user  # noqa: E402
 
 WAIT = 30.0
 UNKNOWN_TOPIC_OR_PARTITION, INVALID_PARTITIONS, INVALID_REPLICA_ASSIGNMENT = 3, 37, 39
@@ -223,12 +222,7 @@ reader   read                *
 
 @pytest.fixture
 def sasl_server(store: mqcore.Store, tmp_path: Path) -> Any:
-    users = tmp_path / "users.jsonl"
-    add_user(users, "alice", "alice-secret-Pa55")
-    add_user(users, "reader", "reader-secret-9x")
-    acl = tmp_path / "acl.txt"
-    acl.write_text(ACL)
-    with Server(store, "127.0.0.1:0", sasl_credentials=str(users), acl=str(acl)) as srv:
+    with kafkaclients.sasl_acl_server(store, tmp_path, ACL) as srv:
         yield srv
 
 

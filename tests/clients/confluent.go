@@ -15,49 +15,13 @@
 package main
 
 import (
-	"encoding/json"
-	"flag"
 	"fmt"
-	"os"
-	"strings"
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/kafka"
 )
 
-// padding makes every message compress well, as the codec checks need: librdkafka, for one,
-// sends a batch uncompressed when compressing it gained nothing (harness.py: PADDING).
-var padding = strings.Repeat(".", 200)
-
-type record struct {
-	Partition int32             `json:"partition"`
-	Offset    int64             `json:"offset"`
-	Key       string            `json:"key,omitempty"`
-	Value     string            `json:"value,omitempty"`
-	Headers   map[string]string `json:"headers,omitempty"`
-}
-
-var (
-	brokers   = flag.String("brokers", "", "bootstrap host:port")
-	topic     = flag.String("topic", "", "topic")
-	count     = flag.Int("count", 0, "messages to produce or consume")
-	codec     = flag.String("codec", "none", "compression.codec")
-	partition = flag.Int("partition", 0, "the partition to produce to or read")
-	group     = flag.String("group", "", "consumer group")
-	timeout   = flag.Int("timeout", 60, "seconds before giving up")
-	out       = json.NewEncoder(os.Stdout)
-)
-
-func fail(format string, args ...interface{}) {
-	fmt.Fprintf(os.Stderr, "confluent-kafka-go: "+format+"\n", args...)
-	os.Exit(1)
-}
-
-func emit(r record) {
-	if err := out.Encode(r); err != nil {
-		fail("stdout: %v", err)
-	}
-}
+const program = "confluent-kafka-go"
 
 func produce() {
 	p, err := kafka.NewProducer(&kafka.ConfigMap{
@@ -118,8 +82,8 @@ func take(c *kafka.Consumer, commit bool) {
 		for _, h := range m.Headers {
 			headers[h.Key] = string(h.Value)
 		}
-		emit(record{m.TopicPartition.Partition, int64(m.TopicPartition.Offset), string(m.Key),
-			string(m.Value), headers})
+		emit(record{Partition: m.TopicPartition.Partition, Offset: int64(m.TopicPartition.Offset),
+			Key: string(m.Key), Value: string(m.Value), Headers: headers})
 		if commit {
 			if _, err := c.CommitMessage(m); err != nil {
 				fail("commit: %v", err)
@@ -130,17 +94,7 @@ func take(c *kafka.Consumer, commit bool) {
 }
 
 func main() {
-	if len(os.Args) < 2 {
-		fail("usage: confluent produce|consume|group -brokers B -topic T -count N ...")
-	}
-	cmd := os.Args[1]
-	if err := flag.CommandLine.Parse(os.Args[2:]); err != nil {
-		fail("%v", err)
-	}
-	go func() {
-		time.Sleep(time.Duration(*timeout+5) * time.Second)
-		fail("still running after %d s", *timeout+5)
-	}()
+	cmd := start("produce|consume|group")
 	switch cmd {
 	case "produce":
 		produce()

@@ -15,11 +15,7 @@ package main
 
 import (
 	"context"
-	"encoding/json"
-	"flag"
 	"fmt"
-	"os"
-	"strings"
 	"time"
 
 	kafka "github.com/segmentio/kafka-go"
@@ -28,38 +24,7 @@ import (
 	"github.com/segmentio/kafka-go/snappy"
 )
 
-// padding makes every message compress well, as the codec checks need: librdkafka, for one,
-// sends a batch uncompressed when compressing it gained nothing (harness.py: PADDING).
-var padding = strings.Repeat(".", 200)
-
-type record struct {
-	Partition int    `json:"partition"`
-	Offset    int64  `json:"offset"`
-	Key       string `json:"key"`
-	Value     string `json:"value"`
-}
-
-var (
-	brokers   = flag.String("brokers", "", "bootstrap host:port")
-	topic     = flag.String("topic", "", "topic")
-	count     = flag.Int("count", 0, "messages to write or read")
-	codec     = flag.String("codec", "none", "none, gzip, snappy or lz4")
-	partition = flag.Int("partition", 0, "the partition to write to or read")
-	group     = flag.String("group", "", "consumer group")
-	timeout   = flag.Int("timeout", 60, "seconds before giving up")
-	out       = json.NewEncoder(os.Stdout)
-)
-
-func fail(format string, args ...interface{}) {
-	fmt.Fprintf(os.Stderr, "kafka-go: "+format+"\n", args...)
-	os.Exit(1)
-}
-
-func emit(v interface{}) {
-	if err := out.Encode(v); err != nil {
-		fail("stdout: %v", err)
-	}
-}
+const program = "kafka-go"
 
 // fixed sends every message to one partition, so the test can check their order.
 type fixed int
@@ -101,7 +66,7 @@ func read(ctx context.Context, cfg kafka.ReaderConfig) {
 		if err != nil {
 			fail("read after %d of %d messages: %v", n, *count, err)
 		}
-		emit(record{m.Partition, m.Offset, string(m.Key), string(m.Value)})
+		emit(record{Partition: int32(m.Partition), Offset: m.Offset, Key: string(m.Key), Value: string(m.Value)})
 	}
 	if err := r.Close(); err != nil {
 		fail("close: %v", err)
@@ -109,19 +74,9 @@ func read(ctx context.Context, cfg kafka.ReaderConfig) {
 }
 
 func main() {
-	if len(os.Args) < 2 {
-		fail("usage: kafkago write|read|group -brokers B -topic T -count N ...")
-	}
-	cmd := os.Args[1]
-	if err := flag.CommandLine.Parse(os.Args[2:]); err != nil {
-		fail("%v", err)
-	}
+	cmd := start("write|read|group")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(*timeout)*time.Second)
 	defer cancel()
-	go func() {
-		time.Sleep(time.Duration(*timeout+5) * time.Second)
-		fail("still running after %d s", *timeout+5)
-	}()
 	cfg := kafka.ReaderConfig{
 		Brokers: []string{*brokers}, Topic: *topic, MaxWait: 500 * time.Millisecond,
 		ReadLagInterval: -1,

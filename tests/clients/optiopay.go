@@ -15,48 +15,17 @@
 package main
 
 import (
-	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
-	"strings"
-	"time"
 
 	"github.com/optiopay/kafka/v2"
 	"github.com/optiopay/kafka/v2/proto"
 )
 
-// padding makes every message compress well, as the codec checks need (harness.py: PADDING).
-var padding = strings.Repeat(".", 200)
+const program = "optiopay"
 
-type record struct {
-	Partition int32  `json:"partition"`
-	Offset    int64  `json:"offset"`
-	Key       string `json:"key,omitempty"`
-	Value     string `json:"value,omitempty"`
-}
-
-var (
-	brokers   = flag.String("brokers", "", "bootstrap host:port")
-	topic     = flag.String("topic", "", "topic")
-	count     = flag.Int("count", 0, "messages to produce or consume")
-	codec     = flag.String("codec", "none", "none, gzip or snappy")
-	partition = flag.Int("partition", 0, "the partition")
-	timeout   = flag.Int("timeout", 60, "seconds before giving up")
-	debug     = flag.Bool("debug", false, "log the library's debug messages on stderr")
-	out       = json.NewEncoder(os.Stdout)
-)
-
-func fail(format string, args ...interface{}) {
-	fmt.Fprintf(os.Stderr, "optiopay: "+format+"\n", args...)
-	os.Exit(1)
-}
-
-func emit(r record) {
-	if err := out.Encode(r); err != nil {
-		fail("stdout: %v", err)
-	}
-}
+var debug = flag.Bool("debug", false, "log the library's debug messages on stderr")
 
 // stderrLogger shows the library's warnings and errors (and with -debug everything) on stderr,
 // where the test prints them when the run fails.
@@ -112,22 +81,12 @@ func consume(b *kafka.Broker) {
 		if err != nil {
 			fail("consume after %d of %d messages: %v", n, *count, err)
 		}
-		emit(record{m.Partition, m.Offset, string(m.Key), string(m.Value)})
+		emit(record{Partition: m.Partition, Offset: m.Offset, Key: string(m.Key), Value: string(m.Value)})
 	}
 }
 
 func main() {
-	if len(os.Args) < 2 {
-		fail("usage: optiopay produce|consume -brokers B -topic T -count N ...")
-	}
-	cmd := os.Args[1]
-	if err := flag.CommandLine.Parse(os.Args[2:]); err != nil {
-		fail("%v", err)
-	}
-	go func() {
-		time.Sleep(time.Duration(*timeout) * time.Second)
-		fail("still running after %d s", *timeout)
-	}()
+	cmd := start("produce|consume")
 	conf := kafka.NewBrokerConf("mqcore-test-optiopay")
 	conf.Logger = stderrLogger{*debug}
 	b, err := kafka.Dial([]string{*brokers}, conf)

@@ -15,53 +15,16 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
-	"os"
-	"strings"
-	"sync"
 	"time"
 
 	"github.com/Shopify/sarama"
 )
 
-// padding makes every message compress well, as the codec checks need: librdkafka, for one,
-// sends a batch uncompressed when compressing it gained nothing (harness.py: PADDING).
-var padding = strings.Repeat(".", 200)
+const program = "sarama"
 
-type record struct {
-	Partition int32  `json:"partition"`
-	Offset    int64  `json:"offset"`
-	Key       string `json:"key,omitempty"`
-	Value     string `json:"value,omitempty"`
-}
-
-var (
-	brokers   = flag.String("brokers", "", "bootstrap host:port")
-	topic     = flag.String("topic", "", "topic")
-	count     = flag.Int("count", 0, "messages to produce or consume")
-	version   = flag.String("version", "default", "Kafka version sarama speaks, or default")
-	codec     = flag.String("codec", "none", "none, gzip, snappy, lz4 or zstd")
-	partition = flag.Int("partition", 0, "the partition produce writes to")
-	group     = flag.String("group", "", "consumer group")
-	timeout   = flag.Int("timeout", 60, "seconds before giving up")
-	out       = json.NewEncoder(os.Stdout)
-	outLock   sync.Mutex
-)
-
-func fail(format string, args ...interface{}) {
-	fmt.Fprintf(os.Stderr, "sarama: "+format+"\n", args...)
-	os.Exit(1)
-}
-
-func emit(r record) {
-	outLock.Lock()
-	defer outLock.Unlock()
-	if err := out.Encode(r); err != nil {
-		fail("stdout: %v", err)
-	}
-}
+var version = flag.String("version", "default", "Kafka version sarama speaks, or default")
 
 func config() *sarama.Config {
 	c := sarama.NewConfig()
@@ -143,7 +106,7 @@ func consume() {
 	for n := 0; n < *count; n++ {
 		select {
 		case m := <-msgs:
-			emit(record{m.Partition, m.Offset, string(m.Key), string(m.Value)})
+			emit(record{Partition: m.Partition, Offset: m.Offset, Key: string(m.Key), Value: string(m.Value)})
 		case <-deadline:
 			fail("timed out after %d of %d messages", n, *count)
 		}
@@ -188,7 +151,7 @@ func consumeGroup() {
 	for n := 0; n < *count; n++ {
 		select {
 		case m := <-seen:
-			emit(record{m.Partition, m.Offset, string(m.Key), string(m.Value)})
+			emit(record{Partition: m.Partition, Offset: m.Offset, Key: string(m.Key), Value: string(m.Value)})
 		case <-deadline:
 			fail("timed out after %d of %d messages", n, *count)
 		}
@@ -204,17 +167,7 @@ func consumeGroup() {
 }
 
 func main() {
-	if len(os.Args) < 2 {
-		fail("usage: sarama produce|consume|group -brokers B -topic T -count N ...")
-	}
-	cmd := os.Args[1]
-	if err := flag.CommandLine.Parse(os.Args[2:]); err != nil {
-		fail("%v", err)
-	}
-	go func() {
-		time.Sleep(time.Duration(*timeout+5) * time.Second)
-		fail("still running after %d s", *timeout+5)
-	}()
+	cmd := start("produce|consume|group")
 	switch cmd {
 	case "produce":
 		produce()
