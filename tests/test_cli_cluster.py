@@ -72,8 +72,8 @@ def test_status_shows_the_coordination_state_and_exits_3_when_unhealthy(zk: ZooK
     try:
         until(lambda: sum(n.controller.is_controller for n in nodes.values()) == 1, "a controller")
         controller = next(n for n in nodes.values() if n.controller.is_controller)
-        controller.controller.create_topic("wide", 3, 3).result(WAIT)
-        controller.controller.create_topic("narrow", 3, 1).result(WAIT)
+        controller.controller.create_topic("wide", 3, 3)
+        controller.controller.create_topic("narrow", 3, 1)
         code, shown = status(zk)
         brokers, leader_of_all, epoch, partitions = znodes(zk)
         assert code == 0
@@ -138,7 +138,7 @@ def test_elect_leaders_gives_partitions_back_to_their_preferred_replicas(zk: Zoo
     try:
         until(lambda: sum(n.controller.is_controller for n in nodes.values()) == 1, "a controller")
         controller = next(n for n in nodes.values() if n.controller.is_controller)
-        controller.controller.create_topic("t", 3, 3).result(WAIT)
+        controller.controller.create_topic("t", 3, 3)
         assignment = controller.coordinator.assignment("t")
         # the partition whose preferred replica is not the controller's broker
         part, replicas = next((p, r) for p, r in sorted(assignment.items())

@@ -19,7 +19,7 @@ from clusternodes import Node  # noqa: E402
 
 from mqcore.cluster.assign import NO_LEADER  # noqa: E402
 from mqcore.cluster.zk import PartitionState  # noqa: E402
-from mqcore.errors import InvalidConfigError, NotControllerError, TopicExistsError  # noqa: E402
+from mqcore.errors import InvalidConfigError, TopicExistsError  # noqa: E402
 
 WAIT = 30.0
 
@@ -62,14 +62,14 @@ def states(node: Node, topic: str) -> dict[int, PartitionState]:
 def test_one_broker_controls_and_places_a_topic_over_the_live_brokers(
     cluster: dict[int, Node],
 ) -> None:
-    """One of three holds the term; the others refuse to create topics (NOT_CONTROLLER).
-    Six partitions of three replicas land on all three brokers, each leading two, every
-    replica in sync at leader epoch 0."""
+    """One of three holds the term. A broker that is not the controller writes a topic (as
+    Kafka's brokers did in the ZooKeeper era) and the controller gives its partitions their
+    states: six partitions of three replicas land on all three brokers, each leading two,
+    every replica in sync at leader epoch 0."""
     controller = the_controller(cluster)
     other = next(n for n in cluster.values() if n is not controller)
-    with pytest.raises(NotControllerError, match=f"the controller is {controller.node_id}"):
-        other.controller.create_topic("t", 6, 3).result(WAIT)
-    created = controller.controller.create_topic("t", 6, 3, {"retention.ms": "5"}).result(WAIT)
+    created = other.controller.create_topic("t", 6, 3, {"retention.ms": "5"})
+    assert not other.controller.is_controller
     assignment = controller.coordinator.assignment("t")
     assert sorted(assignment) == list(range(6))
     for p, replicas in assignment.items():
@@ -78,9 +78,9 @@ def test_one_broker_controls_and_places_a_topic_over_the_live_brokers(
                                             controller.controller.term.epoch, 0)  # type: ignore[union-attr]  # fmt: skip
     assert set(Counter(r[0] for r in assignment.values()).values()) == {2}
     with pytest.raises(TopicExistsError):
-        controller.controller.create_topic("t", 1, 1).result(WAIT)
+        controller.controller.create_topic("t", 1, 1)
     with pytest.raises(InvalidConfigError, match="larger than the 3 live brokers"):
-        controller.controller.create_topic("u", 1, 4).result(WAIT)
+        controller.controller.create_topic("u", 1, 4)
     assert controller.coordinator.topics() == ["t"]
 
 
@@ -89,7 +89,7 @@ def test_a_dead_brokers_partitions_move_to_live_in_sync_replicas(cluster: dict[i
     in assignment order as leader at epoch 1; every partition's ISR loses it, and those it
     only followed keep their leader and epoch 0."""
     controller = the_controller(cluster)
-    controller.controller.create_topic("t", 6, 3).result(WAIT)
+    controller.controller.create_topic("t", 6, 3)
     assignment = controller.coordinator.assignment("t")
     victim = next(n for n in cluster.values() if n is not controller)
     victim.kill()
@@ -112,7 +112,7 @@ def test_the_controllers_death_hands_the_term_on(cluster: dict[int, Node]) -> No
     """The controller's broker dies: another broker takes the term at epoch 2 and moves the
     dead broker's leaderships as above."""
     first = the_controller(cluster)
-    first.controller.create_topic("t", 3, 3).result(WAIT)
+    first.controller.create_topic("t", 3, 3)
     epoch = first.controller.term.epoch  # type: ignore[union-attr]
     first.kill()
     second = the_controller(cluster)
@@ -138,7 +138,7 @@ def test_a_partition_with_no_live_in_sync_replica_waits_for_one(zk: ZooKeeper) -
     nodes = {n: Node(zk, n) for n in (1, 2, 3)}
     try:
         controller = the_controller(nodes)
-        controller.controller.create_topic("t", 1, 3).result(WAIT)
+        controller.controller.create_topic("t", 1, 3)
         others = [n for n in controller.coordinator.assignment("t")[0] if n != controller.node_id]
         first = controller.coordinator.partition_state("t", 0)
         leader = first.leader if first.leader != controller.node_id else others[0]
@@ -174,7 +174,7 @@ def test_unclean_election_takes_an_out_of_sync_replica(zk: ZooKeeper) -> None:
     nodes = {n: Node(zk, n, unclean=True) for n in (1, 2, 3)}
     try:
         controller = the_controller(nodes)
-        controller.controller.create_topic("t", 1, 3).result(WAIT)
+        controller.controller.create_topic("t", 1, 3)
         replicas = controller.coordinator.assignment("t")[0]
         lagging = controller.node_id
         in_sync = tuple(r for r in replicas if r != lagging)

@@ -119,6 +119,14 @@ def test_one_of_racing_nodes_becomes_controller_and_each_term_has_a_new_epoch(
             c.close()
 
 
+def make_topic(c: ZkCoordinator, term: Controller, topic: str,
+               assignment: dict[int, list[int]]) -> None:  # fmt: skip
+    """A topic written and its partitions initialised, as a broker and the controller do."""
+    c.write_topic(topic, assignment)
+    c.init_partition_states(term, topic, {p: PartitionState(r[0], 0, tuple(r), term.epoch)
+                                          for p, r in assignment.items()})  # fmt: skip
+
+
 def test_create_topic_writes_kafkas_layout_whole(zk: ZooKeeper) -> None:
     """The znodes a ZooKeeper-era Kafka tool reads, with Kafka's field names; a second creation
     is TopicExistsError and changes nothing."""
@@ -126,9 +134,13 @@ def test_create_topic_writes_kafkas_layout_whole(zk: ZooKeeper) -> None:
     try:
         term = c.elect(1)
         assert term is not None
-        states = c.create_topic(term, "orders", {0: [1, 2, 3], 1: [2, 3, 1]},
-                                {"retention.ms": "1000"})  # fmt: skip
+        c.write_topic("orders", {0: [1, 2, 3], 1: [2, 3, 1]}, {"retention.ms": "1000"})
+        assert not c.has_state("orders", 0)
+        first = {p: PartitionState(r[0], 0, tuple(r), term.epoch)
+                 for p, r in c.assignment("orders").items()}  # fmt: skip
+        states = c.init_partition_states(term, "orders", first)
         assert states[1] == PartitionState(2, 0, (2, 3, 1), term.epoch, 0)
+        assert c.init_partition_states(term, "orders", first) == {}  # each state only once
         raw = KazooClient(hosts=zk.address)
         raw.start(WAIT)
         try:
@@ -147,13 +159,13 @@ def test_create_topic_writes_kafkas_layout_whole(zk: ZooKeeper) -> None:
             raw.stop()
             raw.close()
         with pytest.raises(TopicExistsError):
-            c.create_topic(term, "orders", {0: [3]})
+            c.write_topic("orders", {0: [3]})
         assert c.assignment("orders") == {0: (1, 2, 3), 1: (2, 3, 1)}
         assert c.topic_config("orders") == {"retention.ms": "1000"}
         assert c.topics() == ["orders"]
         for bad in ({1: [1]}, {0: [1, 1]}, {0: []}, {}):
             with pytest.raises(InvalidConfigError):
-                c.create_topic(term, "bad", bad)
+                c.write_topic("bad", bad)
         assert c.topics() == ["orders"]
     finally:
         c.close()
@@ -166,7 +178,7 @@ def test_a_partition_state_changes_only_by_compare_and_set(zk: ZooKeeper) -> Non
     try:
         term = a.elect(1)
         assert term is not None
-        a.create_topic(term, "t", {0: [1, 2, 3]})
+        make_topic(a, term, "t", {0: [1, 2, 3]})
         seen: list[PartitionState | None] = []
         b.watch_partition_state("t", 0, seen.append)
         read_a, read_b = a.partition_state("t", 0), b.partition_state("t", 0)
@@ -198,7 +210,7 @@ def test_an_old_controllers_writes_are_fenced(zk: ZooKeeper) -> None:
     try:
         first = old.elect(1)
         assert first is not None
-        old.create_topic(first, "t", {0: [1, 2]})
+        make_topic(old, first, "t", {0: [1, 2]})
         raw = KazooClient(hosts=zk.address + "/c1")
         raw.start(WAIT)
         raw.delete("/controller")  # what the expiry of node 1's session does
@@ -210,9 +222,10 @@ def test_an_old_controllers_writes_are_fenced(zk: ZooKeeper) -> None:
         with pytest.raises(StaleStateError, match=f"controller epoch {first.epoch} is over"):
             old.set_partition_state("t", 0, PartitionState(1, 1, (1,), first.epoch),
                                     expected_version=state.version, term=first)  # fmt: skip
+        old.write_topic("u", {0: [1]})  # any broker may write a topic: the states are fenced
         with pytest.raises(StaleStateError):
-            old.create_topic(first, "u", {0: [1]})
-        assert new.partition_state("t", 0) == state and new.topics() == ["t"]
+            old.init_partition_states(first, "u", {0: PartitionState(1, 0, (1,), first.epoch)})
+        assert new.partition_state("t", 0) == state and not new.has_state("u", 0)
         taken = new.set_partition_state("t", 0, PartitionState(2, 1, (2,), second.epoch),
                                         expected_version=state.version, term=second)  # fmt: skip
         assert taken.leader == 2

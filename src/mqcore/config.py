@@ -348,3 +348,39 @@ def _cleanup_policy(value: object) -> str:
 def _choice(name: str, value: object, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
         raise InvalidConfigError(f"{name}={value!r}; expected one of {', '.join(allowed)}")
+
+
+# Kafka's topic config names for TopicConfig's fields, where they differ from the field name
+# with "." for "_" (the mqcore-only settings keep that form: key.index, unique.ids, ...)
+KAFKA_CONFIG_NAMES = {
+    "timestamp_type": "message.timestamp.type",
+    "compression": "compression.type",
+    "flush_after_messages": "flush.messages",
+    "flush_after_ms": "flush.ms",
+}
+_FROM_KAFKA = {v: k for k, v in KAFKA_CONFIG_NAMES.items()}
+
+
+_SETTINGS = frozenset(f.name for f in fields(TopicConfig)) - {"partitions"}
+
+
+def kafka_config_name(field: str) -> str:
+    """Kafka's name for a TopicConfig field."""
+    return KAFKA_CONFIG_NAMES.get(field, field.replace("_", "."))
+
+
+def config_field(kafka_name: str) -> str:
+    """The TopicConfig field of a Kafka topic config name; InvalidConfigError for a name mqcore
+    does not have (the partition count is not a setting: CreatePartitions changes it)."""
+    field = _FROM_KAFKA.get(kafka_name, kafka_name.replace(".", "_"))
+    if field not in _SETTINGS or kafka_config_name(field) != kafka_name:
+        raise InvalidConfigError(f"unknown topic config {kafka_name!r}")
+    return field
+
+
+def topic_setting(kafka_name: str, value: str | None) -> tuple[str, Any]:
+    """(TopicConfig field, value) for a Kafka topic config given as text."""
+    field = config_field(kafka_name)
+    if value is None:
+        raise InvalidConfigError(f"topic config {kafka_name!r} needs a value")
+    return TopicConfig.parse_setting(f"{field}={value}")

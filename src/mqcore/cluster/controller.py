@@ -27,17 +27,14 @@ import logging
 import queue
 import random
 import threading
+import time
 from collections.abc import Mapping
-from concurrent.futures import Future
-from dataclasses import dataclass
 from typing import Any
 
 from mqcore.cluster.assign import NO_LEADER, assign_replicas, elect_leader
 from mqcore.cluster.zk import Controller, PartitionState, ZkCoordinator
 from mqcore.errors import (
     CoordinatorError,
-    MQCoreError,
-    NotControllerError,
     StaleStateError,
     UnknownTopicError,
 )
@@ -47,16 +44,8 @@ log = logging.getLogger("mqcore.cluster")
 # a partition's compare-and-set lost this many times in a row: left for the next walk (each
 # loss means another writer changed it, so the walk after the next event sees its state)
 CAS_ATTEMPTS = 5
+CREATE_TIMEOUT = 30.0  # seconds create_topic waits for the controller to initialise
 POLL = 0.2  # how often the event loop looks at `stopping` while idle
-
-
-@dataclass(frozen=True, slots=True)
-class _CreateTopic:
-    topic: str
-    partitions: int
-    replication_factor: int
-    config: Mapping[str, str]
-    future: Future[dict[int, PartitionState]]
 
 
 class ClusterController:
@@ -89,6 +78,7 @@ class ClusterController:
         self._thread.start()
         self.coordinator.watch_brokers(lambda live: self._events.put(("brokers", live)))
         self.coordinator.watch_controller(lambda node: self._events.put(("controller", node)))
+        self.coordinator.watch_topics(lambda topics: self._events.put(("topics", topics)))
         self.coordinator.watch_preferred_election(
             lambda partitions: self._events.put(("preferred", partitions))
         )
@@ -113,15 +103,43 @@ class ClusterController:
         partitions: int,
         replication_factor: int,
         config: Mapping[str, str] | None = None,
-    ) -> Future[dict[int, PartitionState]]:
-        """Place and write a new topic (on the controller's thread). The future's result is
-        each partition's first state; NotControllerError when this broker is not the
-        controller, TopicExistsError, InvalidConfigError (a replication factor above the live
-        brokers, racks on some brokers only)."""
-        future: Future[dict[int, PartitionState]] = Future()
-        self._events.put(("create", _CreateTopic(topic, partitions, replication_factor,
-                                                 dict(config or {}), future)))  # fmt: skip
-        return future
+        *,
+        timeout: float = CREATE_TIMEOUT,
+    ) -> dict[int, PartitionState]:
+        """Place a new topic's replicas on the live brokers (racks apart when given) and write
+        it; any broker may, as in Kafka's ZooKeeper era. The controller, watching the topics,
+        gives each partition its first state; this waits (at most `timeout` s) until each
+        has one and returns them. TopicExistsError, InvalidConfigError (a replication factor
+        above the live brokers, racks on some brokers only), CoordinatorError when no
+        controller initialised the partitions in time (the topic is written: it gets its
+        states once a controller is elected)."""
+        brokers = self.coordinator.brokers()
+        placement = assign_replicas(
+            {b: info.rack for b, info in brokers.items()}, partitions, replication_factor,
+            rng=self.rng,
+        )  # fmt: skip
+        self.coordinator.write_topic(topic, placement, config)
+        self._events.put(("topics", {topic}))  # this broker's controller need not wait
+        deadline = time.monotonic() + timeout
+        states: dict[int, PartitionState] = {}
+        pause = 0.005
+        while True:
+            for p in placement:
+                if p not in states:
+                    try:
+                        states[p] = self.coordinator.partition_state(topic, p)
+                    except UnknownTopicError:
+                        pass
+            if len(states) == len(placement):
+                return states
+            if time.monotonic() >= deadline:
+                raise CoordinatorError(
+                    f"topic {topic!r} is written but no controller gave its partitions a "
+                    f"state within {timeout:g} s (the controller is "
+                    f"{self.coordinator.controller()})"
+                )
+            time.sleep(pause)  # bounded by the deadline; ZooKeeper reads, backing off
+            pause = min(pause * 2, 0.2)
 
     # -- the event loop -------------------------------------------------------------------
 
@@ -160,44 +178,45 @@ class ClusterController:
             if self.term is not None:
                 self._walk()
             return
-        if kind == "create":
-            self._create(value)
+        if kind == "topics":
+            if self.term is not None:
+                self._init_topics(value)
             return
         if kind == "preferred" and self.term is not None:
             self._elect_preferred(value)
 
-    def _create(self, request: _CreateTopic) -> None:
-        if not request.future.set_running_or_notify_cancel():
-            return
-        try:
-            if self.term is None:
-                raise NotControllerError(
-                    f"broker {self.node_id} is not the controller (the controller is "
-                    f"{self.coordinator.controller()})"
-                )
-            brokers = self.coordinator.brokers()
-            placement = assign_replicas(
-                {b: info.rack for b, info in brokers.items()},
-                request.partitions,
-                request.replication_factor,
-                rng=self.rng,
-            )
-            states = self.coordinator.create_topic(
-                self.term, request.topic, placement, request.config
-            )
-        except StaleStateError as e:
-            self.term = None
-            request.future.set_exception(NotControllerError(str(e)))
-        except MQCoreError as e:
-            request.future.set_exception(e)
-        else:
-            request.future.set_result(states)
+    def _init_topics(self, topics: set[str]) -> None:
+        """New topics' partitions get their first state: the first live replica in
+        assignment order leads at epoch 0 with the live replicas in sync (Kafka's
+        onNewPartitionCreation); with none alive, no leader and every replica in the ISR,
+        so that the first to come back leads."""
+        assert self.term is not None
+        for topic in sorted(topics):
+            try:
+                assignment = self.coordinator.assignment(topic)
+            except UnknownTopicError:
+                continue
+            states = {}
+            for p, replicas in assignment.items():
+                live = tuple(r for r in replicas if r in self.live)
+                leader = live[0] if live else NO_LEADER
+                states[p] = PartitionState(leader, 0, live or replicas, self.term.epoch)
+            try:
+                self.coordinator.init_partition_states(self.term, topic, states)
+            except StaleStateError:
+                self.term = None
+                return
+            except UnknownTopicError:
+                continue
 
     # -- leadership -----------------------------------------------------------------------
 
     def _walk(self) -> None:
-        """Every partition's leader and ISR brought in line with the live brokers."""
-        for topic in self.coordinator.topics():
+        """Every partition's leader and ISR brought in line with the live brokers (a topic
+        written while no controller was there gets its first states)."""
+        topics = self.coordinator.topics()
+        self._init_topics(set(topics))
+        for topic in topics:
             try:
                 assignment = self.coordinator.assignment(topic)
             except UnknownTopicError:

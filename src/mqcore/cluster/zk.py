@@ -395,17 +395,16 @@ class ZkCoordinator:
 
     # -- topics and partitions ------------------------------------------------------------
 
-    def create_topic(
+    def write_topic(
         self,
-        term: Controller,
         topic: str,
         assignment: Mapping[int, Sequence[int]],
         config: Mapping[str, str] | None = None,
-    ) -> dict[int, PartitionState]:
-        """Write a new topic whole, in one multi-op conditional on the controller's term: its
-        replica assignment, its configs, and each partition's first state (the first replica
-        leads at epoch 0, every replica in sync). TopicExistsError if it exists;
-        StaleStateError if `term` is over."""
+    ) -> None:
+        """Write a new topic's replica assignment and configs, in one multi-op: what any
+        broker does for a CreateTopics, as Kafka's brokers did in the ZooKeeper era. Its
+        partitions have no state yet: the controller, watching the topics, gives each its
+        first one (init_partition_states). TopicExistsError if it exists."""
         partitions = sorted(assignment)
         if partitions != list(range(len(partitions))) or not partitions:
             raise InvalidConfigError(f"topic {topic!r}: partitions must be 0..n-1: {partitions}")
@@ -421,28 +420,57 @@ class ZkCoordinator:
             "adding_replicas": {},
             "removing_replicas": {},
         }
-        states = {
-            p: PartitionState(assignment[p][0], 0, tuple(assignment[p]), term.epoch, 0)
-            for p in partitions
-        }
         t = self.client.transaction()
-        t.check(self._p(CONTROLLER_EPOCH), term.epoch_version)
-        t.create(self._p(f"{TOPICS}/{topic}"), json.dumps(body).encode())
         t.create(self._p(f"{TOPIC_CONFIGS}/{topic}"),
                  json.dumps({"version": 1, "config": dict(config or {})}).encode())  # fmt: skip
+        t.create(self._p(f"{TOPICS}/{topic}"), json.dumps(body).encode())
         t.create(self._p(f"{TOPICS}/{topic}/partitions"), b"")
         for p in partitions:
             t.create(self._p(f"{TOPICS}/{topic}/partitions/{p}"), b"")
-            t.create(self._p(f"{TOPICS}/{topic}/partitions/{p}/state"), states[p].encode())
         results = self._commit(t, f"creating topic {topic!r}")
-        if isinstance(results[0], BadVersionError):
-            raise StaleStateError(
-                f"creating topic {topic!r}: controller epoch {term.epoch} is over"
-            )
-        if isinstance(results[1], NodeExistsError):
+        if any(isinstance(r, NodeExistsError) for r in results[:2]):
             raise TopicExistsError(f"topic {topic!r} already exists")
         self._raise_failed(results, f"creating topic {topic!r}")
-        return states
+
+    def init_partition_states(
+        self, term: Controller, topic: str, states: Mapping[int, PartitionState]
+    ) -> dict[int, PartitionState]:
+        """The controller gives partitions of a new topic their first state, in one multi-op
+        conditional on its term: the states as written (version 0). StaleStateError if the
+        term is over; a partition that has a state already keeps it (left out of the
+        answer)."""
+        todo = {p: s for p, s in states.items()
+                if self._data(self._state_path(topic, p)) is None}  # fmt: skip
+        if not todo:
+            return {}
+        t = self.client.transaction()
+        t.check(self._p(CONTROLLER_EPOCH), term.epoch_version)
+        for p, s in sorted(todo.items()):
+            t.create(self._p(self._state_path(topic, p)), s.encode())
+        results = self._commit(t, f"initialising the partitions of {topic!r}")
+        if isinstance(results[0], BadVersionError):
+            raise StaleStateError(
+                f"initialising {topic!r}: controller epoch {term.epoch} is over"
+            )
+        if any(isinstance(r, NodeExistsError) for r in results):
+            return {}  # another writer was first: the watch sees its states
+        if any(isinstance(r, NoNodeError) for r in results):
+            raise UnknownTopicError(topic)  # deleted meanwhile
+        self._raise_failed(results, f"initialising the partitions of {topic!r}")
+        return {p: PartitionState(s.leader, s.leader_epoch, s.isr, s.controller_epoch, 0)
+                for p, s in todo.items()}  # fmt: skip
+
+    def watch_topics(self, on_change: Callable[[set[str]], None]) -> None:
+        """Call `on_change(topic names)` now and whenever a topic is created or deleted (on
+        kazoo's event thread: hand the work to another thread)."""
+
+        def changed(children: list[str]) -> None:
+            on_change(set(children))
+
+        self._watches.items.append(ChildrenWatch(self.client, self._p(TOPICS), changed))
+
+    def has_state(self, topic: str, partition: int) -> bool:
+        return self._data(self._state_path(topic, partition)) is not None
 
     def topics(self) -> list[str]:
         return sorted(self._children(TOPICS))

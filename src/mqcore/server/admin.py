@@ -3,7 +3,7 @@ IncrementalAlterConfigs, DescribeCluster, DeleteRecords, DeleteTopics and Create
 (what an AdminClient's describe_configs, incremental_alter_configs, describe_cluster,
 delete_records, delete_topics and create_partitions send).
 
-Topic settings are TopicConfig's fields under Kafka's config names (broker.KAFKA_CONFIG_NAMES);
+Topic settings are TopicConfig's fields under Kafka's config names (config.KAFKA_CONFIG_NAMES);
 a setting mqcore fixes at creation is described read-only and refused by alter.
 """
 
@@ -19,7 +19,16 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from mqcore.config import FIXED_AT_CREATION, LIST_SETTINGS, TopicConfig, split_list, validate_name
+from mqcore.config import (
+    FIXED_AT_CREATION,
+    LIST_SETTINGS,
+    TopicConfig,
+    config_field,
+    kafka_config_name,
+    split_list,
+    topic_setting,
+    validate_name,
+)
 from mqcore.errors import (
     InvalidConfigError,
     MQCoreError,
@@ -32,11 +41,8 @@ from mqcore.server.common import (
     NO_TIME,
     KafkaError,
     Session,
-    config_field,
     error_code,
-    kafka_config_name,
     topic_id,
-    topic_setting,
 )
 from mqcore.server.protocol import Api, build
 from mqcore.server.quota import QuotaExceeded

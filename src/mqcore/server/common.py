@@ -1,9 +1,9 @@
 """What the request handlers of `mqcore serve` share: the connection's Session, Kafka's error
-codes for mqcore's exceptions, Kafka's names for topic settings, and topic IDs."""
+codes for mqcore's exceptions and topic IDs (Kafka's names for topic settings are
+mqcore.config's)."""
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import functools
 import uuid
@@ -12,7 +12,6 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from mqcore.config import TopicConfig
 from mqcore.errors import (
     CodecError,
     CorruptRecordError,
@@ -93,42 +92,6 @@ _CODES: tuple[tuple[type[BaseException], ErrorCode], ...] = (
     (ReadOnlyStoreError, ErrorCode.kafka_storage_error),
     (StoreClosedError, ErrorCode.kafka_storage_error),
 )
-
-# Kafka's topic config names for TopicConfig's fields, where they differ from the field name
-# with "." for "_" (the mqcore-only settings keep that form: key.index, unique.ids, ...)
-KAFKA_CONFIG_NAMES = {
-    "timestamp_type": "message.timestamp.type",
-    "compression": "compression.type",
-    "flush_after_messages": "flush.messages",
-    "flush_after_ms": "flush.ms",
-}
-_FROM_KAFKA = {v: k for k, v in KAFKA_CONFIG_NAMES.items()}
-
-
-_SETTINGS = frozenset(f.name for f in dataclasses.fields(TopicConfig)) - {"partitions"}
-
-
-def kafka_config_name(field: str) -> str:
-    """Kafka's name for a TopicConfig field."""
-    return KAFKA_CONFIG_NAMES.get(field, field.replace("_", "."))
-
-
-def config_field(kafka_name: str) -> str:
-    """The TopicConfig field of a Kafka topic config name; InvalidConfigError for a name mqcore
-    does not have (the partition count is not a setting: CreatePartitions changes it)."""
-    field = _FROM_KAFKA.get(kafka_name, kafka_name.replace(".", "_"))
-    if field not in _SETTINGS or kafka_config_name(field) != kafka_name:
-        raise InvalidConfigError(f"unknown topic config {kafka_name!r}")
-    return field
-
-
-def topic_setting(kafka_name: str, value: str | None) -> tuple[str, Any]:
-    """(TopicConfig field, value) for a Kafka topic config given as text."""
-    field = config_field(kafka_name)
-    if value is None:
-        raise InvalidConfigError(f"topic config {kafka_name!r} needs a value")
-    return TopicConfig.parse_setting(f"{field}={value}")
-
 
 @dataclass(slots=True)
 class Session:
