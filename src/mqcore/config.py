@@ -93,6 +93,9 @@ class TopicConfig:
     # apart from the store options flush_messages and flush_interval_ms.)
     flush_after_messages: int = NEVER
     flush_after_ms: int = NEVER
+    # Kafka's min.insync.replicas: on a cluster (docs/cluster.md), an acks=all write is
+    # refused with fewer in-sync replicas than this; a store of one node has one, always
+    min_insync_replicas: int = 1
 
     def __post_init__(self) -> None:
         _positive_int("partitions", self.partitions, 1, MAX_PARTITIONS)
@@ -116,6 +119,7 @@ class TopicConfig:
         _positive_int("key_index_entries", self.key_index_entries, 16, 0xFFFFFFFF)
         _positive_int("flush_after_messages", self.flush_after_messages, 1, NEVER)
         _positive_int("flush_after_ms", self.flush_after_ms, 0, NEVER)
+        _positive_int("min_insync_replicas", self.min_insync_replicas, 1, 0x7FFFFFFF)
 
     @property
     def cleanup_policies(self) -> tuple[str, ...]:

@@ -352,6 +352,37 @@ class NotControllerError(CoordinatorError):
     NOT_CONTROLLER): ask the controller, whose ID the cluster's state names."""
 
 
+class ReplicationError(MQCoreError):
+    """A replicated partition refused a request for a reason of the cluster's (Kafka's
+    retriable errors): ask again after refreshing who leads it."""
+
+
+class NotLeaderOrFollowerError(ReplicationError):
+    """This broker does not lead the partition (or is not one of its replicas): the cluster's
+    metadata names the leader (Kafka's NOT_LEADER_OR_FOLLOWER)."""
+
+
+class FencedLeaderEpochError(ReplicationError):
+    """The request named a leader epoch older than the partition's (Kafka's
+    FENCED_LEADER_EPOCH): the sender's metadata is stale."""
+
+
+class UnknownLeaderEpochError(ReplicationError):
+    """The request named a leader epoch newer than this broker knows (Kafka's
+    UNKNOWN_LEADER_EPOCH): this broker's state is behind; retry."""
+
+
+class NotEnoughReplicasError(ReplicationError):
+    """Fewer in-sync replicas than the topic's min.insync.replicas: an acks=all write is
+    refused and nothing was appended (Kafka's NOT_ENOUGH_REPLICAS)."""
+
+
+class NotEnoughReplicasAfterAppendError(ReplicationError):
+    """An acks=all write was appended on the leader but the in-sync replicas fell below
+    min.insync.replicas before it was committed (Kafka's NOT_ENOUGH_REPLICAS_AFTER_APPEND):
+    it may be on the log; an idempotent producer's retry does not duplicate it."""
+
+
 class QueryInterrupted(KeyboardInterrupt):
     """A scan stopped by Ctrl-C (KeyboardInterrupt). `result` holds the messages found so far,
     reason "interrupted" and the cursor that resumes the scan where it stopped.

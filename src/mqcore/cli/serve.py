@@ -32,8 +32,9 @@ def add_parsers(sub: Any) -> None:
         "serve",
         help="serve the store over the Kafka protocol (Kafka clients produce and consume)",
         description="Serve STORE to Kafka clients (any language: librdkafka, the Java client, "
-        "kafka-python, kcat) until Ctrl-C or SIGTERM. One node: it is the controller, the "
-        "group coordinator and the only replica. Binds to loopback unless --listen names "
+        "kafka-python, kcat) until Ctrl-C or SIGTERM. Alone, one node: the controller, the "
+        "group coordinator and the only replica; with --coordinator, a broker of a cluster "
+        "(docs/cluster.md). Binds to loopback unless --listen names "
         "another address. Needs the server extra: pip install 'mqcore[server]'.",
     )
     p.add_argument("store", help="store directory (one that is not a store: see --create)")
@@ -68,6 +69,31 @@ def add_parsers(sub: Any) -> None:
     p.add_argument(
         "--no-auto-create", action="store_true",
         help="answer UNKNOWN_TOPIC_OR_PARTITION for unknown topics instead of creating them",
+    )  # fmt: skip
+    clu = p.add_argument_group("cluster (docs/cluster.md): without --coordinator, one node")
+    clu.add_argument(
+        "--coordinator", metavar="URL",
+        help="join the cluster whose state is in ZooKeeper at zk://HOST:PORT[,HOST:PORT]/PATH",
+    )  # fmt: skip
+    clu.add_argument("--node-id", type=int, default=0, metavar="N",
+                     help="this broker's ID in the cluster, unique among its brokers")  # fmt: skip
+    clu.add_argument(
+        "--replication-factor", type=int, default=3, metavar="N",
+        help="replicas of a topic created without one (at most the live brokers; default 3)",
+    )  # fmt: skip
+    clu.add_argument(
+        "--zk-session-timeout-ms", type=int, default=18_000, metavar="MS",
+        help="how long ZooKeeper waits for a silent broker before its partitions move "
+        "(default 18000, Kafka's)",
+    )  # fmt: skip
+    clu.add_argument(
+        "--replica-lag-time-max-ms", type=int, default=30_000, metavar="MS",
+        help="a follower not caught up for this long leaves the ISR (default 30000, Kafka's)",
+    )  # fmt: skip
+    clu.add_argument(
+        "--unclean-leader-election", action="store_true",
+        help="let a replica out of the ISR lead when no in-sync one is alive (loses "
+        "acknowledged writes; off by default, as Kafka)",
     )  # fmt: skip
     sec = p.add_argument_group('security (docs/server.md "Security")')
     sec.add_argument("--tls-cert", metavar="PEM", help="serve TLS with this certificate (chain)")
@@ -203,6 +229,20 @@ def store_limits(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def cluster_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The Server options of the cluster flags (none without --coordinator)."""
+    if args.coordinator is None:
+        return {"node_id": args.node_id}
+    return {
+        "node_id": args.node_id,
+        "coordinator": args.coordinator,
+        "default_replication_factor": args.replication_factor,
+        "zk_session_timeout_ms": args.zk_session_timeout_ms,
+        "replica_lag_time_max_ms": args.replica_lag_time_max_ms,
+        "unclean_leader_election": args.unclean_leader_election,
+    }
+
+
 def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
     try:
         from mqcore.server import Server
@@ -227,6 +267,7 @@ def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
         sasl_credentials=args.sasl_credentials,
         sasl_mechanisms=tuple(m.strip() for m in args.sasl_mechanisms.split(",") if m.strip()),
         acl=args.acl, create=args.create, **store_limits(args), **network_limits(args),
+        **cluster_options(args),
     )  # fmt: skip
     with stop_signals() as stop, _started(server, args):
         print(f"mqcore: serving {args.store} to Kafka clients on {server.bootstrap}", file=out)

@@ -20,6 +20,7 @@ Znodes (under the chroot of the coordinator URL, `zk://HOST:PORT[,HOST:PORT]/PAT
                                 persistent {"controller_epoch":C,"leader":L,"version":1,
                                            "leader_epoch":E,"isr":[ids]}
     /config/topics/<t>          persistent {"version":1,"config":{"<name>":"<value>"}}
+    /cluster/id                 persistent {"version":"1","id":"<cluster ID>"}
     /admin/preferred_replica_election
                                 persistent {"version":1,"partitions":[{"topic":T,
                                            "partition":P}]}: a request to the controller,
@@ -66,6 +67,7 @@ TOPIC_CONFIGS = "/config/topics"
 CONTROLLER = "/controller"
 CONTROLLER_EPOCH = "/controller_epoch"
 PREFERRED_ELECTION = "/admin/preferred_replica_election"
+CLUSTER_ID = "/cluster/id"
 log = logging.getLogger("mqcore.cluster")
 
 # Kafka's zookeeper.session.timeout.ms default (18 s): how long ZooKeeper keeps a silent
@@ -264,11 +266,26 @@ class ZkCoordinator:
         self.client = KazooClient(hosts=hosts, timeout=session_timeout_ms / 1000)
         self.session_lost = threading.Event()
         self._watches = _Watches()
+        self._session_listeners: list[Callable[[bool], None]] = []
+        self._lost = False
         self.client.add_listener(self._on_state)
 
     def _on_state(self, state: str) -> None:
         if state == KazooState.LOST:
+            self._lost = True
             self.session_lost.set()
+            for listener in self._session_listeners:
+                listener(False)
+        elif state == KazooState.CONNECTED and self._lost:
+            self._lost = False
+            for listener in self._session_listeners:
+                listener(True)
+
+    def on_session(self, listener: Callable[[bool], None]) -> None:
+        """Call `listener(False)` when ZooKeeper expires this node's session (its ephemeral
+        znodes are gone: stop acting on them) and `listener(True)` once a new session is
+        connected after that (register again). On kazoo's thread: hand the work on."""
+        self._session_listeners.append(listener)
 
     # -- the session ----------------------------------------------------------------------
 
@@ -300,6 +317,20 @@ class ZkCoordinator:
 
     def __exit__(self, *_: object) -> None:
         self.close()
+
+    def cluster_id(self, new_id: str) -> str:
+        """The cluster's ID (Kafka's /cluster/id): the one written first, `new_id` if none
+        was, so every broker of the cluster answers the same."""
+        body = json.dumps({"version": "1", "id": new_id}).encode()
+        try:
+            self._call("making /cluster", self.client.ensure_path_async, self._p("/cluster"))
+            self._call("writing /cluster/id", self.client.create_async, self._p(CLUSTER_ID), body)
+        except NodeExistsError:
+            pass
+        found = self._data(CLUSTER_ID)
+        if found is None:
+            raise CoordinatorError(f"{CLUSTER_ID} vanished after it was written")
+        return str(_json(found[0], CLUSTER_ID).get("id", new_id))
 
     # -- brokers --------------------------------------------------------------------------
 
@@ -449,9 +480,7 @@ class ZkCoordinator:
             t.create(self._p(self._state_path(topic, p)), s.encode())
         results = self._commit(t, f"initialising the partitions of {topic!r}")
         if isinstance(results[0], BadVersionError):
-            raise StaleStateError(
-                f"initialising {topic!r}: controller epoch {term.epoch} is over"
-            )
+            raise StaleStateError(f"initialising {topic!r}: controller epoch {term.epoch} is over")
         if any(isinstance(r, NodeExistsError) for r in results):
             return {}  # another writer was first: the watch sees its states
         if any(isinstance(r, NoNodeError) for r in results):

@@ -14,11 +14,11 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from mqcore.config import TopicConfig, validate_name
+from mqcore.config import TopicConfig, topic_setting, validate_name
 from mqcore.consume.offsets import OFFSETS_TOPIC
 from mqcore.errors import (
     InvalidRecordError,
@@ -28,7 +28,9 @@ from mqcore.errors import (
     TopicExistsError,
     UnknownTopicError,
 )
+from mqcore.log import ReplicaLog
 from mqcore.log.legacy import up_convert
+from mqcore.log.replica import Isolation
 from mqcore.server.admin import AdminApis, create_requested, request_limit, throttle_time
 from mqcore.server.admin import create_topic as admin_create_topic
 from mqcore.server.auth import (
@@ -60,11 +62,15 @@ from mqcore.server.protocol import APIS, CONNECTION_APIS, Api, api_keys, build
 from mqcore.server.quota import MutationQuota, QuotaExceeded
 from mqcore.store import Store
 
+if TYPE_CHECKING:
+    from mqcore.cluster.replicas import ReplicaManager
+
 EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3  # ListOffsets' special timestamps
 MAX_EPOCH = 0x7FFF
 # the leader epoch a node of one leads every partition at: its appends carry it and
 # OffsetForLeaderEpoch fences by it (Metadata answers -1, no epoch, so clients check none)
 LEADER_EPOCH = 0
+OFFSETS_REPLICATION_FACTOR = 3  # Kafka's offsets.topic.replication.factor, at most the brokers
 KEYLESS = "a compacted topic takes only records with a key"  # a keyless record's record error
 
 Handler = Callable[[Api, Any, Session], Any]
@@ -89,8 +95,14 @@ class Broker:
         group_consumer_heartbeat_interval: float = CONSUMER_HEARTBEAT_INTERVAL,
         execute: Callable[[Callable[[], None]], None] | None = None,
         quota: MutationQuota | None = None,
+        cluster: ReplicaManager | None = None,
+        default_replication_factor: int = 1,
     ):
         self.store = store
+        # a broker of a cluster (docs/cluster.md): partitions led, followed and created
+        # through the cluster's state; None: the one-node server
+        self.cluster = cluster
+        self.default_replication_factor = default_replication_factor
         self.authorizer = authorizer  # None: no ACLs, every request allowed
         self.log = store.log
         self.host, self.port = host, port
@@ -109,6 +121,8 @@ class Broker:
         self._appended = threading.Condition()
         self._generation = 0
         self.log.add_append_listener(self._on_append)
+        if cluster is not None:
+            cluster.on_progress = self._on_progress
         # consumer groups; commits and offset fetches checked against the ACLs
         self.groups = GroupCoordinator(
             store, node_id, host, port, access=self.access,
@@ -158,6 +172,24 @@ class Broker:
             self._appended.notify_all()
         self.purgatory.wake((topic, partition))
 
+    def _on_progress(self, topic: str, partition: int) -> None:
+        """A partition's high watermark moved or its leader changed (cluster mode): the
+        fetches and acks=all produces waiting on it look again."""
+        self._on_append(topic, partition)
+
+    def _wait_blocking(self, poll: Callable[[bool], Any], deadline: float) -> Any:
+        """A Delayed's poll waited for in this thread: at each append or progress until it
+        answers or the deadline."""
+        while True:
+            generation = self._generation
+            wait = deadline - time.monotonic()
+            got = poll(wait <= 0 or self.closed)
+            if got is not NOT_YET:
+                return got
+            with self._appended:
+                if self._generation == generation and not self.closed:
+                    self._appended.wait(wait)
+
     def begin(self, found: Api, body: Any, session: Session) -> Any:
         """The response body to one request (None: no response, as for acks=0), or a Delayed
         to hand to `purgatory` when the request waits (server/delayed.py)."""
@@ -192,12 +224,21 @@ class Broker:
 
     def metadata(self, found: Api, body: Any, session: Session) -> Any:
         m = found.module
-        brokers = (build(m.MetadataResponseBroker, node_id=self.node_id, host=self.host,
-                         port=self.port, rack=None),)  # fmt: skip
+        controller = self.node_id
+        if self.cluster is None:
+            me = build(m.MetadataResponseBroker, node_id=self.node_id, host=self.host,
+                       port=self.port, rack=None)  # fmt: skip
+            brokers: tuple[Any, ...] = (me,)
+            known = self.store.topics()
+        else:
+            brokers = tuple(build(m.MetadataResponseBroker, node_id=b.node_id, host=b.host,
+                                  port=b.port, rack=b.rack)
+                            for b in sorted(self.cluster.brokers().values(),
+                                            key=lambda b: b.node_id))  # fmt: skip
+            controller = self.cluster.controller_id()
+            known = self.cluster.topics()
         if body.topics is None:  # all topics: those the principal may not describe are left out
-            names: Iterable[str] = [
-                n for n in self.store.topics() if self.allowed(session, DESCRIBE, n)
-            ]
+            names: Iterable[str] = [n for n in known if self.allowed(session, DESCRIBE, n)]
             create = False
         else:
             names = [t.name for t in body.topics if t.name is not None]
@@ -213,7 +254,7 @@ class Broker:
             cluster_ops = self.access(session).kafka_operations(CLUSTER)
         return build(
             found.response, throttle_time=NO_TIME, brokers=brokers, cluster_id=self.cluster_id,
-            controller_id=self.node_id, topics=topics, cluster_authorized_operations=cluster_ops,
+            controller_id=controller, topics=topics, cluster_authorized_operations=cluster_ops,
         )  # fmt: skip
 
     def _topic_metadata(
@@ -224,6 +265,8 @@ class Broker:
         (`create`), a missing topic is made if the server auto-creates topics, and
         `__consumer_offsets` whatever it does, as Kafka's broker makes its internal topic (a
         client reading commits, such as Burrow, names it before any group committed)."""
+        if self.cluster is not None:
+            return self._cluster_topic_metadata(m, name, create, session, ops)
         code, count, authorized = ErrorCode.none, 0, NOT_ASKED
         try:
             self.authorize(session, DESCRIBE, name)
@@ -264,6 +307,76 @@ class Broker:
             topic_authorized_operations=authorized,
         )  # fmt: skip
 
+    def _cluster_topic_metadata(
+        self, m: Any, name: str, create: bool, session: Session, ops: bool
+    ) -> Any:
+        """One topic's Metadata on a cluster: each partition's leader, leader epoch,
+        replicas, ISR and the replicas not alive, as this broker last heard from the
+        cluster's state (LEADER_NOT_AVAILABLE while a partition has no leader)."""
+        assert self.cluster is not None
+        code, authorized = ErrorCode.none, NOT_ASKED
+        parts: dict[int, Any] = {}
+        try:
+            self.authorize(session, DESCRIBE, name)
+            if ops:
+                authorized = self.access(session).kafka_operations(TOPIC, name)
+            validate_name(name)
+            if not self.cluster.has_topic(name):
+                if not (create and (self.auto_create_topics or name == OFFSETS_TOPIC)) or not (
+                    name == OFFSETS_TOPIC or self.allowed(session, CREATE, name)
+                ):
+                    raise UnknownTopicError(name)
+                self._create_in_cluster(name, -1, -1, {})
+            parts = self.cluster.partitions(name)
+        except TopicExistsError:
+            parts = self.cluster.partitions(name)
+        except MQCoreError as e:
+            code = error_code(e)
+        live = set(self.cluster.brokers())
+        partitions = []
+        for p, meta in parts.items():
+            state = meta.state
+            leader = state.leader if state is not None else -1
+            partitions.append(build(
+                m.MetadataResponsePartition,
+                error_code=ErrorCode.none if leader >= 0 else ErrorCode.leader_not_available,
+                partition_index=p, leader_id=leader,
+                leader_epoch=state.leader_epoch if state is not None else -1,
+                replica_nodes=meta.replicas, isr_nodes=state.isr if state is not None else (),
+                offline_replicas=tuple(r for r in meta.replicas if r not in live),
+            ))  # fmt: skip
+        return build(
+            m.MetadataResponseTopic, error_code=code, name=name, topic_id=topic_id(name),
+            is_internal=name.startswith("__"), partitions=tuple(partitions),
+            topic_authorized_operations=authorized,
+        )  # fmt: skip
+
+    def _create_in_cluster(
+        self, name: str, partitions: int, replication_factor: int, configs: dict[str, str]
+    ) -> int:
+        """A topic created in the cluster: -1 partitions or replication factor for the
+        server's defaults, the internal offsets topic with its own. Returns the count."""
+        assert self.cluster is not None
+        live = len(self.cluster.brokers())
+        if name == OFFSETS_TOPIC:  # Kafka's offsets.topic.replication.factor: min(3, brokers)
+            partitions, replication_factor = 1, min(OFFSETS_REPLICATION_FACTOR, max(live, 1))
+        if partitions == -1:
+            partitions = self.default_partitions
+        if replication_factor == -1:
+            replication_factor = min(self.default_replication_factor, max(live, 1))
+        if partitions < 1:
+            raise KafkaError(ErrorCode.invalid_partitions, "partitions must be >= 1")
+        if replication_factor < 1:
+            raise KafkaError(ErrorCode.invalid_replication_factor,
+                             f"replication factor {replication_factor} must be >= 1")  # fmt: skip
+        if replication_factor > live:
+            raise KafkaError(
+                ErrorCode.invalid_replication_factor,
+                f"replication factor {replication_factor} is larger than the {live} live brokers",
+            )
+        self.cluster.create_topic(name, partitions, replication_factor, configs)
+        return partitions
+
     def _topic_by_id(self, found: Api, wanted: Any, session: Session, ops: bool) -> Any:
         """The topic whose ID (common.topic_id) is `wanted`; UNKNOWN_TOPIC_ID when there is
         none, or the principal may not describe it (an ID does not reveal a name)."""
@@ -294,7 +407,10 @@ class Broker:
                 if too_many is not None:
                     raise too_many
                 self.authorize(session, CREATE, t.name)
-                cfg = create_requested(self, t, body.validate_only, session)
+                if self.cluster is not None:
+                    cfg = self._create_requested_in_cluster(t, body.validate_only)
+                else:
+                    cfg = create_requested(self, t, body.validate_only, session)
             except MQCoreError as e:
                 code, message = error_code(e), str(e)
                 if isinstance(e, QuotaExceeded):
@@ -308,11 +424,43 @@ class Broker:
                     error_message=message,
                     topic_config_error_code=0,
                     num_partitions=cfg.partitions if cfg else -1,
-                    replication_factor=1 if cfg else -1,
+                    replication_factor=(self._replication_factor(t.name) if cfg else -1),
                     configs=None,
                 )  # fmt: skip
             )
         return build(found.response, throttle_time=throttle_time(throttle), topics=tuple(results))
+
+    def _create_requested_in_cluster(self, t: Any, validate_only: bool) -> TopicConfig:
+        """One topic of a CreateTopics request on a cluster: placed by the controller's rules
+        (an explicit replica assignment is not taken yet: INVALID_REQUEST)."""
+        if t.assignments:
+            raise KafkaError(ErrorCode.invalid_request,
+                             "explicit replica assignments are not served on a cluster yet; "
+                             "give num_partitions and replication_factor")  # fmt: skip
+        if t.num_partitions == 0 or t.num_partitions < -1:
+            raise KafkaError(ErrorCode.invalid_partitions, "partitions must be >= 1")
+        validate_name(t.name)
+        if t.name.startswith("__"):
+            raise KafkaError(ErrorCode.invalid_topic_exception, f"{t.name!r} is internal")
+        configs = {c.name: c.value for c in t.configs}
+        settings = dict(topic_setting(k, v) for k, v in configs.items())
+        count = self.default_partitions if t.num_partitions == -1 else t.num_partitions
+        cfg = self.store.new_topic_config(count, **settings)
+        assert self.cluster is not None
+        if self.cluster.has_topic(t.name):
+            raise TopicExistsError(f"topic {t.name!r} already exists")
+        if not validate_only:
+            self._create_in_cluster(t.name, count, t.replication_factor, configs)
+        return cfg
+
+    def _replication_factor(self, topic: str) -> int:
+        if self.cluster is None:
+            return 1
+        try:
+            parts = self.cluster.partitions(topic)
+        except MQCoreError:
+            return -1
+        return len(next(iter(parts.values())).replicas) if parts else -1
 
     # -- producing ------------------------------------------------------------------------------
 
@@ -341,11 +489,12 @@ class Broker:
             producer_epoch=epoch,
         )  # fmt: skip
 
-    def produce(self, found: Api, body: Any, session: Session) -> ProduceAnswer | None:
+    def produce(self, found: Api, body: Any, session: Session) -> ProduceAnswer | Delayed | None:
         """Append each partition's batch; None for acks=0 (no response; the connection closes
         on an error, so the client learns of it, as Kafka's broker does)."""
         failed = False
         answer = ProduceAnswer([])
+        waits: list[tuple[ProducedPartition, str, int, int]] = []  # acks=all on a cluster
         for t in body.topic_data:
             topic = ProducedTopic(t.name, [])
             answer.topics.append(topic)
@@ -366,7 +515,14 @@ class Broker:
                     records = p.records
                     if getattr(body, "message_sets", False):  # Produce v0-v2: magic 0 or 1
                         records = up_convert(records, self.log.clock())
-                    info = self.log.replica(t.name, p.index).append_as_leader(records, LEADER_EPOCH)
+                    if self.cluster is not None:
+                        info = self.cluster.append(t.name, p.index, records, body.acks)
+                        if body.acks == -1:
+                            waits.append((got, t.name, p.index, info.last_offset))
+                    else:
+                        info = self.log.replica(t.name, p.index).append_as_leader(
+                            records, LEADER_EPOCH
+                        )
                     got.base_offset, got.log_start_offset = info.first_offset, info.log_start_offset
                     got.log_append_time_ms = info.log_append_time
                 except MQCoreError as e:
@@ -378,7 +534,48 @@ class Broker:
             if failed:
                 raise CloseConnection("a produce with acks=0 failed")
             return None
+        if waits:
+            return self._await_replicas(answer, waits, body.timeout_ms / 1000)
         return answer
+
+    def _await_replicas(
+        self,
+        answer: ProduceAnswer,
+        waits: list[tuple[ProducedPartition, str, int, int]],
+        timeout: float,
+    ) -> ProduceAnswer | Delayed:
+        """acks=all on a cluster: the answer once every in-sync replica has each partition's
+        batch (the high watermark passed it), REQUEST_TIMED_OUT for those still short at the
+        request's timeout, the leader's refusal (NOT_LEADER_OR_FOLLOWER, NOT_ENOUGH_REPLICAS_
+        AFTER_APPEND) for those it gave up on (Kafka's DelayedProduce)."""
+        cluster = self.cluster
+        assert cluster is not None
+        pending = list(waits)
+
+        def poll(final: bool) -> Any:
+            still = []
+            for w in pending:
+                got, topic, partition, last = w
+                try:
+                    if not cluster.committed(topic, partition, last):
+                        if final:
+                            raise KafkaError(
+                                ErrorCode.request_timed_out,
+                                f"{topic}-{partition}: not replicated in time",
+                            )
+                        still.append(w)
+                except MQCoreError as e:
+                    got.error_code, got.error_message = int(error_code(e)), str(e)
+            pending[:] = still
+            return NOT_YET if still else answer
+
+        done = poll(False)
+        if done is not NOT_YET:
+            return answer
+        deadline = time.monotonic() + timeout
+        keys = [(topic, partition) for _, topic, partition, _ in waits]
+        return Delayed(poll, lambda: self._wait_blocking(poll, deadline), deadline=deadline,
+                       keys=keys)  # fmt: skip
 
     # -- fetching -------------------------------------------------------------------------------
 
@@ -427,20 +624,30 @@ class Broker:
                 got = FetchedPartition(p.partition, 0, -1, -1, -1)
                 got.fetch_offset, got.max_bytes = p.fetch_offset, p.partition_max_bytes
                 try:
-                    self.authorize(session, READ, t.topic)
-                    handle = self.log.replica(t.topic, p.partition)
+                    isolation: Isolation = "log_end"
+                    if self.cluster is not None:
+                        handle, isolation = self._cluster_fetch_log(body, t.topic, p, session)
+                    else:
+                        self.authorize(session, READ, t.topic)
+                        handle = self.log.replica(t.topic, p.partition)
                     # the response stays within max_bytes (fetch.max.bytes) and each partition
                     # within its own bound; KIP-74: only the first batch of the first partition
                     # with records comes whole past them, so a consumer is never stuck behind
                     # one large batch (librdkafka drops a response larger than it asked for)
                     limit = max(min(p.partition_max_bytes, budget - answer.size), 0)
-                    read = handle.read(p.fetch_offset, limit, "log_end", min_one=not answer.size)
+                    read = handle.read(p.fetch_offset, limit, isolation, min_one=not answer.size)
                     got.records = read.region if read.region is not None else read.data
-                    got.high_watermark = got.last_stable_offset = read.log_end_offset
+                    got.high_watermark = got.last_stable_offset = (
+                        read.log_end_offset if self.cluster is None else handle.high_watermark
+                    )
                     got.log_start_offset = read.log_start_offset
                 except MQCoreError as e:
                     got.error_code = int(error_code(e))
-                    if isinstance(e, OffsetOutOfRangeError):
+                    if isinstance(e, OffsetOutOfRangeError) and self.cluster is not None:
+                        handle = self.log.replica(t.topic, p.partition)
+                        got.high_watermark = got.last_stable_offset = handle.high_watermark
+                        got.log_start_offset = handle.log_start_offset
+                    elif isinstance(e, OffsetOutOfRangeError):
                         end = self.store.end_offset(t.topic, p.partition)
                         got.high_watermark = got.last_stable_offset = end
                         got.log_start_offset = self.store.start_offset(t.topic, p.partition)
@@ -448,16 +655,51 @@ class Broker:
                 answer.size += got.size
         return answer
 
+    def _cluster_fetch_log(
+        self, body: Any, topic: str, p: Any, session: Session
+    ) -> tuple[ReplicaLog, Isolation]:
+        """The log a fetch reads on a cluster and how far: a follower's (replica_id >= 0,
+        which needs CLUSTER_ACTION) to the log end, after telling the leader where it is; a
+        consumer's to the high watermark, from the leader only, fenced by its epoch."""
+        assert self.cluster is not None
+        replica = getattr(body, "replica_id", -1)
+        current = getattr(p, "current_leader_epoch", -1)  # v9+
+        if replica >= 0:
+            self._check_cluster_action(session)
+            handle = self.cluster.follower_fetch(replica, topic, p.partition, p.fetch_offset,
+                                                 current)  # fmt: skip
+            return handle, "log_end"
+        self.authorize(session, READ, topic)
+        return self.cluster.leader_log(topic, p.partition, current), "high_watermark"
+
+    def _check_cluster_action(self, session: Session) -> None:
+        """A replica's request (Fetch, OffsetForLeaderEpoch) needs Kafka's CLUSTER_ACTION,
+        which no ACL line grants: with ACLs on, replication is refused (docs/cluster.md)."""
+        if not self.access(session).kafka_operations(CLUSTER):
+            raise KafkaError(ErrorCode.cluster_authorization_failed,
+                             "a replica's request needs CLUSTER_ACTION")  # fmt: skip
+
     def list_offsets(self, found: Api, body: Any, session: Session) -> Any:
         m = found.module
         topics = []
         for t in body.topics:
             out = []
             for p in t.partitions:
-                code, ts, offset = ErrorCode.none, -1, -1
+                code, ts, offset, epoch = ErrorCode.none, -1, -1, -1
                 try:
                     self.authorize(session, READ, t.name)
-                    ts, offset = self._offset_for(t.name, p.partition_index, p.timestamp)
+                    if self.cluster is not None:  # the leader answers, fenced by the epoch
+                        current = getattr(p, "current_leader_epoch", -1)
+                        handle = self.cluster.leader_log(t.name, p.partition_index, current)
+                        epoch = self.cluster.leader_epoch(t.name, p.partition_index)
+                        if p.timestamp == LATEST:  # what a consumer may read: to the HW
+                            ts, offset = -1, handle.high_watermark
+                        else:
+                            ts, offset = self._offset_for(t.name, p.partition_index, p.timestamp)
+                            if offset >= handle.high_watermark:
+                                ts, offset = -1, -1
+                    else:
+                        ts, offset = self._offset_for(t.name, p.partition_index, p.timestamp)
                 except MQCoreError as e:
                     code = error_code(e)
                 out.append(
@@ -467,7 +709,7 @@ class Broker:
                         error_code=code,
                         timestamp=ts,
                         offset=offset,
-                        leader_epoch=-1,
+                        leader_epoch=epoch,
                     )  # fmt: skip
                 )
             topics.append(build(m.ListOffsetsTopicResponse, name=t.name, partitions=tuple(out)))
@@ -489,21 +731,23 @@ class Broker:
             for p in t.partitions:
                 code, epoch, end = ErrorCode.none, -1, -1
                 try:
-                    if replica >= 0 and not self.access(session).kafka_operations(CLUSTER):
-                        raise KafkaError(
-                            ErrorCode.cluster_authorization_failed,
-                            "a replica's OffsetForLeaderEpoch needs CLUSTER_ACTION",
-                        )
-                    if replica < 0:
+                    if replica >= 0:
+                        self._check_cluster_action(session)
+                    else:
                         self.authorize(session, DESCRIBE, t.topic)
                     current = getattr(p, "current_leader_epoch", -1)  # v2+
-                    if 0 <= current < LEADER_EPOCH:
-                        raise KafkaError(ErrorCode.fenced_leader_epoch, f"epoch {current}")
-                    if current > LEADER_EPOCH:
-                        raise KafkaError(ErrorCode.unknown_leader_epoch, f"epoch {current}")
-                    epoch, end = self.log.replica(t.topic, p.partition).end_offset_for_epoch(
-                        p.leader_epoch
-                    )
+                    if self.cluster is not None:  # fenced by the partition's leader epoch
+                        epoch, end = self.cluster.end_offset_for_epoch(
+                            t.topic, p.partition, p.leader_epoch, current
+                        )
+                    else:
+                        if 0 <= current < LEADER_EPOCH:
+                            raise KafkaError(ErrorCode.fenced_leader_epoch, f"epoch {current}")
+                        if current > LEADER_EPOCH:
+                            raise KafkaError(ErrorCode.unknown_leader_epoch, f"epoch {current}")
+                        epoch, end = self.log.replica(t.topic, p.partition).end_offset_for_epoch(
+                            p.leader_epoch
+                        )
                 except MQCoreError as e:
                     code = error_code(e)
                 parts.append(build(m.EpochEndOffset, error_code=code, partition=p.partition,

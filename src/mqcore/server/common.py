@@ -15,12 +15,16 @@ from kio.schema.errors import ErrorCode
 from mqcore.errors import (
     CodecError,
     CorruptRecordError,
+    FencedLeaderEpochError,
     GroupAuthorizationError,
     InvalidConfigError,
     InvalidRecordError,
     InvalidTimestampError,
     InvalidTopicError,
     MQCoreError,
+    NotEnoughReplicasAfterAppendError,
+    NotEnoughReplicasError,
+    NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
     OutOfOrderSequenceError,
     PartitionLimitError,
@@ -30,6 +34,7 @@ from mqcore.errors import (
     StoreClosedError,
     TopicAuthorizationError,
     TopicExistsError,
+    UnknownLeaderEpochError,
     UnknownPartitionError,
     UnknownTopicError,
 )
@@ -91,7 +96,13 @@ _CODES: tuple[tuple[type[BaseException], ErrorCode], ...] = (
     (InvalidConfigError, ErrorCode.invalid_config),
     (ReadOnlyStoreError, ErrorCode.kafka_storage_error),
     (StoreClosedError, ErrorCode.kafka_storage_error),
+    (NotLeaderOrFollowerError, ErrorCode.not_leader_or_follower),
+    (FencedLeaderEpochError, ErrorCode.fenced_leader_epoch),
+    (UnknownLeaderEpochError, ErrorCode.unknown_leader_epoch),
+    (NotEnoughReplicasAfterAppendError, ErrorCode.not_enough_replicas_after_append),
+    (NotEnoughReplicasError, ErrorCode.not_enough_replicas),
 )
+
 
 @dataclass(slots=True)
 class Session:

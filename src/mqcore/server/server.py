@@ -106,6 +106,8 @@ from mqcore.storage import durable, logdir
 from mqcore.store import Store
 
 if TYPE_CHECKING:
+    from mqcore.cluster.replicas import ReplicaManager
+    from mqcore.cluster.zk import ZkCoordinator
     from mqcore.server.http import HttpServer
 
 log = logging.getLogger("mqcore.server")
@@ -162,6 +164,11 @@ class Server:
         http_max_connections_per_ip: int = httplimits.MAX_CONNECTIONS_PER_IP,
         http_request_timeout: float = httplimits.REQUEST_TIMEOUT,
         http_idle_timeout: float = httplimits.IDLE_TIMEOUT,
+        coordinator: str | None = None,
+        zk_session_timeout_ms: int = 18_000,
+        replica_lag_time_max_ms: int = 30_000,
+        default_replication_factor: int = 3,
+        unclean_leader_election: bool = False,
         **store_options: Any,
     ):
         self.host, self.port = parse_listen(listen)
@@ -182,6 +189,24 @@ class Server:
             log.warning("SASL/PLAIN without TLS: passwords cross the network in clear text")
         self.advertised_host = advertised_host
         self.node_id = node_id
+        # -- a broker of a cluster (docs/cluster.md): `coordinator` is zk://HOST:PORT/PATH --
+        if coordinator is not None:
+            if self.tls is not None or self.sasl is not None:
+                raise InvalidConfigError(
+                    "a cluster's brokers replicate over plaintext, unauthenticated Kafka "
+                    "connections for now: TLS, SASL and ACLs are not served with --coordinator "
+                    "(docs/cluster.md, known gaps)"
+                )
+            if node_id < 0:
+                raise InvalidConfigError(f"node ID {node_id} must be >= 0")
+            bounds.check_counts(default_replication_factor=default_replication_factor)
+        self.coordinator_url = coordinator
+        self.zk_session_timeout_ms = zk_session_timeout_ms
+        self.replica_lag_time_max_ms = replica_lag_time_max_ms
+        self.default_replication_factor = default_replication_factor
+        self.unclean_leader_election = unclean_leader_election
+        self.replicas: ReplicaManager | None = None
+        self._coordinator: ZkCoordinator | None = None
         self.auto_create_topics = auto_create_topics
         self.default_partitions = default_partitions
         bounds.check_counts(
@@ -272,14 +297,27 @@ class Server:
         logdir.describe_holder(self.store.path, f"mqcore serve on {self.bootstrap}")  # lock errors
         self._stopping.clear()
         self._threads = RequestThreads(self.io_threads)
+        cluster_name = cluster_id(self.store.path)
+        if self.coordinator_url is not None:
+            try:
+                self._join_cluster()
+            except BaseException:
+                sock.close()
+                self._sock = None
+                if self._owns_store:
+                    self.store.close()
+                raise
+            assert self._coordinator is not None
+            cluster_name = self._coordinator.cluster_id(cluster_name)
         self.broker = Broker(
             self.store, self.advertised_host or self.host, self.port, node_id=self.node_id,
-            cluster_id=cluster_id(self.store.path), auto_create_topics=self.auto_create_topics,
+            cluster_id=cluster_name, auto_create_topics=self.auto_create_topics,
             default_partitions=self.default_partitions, authorizer=self.authorizer,
             group_initial_rebalance_delay=self.group_initial_rebalance_delay,
             group_consumer_session_timeout=self.group_consumer[0],
             group_consumer_heartbeat_interval=self.group_consumer[1],
-            execute=self._threads.submit, quota=self.mutation_quota,
+            execute=self._threads.submit, quota=self.mutation_quota, cluster=self.replicas,
+            default_replication_factor=self.default_replication_factor,
         )  # fmt: skip
         http_connections, kafka_connections = bounds.split_room(
             self.store.log.limits.store_bound(),
@@ -300,6 +338,12 @@ class Server:
             max_queued_request_bytes=self.max_queued_request_bytes,
         )  # fmt: skip
         self._network.start()
+        if self.replicas is not None:  # registered once it answers: the others may fetch
+            try:
+                self.replicas.start()
+            except BaseException:
+                self.stop()
+                raise
         self.failure = None
         self._watchdog = threading.Thread(target=self._watch, name="mqcore-watchdog", daemon=True)
         self._watchdog.start()
@@ -328,6 +372,31 @@ class Server:
                 raise
         # -- end HTTP query API --
         return self
+
+    def _join_cluster(self) -> None:
+        """Connect to the coordinator and make this broker's ReplicaManager (started once
+        the listener answers)."""
+        from mqcore.cluster.replicas import ReplicaManager
+        from mqcore.cluster.zk import BrokerInfo, ZkCoordinator
+        from mqcore.server.interbroker import WireLeaderClient
+
+        assert self.coordinator_url is not None and self.store is not None
+        coordinator = ZkCoordinator(
+            self.coordinator_url, session_timeout_ms=self.zk_session_timeout_ms
+        ).start()
+        node_id = self.node_id
+        info = BrokerInfo(node_id, self.advertised_host or self.host, self.port)
+        try:
+            self.replicas = ReplicaManager(
+                self.store, coordinator, info,
+                lambda broker: WireLeaderClient(broker, f"mqcore-replica-{node_id}"),
+                replica_lag_time_max_ms=self.replica_lag_time_max_ms,
+                unclean_leader_election=self.unclean_leader_election,
+            )  # fmt: skip
+        except BaseException:
+            coordinator.close()
+            raise
+        self._coordinator = coordinator
 
     @property
     def address(self) -> tuple[str, int]:
@@ -380,6 +449,10 @@ class Server:
         assert self._network is not None and self._threads is not None
         # waiting fetches, joins and syncs answer now, on the request threads, which then
         # finish what they are doing; the network writes out what is queued and closes
+        if self.replicas is not None:
+            self.replicas.stop()
+        if self._coordinator is not None:  # the registration ends: the controller moves on
+            self._coordinator.close()
         self.broker.close()
         self._threads.stop()
         self._network.stop()
