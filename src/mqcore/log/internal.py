@@ -144,6 +144,12 @@ class ReplayedState(Generic[K, V]):
         self._replay_args = (topic, decode_key, decode_value, what)
         self._state: dict[K, V] | None = None
 
+    def reload(self) -> None:
+        """Forget the state: the next use replays the topic again (its log changed under
+        this process, as a replica's does when another broker led it)."""
+        with self.lock:
+            self._state = None
+
     def loaded(self) -> dict[K, V]:
         """The state (call with `lock` held)."""
         if self._state is None:

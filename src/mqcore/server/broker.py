@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from mqcore.config import TopicConfig, topic_setting, validate_name
-from mqcore.consume.offsets import OFFSETS_TOPIC
+from mqcore.consume.offsets import OFFSETS_SEGMENT_BYTES, OFFSETS_TOPIC
 from mqcore.errors import (
     InvalidRecordError,
     MissingKeyError,
@@ -70,6 +70,9 @@ MAX_EPOCH = 0x7FFF
 # the leader epoch a node of one leads every partition at: its appends carry it and
 # OffsetForLeaderEpoch fences by it (Metadata answers -1, no epoch, so clients check none)
 LEADER_EPOCH = 0
+# the offsets topic as consume.offsets makes it on one node (compacted, no query indexes)
+OFFSETS_CONFIGS = {"cleanup.policy": "compact", "unique.ids": "false", "key.index": "false",
+                   "segment.bytes": str(OFFSETS_SEGMENT_BYTES)}  # fmt: skip
 OFFSETS_REPLICATION_FACTOR = 3  # Kafka's offsets.topic.replication.factor, at most the brokers
 KEYLESS = "a compacted topic takes only records with a key"  # a keyless record's record error
 
@@ -130,7 +133,9 @@ class Broker:
             consumer_session_timeout=group_consumer_session_timeout,
             consumer_heartbeat_interval=group_consumer_heartbeat_interval,
             wake=lambda: self.purgatory.wake(WAKE_KEY),
+            locate=self._group_coordinator if cluster is not None else None,
         )  # fmt: skip
+        self._coordinating = False  # on a cluster: whether this broker leads the offsets
         self.handlers: dict[int, Handler] = {
             0: self.produce,
             1: self.fetch,
@@ -174,8 +179,34 @@ class Broker:
 
     def _on_progress(self, topic: str, partition: int) -> None:
         """A partition's high watermark moved or its leader changed (cluster mode): the
-        fetches and acks=all produces waiting on it look again."""
+        fetches and acks=all produces waiting on it look again; the groups move with the
+        offsets topic's leader."""
+        if topic == OFFSETS_TOPIC and self.cluster is not None:
+            here = self.groups.here()
+            if here and not self._coordinating:
+                self.groups.take_over()
+            self._coordinating = here
         self._on_append(topic, partition)
+
+    def _group_coordinator(self) -> tuple[int, str, int] | None:
+        """(node, host, port) of the cluster's group coordinator: the leader of the offsets
+        topic, made (replicated) when a client first looks for it; None while it has none."""
+        assert self.cluster is not None
+        try:
+            parts = self.cluster.partitions(OFFSETS_TOPIC)
+        except UnknownTopicError:
+            try:
+                self._create_in_cluster(OFFSETS_TOPIC, 1, -1, {})
+            except TopicExistsError:
+                pass
+            except MQCoreError:
+                return None
+            parts = self.cluster.partitions(OFFSETS_TOPIC)
+        state = parts[0].state if 0 in parts else None
+        if state is None or state.leader < 0:
+            return None
+        broker = self.cluster.brokers().get(state.leader)
+        return None if broker is None else (broker.node_id, broker.host, broker.port)
 
     def _wait_blocking(self, poll: Callable[[bool], Any], deadline: float) -> Any:
         """A Delayed's poll waited for in this thread: at each append or progress until it
@@ -360,6 +391,7 @@ class Broker:
         live = len(self.cluster.brokers())
         if name == OFFSETS_TOPIC:  # Kafka's offsets.topic.replication.factor: min(3, brokers)
             partitions, replication_factor = 1, min(OFFSETS_REPLICATION_FACTOR, max(live, 1))
+            configs = dict(OFFSETS_CONFIGS)
         if partitions == -1:
             partitions = self.default_partitions
         if replication_factor == -1:

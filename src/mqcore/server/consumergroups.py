@@ -202,11 +202,13 @@ class ConsumerGroups:
         clock: Callable[[], float] = time.monotonic,
         access: Callable[[Any], Access] | None = None,
         claim: Callable[[str], str | None] = lambda group: None,
+        here: Callable[[], bool] = lambda: True,
         session_timeout: float = SESSION_TIMEOUT,
         heartbeat_interval: float = HEARTBEAT_INTERVAL,
     ):
         self.store, self.lock, self.clock = store, lock, clock
         self.access, self.claim = access, claim
+        self.here = here  # whether this node coordinates groups (a cluster's: see groups.py)
         self.session_timeout = session_timeout
         self.heartbeat_interval = heartbeat_interval
         self._groups: dict[str, ConsumerGroup] = {}
@@ -214,6 +216,10 @@ class ConsumerGroups:
 
     def close(self) -> None:
         self.store.remove_member_source(self.member_count)
+
+    def forget_all(self) -> None:
+        """Drop every group (call with the lock held): see GroupCoordinator.take_over."""
+        self._groups.clear()
 
     def _allowed(self, session: Any, operation: str, group_id: str) -> bool:
         return self.access is None or self.access(session).group(operation, group_id)
@@ -227,6 +233,8 @@ class ConsumerGroups:
             if not self._allowed(session, READ, body.group_id):
                 raise Refused(ErrorCode.group_authorization_failed,
                               f"may not read group {body.group_id!r}")  # fmt: skip
+            if not self.here():
+                raise Refused(ErrorCode.not_coordinator, "this broker does not coordinate groups")
             check_heartbeat(body, found.version)
             if not body.member_id and body.member_epoch == JOIN_EPOCH:  # v0: made here
                 body = dataclasses.replace(body, member_id=str(uuid.uuid4()))
@@ -627,6 +635,8 @@ class ConsumerGroups:
         group = self.group(group_id)
         if not self._allowed(session, DESCRIBE, group_id):
             code, message = ErrorCode.group_authorization_failed, f"may not describe {group_id!r}"
+        elif not self.here():
+            code, message = ErrorCode.not_coordinator, "this broker does not coordinate groups"
         elif group is None:
             code, message = (
                 ErrorCode.group_id_not_found,

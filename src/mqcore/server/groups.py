@@ -227,8 +227,12 @@ class GroupCoordinator:
         wake: Callable[[], None] | None = None,
         consumer_session_timeout: float = SESSION_TIMEOUT,
         consumer_heartbeat_interval: float = HEARTBEAT_INTERVAL,
+        locate: Callable[[], tuple[int, str, int] | None] | None = None,
     ):
         self.store = store
+        # on a cluster, (node, host, port) of the broker coordinating the groups (the offsets
+        # topic's leader), None while it has none; None here: this node, always
+        self.locate = locate
         # access(session): the session's grants (server.auth.Access; None: no ACLs). Kafka's
         # rules: a group's members need `read` on it, describing and fetching its offsets
         # `describe`, deleting it or its offsets `delete`; offsets of a topic are committed
@@ -245,7 +249,7 @@ class GroupCoordinator:
         # waits release it
         self._cond = threading.Condition()
         self.consumer = ConsumerGroups(
-            store, self._cond, clock=clock, access=access, claim=self._claim,
+            store, self._cond, clock=clock, access=access, claim=self._claim, here=self.here,
             session_timeout=consumer_session_timeout,
             heartbeat_interval=consumer_heartbeat_interval,
         )  # fmt: skip
@@ -266,6 +270,18 @@ class GroupCoordinator:
         self.consumer.close()
         self.store.remove_member_source(self.member_count)
         self.store.remove_group_expiry_listener(self._offsets_expired)
+
+    def take_over(self) -> None:
+        """This broker became the groups' coordinator (a cluster's offsets-topic leader
+        moved here): forget the groups it held before (their members rejoin, as with a
+        Kafka coordinator that loads a partition) and read the committed offsets again from
+        the replicated log."""
+        with self._cond:
+            self._groups.clear()
+            self.consumer.forget_all()
+            self._changed()
+        if self._offsets is not None:
+            self._offsets.reload()
 
     def _changed(self) -> None:
         """A group changed (held lock): wake the requests waiting on one, blocked or Delayed."""
@@ -348,6 +364,23 @@ class GroupCoordinator:
     def group_allowed(self, session: Any, operation: str, group_id: str) -> bool:
         return self.access is None or self.access(session).group(operation, group_id)
 
+    def refusal(self, session: Any, operation: str, group_id: str) -> ErrorCode | None:
+        """Why a group request is not answered here: GROUP_AUTHORIZATION_FAILED without the
+        grant, NOT_COORDINATOR on a cluster's broker that does not lead the offsets topic
+        (the client asks FindCoordinator again); None when it is."""
+        if not self.group_allowed(session, operation, group_id):
+            return ErrorCode.group_authorization_failed
+        if self.locate is not None and not self.here():
+            return ErrorCode.not_coordinator
+        return None
+
+    def here(self) -> bool:
+        """Whether this node coordinates the groups (always on a node of one)."""
+        if self.locate is None:
+            return True
+        found = self.locate()
+        return found is not None and found[0] == self.node_id
+
     # -- FindCoordinator ------------------------------------------------------------------------
 
     def find_coordinator(self, found: Api, body: Any, session: Any) -> Any:
@@ -388,6 +421,12 @@ class GroupCoordinator:
             return ErrorCode.invalid_request, f"coordinator key type {key_type}", -1, "", -1
         if key_type == KEY_GROUP and not self.group_allowed(session, DESCRIBE, key):
             return ErrorCode.group_authorization_failed, f"may not describe {key!r}", -1, "", -1
+        if self.locate is not None:  # a cluster: the offsets topic's leader
+            found = self.locate()
+            if found is None:
+                return (ErrorCode.coordinator_not_available, "the offsets topic has no leader",
+                        -1, "", -1)  # fmt: skip
+            return (ErrorCode.none, None, *found)
         return ErrorCode.none, None, self.node_id, self.host, self.port
 
     # -- JoinGroup ------------------------------------------------------------------------------
@@ -436,8 +475,9 @@ class GroupCoordinator:
         protocols = [(p.name, bytes(p.metadata)) for p in body.protocols]
         if self.closed:
             return JoinResult(ErrorCode.rebalance_in_progress, member_id)
-        if not self.group_allowed(session, READ, body.group_id):  # Kafka's first check
-            return JoinResult(ErrorCode.group_authorization_failed, member_id)
+        refused = self.refusal(session, READ, body.group_id)  # Kafka's first check
+        if refused is not None:
+            return JoinResult(refused, member_id)
         try:
             validate_group(body.group_id)
         except InvalidGroupError:
@@ -773,8 +813,9 @@ class GroupCoordinator:
     def sync_group(self, found: Api, body: Any, session: Any) -> Any:
         """The leader's assignments go to every member; a follower waits for them."""
         answer = functools.partial(self._sync_response, found, body.group_id)
-        if not self.group_allowed(session, READ, body.group_id):
-            return answer((ErrorCode.group_authorization_failed, b""))
+        refused = self.refusal(session, READ, body.group_id)
+        if refused is not None:
+            return answer((refused, b""))
         with self._cond:
             result = self._sync(body)
         if isinstance(result, Waiter):
@@ -840,11 +881,9 @@ class GroupCoordinator:
         return member.sync
 
     def heartbeat(self, found: Api, body: Any, session: Any) -> Any:
-        if not self.group_allowed(session, READ, body.group_id):
-            return build(
-                found.response, throttle_time=NO_DURATION,
-                error_code=ErrorCode.group_authorization_failed,
-            )  # fmt: skip
+        refused = self.refusal(session, READ, body.group_id)
+        if refused is not None:
+            return build(found.response, throttle_time=NO_DURATION, error_code=refused)
         with self._cond:
             code = self._heartbeat(body)
         return build(found.response, throttle_time=NO_DURATION, error_code=code)
@@ -874,8 +913,8 @@ class GroupCoordinator:
             leaving = [(m.member_id, m.group_instance_id) for m in body.members]
         else:
             leaving = [(body.member_id, None)]
-        if not self.group_allowed(session, READ, body.group_id):
-            denied = ErrorCode.group_authorization_failed
+        denied = self.refusal(session, READ, body.group_id)
+        if denied is not None:
             if found.version < 3:
                 return build(found.response, throttle_time=NO_DURATION, error_code=denied)
             return build(
@@ -938,8 +977,8 @@ class GroupCoordinator:
         """Commit a member's offsets (or a standalone consumer's, generation -1, to a group
         without members) to `__consumer_offsets`, durably, through the store's OffsetStore."""
         m = found.module
-        code = ErrorCode.group_authorization_failed
-        if self.group_allowed(session, READ, body.group_id):
+        code = self.refusal(session, READ, body.group_id)
+        if code is None:
             code = self._commit_allowed(body, found.version)
         chosen: dict[tuple[str, int], OffsetAndMetadata] = {}
         codes: dict[tuple[str, int], ErrorCode] = {}
@@ -1071,8 +1110,9 @@ class GroupCoordinator:
         `describe` on the group (each asked partition carrying it, for v0-v1), UNKNOWN_MEMBER_ID
         or STALE_MEMBER_EPOCH for a KIP-848 member's fetch (v9's `member`: its member ID and
         epoch) that is not at its epoch, else the committed offsets the session may see."""
-        if not self.group_allowed(session, DESCRIBE, group_id):
-            return failed(ErrorCode.group_authorization_failed, asked)
+        refused = self.refusal(session, DESCRIBE, group_id)
+        if refused is not None:
+            return failed(refused, asked)
         member_id, epoch = getattr(member, "member_id", None), getattr(member, "member_epoch", -1)
         with self._cond:
             code = self.consumer.fetch_error(group_id, member_id, epoch)
@@ -1139,11 +1179,9 @@ class GroupCoordinator:
         code = ErrorCode.none
         subscribed: set[str] | None = set()
         committed: dict[tuple[str, int], OffsetAndMetadata] = {}
-        if not self.group_allowed(session, DELETE, body.group_id):  # Kafka's first check
-            return build(
-                found.response, throttle_time=NO_DURATION,
-                error_code=ErrorCode.group_authorization_failed, topics=(),
-            )  # fmt: skip
+        refused = self.refusal(session, DELETE, body.group_id)  # Kafka's first check
+        if refused is not None:
+            return build(found.response, throttle_time=NO_DURATION, error_code=refused, topics=())
         try:
             committed = self.offsets.group_offsets(body.group_id)
         except MQCoreError as e:
@@ -1282,8 +1320,9 @@ class GroupCoordinator:
         if group is not None:
             self._tick(group, self.clock())
         code, message, state, ptype = ErrorCode.none, None, DEAD, ""
-        if not self.group_allowed(session, DESCRIBE, group_id):  # as if it were not there
-            code, message, group = ErrorCode.group_authorization_failed, "may not describe", None
+        refused = self.refusal(session, DESCRIBE, group_id)
+        if refused is not None:  # as if it were not there
+            code, message, group = refused, "may not describe it here", None
         elif self.consumer.group(group_id) is not None:
             message = f"Group {group_id} is not a classic group."
         elif group is not None or committed:
@@ -1330,7 +1369,7 @@ class GroupCoordinator:
         types = {s.lower() for s in getattr(body, "types_filter", ())}
         listed = []
         for gid, group in self._known().items():
-            if not self.group_allowed(session, DESCRIBE, gid):  # Kafka lists only these
+            if self.refusal(session, DESCRIBE, gid) is not None:  # Kafka lists only these
                 continue
             if states and group.state.lower() not in states:
                 continue
@@ -1361,8 +1400,9 @@ class GroupCoordinator:
             code = ErrorCode.none
             with self._cond:
                 group = self._groups.get(gid)
-                if not self.group_allowed(session, DELETE, gid):
-                    code = ErrorCode.group_authorization_failed
+                refused = self.refusal(session, DELETE, gid)
+                if refused is not None:
+                    code = refused
                 elif gid not in known:
                     code = ErrorCode.group_id_not_found
                 elif (group is not None and (group.members or group.pending)) or (
