@@ -57,6 +57,10 @@ def add_parsers(sub: Any) -> None:
         help="the host clients are told to connect to (default: the --listen host)",
     )  # fmt: skip
     p.add_argument(
+        "--advertised-port", type=int, metavar="PORT",
+        help="the port clients are told to connect to (default: the --listen port)",
+    )  # fmt: skip
+    p.add_argument(
         "--flush", choices=FLUSH_POLICIES, default="interval",
         help="when appends reach the disk: always (fdatasync before each produce is "
         "acknowledged), interval (every --flush-interval-ms, the default) or os",
@@ -261,6 +265,7 @@ def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
     logging.getLogger("mqcore").setLevel(LOG_LEVELS[args.log_level])
     server = Server(
         args.store, args.listen, advertised_host=args.advertised_host,
+        advertised_port=args.advertised_port,
         auto_create_topics=not args.no_auto_create, default_partitions=args.partitions,
         flush=args.flush, flush_interval_ms=args.flush_interval_ms, http=args.http,
         tls_cert=args.tls_cert, tls_key=args.tls_key, tls_ca=args.tls_ca,

@@ -189,6 +189,8 @@ class ReplicaManager:
         self._replicas: dict[tuple[str, int], _Replica] = {}
         self._fetchers: dict[int, _Fetcher] = {}
         self._fenced = False  # the session expired: no replica acts until it is back
+        self._producer_ids: range = range(0)
+        self._producer_lock = threading.Lock()
 
     # -- life -----------------------------------------------------------------------------
 
@@ -280,6 +282,16 @@ class ReplicaManager:
             pause = min(pause * 2, 0.1)
         raise CoordinatorError(f"topic {topic!r} was created but this broker did not learn its "
                                f"partitions' states within {timeout:g} s")  # fmt: skip
+
+    def next_producer_id(self) -> int:
+        """A producer ID unique in the cluster (from this broker's block, a new block from
+        the coordinator when it is used up)."""
+        with self._producer_lock:
+            if not self._producer_ids:
+                self._producer_ids = self.coordinator.allocate_producer_ids(self.node_id)
+            pid = self._producer_ids[0]
+            self._producer_ids = self._producer_ids[1:]
+            return pid
 
     def leader_log(self, topic: str, partition: int, current_epoch: int = -1) -> ReplicaLog:
         """The log of a partition this broker leads, for a client's read: NotLeaderOrFollower

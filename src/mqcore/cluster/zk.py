@@ -21,6 +21,9 @@ Znodes (under the chroot of the coordinator URL, `zk://HOST:PORT[,HOST:PORT]/PAT
                                            "leader_epoch":E,"isr":[ids]}
     /config/topics/<t>          persistent {"version":1,"config":{"<name>":"<value>"}}
     /cluster/id                 persistent {"version":"1","id":"<cluster ID>"}
+    /latest_producer_id_block   persistent {"version":1,"broker":N,"block_start":"<id>",
+                                           "block_end":"<id>"}: the last block of producer
+                                           IDs handed to a broker (each takes the next one)
     /admin/preferred_replica_election
                                 persistent {"version":1,"partitions":[{"topic":T,
                                            "partition":P}]}: a request to the controller,
@@ -68,6 +71,9 @@ CONTROLLER = "/controller"
 CONTROLLER_EPOCH = "/controller_epoch"
 PREFERRED_ELECTION = "/admin/preferred_replica_election"
 CLUSTER_ID = "/cluster/id"
+PRODUCER_ID_BLOCK = "/latest_producer_id_block"
+PRODUCER_ID_BLOCK_SIZE = 1000  # Kafka's
+MAX_BLOCK_ATTEMPTS = 64  # compare-and-set rounds lost to other brokers before giving up
 log = logging.getLogger("mqcore.cluster")
 
 # Kafka's zookeeper.session.timeout.ms default (18 s): how long ZooKeeper keeps a silent
@@ -331,6 +337,34 @@ class ZkCoordinator:
         if found is None:
             raise CoordinatorError(f"{CLUSTER_ID} vanished after it was written")
         return str(_json(found[0], CLUSTER_ID).get("id", new_id))
+
+    def allocate_producer_ids(self, broker: int, size: int = PRODUCER_ID_BLOCK_SIZE) -> range:
+        """A block of producer IDs no other broker gets (Kafka's ZooKeeper-era
+        ProducerIdManager): the block after the latest one, taken by compare-and-set."""
+        for _ in range(MAX_BLOCK_ATTEMPTS):
+            found = self._data(PRODUCER_ID_BLOCK)
+            start = 0
+            if found is not None:
+                data = _json(found[0], PRODUCER_ID_BLOCK)
+                try:
+                    start = int(data["block_end"]) + 1
+                except (KeyError, TypeError, ValueError):
+                    raise CoordinatorError(f"{PRODUCER_ID_BLOCK} has no block_end") from None
+            end = start + size - 1
+            body = json.dumps({"version": 1, "broker": broker, "block_start": str(start),
+                               "block_end": str(end)}).encode()  # fmt: skip
+            try:
+                if found is None:
+                    self._call("writing a producer ID block", self.client.create_async,
+                               self._p(PRODUCER_ID_BLOCK), body)  # fmt: skip
+                else:
+                    self._call("writing a producer ID block", self.client.set_async,
+                               self._p(PRODUCER_ID_BLOCK), body,
+                               version=found[1].version)  # fmt: skip
+            except (NodeExistsError, BadVersionError):
+                continue  # another broker took it: the next one
+            return range(start, end + 1)
+        raise CoordinatorError(f"no producer ID block after {MAX_BLOCK_ATTEMPTS} lost updates")
 
     # -- brokers --------------------------------------------------------------------------
 

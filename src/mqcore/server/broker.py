@@ -512,7 +512,9 @@ class Broker:
                 self.log.register_producer(pid, epoch)
             else:
                 epoch = 0
-                pid = self.log.register_producer(None, 0)
+                # a cluster's IDs come in blocks from the coordinator: unique across brokers
+                fresh = None if self.cluster is None else self.cluster.next_producer_id()
+                pid = self.log.register_producer(fresh, 0)
             code = ErrorCode.none
         except MQCoreError as e:
             pid, epoch, code = -1, -1, error_code(e)

@@ -136,6 +136,7 @@ class Server:
         listen: str = f"127.0.0.1:{DEFAULT_PORT}",
         *,
         advertised_host: str | None = None,
+        advertised_port: int | None = None,
         node_id: int = 0,
         auto_create_topics: bool = True,
         default_partitions: int = 1,
@@ -188,6 +189,9 @@ class Server:
         if self.sasl is not None and self.tls is None and PLAIN in self.sasl.mechanisms:
             log.warning("SASL/PLAIN without TLS: passwords cross the network in clear text")
         self.advertised_host = advertised_host
+        # what Metadata names as this broker's port (a proxy or NAT in front of it); None: the
+        # port listened on
+        self.advertised_port = advertised_port
         self.node_id = node_id
         # -- a broker of a cluster (docs/cluster.md): `coordinator` is zk://HOST:PORT/PATH --
         if coordinator is not None:
@@ -310,7 +314,8 @@ class Server:
             assert self._coordinator is not None
             cluster_name = self._coordinator.cluster_id(cluster_name)
         self.broker = Broker(
-            self.store, self.advertised_host or self.host, self.port, node_id=self.node_id,
+            self.store, self.advertised_host or self.host, self.advertised_port or self.port,
+            node_id=self.node_id,
             cluster_id=cluster_name, auto_create_topics=self.auto_create_topics,
             default_partitions=self.default_partitions, authorizer=self.authorizer,
             group_initial_rebalance_delay=self.group_initial_rebalance_delay,
@@ -385,7 +390,9 @@ class Server:
             self.coordinator_url, session_timeout_ms=self.zk_session_timeout_ms
         ).start()
         node_id = self.node_id
-        info = BrokerInfo(node_id, self.advertised_host or self.host, self.port)
+        info = BrokerInfo(
+            node_id, self.advertised_host or self.host, self.advertised_port or self.port
+        )
         try:
             self.replicas = ReplicaManager(
                 self.store, coordinator, info,
