@@ -18,8 +18,6 @@ from zkserver import ZooKeeper
 
 pytest.importorskip("kazoo", reason="the server extra (kazoo) is missing")
 confluent_kafka = pytest.importorskip("confluent_kafka")
-from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
-
 from clusterprocs import (  # noqa: E402
     ProcessCluster,
     check_histories,
@@ -27,6 +25,7 @@ from clusterprocs import (  # noqa: E402
     read_partition,
     until,
 )
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 TOPIC = "chaos"
 PARTITIONS = 3
@@ -68,12 +67,16 @@ class Writer(threading.Thread):
                 self.fatal = str(err)
 
     def run(self) -> None:
-        while not self.stop.is_set() and self.fatal is None:
-            if len(self.producer) < 500:
-                self.producer.produce(TOPIC, value=b"%09d" % self.sent, on_delivery=self._done)
-                self.sent += 1
-            self.producer.poll(0.002)
-        self.producer.flush(150)
+        try:
+            while not self.stop.is_set() and self.fatal is None:
+                if len(self.producer) < 500:
+                    self.producer.produce(TOPIC, value=b"%09d" % self.sent,
+                                          on_delivery=self._done)  # fmt: skip
+                    self.sent += 1
+                self.producer.poll(0.002)
+            self.producer.flush(150)
+        except confluent_kafka.KafkaException as e:  # a fatal error surfaces here too
+            self.fatal = str(e)
 
 
 class Reader(threading.Thread):
@@ -122,7 +125,7 @@ def test_no_acknowledged_write_is_lost_or_doubled_while_brokers_fail(
         writer.start()
         reader.start()
         try:
-            until(lambda: len(writer.acked) >= PROGRESS, "the first acknowledgements", cluster=cluster)
+            until(lambda: len(writer.acked) >= PROGRESS, "the first acks", cluster=cluster)
             for fault in ("kill", "pause", "cut", "restart", "kill", "pause", "cut"):
                 inflict(cluster, writer, fault)
                 assert writer.fatal is None, writer.fatal
@@ -187,8 +190,9 @@ def inflict(cluster: ProcessCluster, writer: Writer, fault: str) -> None:
 def _caught_up(cluster: ProcessCluster) -> bool:
     """Every replica's log ends where its leader's high watermark is (read beside the
     running brokers: each store opened read-only, as a second process may)."""
-    import mqcore
     from kafka import KafkaConsumer, TopicPartition
+
+    import mqcore
 
     consumer = KafkaConsumer(bootstrap_servers=cluster.bootstrap)
     try:

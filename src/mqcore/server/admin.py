@@ -350,14 +350,14 @@ class AdminApis:
 
     def describe_cluster(self, found: Api, body: Any, session: Session) -> Any:
         b = self.broker
-        broker = build(
-            found.module.DescribeClusterBroker, broker_id=b.node_id, host=b.host, port=b.port,
-            rack=None,
-        )  # fmt: skip
+        brokers = tuple(
+            build(found.module.DescribeClusterBroker, broker_id=n, host=h, port=p, rack=r)
+            for n, h, p, r in b.live_brokers()
+        )
         return build(
             found.response, throttle_time=NO_TIME, error_code=ErrorCode.none,
             error_message=None, endpoint_type=1, cluster_id=b.cluster_id,
-            controller_id=b.node_id, brokers=(broker,),
+            controller_id=b.controller_id(), brokers=brokers,
             cluster_authorized_operations=cluster_operations(b, body, session),
         )  # fmt: skip
 

@@ -255,19 +255,9 @@ class Broker:
 
     def metadata(self, found: Api, body: Any, session: Session) -> Any:
         m = found.module
-        controller = self.node_id
-        if self.cluster is None:
-            me = build(m.MetadataResponseBroker, node_id=self.node_id, host=self.host,
-                       port=self.port, rack=None)  # fmt: skip
-            brokers: tuple[Any, ...] = (me,)
-            known = self.store.topics()
-        else:
-            brokers = tuple(build(m.MetadataResponseBroker, node_id=b.node_id, host=b.host,
-                                  port=b.port, rack=b.rack)
-                            for b in sorted(self.cluster.brokers().values(),
-                                            key=lambda b: b.node_id))  # fmt: skip
-            controller = self.cluster.controller_id()
-            known = self.cluster.topics()
+        brokers = tuple(build(m.MetadataResponseBroker, node_id=n, host=h, port=p, rack=r)
+                        for n, h, p, r in self.live_brokers())  # fmt: skip
+        known = self.store.topics() if self.cluster is None else self.cluster.topics()
         if body.topics is None:  # all topics: those the principal may not describe are left out
             names: Iterable[str] = [n for n in known if self.allowed(session, DESCRIBE, n)]
             create = False
@@ -285,8 +275,20 @@ class Broker:
             cluster_ops = self.access(session).kafka_operations(CLUSTER)
         return build(
             found.response, throttle_time=NO_TIME, brokers=brokers, cluster_id=self.cluster_id,
-            controller_id=controller, topics=topics, cluster_authorized_operations=cluster_ops,
+            controller_id=self.controller_id(), topics=topics,
+            cluster_authorized_operations=cluster_ops,
         )  # fmt: skip
+
+    def live_brokers(self) -> list[tuple[int, str, int, str | None]]:
+        """(node ID, host, port, rack) of each live broker: this one alone on a node of one,
+        the cluster's registered brokers otherwise (Metadata, DescribeCluster)."""
+        if self.cluster is None:
+            return [(self.node_id, self.host, self.port, None)]
+        live = self.cluster.brokers()
+        return [(b.node_id, b.host, b.port, b.rack) for _, b in sorted(live.items())]
+
+    def controller_id(self) -> int:
+        return self.node_id if self.cluster is None else self.cluster.controller_id()
 
     def _topic_metadata(
         self, m: Any, name: str, create: bool, session: Session, ops: bool = False
