@@ -190,6 +190,7 @@ class ReplicaManager:
         self._fetchers: dict[int, _Fetcher] = {}
         self._fenced = False  # the session expired: no replica acts until it is back
         self._producer_ids: range = range(0)
+        self._controller_id = -1
         self._producer_lock = threading.Lock()
 
     # -- life -----------------------------------------------------------------------------
@@ -198,10 +199,13 @@ class ReplicaManager:
         """Register this broker, start its controller and follow the cluster's state."""
         self.coordinator.register_broker(self.info)
         self._brokers = self.coordinator.brokers()
+        self._producer_ids = self.coordinator.allocate_producer_ids(self.node_id)  # in hand
+
         self._thread.start()
         self.coordinator.on_session(lambda alive: self._events.put(("session", alive)))
         self.coordinator.watch_brokers(lambda live: self._events.put(("brokers", live)))
         self.coordinator.watch_topics(lambda topics: self._events.put(("topics", topics)))
+        self.coordinator.watch_controller(self._controller_changed)
         self.controller.start()
         return self
 
@@ -226,14 +230,12 @@ class ReplicaManager:
             return dict(self._brokers)
 
     def controller_id(self) -> int:
-        c = self.controller.term
-        if c is not None:
-            return self.node_id
-        try:
-            found = self.coordinator.controller()
-        except CoordinatorError:
-            return -1
-        return -1 if found is None else found
+        """The controller's node ID as last heard (-1: none now), without asking ZooKeeper:
+        Metadata must not wait on it."""
+        return self._controller_id
+
+    def _controller_changed(self, node: int | None) -> None:
+        self._controller_id = -1 if node is None else node
 
     def topics(self) -> list[str]:
         with self._lock:
@@ -335,24 +337,25 @@ class ReplicaManager:
 
     def committed(self, topic: str, partition: int, last_offset: int) -> bool:
         """Whether an acks=all write ending at `last_offset` may be answered: True once the
-        high watermark passed it; NotLeaderOrFollower when this broker stopped leading (the
-        write may or may not survive: the producer retries), NotEnoughReplicasAfterAppend when
-        the ISR fell below min.insync.replicas."""
+        high watermark passed it with at least min.insync.replicas in sync, and
+        NotEnoughReplicasAfterAppend if it passed with fewer (the ISR shrank under the write);
+        NotLeaderOrFollower when this broker stopped leading (the write may or may not
+        survive: the producer retries)."""
         r = self._leading(topic, partition, -1)
         with r.lock:
             leader = r.leader
             if leader is None:
                 raise NotLeaderOrFollowerError(f"broker {self.node_id} no longer leads "
                                                f"{topic}-{partition}")  # fmt: skip
-            if leader.committed(last_offset):
-                return True
+            if not leader.committed(last_offset):
+                return False
             needed = r.log.config.min_insync_replicas
-            if not leader.enough_replicas(needed):
+            if not leader.enough_replicas(needed):  # Kafka's DelayedProduce check
                 raise NotEnoughReplicasAfterAppendError(
-                    f"{topic}-{partition}: the in-sync replicas {sorted(leader.isr)} fell below "
-                    f"min.insync.replicas {needed} before offset {last_offset} was committed"
+                    f"{topic}-{partition}: offset {last_offset} is committed by the in-sync "
+                    f"replicas {sorted(leader.isr)}, fewer than min.insync.replicas {needed}"
                 )
-            return False
+            return True
 
     def follower_fetch(
         self, replica_id: int, topic: str, partition: int, fetch_offset: int, current_epoch: int

@@ -21,6 +21,7 @@ from kio.schema.errors import ErrorCode
 from mqcore.config import TopicConfig, topic_setting, validate_name
 from mqcore.consume.offsets import OFFSETS_SEGMENT_BYTES, OFFSETS_TOPIC
 from mqcore.errors import (
+    CoordinatorError,
     InvalidRecordError,
     MissingKeyError,
     MQCoreError,
@@ -518,6 +519,8 @@ class Broker:
                 fresh = None if self.cluster is None else self.cluster.next_producer_id()
                 pid = self.log.register_producer(fresh, 0)
             code = ErrorCode.none
+        except CoordinatorError:  # no ID block while ZooKeeper is away: the client retries
+            pid, epoch, code = -1, -1, ErrorCode.coordinator_load_in_progress
         except MQCoreError as e:
             pid, epoch, code = -1, -1, error_code(e)
         return build(

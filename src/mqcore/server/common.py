@@ -14,6 +14,7 @@ from kio.schema.errors import ErrorCode
 
 from mqcore.errors import (
     CodecError,
+    CoordinatorError,
     CorruptRecordError,
     FencedLeaderEpochError,
     GroupAuthorizationError,
@@ -97,6 +98,7 @@ _CODES: tuple[tuple[type[BaseException], ErrorCode], ...] = (
     (ReadOnlyStoreError, ErrorCode.kafka_storage_error),
     (StoreClosedError, ErrorCode.kafka_storage_error),
     (NotLeaderOrFollowerError, ErrorCode.not_leader_or_follower),
+    (CoordinatorError, ErrorCode.request_timed_out),  # ZooKeeper away: retriable
     (FencedLeaderEpochError, ErrorCode.fenced_leader_epoch),
     (UnknownLeaderEpochError, ErrorCode.unknown_leader_epoch),
     (NotEnoughReplicasAfterAppendError, ErrorCode.not_enough_replicas_after_append),

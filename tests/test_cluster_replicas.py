@@ -1,0 +1,281 @@
+"""Each failure path of the replication protocol, one deterministic test each (issue 33): three
+`mqcore.server.Server` brokers in this process, on a real ZooKeeper, replicating over Kafka's
+Fetch and OffsetForLeaderEpoch on loopback. A follower's fetching is held back by refusing its
+requests to the leader (`blocked`: the follower's wire client fails as on a cut link), so the
+test decides which replica has which record instead of racing the fetchers.
+
+- the ISR shrinks after replica.lag.time.max.ms and expands once the follower caught up;
+- a follower that was ahead of the new leader (it led, and wrote what nobody copied) truncates
+  to where its epoch ends on the new leader, and the logs agree again;
+- NOT_ENOUGH_REPLICAS below min.insync.replicas, and NOT_ENOUGH_REPLICAS_AFTER_APPEND when the
+  ISR shrinks under a waiting acks=all write;
+- the controller dies with a leader: the broker left elects itself and serves;
+- ZooKeeper away for a while: the brokers serve as they are, and what changed meanwhile (a
+  broker that died) is acted on once it is back.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from zkserver import ZooKeeper
+
+pytest.importorskip("kazoo", reason="the server extra (kazoo) is missing")
+
+from mqcore.server import (
+    Server,  # noqa: E402
+    interbroker,  # noqa: E402
+)
+
+WAIT = 60.0
+
+
+class InProcessCluster:
+    """Brokers 1..3 as Servers of this process, each restartable on its store and port."""
+
+    def __init__(self, zk: ZooKeeper, directory: Path, **options: Any):
+        self.zk, self.directory, self.options = zk, directory, options
+        self.servers: dict[int, Server] = {}
+        self.ports: dict[int, int] = {}
+        self.blocked: set[int] = set()  # followers whose fetches the leaders refuse
+        self.held: set[int] = set()  # those of them whose fetcher met the block since
+
+    def hold(self, *nodes: int) -> None:
+        """Hold back the fetches of `nodes`, once any fetch they had under way is over (a
+        long poll at the leader would otherwise still bring records)."""
+        self.held.difference_update(nodes)
+        self.blocked.update(nodes)
+        until(lambda: self.held.issuperset(nodes), f"the fetchers of {nodes} to be held")
+
+    def release(self) -> None:
+        self.blocked.clear()
+
+    def start(self, node: int) -> Server:
+        listen = f"127.0.0.1:{self.ports.get(node, 0)}"
+        server = Server(self.directory / f"b{node}", listen, node_id=node, create=True,
+                        coordinator=self.zk.url("/cluster"), **self.options).start()  # fmt: skip
+        self.servers[node] = server
+        self.ports[node] = server.port
+        return server
+
+    def stop(self, node: int) -> None:
+        self.servers.pop(node).stop()
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(s.bootstrap for s in self.servers.values())
+
+    def any(self) -> Server:
+        return next(iter(self.servers.values()))
+
+    def state(self, topic: str, partition: int = 0) -> Any:
+        coordinator = self.any().replicas.coordinator  # type: ignore[union-attr]
+        return coordinator.partition_state(topic, partition)
+
+    def create(self, topic: str, partitions: int = 1, rf: int = 3, **config: str) -> None:
+        replicas = self.any().replicas
+        assert replicas is not None
+        replicas.create_topic(topic, partitions, rf, config)
+        for s in self.servers.values():  # every broker knows every partition's leader
+            until(lambda s=s: s.replicas.has_topic(topic)  # type: ignore[union-attr]
+                  and all(m.state is not None for m in s.replicas.partitions(topic).values()),
+                  f"{topic} at every broker")  # fmt: skip
+
+    def log(self, node: int, topic: str, partition: int = 0) -> list[tuple[int, bytes]]:
+        store = self.servers[node].store
+        assert store is not None
+        return [(m.offset, bytes(m.value or b"")) for m in store.read(topic, partition, 0, 100_000)]
+
+
+@pytest.fixture
+def make_cluster(
+    zk: ZooKeeper, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Callable[..., InProcessCluster]]:
+    made: list[InProcessCluster] = []
+    real = interbroker.WireLeaderClient.fetch
+
+    def fetch(self: Any, replica_id: int, partitions: Any, max_wait_ms: int) -> Any:
+        for c in made:
+            if replica_id in c.blocked:
+                c.held.add(replica_id)
+                time.sleep(max_wait_ms / 1000)  # as long as a fetch that found nothing takes
+                raise ConnectionError(f"the test holds broker {replica_id}'s fetches back")
+        return real(self, replica_id, partitions, max_wait_ms)
+
+    monkeypatch.setattr(interbroker.WireLeaderClient, "fetch", fetch)
+
+    def make(**options: Any) -> InProcessCluster:
+        cluster = InProcessCluster(zk, tmp_path, **options)
+        made.append(cluster)
+        for node in (1, 2, 3):
+            cluster.start(node)
+        return cluster
+
+    yield make
+    for cluster in made:
+        for node in list(cluster.servers):
+            cluster.stop(node)
+
+
+def until(check: Callable[[], Any], what: str, timeout: float = WAIT) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        got = check()
+        if got:
+            return got
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def produce(bootstrap: str, topic: str, values: list[bytes], acks: Any = "all",
+            retries: int = 10) -> list[int]:  # fmt: skip
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks=acks, retries=retries,
+                             retry_backoff_ms=100, request_timeout_ms=20_000)  # fmt: skip
+    try:
+        futures = [producer.send(topic, v, partition=0) for v in values]
+        return [f.get(60).offset for f in futures]
+    finally:
+        producer.close()
+
+
+def consume(bootstrap: str, topic: str, n: int) -> list[bytes]:
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest")
+    got: list[bytes] = []
+    try:
+        consumer.assign([TopicPartition(topic, 0)])
+        deadline = time.monotonic() + WAIT
+        while len(got) < n and time.monotonic() < deadline:
+            for records in consumer.poll(timeout_ms=200).values():
+                got += [m.value for m in records]
+    finally:
+        consumer.close()
+    return got
+
+
+def test_the_isr_shrinks_after_the_lag_time_and_expands_when_the_follower_catches_up(
+    make_cluster: Callable[..., InProcessCluster],
+) -> None:
+    cluster = make_cluster(replica_lag_time_max_ms=1500, zk_session_timeout_ms=8000)
+    cluster.create("t")
+    first = cluster.state("t")
+    follower = next(r for r in first.isr if r != first.leader)
+    cluster.hold(follower)
+    produce(cluster.bootstrap, "t", [b"x%d" % i for i in range(10)])  # the other follower acks
+    shrunk = until(lambda: follower not in cluster.state("t").isr and cluster.state("t"),
+                   "the lagging follower to leave the ISR")  # fmt: skip
+    assert (shrunk.leader, shrunk.leader_epoch) == (first.leader, first.leader_epoch)
+    assert len(shrunk.isr) == 2
+    assert cluster.log(follower, "t") == []  # it has none of them
+    assert consume(cluster.bootstrap, "t", 10) == [b"x%d" % i for i in range(10)]
+    cluster.release()
+    grown = until(lambda: follower in cluster.state("t").isr and cluster.state("t"),
+                  "the follower to rejoin the ISR")  # fmt: skip
+    assert grown.leader_epoch == first.leader_epoch and len(grown.isr) == 3
+    assert cluster.log(follower, "t") == cluster.log(first.leader, "t")
+
+
+def test_a_follower_ahead_of_the_new_leader_truncates_to_the_new_leaders_epoch(
+    make_cluster: Callable[..., InProcessCluster],
+) -> None:
+    cluster = make_cluster(zk_session_timeout_ms=8000)
+    cluster.create("t")
+    produce(cluster.bootstrap, "t", [b"committed-%d" % i for i in range(5)])
+    old = cluster.state("t")
+    until(lambda: all(len(cluster.log(n, "t")) == 5 for n in (1, 2, 3)), "every replica at 5")
+    others = [n for n in (1, 2, 3) if n != old.leader]
+    cluster.hold(*others)
+    # acks=1: the leader alone has these (offsets 5..7): never committed
+    assert produce(cluster.bootstrap, "t", [b"lost-%d" % i for i in range(3)], acks=1) == [5, 6, 7]
+    assert len(cluster.log(old.leader, "t")) == 8
+    cluster.stop(old.leader)
+    cluster.release()
+    new = until(lambda: cluster.state("t").leader in others and cluster.state("t"),
+                "a new leader from the ISR")  # fmt: skip
+    assert new.leader_epoch == old.leader_epoch + 1
+    assert produce(cluster.bootstrap, "t", [b"new-%d" % i for i in range(4)]) == [5, 6, 7, 8]
+    cluster.start(old.leader)  # comes back ahead at offsets 5..7 with epoch 0's records
+    until(lambda: old.leader in cluster.state("t").isr, "the old leader back in the ISR")
+    until(lambda: cluster.log(old.leader, "t") == cluster.log(new.leader, "t"),
+          "the old leader's log to equal the new leader's")  # fmt: skip
+    values = [v for _, v in cluster.log(old.leader, "t")]
+    assert values == [b"committed-%d" % i for i in range(5)] + [b"new-%d" % i for i in range(4)]
+    handle = cluster.servers[old.leader].store.log.replica("t", 0)  # type: ignore[union-attr]
+    assert handle.end_offset_for_epoch(old.leader_epoch) == (old.leader_epoch, 5)
+
+
+def test_acks_all_is_refused_below_min_insync_replicas(
+    make_cluster: Callable[..., InProcessCluster],
+) -> None:
+    from kafka.errors import NotEnoughReplicasAfterAppendError, NotEnoughReplicasError
+
+    cluster = make_cluster(replica_lag_time_max_ms=1500, zk_session_timeout_ms=8000)
+    cluster.create("t", rf=2, **{"min.insync.replicas": "2"})
+    state = cluster.state("t")
+    follower = next(r for r in state.isr if r != state.leader)
+    cluster.hold(follower)
+    # the write is appended, then the ISR shrinks under it: refused after the append
+    with pytest.raises(NotEnoughReplicasAfterAppendError):
+        produce(cluster.bootstrap, "t", [b"a"], retries=0)
+    until(lambda: cluster.state("t").isr == (state.leader,), "the ISR to shrink to the leader")
+    with pytest.raises(NotEnoughReplicasError):  # now refused before the append
+        produce(cluster.bootstrap, "t", [b"b"], retries=0)
+    assert produce(cluster.bootstrap, "t", [b"c"], acks=1) == [1]  # acks=1 is still taken
+    assert [v for _, v in cluster.log(state.leader, "t")] == [b"a", b"c"]
+    cluster.release()
+    until(lambda: len(cluster.state("t").isr) == 2, "the follower back in the ISR")
+    assert produce(cluster.bootstrap, "t", [b"d"]) == [2]
+
+
+def test_the_controller_dying_with_a_leader_leaves_the_last_broker_leading(
+    make_cluster: Callable[..., InProcessCluster],
+) -> None:
+    cluster = make_cluster(zk_session_timeout_ms=8000)
+    cluster.create("t", partitions=3)
+    controller = cluster.any().replicas.controller_id()  # type: ignore[union-attr]
+    leaders = {p: cluster.state("t", p).leader for p in range(3)}
+    other = next(n for n in (1, 2, 3) if n != controller)
+    survivor = next(n for n in (1, 2, 3) if n not in (controller, other))
+    cluster.stop(controller)  # both sessions end at once: the new controller sees both gone
+    cluster.stop(other)
+    for p in range(3):
+        until(lambda p=p: cluster.state("t", p).leader == survivor, f"partition {p} led by "
+              f"broker {survivor} (it was led by {leaders[p]})")  # fmt: skip
+        assert cluster.state("t", p).isr == (survivor,)
+    assert cluster.servers[survivor].replicas.controller_id() == survivor  # type: ignore[union-attr]
+    assert produce(cluster.bootstrap, "t", [b"after"]) == [0]
+    for node in (controller, other):
+        cluster.start(node)
+    until(lambda: all(len(cluster.state("t", p).isr) == 3 for p in range(3)), "a full ISR")
+
+
+def test_zookeeper_away_for_a_while_stops_nothing_but_changes(
+    make_cluster: Callable[..., InProcessCluster], zk: ZooKeeper
+) -> None:
+    """While ZooKeeper is away the brokers go on as they are (the leader and its ISR take
+    acks=all writes) and nothing can change who leads or who is in sync; a broker that died
+    meanwhile leaves the ISR once ZooKeeper is back and its session expires there."""
+    cluster = make_cluster(zk_session_timeout_ms=4000)
+    cluster.create("t")
+    produce(cluster.bootstrap, "t", [b"before-%d" % i for i in range(5)])
+    state = cluster.state("t")
+    zk.stop()
+    assert produce(cluster.bootstrap, "t", [b"during"]) == [5]
+    follower = next(r for r in state.isr if r != state.leader)
+    cluster.stop(follower)  # it cannot even end its session: ZooKeeper will expire it
+    zk.start()
+    shrunk = until(lambda: follower not in cluster.state("t").isr and cluster.state("t"),
+                   "the dead follower's session to expire and the controller to act")  # fmt: skip
+    assert (shrunk.leader, shrunk.leader_epoch) == (state.leader, state.leader_epoch)
+    assert produce(cluster.bootstrap, "t", [b"after"]) == [6]
+    got = consume(cluster.bootstrap, "t", 7)
+    assert got == [b"before-%d" % i for i in range(5)] + [b"during", b"after"]
+    cluster.start(follower)
+    until(lambda: len(cluster.state("t").isr) == 3, "the follower back in the ISR")
