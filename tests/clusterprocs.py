@@ -66,6 +66,8 @@ class Link:
                 _reset(client)
                 continue
             server.settimeout(None)
+            for sock in (client, server):  # each write goes on at once, as the peers' own do
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             with self._lock:
                 self._pairs.append((client, server))
             threading.Thread(target=self._pump, args=(client, server), daemon=True,
@@ -124,31 +126,39 @@ def _reset(s: socket.socket) -> None:
 class BrokerProcess:
     """One `mqcore serve --coordinator` process: its store, its ports and its two links."""
 
-    def __init__(self, node_id: int, directory: Path, zk: ZooKeeper, extra: list[str]):
+    def __init__(self, node_id: int, directory: Path, zk: ZooKeeper, extra: list[str],
+                 env: dict[str, str] | None = None, links: bool = True):  # fmt: skip
         self.node_id = node_id
         self.directory = directory
         self.port = free_port()
+        self.zk = zk
+        # links=False: clients and peers reach the broker, and it ZooKeeper, directly (what
+        # a benchmark measures); the links stay, unused
+        self.links = links
         self.kafka_link = Link(self.port, f"kafka-{node_id}")
         self.zk_link = Link(int(zk.address.rsplit(":", 1)[1]), f"zk-{node_id}")
         self.extra = extra
+        self.env = env  # None: the test suite's child_env() (mqcore importable)
         self.proc: subprocess.Popen[str] | None = None
         self.log = directory.parent / f"broker-{node_id}.log"
         self.stopped = False
 
     @property
     def address(self) -> str:
-        return f"127.0.0.1:{self.kafka_link.port}"
+        return f"127.0.0.1:{self.kafka_link.port if self.links else self.port}"
 
     def start(self) -> None:
-        from conftest import child_env
+        if self.env is None:
+            from conftest import child_env
 
+            self.env = child_env()
+        zk = f"127.0.0.1:{self.zk_link.port}" if self.links else self.zk.address
         args = [sys.executable, "-m", "mqcore.cli", "serve", str(self.directory), "--create",
                 "--listen", f"127.0.0.1:{self.port}", "--advertised-port",
-                str(self.kafka_link.port), "--node-id", str(self.node_id), "--coordinator",
-                f"zk://127.0.0.1:{self.zk_link.port}/cluster", "--log-level", "info",
-                *self.extra]  # fmt: skip
+                self.address.rsplit(":", 1)[1], "--node-id", str(self.node_id), "--coordinator",
+                f"zk://{zk}/cluster", "--log-level", "info", *self.extra]  # fmt: skip
         with open(self.log, "a") as err:
-            self.proc = subprocess.Popen(args, env=child_env(), stdout=subprocess.PIPE,
+            self.proc = subprocess.Popen(args, env=self.env, stdout=subprocess.PIPE,
                                          stderr=err, text=True)  # fmt: skip
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
@@ -211,10 +221,11 @@ class BrokerProcess:
 class ProcessCluster:
     """`n` brokers (node IDs 1..n) on one ZooKeeper, started and stopped by the test."""
 
-    def __init__(self, zk: ZooKeeper, directory: Path, n: int = 3, extra: list[str] | None = None):
+    def __init__(self, zk: ZooKeeper, directory: Path, n: int = 3, extra: list[str] | None = None,
+                 env: dict[str, str] | None = None, links: bool = True):  # fmt: skip
         self.zk = zk
-        self.brokers = {i: BrokerProcess(i, directory / f"broker-{i}", zk, extra or [])
-                        for i in range(1, n + 1)}  # fmt: skip
+        self.brokers = {i: BrokerProcess(i, directory / f"broker-{i}", zk, extra or [], env,
+                                         links) for i in range(1, n + 1)}  # fmt: skip
         self._coordinator: Any = None
 
     @property
@@ -269,9 +280,10 @@ def until(check: Callable[[], Any], what: str, timeout: float = WAIT, cluster: A
 
 
 @contextlib.contextmanager
-def process_cluster(zk: ZooKeeper, directory: Path, n: int = 3,
-                    extra: list[str] | None = None) -> Iterator[ProcessCluster]:  # fmt: skip
-    cluster = ProcessCluster(zk, directory, n, extra)
+def process_cluster(zk: ZooKeeper, directory: Path, n: int = 3, extra: list[str] | None = None,
+                    env: dict[str, str] | None = None,
+                    links: bool = True) -> Iterator[ProcessCluster]:  # fmt: skip
+    cluster = ProcessCluster(zk, directory, n, extra, env, links)
     try:
         yield cluster.start()
     finally:
