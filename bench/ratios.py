@@ -305,6 +305,12 @@ TARGETS = [
     ),
     Target("Spark key = X: mqcore (key index) vs Parquet", "spark/key/mqcore", "spark/key/parquet"),
     Target(
+        "cluster: acks=all produce 1 KiB, replication factor 3 vs 1 on the same three brokers",
+        "cluster/produce/1KiB/rf3-acks-all",
+        "cluster/produce/1KiB/rf1-acks-all",
+        0.5,
+    ),
+    Target(
         "mqcore serve: wire produce 1 KiB vs in-process append_batch",
         "server/produce/1KiB/wire",
         "server/produce/1KiB/append_batch",

@@ -52,7 +52,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProcessCluster
     env = dict(os.environ)
     flags = ["--zk-session-timeout-ms", str(SESSION_MS), "--flush", "os"]
     try:
-        with process_cluster(zk, directory, 3, flags, env=env) as c:
+        with process_cluster(zk, directory, 3, flags, env=env, links=False) as c:
             admin = AdminClient({"bootstrap.servers": c.bootstrap})
             topics = [NewTopic(name, 1, rf, config={"segment.bytes": str(1 << 30)})
                       for name, rf in (("rf3", 3), ("rf1", 1), ("fo", 3))]  # fmt: skip

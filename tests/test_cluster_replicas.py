@@ -279,3 +279,50 @@ def test_zookeeper_away_for_a_while_stops_nothing_but_changes(
     assert got == [b"before-%d" % i for i in range(5)] + [b"during", b"after"]
     cluster.start(follower)
     until(lambda: len(cluster.state("t").isr) == 3, "the follower back in the ISR")
+
+
+def test_changes_the_cluster_state_does_not_carry_yet_are_refused(
+    make_cluster: Callable[..., InProcessCluster],
+) -> None:
+    """Deleting a topic, adding partitions, deleting records and changing configs would reach
+    one broker's replicas only: a cluster's broker refuses them (INVALID_REQUEST) and every
+    replica keeps what it has."""
+    ck = pytest.importorskip("confluent_kafka")
+    from confluent_kafka.admin import (
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        NewPartitions,
+    )
+
+    cluster = make_cluster()
+    cluster.create("t", partitions=2)
+    produce(cluster.bootstrap, "t", [b"kept"])
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    asked = [
+        *admin.delete_topics(["t"]).values(),
+        *admin.create_partitions([NewPartitions("t", 4)]).values(),
+        *admin.incremental_alter_configs(
+            [
+                ConfigResource(
+                    "topic",
+                    "t",
+                    incremental_configs=[
+                        ConfigEntry(
+                            "retention.ms", "1000", incremental_operation=AlterConfigOpType.SET
+                        )
+                    ],
+                )
+            ]
+        ).values(),  # fmt: skip
+    ]
+    for future in asked:
+        with pytest.raises(ck.KafkaException) as refused:
+            future.result(30)
+        assert refused.value.args[0].code() == ck.KafkaError.INVALID_REQUEST
+    for node in (1, 2, 3):
+        store = cluster.servers[node].store
+        assert store is not None and store.partitions("t") == 2
+        assert store.topic_config("t").retention_ms != 1000
+    assert consume(cluster.bootstrap, "t", 1) == [b"kept"]

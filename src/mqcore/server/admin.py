@@ -186,6 +186,14 @@ class AdminApis:
         self.broker = broker
         self.store = broker.store
 
+    def local_only(self, what: str) -> None:
+        """INVALID_REQUEST on a cluster's broker for a change that would reach its own
+        replicas only (the cluster's state in ZooKeeper does not carry it yet:
+        docs/cluster.md, known gaps)."""
+        if self.broker.cluster is not None:
+            why = f"{what} is not served on a cluster yet (docs/cluster.md)"
+            raise KafkaError(ErrorCode.invalid_request, why)
+
     def describe_configs(self, found: Api, body: Any, session: Session) -> Any:
         m = found.module
         results = []
@@ -271,6 +279,7 @@ class AdminApis:
                     )
                 # changing a topic's settings is managing it, as creating it is
                 self.broker.authorize(session, CREATE, r.resource_name)
+                self.local_only("changing a topic's configs")
                 names = [c.name for c in r.configs]
                 if len(set(names)) < len(names):  # Kafka refuses the resource whole
                     raise KafkaError(ErrorCode.invalid_request, f"a config named twice: {names}")
@@ -372,6 +381,7 @@ class AdminApis:
                 code, low = ErrorCode.none, -1
                 try:
                     self.broker.authorize(session, CREATE, t.name)  # managing the topic
+                    self.local_only("deleting records")
                     handle = self.store.log.replica(t.name, p.partition_index)
                     end = handle.update_high_watermark(handle.log_end_offset)  # one node
                     low = handle.delete_records_before(end if p.offset == -1 else p.offset)
@@ -408,6 +418,7 @@ class AdminApis:
                 if seen[name] > 1:
                     raise KafkaError(ErrorCode.invalid_request, f"topic {name!r} named twice")
                 self.broker.authorize(session, CREATE, name)  # managing the topic
+                self.local_only("deleting a topic")
                 self.store.delete_topic(name)
             except MQCoreError as e:
                 code, message = error_code(e), str(e)
@@ -435,6 +446,7 @@ class AdminApis:
                 if seen[t.name] > 1:
                     raise KafkaError(ErrorCode.invalid_request, f"topic {t.name!r} named twice")
                 self.broker.authorize(session, CREATE, t.name)  # managing the topic
+                self.local_only("adding partitions")
                 self._add_partitions(t, body.validate_only, session)
             except MQCoreError as e:
                 code, message = error_code(e), str(e)
