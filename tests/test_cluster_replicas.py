@@ -326,3 +326,24 @@ def test_changes_the_cluster_state_does_not_carry_yet_are_refused(
         assert store is not None and store.partitions("t") == 2
         assert store.topic_config("t").retention_ms != 1000
     assert consume(cluster.bootstrap, "t", 1) == [b"kept"]
+
+
+def test_a_node_id_held_by_a_live_broker_is_refused_after_the_session_timeout(
+    zk: ZooKeeper, tmp_path: Path
+) -> None:
+    """A restarted broker waits out its old session's registration; a second live process
+    with the same node ID is refused (NodeIdTakenError) once that wait is over, and the
+    first goes on serving."""
+    from mqcore.errors import NodeIdTakenError
+
+    first = Server(tmp_path / "a", "127.0.0.1:0", node_id=7, create=True,
+                   coordinator=zk.url("/cluster"), zk_session_timeout_ms=2000).start()  # fmt: skip
+    try:
+        second = Server(tmp_path / "b", "127.0.0.1:0", node_id=7, create=True,
+                        coordinator=zk.url("/cluster"), zk_session_timeout_ms=2000)  # fmt: skip
+        with pytest.raises(NodeIdTakenError, match="node ID 7 is registered"):
+            second.start()
+        assert not second.serving and first.serving
+        assert first.replicas is not None and first.replicas.brokers().keys() == {7}
+    finally:
+        first.stop()

@@ -71,7 +71,6 @@ BACKOFF = 0.2  # seconds between a failed fetch round and the next (replica.fetc
 MAX_BACKOFF = 2.0
 TICK = 0.25  # how often the event thread looks at the ISR of the partitions it leads
 CREATE_WAIT = 30.0  # seconds create_topic waits for the states to reach this broker
-REGISTER_ATTEMPTS = 50  # re-registration after an expired session: the old znode may linger
 
 
 def now_ms() -> int:
@@ -197,7 +196,7 @@ class ReplicaManager:
 
     def start(self) -> ReplicaManager:
         """Register this broker, start its controller and follow the cluster's state."""
-        self.coordinator.register_broker(self.info)
+        self._register()
         self._brokers = self.coordinator.brokers()
         self._producer_ids = self.coordinator.allocate_producer_ids(self.node_id)  # in hand
 
@@ -208,6 +207,21 @@ class ReplicaManager:
         self.coordinator.watch_controller(self._controller_changed)
         self.controller.start()
         return self
+
+    def _register(self) -> None:
+        """Register, waiting out a registration this node left behind: a broker restarted
+        after a crash finds its old session's znode until ZooKeeper expires that session
+        (Kafka's brokers wait the same way). Still taken after the session timeout (and its
+        rounding to ZooKeeper's ticks): another live process holds the ID, NodeIdTakenError."""
+        deadline = time.monotonic() + self.coordinator.session_timeout * 1.5 + 2
+        while True:
+            try:
+                self.coordinator.register_broker(self.info)
+                return
+            except NodeIdTakenError:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.1)  # bounded by the deadline
 
     def stop(self) -> None:
         """Stop following and leading (the coordinator's session, closed by its owner, ends
@@ -614,12 +628,7 @@ class ReplicaManager:
                     self._unfollow(r)
                 self.on_progress(r.topic, r.partition)
             return
-        for _ in range(REGISTER_ATTEMPTS):
-            try:
-                self.coordinator.register_broker(self.info)
-                break
-            except NodeIdTakenError:  # the old session's znode, not yet removed
-                time.sleep(0.1)  # bounded by REGISTER_ATTEMPTS
+        self._register()
         self._fenced = False
         for r in list(self._replicas.values()):
             try:

@@ -269,7 +269,8 @@ class ZkCoordinator:
         # the chroot is prefixed here rather than by kazoo, which cannot make it (it only
         # warns that it is missing)
         self.root = "" if self.chroot == "/" else self.chroot
-        self.client = KazooClient(hosts=hosts, timeout=session_timeout_ms / 1000)
+        self.session_timeout = session_timeout_ms / 1000
+        self.client = KazooClient(hosts=hosts, timeout=self.session_timeout)
         self.session_lost = threading.Event()
         self._watches = _Watches()
         self._session_listeners: list[Callable[[bool], None]] = []
