@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
+from clusterprocs import until
 from conftest import run_cli
 from zkserver import ZooKeeper
 
@@ -21,15 +21,6 @@ from mqcore.cluster.zk import PartitionState  # noqa: E402
 
 WAIT = 30.0
 UNHEALTHY = 3
-
-
-def until(condition: Callable[[], object], what: str) -> None:
-    deadline = time.monotonic() + WAIT
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
-
-
 Partitions = dict[str, tuple[list[int], int, int, list[int]]]
 
 

@@ -6,11 +6,11 @@ after a crashed broker's session timeout)."""
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 
 import pytest
+from clusterprocs import until
 from zkserver import ZooKeeper
 
 pytest.importorskip("kazoo", reason="the server extra (kazoo) is missing")
@@ -32,16 +32,6 @@ def cluster(zk: ZooKeeper) -> Iterator[dict[int, Node]]:
     finally:
         for node in nodes.values():
             node.kill()
-
-
-def until(condition: Callable[[], object], what: str) -> object:
-    deadline = time.monotonic() + WAIT
-    while True:
-        value = condition()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
 
 
 def the_controller(nodes: dict[int, Node]) -> Node:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from clusterprocs import until
 from zkserver import ZooKeeper
 
 pytest.importorskip("kazoo", reason="the server extra (kazoo) is missing")
@@ -119,16 +120,6 @@ def make_cluster(
     for cluster in made:
         for node in list(cluster.servers):
             cluster.stop(node)
-
-
-def until(check: Callable[[], Any], what: str, timeout: float = WAIT) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = check()
-        if got:
-            return got
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
 
 
 def produce(bootstrap: str, topic: str, values: list[bytes], acks: Any = "all",

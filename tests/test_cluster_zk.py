@@ -8,9 +8,9 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable
 
 import pytest
+from clusterprocs import until
 from zkserver import ZooKeeper, free_port
 
 pytest.importorskip("kazoo", reason="the server extra (kazoo) is missing")
@@ -37,13 +37,6 @@ WAIT = 30.0
 def coordinator(zk: ZooKeeper, path: str = "/c1", **options: float) -> ZkCoordinator:
     return ZkCoordinator(zk.url(path), session_timeout_ms=4000, connect_timeout=10.0,
                          **options).start()  # fmt: skip
-
-
-def until(condition: Callable[[], object], what: str) -> None:
-    deadline = time.monotonic() + WAIT
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
 
 
 def test_coordinator_urls() -> None:
