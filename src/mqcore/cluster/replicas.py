@@ -69,6 +69,9 @@ FETCH_MAX_BYTES = 10 * 1024 * 1024  # replica.fetch.response.max.bytes
 PARTITION_FETCH_BYTES = 1024 * 1024  # replica.fetch.max.bytes
 BACKOFF = 0.2  # seconds between a failed fetch round and the next (replica.fetch.backoff.ms)
 MAX_BACKOFF = 2.0
+# a leader that does not lead yet (its state change is on its way from ZooKeeper) is asked
+# again this soon: a failover waits on it
+NOT_YET_WAIT = 0.02
 TICK = 0.25  # how often the event thread looks at the ISR of the partitions it leads
 CREATE_WAIT = 30.0  # seconds create_topic waits for the states to reach this broker
 
@@ -742,7 +745,10 @@ class _Fetcher:
                     def ask(e: int, r: _Replica = r, epoch: int = epoch) -> tuple[int, int]:
                         return client.end_offset_for_epoch(me, r.topic, r.partition, e, epoch)
 
-                    truncate_to_leader(r.log, ask)
+                    try:
+                        truncate_to_leader(r.log, ask)
+                    except ReplicationError:
+                        continue  # the leader has not taken its epoch yet: ask again soon
                     if r.following != following:
                         continue
                     r.truncated = True
@@ -750,7 +756,7 @@ class _Fetcher:
                                        r.log.log_start_offset))  # fmt: skip
         if not specs:
             with self._cond:
-                self._cond.wait(BACKOFF)  # each waits for the leader to know its epoch
+                self._cond.wait(NOT_YET_WAIT)  # each waits for the leader to know its epoch
             return
         replies = client.fetch(me, specs, self.manager.fetch_wait_ms)
         waiting = False
@@ -761,7 +767,7 @@ class _Fetcher:
                 waiting |= self._apply(found, spec, reply)
         if waiting:
             with self._cond:
-                self._cond.wait(BACKOFF)
+                self._cond.wait(NOT_YET_WAIT)
 
     def _apply(self, r: _Replica, spec: FetchSpec, reply: FetchReply) -> bool:
         """One partition's reply applied if it still answers what this broker follows;

@@ -346,7 +346,7 @@ class Broker:
     ) -> Any:
         """One topic's Metadata on a cluster: each partition's leader, leader epoch,
         replicas, ISR and the replicas not alive, as this broker last heard from the
-        cluster's state (LEADER_NOT_AVAILABLE while a partition has no leader)."""
+        cluster's state (LEADER_NOT_AVAILABLE while a partition has no live leader)."""
         assert self.cluster is not None
         code, authorized = ErrorCode.none, NOT_ASKED
         parts: dict[int, Any] = {}
@@ -371,6 +371,8 @@ class Broker:
         for p, meta in parts.items():
             state = meta.state
             leader = state.leader if state is not None else -1
+            if leader not in live:  # Kafka's MetadataCache: a dead leader is no leader, so
+                leader = -1  # clients look again soon instead of waiting at its door
             partitions.append(build(
                 m.MetadataResponsePartition,
                 error_code=ErrorCode.none if leader >= 0 else ErrorCode.leader_not_available,
