@@ -275,16 +275,14 @@ def test_zookeeper_away_for_a_while_stops_nothing_but_changes(
 def test_changes_the_cluster_state_does_not_carry_yet_are_refused(
     make_cluster: Callable[..., InProcessCluster],
 ) -> None:
-    """Deleting a topic, adding partitions, deleting records and changing configs would reach
-    one broker's replicas only: a cluster's broker refuses them (INVALID_REQUEST) and every
-    replica keeps what it has."""
+    """Deleting a topic and changing its configs would reach one broker's replicas only: a
+    cluster's broker refuses them (INVALID_REQUEST) and every replica keeps what it has."""
     ck = pytest.importorskip("confluent_kafka")
     from confluent_kafka.admin import (
         AdminClient,
         AlterConfigOpType,
         ConfigEntry,
         ConfigResource,
-        NewPartitions,
     )
 
     cluster = make_cluster()
@@ -293,7 +291,6 @@ def test_changes_the_cluster_state_does_not_carry_yet_are_refused(
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
     asked = [
         *admin.delete_topics(["t"]).values(),
-        *admin.create_partitions([NewPartitions("t", 4)]).values(),
         *admin.incremental_alter_configs(
             [
                 ConfigResource(
@@ -338,3 +335,39 @@ def test_a_node_id_held_by_a_live_broker_is_refused_after_the_session_timeout(
         assert first.replicas is not None and first.replicas.brokers().keys() == {7}
     finally:
         first.stop()
+
+
+def test_partitions_added_to_a_topic_are_replicated(
+    make_cluster: Callable[..., InProcessCluster],
+) -> None:
+    """CreatePartitions on a cluster: the new partitions are placed over the brokers, get
+    their first states from the controller, exist in the stores of the brokers holding them,
+    and are written to and replicated like the first ones."""
+    ck = pytest.importorskip("confluent_kafka")
+    from confluent_kafka.admin import AdminClient, NewPartitions
+
+    cluster = make_cluster()
+    cluster.create("t", partitions=2)
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_partitions([NewPartitions("t", 5)])["t"].result(30)
+    with pytest.raises(ck.KafkaException) as refused:  # fewer than it has
+        admin.create_partitions([NewPartitions("t", 3)])["t"].result(30)
+    assert refused.value.args[0].code() == ck.KafkaError.INVALID_PARTITIONS
+    coordinator = cluster.any().replicas.coordinator  # type: ignore[union-attr]
+    assignment = coordinator.assignment("t")
+    assert sorted(assignment) == [0, 1, 2, 3, 4]
+    assert all(sorted(r) == [1, 2, 3] for r in assignment.values())
+    for p in range(5):
+        until(lambda p=p: len(cluster.state("t", p).isr) == 3, f"partition {p} in sync")
+    for node in (1, 2, 3):
+        store = cluster.servers[node].store
+        assert store is not None and store.partitions("t") == 5
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=cluster.bootstrap, acks="all")
+    try:
+        assert producer.send("t", b"new", partition=4).get(30).offset == 0
+    finally:
+        producer.close()
+    until(lambda: all(cluster.log(n, "t", 4) == [(0, b"new")] for n in (1, 2, 3)),
+          "partition 4's record on every replica")  # fmt: skip

@@ -31,6 +31,14 @@ def rack_alternated(racks: Mapping[int, str]) -> list[int]:
             if i < len(col)]  # fmt: skip
 
 
+def placement_order(brokers: Mapping[int, str | None]) -> list[int]:
+    """The brokers in the order placement walks them: rack by rack in turn when every broker
+    has a rack, by ID otherwise."""
+    if brokers and all(r is not None for r in brokers.values()):
+        return rack_alternated({b: r for b, r in brokers.items() if r is not None})
+    return sorted(brokers)
+
+
 def _shifted(first: int, shift: int, j: int, n: int) -> int:
     return (first + 1 + (shift + j) % (n - 1)) % n
 
@@ -66,10 +74,7 @@ def assign_replicas(
             f"brokers {no_rack} have no rack while others do: give every broker a rack, or none"
         )
     rng = rng or random.Random()
-    if with_rack:
-        order = rack_alternated({b: r for b, r in brokers.items() if r is not None})
-    else:
-        order = sorted(brokers)
+    order = placement_order(brokers)
     n = len(order)
     start = rng.randrange(n) if start is None else start
     shift = rng.randrange(n) if shift is None else shift

@@ -28,13 +28,14 @@ import queue
 import random
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from mqcore.cluster.assign import NO_LEADER, assign_replicas, elect_leader
+from mqcore.cluster.assign import NO_LEADER, assign_replicas, elect_leader, placement_order
 from mqcore.cluster.zk import Controller, PartitionState, ZkCoordinator
 from mqcore.errors import (
     CoordinatorError,
+    InvalidConfigError,
     StaleStateError,
     UnknownTopicError,
 )
@@ -67,6 +68,7 @@ class ClusterController:
         self.term: Controller | None = None
         self.live: set[int] = set()
         self._events: queue.Queue[Any] = queue.Queue()
+        self._watched: set[str] = set()  # topics whose assignment this controller watches
         self._stopping = threading.Event()
         self._thread = threading.Thread(
             target=self._run, name=f"mqcore-controller-{node_id}", daemon=True
@@ -119,18 +121,50 @@ class ClusterController:
             rng=self.rng,
         )  # fmt: skip
         self.coordinator.write_topic(topic, placement, config)
+        return self._await_states(topic, placement, timeout)
+
+    def add_partitions(
+        self, topic: str, count: int, *, timeout: float = CREATE_TIMEOUT
+    ) -> dict[int, PartitionState]:
+        """Grow a topic to `count` partitions, the new ones placed as Kafka places them
+        (after the existing ones, starting where partition 0's preferred leader stands in
+        the placement order), with the topic's replication factor; waits (at most `timeout`
+        s) for the controller to give them states and returns those. InvalidConfigError for
+        a count that does not grow the topic or a factor above the live brokers."""
+        current = self.coordinator.assignment(topic)
+        if count <= len(current):
+            raise InvalidConfigError(
+                f"topic {topic!r} has {len(current)} partitions: {count} does not add any"
+            )
+        brokers = {b: info.rack for b, info in self.coordinator.brokers().items()}
+        order = placement_order(brokers)
+        first = current[0][0] if current.get(0) else None
+        start = order.index(first) if first in order else None
+        added = assign_replicas(
+            brokers, count - len(current), len(current[0]), start=start, shift=start,
+            first_partition=len(current), rng=self.rng,
+        )  # fmt: skip
+        self.coordinator.add_partitions(topic, added)
+        return self._await_states(topic, added, timeout)
+
+    def _await_states(
+        self, topic: str, partitions: Mapping[int, object], timeout: float
+    ) -> dict[int, PartitionState]:
+        """The first states of a topic's new `partitions`, once the controller (this
+        broker's or another's, told by its watch) has written them; CoordinatorError after
+        `timeout` s (the partitions are written: they get states once a controller acts)."""
         self._events.put(("topics", {topic}))  # this broker's controller need not wait
         deadline = time.monotonic() + timeout
         states: dict[int, PartitionState] = {}
         pause = 0.005
         while True:
-            for p in placement:
+            for p in partitions:
                 if p not in states:
                     try:
                         states[p] = self.coordinator.partition_state(topic, p)
                     except UnknownTopicError:
                         pass
-            if len(states) == len(placement):
+            if len(states) == len(partitions):
                 return states
             if time.monotonic() >= deadline:
                 raise CoordinatorError(
@@ -185,6 +219,12 @@ class ClusterController:
         if kind == "preferred" and self.term is not None:
             self._elect_preferred(value)
 
+    def _assignment_watch(self, topic: str) -> Callable[[dict[int, tuple[int, ...]] | None], None]:
+        def changed(_assignment: dict[int, tuple[int, ...]] | None) -> None:
+            self._events.put(("topics", {topic}))
+
+        return changed
+
     def _init_topics(self, topics: set[str]) -> None:
         """New topics' partitions get their first state: the first live replica in
         assignment order leads at epoch 0 with the live replicas in sync (Kafka's
@@ -192,6 +232,9 @@ class ClusterController:
         so that the first to come back leads."""
         assert self.term is not None
         for topic in sorted(topics):
+            if topic not in self._watched:  # partitions added later come by this watch
+                self._watched.add(topic)
+                self.coordinator.watch_assignment(topic, self._assignment_watch(topic))
             try:
                 assignment = self.coordinator.assignment(topic)
             except UnknownTopicError:

@@ -290,16 +290,29 @@ class ReplicaManager:
         self.controller.create_topic(topic, partitions, replication_factor, config,
                                      timeout=timeout)  # fmt: skip
         self._events.put(("topics", {topic}))
+        self._await_known(topic, partitions, timeout)
+
+    def add_partitions(self, topic: str, count: int, *, timeout: float = CREATE_WAIT) -> None:
+        """Grow a topic of the cluster to `count` partitions and wait, bounded, until this
+        broker knows every new partition's state."""
+        self.controller.add_partitions(topic, count, timeout=timeout)
+        self._await_known(topic, count, timeout)
+
+    def _await_known(self, topic: str, count: int, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         pause = 0.005
         while time.monotonic() < deadline:
             with self._lock:
                 known = self._assignments.get(topic)
-                if known is not None and all((topic, p) in self._states for p in known):
+                if (
+                    known is not None
+                    and len(known) >= count
+                    and all((topic, p) in self._states for p in known)
+                ):
                     return
             time.sleep(pause)  # bounded by the deadline
             pause = min(pause * 2, 0.1)
-        raise CoordinatorError(f"topic {topic!r} was created but this broker did not learn its "
+        raise CoordinatorError(f"topic {topic!r} was changed but this broker did not learn its "
                                f"partitions' states within {timeout:g} s")  # fmt: skip
 
     def next_producer_id(self) -> int:
@@ -463,6 +476,8 @@ class ReplicaManager:
             brokers = self.coordinator.brokers()
             with self._lock:
                 self._brokers = brokers
+        elif kind == "assignment":
+            self._assignment(*value)
         elif kind == "expand":
             self._expand_isr(*value)
         elif kind == "session":
@@ -477,20 +492,39 @@ class ReplicaManager:
                     continue
             try:
                 assignment = self.coordinator.assignment(topic)
-                config = self.coordinator.topic_config(topic)
             except UnknownTopicError:
                 continue
-            if any(self.node_id in r for r in assignment.values()):
-                self._local_topic(topic, len(assignment), config)
-                for p, replicas in assignment.items():
-                    if self.node_id in replicas:
-                        log_ = self.store.log.replica(topic, p)
-                        log_.update_high_watermark(log_.log_start_offset)
-                        self._replicas[(topic, p)] = _Replica(topic, p, log_)
-            with self._lock:
-                self._assignments[topic] = assignment
-            for p in assignment:
-                self.coordinator.watch_partition_state(topic, p, self._state_watch(topic, p))
+            self._assignment(topic, assignment)
+            self.coordinator.watch_assignment(topic, self._assignment_watch(topic))
+
+    def _assignment(self, topic: str, assignment: dict[int, tuple[int, ...]] | None) -> None:
+        """A topic's assignment, first heard or grown (partitions added): the new partitions
+        this broker holds exist in its store (the local topic grown to the cluster's count),
+        and every new partition's state is watched."""
+        if assignment is None:
+            return  # deleted: not served on a cluster yet (docs/cluster.md)
+        with self._lock:
+            known = self._assignments.get(topic, {})
+        new = sorted(p for p in assignment if p not in known)
+        if not new:
+            return
+        if any(self.node_id in assignment[p] for p in new):
+            self._local_topic(topic, len(assignment), self.coordinator.topic_config(topic))
+            for p in new:
+                if self.node_id in assignment[p]:
+                    log_ = self.store.log.replica(topic, p)
+                    log_.update_high_watermark(log_.log_start_offset)
+                    self._replicas[(topic, p)] = _Replica(topic, p, log_)
+        with self._lock:
+            self._assignments[topic] = dict(assignment)
+        for p in new:
+            self.coordinator.watch_partition_state(topic, p, self._state_watch(topic, p))
+
+    def _assignment_watch(self, topic: str) -> Callable[[dict[int, tuple[int, ...]] | None], None]:
+        def changed(assignment: dict[int, tuple[int, ...]] | None) -> None:
+            self._events.put(("assignment", (topic, assignment)))
+
+        return changed
 
     def _state_watch(self, topic: str, partition: int) -> Callable[[PartitionState | None], None]:
         def changed(state: PartitionState | None) -> None:
@@ -503,7 +537,9 @@ class ReplicaManager:
         log_ = self.store.log
         if log_.has_topic(topic):
             have = len(log_.partitions_of(topic))
-            if have != partitions:
+            if have < partitions:  # partitions added in the cluster
+                log_.add_partitions(topic, partitions)
+            elif have > partitions:
                 raise CoordinatorError(
                     f"topic {topic!r} has {have} partitions in this broker's store but "
                     f"{partitions} in the cluster: this store belongs to another cluster"

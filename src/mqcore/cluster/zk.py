@@ -192,6 +192,14 @@ def _json(raw: bytes, path: str) -> dict[str, Any]:
     return data
 
 
+def _assignment(raw: bytes, path: str) -> dict[int, tuple[int, ...]]:
+    data = _json(raw, path)
+    try:
+        return {int(p): tuple(int(r) for r in rs) for p, rs in data["partitions"].items()}
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise CoordinatorError(f"{path} is not a replica assignment: {e!r}") from None
+
+
 def _election_partitions(raw: bytes) -> list[tuple[str, int]]:
     """The partitions an election request names; none for a malformed one (logged), so the
     controller deletes it rather than let it block every later request."""
@@ -545,11 +553,50 @@ class ZkCoordinator:
         found = self._data(path)
         if found is None:
             raise UnknownTopicError(topic)
-        data = _json(found[0], path)
-        try:
-            return {int(p): tuple(int(r) for r in rs) for p, rs in data["partitions"].items()}
-        except (KeyError, TypeError, ValueError, AttributeError) as e:
-            raise CoordinatorError(f"{path} is not a replica assignment: {e!r}") from None
+        return _assignment(found[0], path)
+
+    def add_partitions(self, topic: str, added: Mapping[int, Sequence[int]]) -> None:
+        """Append partitions to a topic's assignment (Kafka's AdminZkClient.addPartitions):
+        one multi-op that replaces the assignment if it is still the one read, and makes the
+        new partitions' znodes; the controller, watching the assignment, gives them their
+        first states. StaleStateError when the assignment changed meanwhile; InvalidConfig-
+        Error unless the new partitions follow the existing ones."""
+        path = f"{TOPICS}/{topic}"
+        found = self._data(path)
+        if found is None:
+            raise UnknownTopicError(topic)
+        current = _assignment(found[0], path)
+        if sorted(added) != list(range(len(current), len(current) + len(added))) or not added:
+            raise InvalidConfigError(
+                f"topic {topic!r} has partitions 0..{len(current) - 1}: new ones must follow, "
+                f"not {sorted(added)}"
+            )
+        whole = {**current, **{p: tuple(r) for p, r in added.items()}}
+        body = {"version": 2, "partitions": {str(p): list(whole[p]) for p in sorted(whole)},
+                "adding_replicas": {}, "removing_replicas": {}}  # fmt: skip
+        t = self.client.transaction()
+        t.set_data(self._p(path), json.dumps(body).encode(), version=found[1].version)
+        for p in sorted(added):
+            t.create(self._p(f"{path}/partitions/{p}"), b"")
+        results = self._commit(t, f"adding partitions to {topic!r}")
+        if isinstance(results[0], BadVersionError):
+            raise StaleStateError(f"{path} changed while partitions were added: read it again")
+        self._raise_failed(results, f"adding partitions to {topic!r}")
+
+    def watch_assignment(
+        self, topic: str, on_change: Callable[[dict[int, tuple[int, ...]] | None], None]
+    ) -> None:
+        """Call `on_change(assignment or None)` now and whenever the topic's assignment
+        changes (partitions added; None: the topic is gone)."""
+        path = f"{TOPICS}/{topic}"
+
+        def changed(data: bytes | None, _stat: Any) -> None:
+            try:
+                on_change(None if data is None else _assignment(data, path))
+            except CoordinatorError:
+                log.warning("%s is not a replica assignment", path)
+
+        self._watches.items.append(DataWatch(self.client, self._p(path), changed))
 
     def topic_config(self, topic: str) -> dict[str, str]:
         path = f"{TOPIC_CONFIGS}/{topic}"

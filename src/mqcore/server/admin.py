@@ -446,8 +446,10 @@ class AdminApis:
                 if seen[t.name] > 1:
                     raise KafkaError(ErrorCode.invalid_request, f"topic {t.name!r} named twice")
                 self.broker.authorize(session, CREATE, t.name)  # managing the topic
-                self.local_only("adding partitions")
-                self._add_partitions(t, body.validate_only, session)
+                if self.broker.cluster is not None:
+                    self._add_partitions_in_cluster(t, body.validate_only, session)
+                else:
+                    self._add_partitions(t, body.validate_only, session)
             except MQCoreError as e:
                 code, message = error_code(e), str(e)
                 if isinstance(e, QuotaExceeded):
@@ -461,6 +463,26 @@ class AdminApis:
                 )  # fmt: skip
             )
         return build(found.response, throttle_time=throttle_time(throttle), results=tuple(out))
+
+    def _add_partitions_in_cluster(self, t: Any, validate_only: bool, session: Session) -> None:
+        """CreatePartitions on a cluster: the new partitions placed by the controller's
+        rules (explicit assignments are not taken yet), metered by the mutation quota."""
+        cluster = self.broker.cluster
+        assert cluster is not None
+        if t.assignments is not None:
+            why = "explicit replica assignments are not served on a cluster yet"
+            raise KafkaError(ErrorCode.invalid_request, why)
+        before = len(cluster.partitions(t.name))
+        if t.count <= before:
+            why = f"topic {t.name!r} has {before} partitions, {t.count} asked"
+            raise KafkaError(ErrorCode.invalid_partitions, why)
+        with creation_errors():
+            self.store.log.check_limits(t.name, t.count)
+        if validate_only:
+            return
+        self.broker.quota.admit(session.principal)
+        cluster.add_partitions(t.name, t.count)
+        self.broker.quota.record(session.principal, t.count - before)
 
     def _add_partitions(self, t: Any, validate_only: bool, session: Session) -> None:
         """Grow topic `t.name` to `t.count` partitions, metered and bounded as a creation
