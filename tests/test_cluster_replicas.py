@@ -371,3 +371,53 @@ def test_partitions_added_to_a_topic_are_replicated(
         producer.close()
     until(lambda: all(cluster.log(n, "t", 4) == [(0, b"new")] for n in (1, 2, 3)),
           "partition 4's record on every replica")  # fmt: skip
+
+
+def test_an_offset_commit_is_answered_once_the_offsets_replicas_have_it(
+    make_cluster: Callable[..., InProcessCluster],
+) -> None:
+    """The group coordinator (the offsets topic's leader) answers a commit only once every
+    in-sync replica of `__consumer_offsets` has it, so a coordinator's failover keeps it."""
+    import threading
+
+    from kafka import KafkaConsumer, TopicPartition
+    from kafka.structs import OffsetAndMetadata
+
+    cluster = make_cluster(zk_session_timeout_ms=8000)
+    cluster.create("t")
+    produce(cluster.bootstrap, "t", [b"m%d" % i for i in range(10)])
+    consumer = KafkaConsumer(bootstrap_servers=cluster.bootstrap, group_id="g",
+                             enable_auto_commit=False)  # fmt: skip
+    tp = TopicPartition("t", 0)
+    try:
+        consumer.assign([tp])
+        consumer.commit({tp: OffsetAndMetadata(3, "", -1)})  # makes the offsets topic
+        offsets = cluster.state("__consumer_offsets")
+        followers = [r for r in offsets.isr if r != offsets.leader]
+        assert len(followers) == 2
+        leader_log = cluster.servers[offsets.leader].store.log  # type: ignore[union-attr]
+        end = leader_log.replica("__consumer_offsets", 0).log_end_offset
+        cluster.hold(followers[0])
+        done = threading.Event()
+        committing = threading.Thread(target=lambda: (
+            consumer.commit({tp: OffsetAndMetadata(7, "", -1)}), done.set()))  # fmt: skip
+        committing.start()
+        until(lambda: leader_log.replica("__consumer_offsets", 0).log_end_offset > end,
+              "the commit on the coordinator's log")  # fmt: skip
+        assert not done.is_set()  # one in-sync replica lacks it: no answer yet
+        cluster.release()
+        committing.join(WAIT)
+        assert done.is_set()
+        for r in (offsets.leader, *followers):  # every replica has the commit
+            log = cluster.servers[r].store.log  # type: ignore[union-attr]
+            assert log.replica("__consumer_offsets", 0).log_end_offset > end
+    finally:
+        consumer.close()
+    cluster.stop(offsets.leader)  # the coordinator fails over: the commit is kept
+    until(lambda: cluster.state("__consumer_offsets").leader in followers, "a new coordinator")
+    again = KafkaConsumer(bootstrap_servers=cluster.bootstrap, group_id="g",
+                          enable_auto_commit=False)  # fmt: skip
+    try:
+        assert until(lambda: again.committed(tp), "the committed offset") == 7
+    finally:
+        again.close()

@@ -25,6 +25,7 @@ from mqcore.errors import (
     InvalidRecordError,
     MissingKeyError,
     MQCoreError,
+    NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
     TopicExistsError,
     UnknownTopicError,
@@ -74,6 +75,7 @@ LEADER_EPOCH = 0
 # the offsets topic as consume.offsets makes it on one node (compacted, no query indexes)
 OFFSETS_CONFIGS = {"cleanup.policy": "compact", "unique.ids": "false", "key.index": "false",
                    "segment.bytes": str(OFFSETS_SEGMENT_BYTES)}  # fmt: skip
+OFFSETS_COMMIT_TIMEOUT = 5.0  # seconds: Kafka's offsets.commit.timeout.ms
 OFFSETS_REPLICATION_FACTOR = 3  # Kafka's offsets.topic.replication.factor, at most the brokers
 KEYLESS = "a compacted topic takes only records with a key"  # a keyless record's record error
 
@@ -135,6 +137,7 @@ class Broker:
             consumer_heartbeat_interval=group_consumer_heartbeat_interval,
             wake=lambda: self.purgatory.wake(WAKE_KEY),
             locate=self._group_coordinator if cluster is not None else None,
+            replicated=self._offsets_replicated if cluster is not None else None,
         )  # fmt: skip
         self._coordinating = False  # on a cluster: whether this broker leads the offsets
         self.handlers: dict[int, Handler] = {
@@ -188,6 +191,32 @@ class Broker:
                 self.groups.take_over()
             self._coordinating = here
         self._on_append(topic, partition)
+
+    def _offsets_replicated(self, respond: Callable[[Any], Any]) -> Any:
+        """An offset commit on a cluster, answered once every in-sync replica of the offsets
+        topic has it (Kafka's commits are acks=all appends): `respond(None)`, or
+        respond(code) when the coordinator lost its leadership (NOT_COORDINATOR), the ISR fell
+        below min.insync.replicas, or OFFSETS_COMMIT_TIMEOUT passed (REQUEST_TIMED_OUT)."""
+        cluster = self.cluster
+        assert cluster is not None
+        last = self.log.replica(OFFSETS_TOPIC, 0).log_end_offset - 1  # the commit's batch
+
+        def poll(final: bool) -> Any:
+            try:
+                if cluster.committed(OFFSETS_TOPIC, 0, last):
+                    return respond(None)
+            except NotLeaderOrFollowerError:
+                return respond(ErrorCode.not_coordinator)
+            except MQCoreError as e:
+                return respond(error_code(e))
+            return respond(ErrorCode.request_timed_out) if final else NOT_YET
+
+        done = poll(False)
+        if done is not NOT_YET:
+            return done
+        deadline = time.monotonic() + OFFSETS_COMMIT_TIMEOUT
+        return Delayed(poll, lambda: self._wait_blocking(poll, deadline), deadline=deadline,
+                       keys=[(OFFSETS_TOPIC, 0)])  # fmt: skip
 
     def _group_coordinator(self) -> tuple[int, str, int] | None:
         """(node, host, port) of the cluster's group coordinator: the leader of the offsets

@@ -228,11 +228,15 @@ class GroupCoordinator:
         consumer_session_timeout: float = SESSION_TIMEOUT,
         consumer_heartbeat_interval: float = HEARTBEAT_INTERVAL,
         locate: Callable[[], tuple[int, str, int] | None] | None = None,
+        replicated: Callable[[Callable[[Any], Any]], Any] | None = None,
     ):
         self.store = store
         # on a cluster, (node, host, port) of the broker coordinating the groups (the offsets
         # topic's leader), None while it has none; None here: this node, always
         self.locate = locate
+        # on a cluster, replicated(respond): an offset commit's response once the offsets
+        # topic's in-sync replicas have it (respond(error code) if they do not in time)
+        self.replicated = replicated
         # access(session): the session's grants (server.auth.Access; None: no ACLs). Kafka's
         # rules: a group's members need `read` on it, describing and fetching its offsets
         # `describe`, deleting it or its offsets `delete`; offsets of a topic are committed
@@ -975,8 +979,8 @@ class GroupCoordinator:
 
     def offset_commit(self, found: Api, body: Any, session: Any) -> Any:
         """Commit a member's offsets (or a standalone consumer's, generation -1, to a group
-        without members) to `__consumer_offsets`, durably, through the store's OffsetStore."""
-        m = found.module
+        without members) to `__consumer_offsets`, durably, through the store's OffsetStore
+        (on a cluster, answered once the offsets topic's in-sync replicas have it)."""
         code = self.refusal(session, READ, body.group_id)
         if code is None:
             code = self._commit_allowed(body, found.version)
@@ -1000,15 +1004,29 @@ class GroupCoordinator:
                     epoch = getattr(p, "committed_leader_epoch", -1)  # v6+ carry it
                     chosen[tp] = OffsetAndMetadata(p.committed_offset, metadata, now_ms, epoch)
                     codes[tp] = ErrorCode.none
+        written = False
         if chosen:
             # written after the checks, outside the groups' lock, so an fdatasync does not
             # hold up every group's heartbeats; a rebalance that starts meanwhile does not
             # undo a commit the member was entitled to when it asked
             try:
                 self.offsets.commit(body.group_id, chosen)
+                written = True
             except MQCoreError as e:
                 failed = storage_error(e)
                 codes.update(dict.fromkeys(chosen, failed))
+
+        def respond(failed: ErrorCode | None = None) -> Any:
+            if failed is not None:
+                codes.update(dict.fromkeys(chosen, failed))
+            return self._commit_response(found, body, codes)
+
+        if written and self.replicated is not None:  # a cluster: answered once replicated
+            return self.replicated(respond)
+        return respond()
+
+    def _commit_response(self, found: Api, body: Any, codes: dict[tuple[str, int], Any]) -> Any:
+        m = found.module
         topics = tuple(
             build(
                 m.OffsetCommitResponseTopic,
