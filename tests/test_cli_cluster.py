@@ -169,3 +169,41 @@ def test_elect_leaders_gives_partitions_back_to_their_preferred_replicas(zk: Zoo
     finally:
         for node in nodes.values():
             node.kill()
+
+
+def test_create_topic_places_a_replicated_topic_and_waits_for_its_leaders(zk: ZooKeeper) -> None:
+    """`mqcore cluster create-topic`: written through ZooKeeper as kafka-topics.sh --zookeeper
+    did, answered once the controller gave every partition a leader; a second creation, a
+    factor above the live brokers and an unknown setting are refused in one line."""
+    nodes = {n: Node(zk, n) for n in (1, 2, 3)}
+    try:
+        until(lambda: sum(n.controller.is_controller for n in nodes.values()) == 1, "a controller")
+        url = zk.url("/cluster")
+        code, out, err = run_cli("cluster", "create-topic", "--coordinator", url, "orders",
+                                 "--partitions", "3", "--replication-factor", "2",
+                                 "--config", "min.insync.replicas=2")  # fmt: skip
+        assert (code, err) == (0, "")
+        _, _, _, partitions = znodes(zk)
+        assert sorted(k for k in partitions if k.startswith("orders-")) == [
+            "orders-0", "orders-1", "orders-2"]  # fmt: skip
+        for line in out.splitlines():
+            name, _, leader, _, replicas = line.split()
+            assert partitions[name][1] == int(leader) == partitions[name][0][0]
+            assert [int(r) for r in replicas.split(",")] == partitions[name][0]
+            assert len(partitions[name][0]) == 2 and partitions[name][3] == partitions[name][0]
+        coordinator = nodes[1].coordinator
+        assert coordinator.topic_config("orders") == {"min.insync.replicas": "2"}
+        for argv, words in (
+            (["orders", "--partitions", "1", "--replication-factor", "1"], "already exists"),
+            (["wide", "--partitions", "1", "--replication-factor", "4"], "larger than the 3"),
+            (
+                ["x", "--partitions", "1", "--replication-factor", "1", "--config", "no.such=1"],
+                "unknown topic config",
+            ),
+        ):
+            code, out, err = run_cli("cluster", "create-topic", "--coordinator", url, *argv)
+            assert code != 0 and words in err and "Traceback" not in err, (argv, err)
+        assert coordinator.topics() == ["orders"]
+    finally:
+        for n in nodes.values():
+            n.kill()

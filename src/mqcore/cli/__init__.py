@@ -31,6 +31,8 @@
     mqcore server-user remove FILE USER
     mqcore cluster status --coordinator zk://HOST:PORT/PATH [--under-replicated] [--json]
     mqcore cluster elect-leaders --coordinator zk://HOST:PORT/PATH [--topic T [--partition P]]
+    mqcore cluster create-topic --coordinator zk://HOST:PORT/PATH TOPIC --partitions N
+                                --replication-factor R [--config NAME=VALUE ...]
 
 The commands that read (consume, get, query, topics, groups, stats, trace, console without
 --allow-write, and verify without --repair) open the store read-only: no lock is taken and

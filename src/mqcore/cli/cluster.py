@@ -4,6 +4,8 @@
                           [--timeout S]
     mqcore cluster elect-leaders --coordinator zk://HOST:PORT/PATH [--topic T [--partition P]]
                                  [--json] [--timeout S]
+    mqcore cluster create-topic --coordinator zk://HOST:PORT/PATH TOPIC --partitions N
+                                --replication-factor R [--config NAME=VALUE ...] [--timeout S]
 
 Shows the controller and its epoch, the live brokers, and every partition's replicas, leader,
 leader epoch and in-sync replicas, marking those under-replicated (fewer in-sync replicas than
@@ -18,6 +20,11 @@ in sync but not leading gets it back as leader. The request goes to the controll
 ZooKeeper; the command waits (at most --timeout) until the controller is done, then prints who
 leads each partition asked. Exit status 0 when each is led by its preferred replica, 3 when
 some could not be (that replica dead or out of sync), naming them.
+
+`create-topic` creates a replicated topic without a broker's help, as kafka-topics.sh
+--zookeeper did: it places the replicas over the live brokers (racks apart), writes the topic,
+and waits (at most --timeout) for the controller to give each partition its leader, then
+prints them. The settings are Kafka's topic config names (retention.ms, min.insync.replicas).
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ import time
 from typing import Any, TextIO
 
 from mqcore.cli.options import UsageError
+from mqcore.config import topic_setting, validate_name
 from mqcore.errors import CoordinatorError, InvalidConfigError, UnknownTopicError
 
 UNHEALTHY = 3
@@ -78,6 +86,25 @@ def add_parsers(sub: Any) -> None:
     )  # fmt: skip
     elect.set_defaults(run=cmd_elect)
     elect.set_defaults(parser=elect)
+    create = actions.add_parser(
+        "create-topic", help="create a replicated topic; waits for its partitions' leaders"
+    )
+    create.add_argument(
+        "--coordinator", required=True, metavar="URL", help="zk://HOST:PORT[,HOST:PORT]/PATH"
+    )
+    create.add_argument("topic", metavar="TOPIC")
+    create.add_argument("--partitions", type=int, required=True, metavar="N")
+    create.add_argument("--replication-factor", type=int, required=True, metavar="R")
+    create.add_argument(
+        "--config", action="append", default=[], metavar="NAME=VALUE",
+        help="a topic setting by Kafka's name (retention.ms=...); repeat for more",
+    )  # fmt: skip
+    create.add_argument(
+        "--timeout", type=float, default=30.0, metavar="S",
+        help="seconds to wait for the coordinator and the controller (default 30)",
+    )  # fmt: skip
+    create.set_defaults(run=cmd_create_topic)
+    create.set_defaults(parser=create)
 
 
 def _zk() -> Any:
@@ -153,6 +180,33 @@ def _partition_line(p: Any) -> str:
         f"replicas {list(p.replicas)}  isr {list(s.isr)}"
         + ("  " + ", ".join(marks) if marks else "")
     )
+
+
+def cmd_create_topic(args: argparse.Namespace, out: TextIO) -> int:
+    if args.timeout <= 0:
+        raise InvalidConfigError(f"--timeout must be positive: {args.timeout}")
+    config = {}
+    for item in args.config:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise UsageError(f"--config takes NAME=VALUE, not {item!r}")
+        topic_setting(name, value)  # InvalidConfigError for a name or value mqcore lacks
+        config[name] = value
+    validate_name(args.topic)
+    if args.topic.startswith("__"):
+        raise InvalidConfigError(f"{args.topic!r} is an internal name: brokers make those")
+    zk = _zk()
+    from mqcore.cluster.controller import await_states, write_topic
+
+    logging.getLogger("kazoo").setLevel(logging.CRITICAL)
+    with zk.ZkCoordinator(args.coordinator, connect_timeout=args.timeout) as coordinator:
+        placement = write_topic(coordinator, args.topic, args.partitions,
+                                args.replication_factor, config)  # fmt: skip
+        states = await_states(coordinator, args.topic, placement, args.timeout)
+    for p in sorted(placement):
+        replicas = ",".join(map(str, placement[p]))
+        print(f"{args.topic}-{p}  leader {states[p].leader}  replicas {replicas}", file=out)
+    return 0
 
 
 def cmd_elect(args: argparse.Namespace, out: TextIO) -> int:

@@ -108,72 +108,20 @@ class ClusterController:
         *,
         timeout: float = CREATE_TIMEOUT,
     ) -> dict[int, PartitionState]:
-        """Place a new topic's replicas on the live brokers (racks apart when given) and write
-        it; any broker may, as in Kafka's ZooKeeper era. The controller, watching the topics,
-        gives each partition its first state; this waits (at most `timeout` s) until each
-        has one and returns them. TopicExistsError, InvalidConfigError (a replication factor
-        above the live brokers, racks on some brokers only), CoordinatorError when no
-        controller initialised the partitions in time (the topic is written: it gets its
-        states once a controller is elected)."""
-        brokers = self.coordinator.brokers()
-        placement = assign_replicas(
-            {b: info.rack for b, info in brokers.items()}, partitions, replication_factor,
-            rng=self.rng,
-        )  # fmt: skip
-        self.coordinator.write_topic(topic, placement, config)
-        return self._await_states(topic, placement, timeout)
+        """create_topic (the module's function) through this broker's coordinator; its own
+        controller, if it holds the term, is told at once rather than by the watch."""
+        placement = write_topic(self.coordinator, topic, partitions, replication_factor,
+                                config, rng=self.rng)  # fmt: skip
+        self._events.put(("topics", {topic}))
+        return await_states(self.coordinator, topic, placement, timeout)
 
     def add_partitions(
         self, topic: str, count: int, *, timeout: float = CREATE_TIMEOUT
     ) -> dict[int, PartitionState]:
-        """Grow a topic to `count` partitions, the new ones placed as Kafka places them
-        (after the existing ones, starting where partition 0's preferred leader stands in
-        the placement order), with the topic's replication factor; waits (at most `timeout`
-        s) for the controller to give them states and returns those. InvalidConfigError for
-        a count that does not grow the topic or a factor above the live brokers."""
-        current = self.coordinator.assignment(topic)
-        if count <= len(current):
-            raise InvalidConfigError(
-                f"topic {topic!r} has {len(current)} partitions: {count} does not add any"
-            )
-        brokers = {b: info.rack for b, info in self.coordinator.brokers().items()}
-        order = placement_order(brokers)
-        first = current[0][0] if current.get(0) else None
-        start = order.index(first) if first in order else None
-        added = assign_replicas(
-            brokers, count - len(current), len(current[0]), start=start, shift=start,
-            first_partition=len(current), rng=self.rng,
-        )  # fmt: skip
-        self.coordinator.add_partitions(topic, added)
-        return self._await_states(topic, added, timeout)
-
-    def _await_states(
-        self, topic: str, partitions: Mapping[int, object], timeout: float
-    ) -> dict[int, PartitionState]:
-        """The first states of a topic's new `partitions`, once the controller (this
-        broker's or another's, told by its watch) has written them; CoordinatorError after
-        `timeout` s (the partitions are written: they get states once a controller acts)."""
-        self._events.put(("topics", {topic}))  # this broker's controller need not wait
-        deadline = time.monotonic() + timeout
-        states: dict[int, PartitionState] = {}
-        pause = 0.005
-        while True:
-            for p in partitions:
-                if p not in states:
-                    try:
-                        states[p] = self.coordinator.partition_state(topic, p)
-                    except UnknownTopicError:
-                        pass
-            if len(states) == len(partitions):
-                return states
-            if time.monotonic() >= deadline:
-                raise CoordinatorError(
-                    f"topic {topic!r} is written but no controller gave its partitions a "
-                    f"state within {timeout:g} s (the controller is "
-                    f"{self.coordinator.controller()})"
-                )
-            time.sleep(pause)  # bounded by the deadline; ZooKeeper reads, backing off
-            pause = min(pause * 2, 0.2)
+        """add_partitions (the module's function) through this broker's coordinator."""
+        added = write_partitions(self.coordinator, topic, count, rng=self.rng)
+        self._events.put(("topics", {topic}))
+        return await_states(self.coordinator, topic, added, timeout)
 
     # -- the event loop -------------------------------------------------------------------
 
@@ -340,3 +288,80 @@ class ClusterController:
             return PartitionState(NO_LEADER, state.leader_epoch + 1, state.isr, self.term.epoch)
         isr = tuple(r for r in state.isr if r in live) if leader in state.isr else (leader,)
         return PartitionState(leader, state.leader_epoch + 1, isr, self.term.epoch)
+
+
+# -- creating topics and partitions, from any broker or tool ---------------------------------
+
+
+def write_topic(
+    coordinator: ZkCoordinator,
+    topic: str,
+    partitions: int,
+    replication_factor: int,
+    config: Mapping[str, str] | None = None,
+    *,
+    rng: random.Random | None = None,
+) -> dict[int, list[int]]:
+    """Place a new topic's replicas on the live brokers (racks apart when given) and write
+    it, as any broker did in Kafka's ZooKeeper era; the controller, watching the topics, gives
+    each partition its first state (await_states waits for that). The placement.
+    TopicExistsError, InvalidConfigError (a replication factor above the live brokers, racks
+    on some brokers only)."""
+    brokers = coordinator.brokers()
+    placement = assign_replicas(
+        {b: info.rack for b, info in brokers.items()}, partitions, replication_factor, rng=rng
+    )
+    coordinator.write_topic(topic, placement, config)
+    return placement
+
+
+def write_partitions(
+    coordinator: ZkCoordinator, topic: str, count: int, *, rng: random.Random | None = None
+) -> dict[int, list[int]]:
+    """Grow a topic to `count` partitions, the new ones placed as Kafka's addPartitions places
+    them (after the existing ones, starting where partition 0's preferred leader stands in the
+    placement order) with the topic's replication factor, and written by compare-and-set; the
+    new partitions' placement. InvalidConfigError for a count that does not grow the topic or
+    a factor above the live brokers."""
+    current = coordinator.assignment(topic)
+    if count <= len(current):
+        raise InvalidConfigError(
+            f"topic {topic!r} has {len(current)} partitions: {count} does not add any"
+        )
+    brokers = {b: info.rack for b, info in coordinator.brokers().items()}
+    order = placement_order(brokers)
+    first = current[0][0] if current.get(0) else None
+    start = order.index(first) if first in order else None
+    added = assign_replicas(
+        brokers, count - len(current), len(current[0]), start=start, shift=start,
+        first_partition=len(current), rng=rng,
+    )  # fmt: skip
+    coordinator.add_partitions(topic, added)
+    return added
+
+
+def await_states(
+    coordinator: ZkCoordinator, topic: str, partitions: Mapping[int, object], timeout: float
+) -> dict[int, PartitionState]:
+    """The first states of a topic's new `partitions` once the controller has written them;
+    CoordinatorError after `timeout` s (the partitions are written: they get states once a
+    controller acts)."""
+    deadline = time.monotonic() + timeout
+    states: dict[int, PartitionState] = {}
+    pause = 0.005
+    while True:
+        for p in partitions:
+            if p not in states:
+                try:
+                    states[p] = coordinator.partition_state(topic, p)
+                except UnknownTopicError:
+                    pass
+        if len(states) == len(partitions):
+            return states
+        if time.monotonic() >= deadline:
+            raise CoordinatorError(
+                f"topic {topic!r} is written but no controller gave its partitions a state "
+                f"within {timeout:g} s (the controller is {coordinator.controller()})"
+            )
+        time.sleep(pause)  # bounded by the deadline; ZooKeeper reads, backing off
+        pause = min(pause * 2, 0.2)
