@@ -421,3 +421,33 @@ def test_an_offset_commit_is_answered_once_the_offsets_replicas_have_it(
         assert until(lambda: again.committed(tp), "the committed offset") == 7
     finally:
         again.close()
+
+
+def test_the_http_api_and_the_console_show_leaders_replicas_and_isr(
+    make_cluster: Callable[..., InProcessCluster],
+) -> None:
+    """A cluster broker's HTTP API describes each partition with its leader, leader epoch,
+    replicas and in-sync replicas as the cluster's state has them (and its own high
+    watermark), and the console's topic page shows the same columns."""
+    import json
+    import urllib.request
+
+    cluster = make_cluster(http="127.0.0.1:0")
+    cluster.create("t", partitions=3)
+    produce(cluster.bootstrap, "t", [b"x"])
+    for node, server in cluster.servers.items():
+        assert server.http_server is not None
+        url = server.http_server.url
+        with urllib.request.urlopen(f"{url}/v1/topics/t", timeout=WAIT) as r:
+            described = json.load(r)
+        for entry in described["partitions"]:
+            state = cluster.state("t", entry["partition"])
+            assert (entry["leader"], entry["leader_epoch"], entry["isr"]) == (
+                state.leader, state.leader_epoch, list(state.isr))  # fmt: skip
+            assert sorted(entry["replicas"]) == [1, 2, 3]
+            assert 0 <= entry["high_watermark"] <= entry["end_offset"]
+        with urllib.request.urlopen(f"{url}/ui/topics/t", timeout=WAIT) as r:
+            page = r.read().decode()
+        leader0 = cluster.state("t", 0).leader
+        assert '<td class="leader">' + str(leader0) + "</td>" in page.split(
+            'data-partition="0"')[1].split("</tr>")[0], node  # fmt: skip

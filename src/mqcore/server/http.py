@@ -73,6 +73,7 @@ from mqcore.server.httpbase import (
     json_endpoint,
     log,
     path_int,
+    replica_view,
     result_object,
     scan_endpoint,
 )
@@ -130,8 +131,10 @@ def describe_topic(store: Store, request: Request, params: Params) -> dict[str, 
     access(request).check_topic(DESCRIBE, topic)
     config = store.topic_config(topic)  # UnknownTopicError first
     partitions = partition_offsets(store, topic)
+    replicas = replica_view(request, topic)
     for entry in partitions:
         entry["segments"] = len(store.segment_offsets(topic, entry["partition"]))
+        entry.update(replicas.get(entry["partition"], {}))
     return {
         "topic": topic,
         "internal": is_internal(topic),
@@ -273,6 +276,7 @@ def create_app(
     scan_wait: float = SCAN_WAIT,
     max_share_polls: int = MAX_SHARE_POLLS,
     max_body_bytes: int = MAX_BODY_BYTES,
+    replicas: Callable[[str], dict[int, dict[str, Any]]] | None = None,
 ) -> Starlette:
     """The JSON query API over `store` (left open: the caller owns it) under /v1, and with
     `console` the console's pages under /ui (server/console; `/` redirects there). A
@@ -287,7 +291,8 @@ def create_app(
     console's browser rows) run at once; one more waits `scan_wait` seconds for a slot, then
     is answered 503 (httpbase.Scans). At most `max_share_polls` share polls wait for records
     at once; one more answers at once (sharehttp.WaitingPolls). Request bodies being read hold
-    at most `max_body_bytes` together (httpbase.Bodies; 503 past it).
+    at most `max_body_bytes` together (httpbase.Bodies; 503 past it). `replicas(topic)`, on
+    a cluster's broker, gives each partition's leader, replicas and ISR (replica_view).
 
     A read-only `store` (`mqcore console`) shows the store as it is on disk at each request,
     not as it was when opened: each request borrows the process's kept handle of its path,
@@ -329,6 +334,7 @@ def create_app(
         ui.configure(app.state, allow_write)
     app.state.auth = auth
     app.state.group_members = group_members
+    app.state.replicas = replicas
     app.state.store = store
     path = store.path
     app.state.lend = (

@@ -428,3 +428,10 @@ def path_int(request: Request, name: str) -> int:
     if not _DIGITS.fullmatch(text):
         raise InvalidConfigError(f"{name} must be an integer >= 0, not {text[:40]!r}")
     return int(text)
+
+
+def replica_view(request: Request, topic: str) -> dict[int, dict[str, Any]]:
+    """On a cluster's broker, each partition's leader, leader epoch, replicas, in-sync
+    replicas and this broker's high watermark of it (docs/cluster.md); {} on a node of one."""
+    view = request.app.state.replicas
+    return {} if view is None else view(topic)

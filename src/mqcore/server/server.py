@@ -364,7 +364,8 @@ class Server:
                     auth = HttpAuth(self.sasl, self.authorizer, backoff=self.sasl.backoff)
                 self.http_server = HttpServer(
                     create_app(self.store, auth=auth, group_members=self.broker.groups.member_list,
-                               allowed_hosts=self.http_allowed_hosts),
+                               allowed_hosts=self.http_allowed_hosts,
+                               replicas=self._replica_view if self.replicas else None),
                     self.http, tls_cert=self._tls_cert,
                     tls_key=self._tls_key,
                     max_connections=http_connections,
@@ -377,6 +378,28 @@ class Server:
                 raise
         # -- end HTTP query API --
         return self
+
+    def _replica_view(self, topic: str) -> dict[int, dict[str, Any]]:
+        """What the HTTP API and the console show of a topic's partitions on a cluster: each
+        one's leader, leader epoch, replicas, in-sync replicas, and this broker's high
+        watermark of those it holds."""
+        assert self.replicas is not None and self.store is not None
+        out: dict[int, dict[str, Any]] = {}
+        try:
+            partitions = self.replicas.partitions(topic)
+        except MQCoreError:
+            return out
+        for p, meta in partitions.items():
+            state = meta.state
+            out[p] = {
+                "leader": state.leader if state is not None else -1,
+                "leader_epoch": state.leader_epoch if state is not None else -1,
+                "replicas": list(meta.replicas),
+                "isr": list(state.isr) if state is not None else [],
+            }
+            if self.node_id in meta.replicas and self.store.log.has_topic(topic):
+                out[p]["high_watermark"] = self.store.log.replica(topic, p).high_watermark
+        return out
 
     def _join_cluster(self) -> None:
         """Connect to the coordinator and make this broker's ReplicaManager (started once

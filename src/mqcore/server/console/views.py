@@ -40,6 +40,7 @@ from mqcore.server.httpbase import (
     lent_call,
     log,
     path_int,
+    replica_view,
     status_of,
 )
 from mqcore.store import Store
@@ -107,14 +108,18 @@ def topic_summary(store: Store, topic: str, now_ms: int) -> dict[str, Any]:
     }
 
 
-def partition_rows(store: Store, topic: str) -> list[dict[str, int]]:
-    """Each partition's offsets, segments and bytes on disk (what `mqcore stats` prints)."""
+def partition_rows(
+    store: Store, topic: str, replicas: dict[int, dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
+    """Each partition's offsets, segments and bytes on disk (what `mqcore stats` prints), and
+    on a cluster's broker its leader, replicas and in-sync replicas (`replicas`)."""
     out = []
     for p in store.available_partitions(topic):
         start, end = store.start_offset(topic, p), store.end_offset(topic, p)
         out.append({"partition": p, "start": start, "end": end, "messages": end - start,
                     "segments": len(store.segment_offsets(topic, p)),
-                    "size": store.disk_bytes(topic, p)})  # fmt: skip
+                    "size": store.disk_bytes(topic, p),
+                    **(replicas or {}).get(p, {})})  # fmt: skip
     return out
 
 
@@ -190,7 +195,7 @@ def browser(store: Store, request: Request, params: Params) -> Response:
     return render.page(
         request, "browser.html", 400 if error else 200, error=error, title=topic, topic=topic,
         config=sorted(dataclasses.asdict(store.topic_config(topic)).items()),
-        partition_rows=partition_rows(store, topic),
+        partition_rows=partition_rows(store, topic, replica_view(request, topic)),
         partitions=partitions, fields=fields, zone=render.zone_name(q.tz) if q else "UTC",
         rows_url=rows_url, prev_url=prev, page_url=base,
         history=",".join(q.history) if q else "", cursor=(q.cursor or "-") if q else "-",
