@@ -408,9 +408,11 @@ def test_an_offset_commit_is_answered_once_the_offsets_replicas_have_it(
         cluster.release()
         committing.join(WAIT)
         assert done.is_set()
-        for r in (offsets.leader, *followers):  # every replica has the commit
-            log = cluster.servers[r].store.log  # type: ignore[union-attr]
-            assert log.replica("__consumer_offsets", 0).log_end_offset > end
+        for r in (offsets.leader, *followers):  # every replica has the commit, whose batch
+            log = cluster.servers[r].store.log  # type: ignore[union-attr]  # carries the epoch
+            handle = log.replica("__consumer_offsets", 0)
+            assert handle.log_end_offset > end
+            assert handle.latest_epoch == offsets.leader_epoch  # so truncation goes by epochs
     finally:
         consumer.close()
     cluster.stop(offsets.leader)  # the coordinator fails over: the commit is kept

@@ -421,3 +421,27 @@ def test_a_stores_replica_handle_wakes_its_waiting_consumer(tmp_path: Path) -> N
         assert (info.first_offset, info.last_offset) == (0, 1)
         assert [m.value for m in store.read("t", 0, 0)] == [b"a", b"b"]
         consumer.close()
+
+
+def test_a_leaders_own_appends_carry_its_epoch(tmp_path: Path) -> None:
+    """ReplicaLog.lead(epoch): batches the store appends itself (Store.append, as a group
+    coordinator's offset commits are written) carry the epoch in partitionLeaderEpoch, read
+    back by kafka-python's codec, and the CRC stays valid (the field is outside it);
+    resign() stops it."""
+    with mqcore.open(str(tmp_path / "s")) as store:
+        store.create_topic("t")
+        handle = store.log.replica("t", 0)
+        store.append("t", b"before")
+        handle.lead(4)
+        store.append("t", b"led")
+        handle.resign()
+        store.append("t", b"after")
+        raw = bytes(handle.read_bytes(0, 1 << 20, "log_end").data)
+        assert handle.end_offset_for_epoch(4) == (4, 3)
+    epochs = []
+    records = MemoryRecords(raw)
+    while records.has_next():
+        batch = records.next_batch()
+        assert isinstance(batch, DefaultRecordBatch) and batch.validate_crc()
+        epochs.append(batch.leader_epoch)
+    assert epochs == [-1, 4, -1]

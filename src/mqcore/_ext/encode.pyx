@@ -657,6 +657,13 @@ cdef class EncodedBatch:
         self.base_offset = base_offset
         store_be64(self.glue, <uint64_t>base_offset)
 
+    def set_leader_epoch(self, int32_t leader_epoch):
+        """Stamp the partitionLeaderEpoch (bytes 12..15, outside the CRC): the epoch the
+        appending broker leads the partition at, as Kafka's leaders stamp every batch."""
+        if leader_epoch < 0:
+            raise ValueError(f"leader epoch must be >= 0, not {leader_epoch}")
+        store_be32(self.glue + 12, <uint32_t>leader_epoch)
+
     @property
     def last_offset(self):
         return self.base_offset + self.last_offset_delta

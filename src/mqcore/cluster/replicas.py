@@ -583,6 +583,7 @@ class ReplicaManager:
             else:
                 if r.leader is not None:
                     r.leader = None
+                    r.log.resign()
                     changed = True
                 if state.leader == NO_LEADER:
                     self._unfollow(r)
@@ -663,7 +664,9 @@ class ReplicaManager:
             self._fenced = True
             for r in list(self._replicas.values()):
                 with r.lock:
-                    r.leader = None
+                    if r.leader is not None:
+                        r.leader = None
+                        r.log.resign()
                     self._unfollow(r)
                 self.on_progress(r.topic, r.partition)
             return

@@ -126,7 +126,7 @@ class LeaderPartition:
         if leader_id not in self.isr:
             raise InvalidConfigError(f"leader {leader_id} is not in the ISR {sorted(self.isr)}")
         self.lag_ms = replica_lag_time_max_ms
-        log.assign_epoch(leader_epoch)  # the epoch starts at the current log end
+        log.lead(leader_epoch)  # the epoch starts at the current log end
         self.epoch_start = log.log_end_offset
         # followers in the ISR count as caught up now: a new leader gives each a full lag
         # time to fetch before it may drop them (Kafka resets lastCaughtUpTime the same way)

@@ -767,6 +767,8 @@ class Log:
     def _write(self, part: Partition, batch: EncodedBatch) -> int:
         if self._background_deferred:
             self.start_background()
+        if part.leader_epoch >= 0:
+            batch.set_leader_epoch(part.leader_epoch)
         base = part.append(batch)
         appends = self._topic_appends
         appends[part.topic] = appends.get(part.topic, 0) + 1

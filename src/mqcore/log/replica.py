@@ -440,6 +440,18 @@ class ReplicaLog:
             at = self.log_end_offset if start_offset is None else start_offset
             self.leader_epochs.assign(epoch, at)
 
+    def lead(self, epoch: int) -> None:
+        """This broker leads the partition from now on at `epoch`: the epoch starts at the log
+        end (assign_epoch), and batches the store appends itself (through Log, not
+        append_as_leader: a group coordinator's offset commits) carry it from now on."""
+        self.assign_epoch(epoch)
+        self.partition.leader_epoch = epoch
+
+    def resign(self) -> None:
+        """This broker no longer leads the partition: the store's own appends carry no
+        epoch again."""
+        self.partition.leader_epoch = -1
+
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         """(epoch, end offset) by Kafka's OffsetsForLeaderEpoch rules (LeaderEpochCache)."""
         with self.partition.locked():

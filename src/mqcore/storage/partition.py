@@ -95,6 +95,10 @@ class Partition:
         self.store_flush = flush  # the store's policy; flush_policy is the one this topic gets
         self.flush_policy = flush.for_topic(config)
         self.writable = writable
+        # the leader epoch this broker leads the partition at (a cluster's replica manager
+        # sets it through ReplicaLog.lead): the store's own appends carry it, as a Kafka
+        # leader's batches do, so followers' epoch caches know where it starts; -1: none
+        self.leader_epoch = -1
         self.cache = cache  # the store's open sealed segments (storage/cache.py)
         # the store's space reserved past active segments (one of its own when alone)
         self.reserve_budget = reserve_budget if reserve_budget is not None else ReserveBudget()
