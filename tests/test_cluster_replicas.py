@@ -453,3 +453,42 @@ def test_the_http_api_and_the_console_show_leaders_replicas_and_isr(
         leader0 = cluster.state("t", 0).leader
         assert '<td class="leader">' + str(leader0) + "</td>" in page.split(
             'data-partition="0"')[1].split("</tr>")[0], node  # fmt: skip
+
+
+def test_a_replica_fetch_past_the_leaders_log_end_does_not_move_the_high_watermark(
+    make_cluster: Callable[..., InProcessCluster],
+) -> None:
+    """A Fetch with a replica's ID claiming an offset the leader does not have (a confused
+    or lying peer) is OFFSET_OUT_OF_RANGE and does not count towards the high watermark; the
+    same from a broker that is no replica is NOT_LEADER_OR_FOLLOWER."""
+    import datetime
+
+    from kafkaclients import KioWire
+    from kio.schema.errors import ErrorCode
+    from kio.schema.fetch.v12.request import FetchPartition, FetchTopic
+
+    cluster = make_cluster(zk_session_timeout_ms=8000)
+    cluster.create("t", rf=2)
+    state = cluster.state("t")
+    follower = next(r for r in state.isr if r != state.leader)
+    cluster.hold(follower)  # the real follower stays where it is
+    produce(cluster.bootstrap, "t", [b"a", b"b"], acks=1)
+    handle = cluster.servers[state.leader].store.log.replica("t", 0)  # type: ignore[union-attr]
+    before = handle.high_watermark
+    outsider = next(n for n in (1, 2, 3) if n not in (state.leader, follower))
+    wire = KioWire(cluster.servers[state.leader].address)
+    try:
+        for replica, offset, code in ((follower, 99, ErrorCode.offset_out_of_range),
+                                      (outsider, 2, ErrorCode.not_leader_or_follower)):  # fmt: skip
+            body = wire.call(1, 12, replica_id=replica, max_wait=datetime.timedelta(0),
+                             min_bytes=0, max_bytes=1 << 20, isolation_level=0, session_id=0,
+                             session_epoch=-1, forgotten_topics_data=(), rack_id="",
+                             topics=(FetchTopic(topic="t", partitions=(FetchPartition(
+                                 partition=0, current_leader_epoch=state.leader_epoch,
+                                 fetch_offset=offset, last_fetched_epoch=-1,
+                                 log_start_offset=0, partition_max_bytes=1 << 20),)),))  # fmt: skip
+            assert body.responses[0].partitions[0].error_code == code
+            assert handle.high_watermark == before
+    finally:
+        wire.close()
+        cluster.release()

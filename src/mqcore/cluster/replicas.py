@@ -404,6 +404,13 @@ class ReplicaManager:
                 raise NotLeaderOrFollowerError(
                     f"broker {replica_id} is not a replica of {topic}-{partition}"
                 )
+            if not r.log.log_start_offset <= fetch_offset <= r.log.log_end_offset:
+                # a follower cannot hold what the leader does not: refused before it counts
+                # towards the high watermark (Kafka answers OFFSET_OUT_OF_RANGE too)
+                raise OffsetOutOfRangeError(
+                    f"{topic}-{partition}: fetch offset {fetch_offset} outside the leader's "
+                    f"log [{r.log.log_start_offset}, {r.log.log_end_offset}]"
+                )
             before = r.log.high_watermark
             moved = leader.follower_fetched(replica_id, fetch_offset, now_ms()) != before
             if not r.joining and replica_id not in leader.isr and replica_id in leader.may_join():
