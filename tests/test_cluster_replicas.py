@@ -492,3 +492,22 @@ def test_a_replica_fetch_past_the_leaders_log_end_does_not_move_the_high_waterma
     finally:
         wire.close()
         cluster.release()
+
+
+def test_a_topic_past_the_partition_bounds_is_refused_before_the_cluster_has_it(
+    make_cluster: Callable[..., InProcessCluster],
+) -> None:
+    """CreateTopics on a cluster is bounded as on a node of one (the store's partition
+    limits: POLICY_VIOLATION), before anything reaches ZooKeeper."""
+    ck = pytest.importorskip("confluent_kafka")
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    cluster = make_cluster(max_partitions_per_topic=4)
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    with pytest.raises(ck.KafkaException) as refused:
+        admin.create_topics([NewTopic("wide", 10, 3)])["wide"].result(30)
+    assert refused.value.args[0].code() == ck.KafkaError.POLICY_VIOLATION
+    coordinator = cluster.any().replicas.coordinator  # type: ignore[union-attr]
+    assert "wide" not in coordinator.topics()
+    admin.create_topics([NewTopic("narrow", 4, 3)])["narrow"].result(30)
+    assert "narrow" in coordinator.topics()

@@ -33,7 +33,13 @@ from mqcore.errors import (
 from mqcore.log import ReplicaLog
 from mqcore.log.legacy import up_convert
 from mqcore.log.replica import Isolation
-from mqcore.server.admin import AdminApis, create_requested, request_limit, throttle_time
+from mqcore.server.admin import (
+    AdminApis,
+    create_requested,
+    creation_errors,
+    request_limit,
+    throttle_time,
+)
 from mqcore.server.admin import create_topic as admin_create_topic
 from mqcore.server.auth import (
     CLUSTER,
@@ -389,7 +395,7 @@ class Broker:
                     name == OFFSETS_TOPIC or self.allowed(session, CREATE, name)
                 ):
                     raise UnknownTopicError(name)
-                self._create_in_cluster(name, -1, -1, {})
+                self._create_in_cluster(name, -1, -1, {}, session)
             parts = self.cluster.partitions(name)
         except TopicExistsError:
             parts = self.cluster.partitions(name)
@@ -417,10 +423,18 @@ class Broker:
         )  # fmt: skip
 
     def _create_in_cluster(
-        self, name: str, partitions: int, replication_factor: int, configs: dict[str, str]
+        self,
+        name: str,
+        partitions: int,
+        replication_factor: int,
+        configs: dict[str, str],
+        session: Session | None = None,
     ) -> int:
         """A topic created in the cluster: -1 partitions or replication factor for the
-        server's defaults, the internal offsets topic with its own. Returns the count."""
+        server's defaults, the internal offsets topic with its own; bounded by this broker's
+        store's partition limits (every broker holding a replica has the same) and, for a
+        client's (`session`), metered by its mutation quota as on a node of one. Returns the
+        count."""
         assert self.cluster is not None
         live = len(self.cluster.brokers())
         if name == OFFSETS_TOPIC:  # Kafka's offsets.topic.replication.factor: min(3, brokers)
@@ -440,7 +454,13 @@ class Broker:
                 ErrorCode.invalid_replication_factor,
                 f"replication factor {replication_factor} is larger than the {live} live brokers",
             )
+        with creation_errors():
+            self.log.check_limits(name, partitions)
+        if session is not None:
+            self.quota.admit(session.principal)
         self.cluster.create_topic(name, partitions, replication_factor, configs)
+        if session is not None:
+            self.quota.record(session.principal, partitions)
         return partitions
 
     def _topic_by_id(self, found: Api, wanted: Any, session: Session, ops: bool) -> Any:
@@ -474,7 +494,7 @@ class Broker:
                     raise too_many
                 self.authorize(session, CREATE, t.name)
                 if self.cluster is not None:
-                    cfg = self._create_requested_in_cluster(t, body.validate_only)
+                    cfg = self._create_requested_in_cluster(t, body.validate_only, session)
                 else:
                     cfg = create_requested(self, t, body.validate_only, session)
             except MQCoreError as e:
@@ -496,7 +516,9 @@ class Broker:
             )
         return build(found.response, throttle_time=throttle_time(throttle), topics=tuple(results))
 
-    def _create_requested_in_cluster(self, t: Any, validate_only: bool) -> TopicConfig:
+    def _create_requested_in_cluster(
+        self, t: Any, validate_only: bool, session: Session
+    ) -> TopicConfig:
         """One topic of a CreateTopics request on a cluster: placed by the controller's rules
         (an explicit replica assignment is not taken yet: INVALID_REQUEST)."""
         if t.assignments:
@@ -515,8 +537,11 @@ class Broker:
         assert self.cluster is not None
         if self.cluster.has_topic(t.name):
             raise TopicExistsError(f"topic {t.name!r} already exists")
-        if not validate_only:
-            self._create_in_cluster(t.name, count, t.replication_factor, configs)
+        if validate_only:
+            with creation_errors():
+                self.log.check_limits(t.name, count)
+        else:
+            self._create_in_cluster(t.name, count, t.replication_factor, configs, session)
         return cfg
 
     def _replication_factor(self, topic: str) -> int:
