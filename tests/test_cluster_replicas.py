@@ -511,3 +511,68 @@ def test_a_topic_past_the_partition_bounds_is_refused_before_the_cluster_has_it(
     assert "wide" not in coordinator.topics()
     admin.create_topics([NewTopic("narrow", 4, 3)])["narrow"].result(30)
     assert "narrow" in coordinator.topics()
+
+
+def test_acks_all_produces_of_one_connection_are_appended_while_the_first_waits(
+    make_cluster: Callable[..., InProcessCluster],
+) -> None:
+    """Two acks=all produces sent back to back on one connection: the second is appended
+    while the first waits for its replica (their replication overlaps), and both are
+    answered in request order once the follower has them."""
+    import datetime
+    import io
+    import socket
+    import struct
+
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+    from kafkaclients import recv_exactly
+    from kio.schema.errors import ErrorCode
+    from kio.schema.produce.v8.request import (
+        PartitionProduceData,
+        ProduceRequest,
+        TopicProduceData,
+    )
+    from kio.schema.produce.v8.response import ProduceResponse
+    from kio.schema.request_header.v1.header import RequestHeader
+    from kio.schema.response_header.v0.header import ResponseHeader
+    from kio.serial import entity_reader, entity_writer
+
+    cluster = make_cluster(zk_session_timeout_ms=8000)
+    cluster.create("t", rf=2)
+    state = cluster.state("t")
+    follower = next(r for r in state.isr if r != state.leader)
+    cluster.hold(follower)
+
+    def request(correlation: int, value: bytes) -> bytes:
+        batch = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False,
+                                          producer_id=-1, producer_epoch=-1,
+                                          base_sequence=-1, batch_size=1 << 16)  # fmt: skip
+        batch.append(0, timestamp=int(time.time() * 1000), key=None, value=value, headers=[])
+        out = io.BytesIO()
+        entity_writer(RequestHeader)(out, RequestHeader(
+            request_api_key=0, request_api_version=8, correlation_id=correlation,
+            client_id="pipeline"))  # fmt: skip
+        entity_writer(ProduceRequest)(out, ProduceRequest(
+            transactional_id=None, acks=-1, timeout=datetime.timedelta(seconds=30),
+            topic_data=(TopicProduceData(name="t", partition_data=(PartitionProduceData(
+                index=0, records=bytes(batch.build())),)),)))  # fmt: skip
+        return struct.pack(">i", out.tell()) + out.getvalue()
+
+    handle = cluster.servers[state.leader].store.log.replica("t", 0)  # type: ignore[union-attr]
+    host, port = cluster.servers[state.leader].address
+    with socket.create_connection((host, port), timeout=WAIT) as sock:
+        sock.sendall(request(1, b"first") + request(2, b"second"))
+        until(lambda: handle.log_end_offset == 2, "both appended while the first waits",
+              timeout=10)  # fmt: skip
+        assert handle.high_watermark == 0  # neither is replicated: neither answered
+        cluster.release()
+        answers = []
+        for _ in range(2):
+            (size,) = struct.unpack(">i", recv_exactly(sock, 4))
+            payload = recv_exactly(sock, size)
+            header, used = entity_reader(ResponseHeader)(payload, 0)
+            body = entity_reader(ProduceResponse)(payload, used)[0]
+            part = body.responses[0].partition_responses[0]
+            answers.append((header.correlation_id, part.error_code, part.base_offset))
+    assert answers == [(1, ErrorCode.none, 0), (2, ErrorCode.none, 1)]
+    assert cluster.log(follower, "t") == [(0, b"first"), (1, b"second")]

@@ -66,7 +66,9 @@ log = logging.getLogger("mqcore.cluster")
 
 FETCH_MAX_WAIT_MS = 500  # Kafka's replica.fetch.wait.max.ms
 FETCH_MAX_BYTES = 10 * 1024 * 1024  # replica.fetch.response.max.bytes
-PARTITION_FETCH_BYTES = 1024 * 1024  # replica.fetch.max.bytes
+# replica.fetch.max.bytes; Kafka's is 1 MiB, but pipelined acks=all produces (server.py)
+# append several 1 MiB batches while a follower fetches
+PARTITION_FETCH_BYTES = 8 * 1024 * 1024
 BACKOFF = 0.2  # seconds between a failed fetch round and the next (replica.fetch.backoff.ms)
 MAX_BACKOFF = 2.0
 # a leader that does not lead yet (its state change is on its way from ZooKeeper) is asked

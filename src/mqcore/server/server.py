@@ -78,7 +78,7 @@ from mqcore.server.defaults import (
     MUTATION_RATE,
     REQUEST_TIMEOUT,
 )
-from mqcore.server.delayed import Delayed
+from mqcore.server.delayed import NOT_YET, Delayed
 from mqcore.server.fetchwire import FetchAnswer, FetchFrame, encode_fetch
 from mqcore.server.groups import INITIAL_REBALANCE_DELAY
 from mqcore.server.network import (
@@ -115,6 +115,10 @@ refusals = RateLimitedLog(log)  # refused versions and logins: warnings, once a 
 
 WATCH_INTERVAL = 0.5  # seconds between two looks at the store's health
 HOT_REQUESTS = 16  # requests of one connection a request thread answers in a row at most
+# a cluster's acks=all produces of one connection appended while the earlier ones wait for
+# their replicas (librdkafka's max.in.flight for an idempotent producer)
+PIPELINE = 5
+PRODUCE = 0
 CLUSTER_FILE = "mqcore-cluster-id"
 _Failure = (OSError, ProtocolError, AuthenticationError, CloseConnection, PeerClosed, ssl.SSLError)
 
@@ -531,6 +535,9 @@ class Server:
                 response = self._respond(conn, frame)
                 if isinstance(response, _Waiting):
                     assert self.broker is not None
+                    if response.request.api.key == PRODUCE:
+                        self._pipeline(conn, response)
+                        return
                     done = functools.partial(self._delayed_done, conn, response.request)
                     self.broker.purgatory.add(response.delayed, done)
                     return
@@ -543,6 +550,59 @@ class Server:
         except _Failure as e:
             self._close(conn, e)
         except Exception as e:  # a bug: this connection ends, the server serves the others
+            self._close(conn, e, unexpected=True)
+
+    def _pipeline(self, conn: Connection, first: _Waiting) -> None:
+        """A produce waiting for its replicas (acks=all on a cluster): the connection's next
+        produces already in are appended meanwhile (PIPELINE at most), so their replication
+        overlaps, and all are answered in request order once each is replicated. Appends stay
+        in request order: each is made before the next request is read. A request of another
+        kind read on the way waits, unanswered, until they are (responses leave in order)."""
+        assert self.broker is not None and self._network is not None
+        chain: list[Any] = [first]  # _Waiting, or a response ready (None: none, acks=0)
+        pending: memoryview | None = None
+        network = self._network
+        while len(chain) < PIPELINE and isinstance(chain[-1], _Waiting):
+            got = conn.try_read(network.limits, network.pool, time.monotonic())
+            if got is WOULD_BLOCK or got is NEED_MEMORY:
+                break  # _send_and_read reads on once the chain is answered
+            if peek_header(got)[0] != PRODUCE:
+                pending = got  # its turn comes after the chain's answers
+                break
+            chain.append(self._respond(conn, got))
+        waits = [c for c in chain if isinstance(c, _Waiting)]
+        done = functools.partial(self._chain_done, conn, chain, pending)
+        self.broker.purgatory.add(_all_of([w.delayed for w in waits]), done)
+
+    def _chain_done(
+        self,
+        conn: Connection,
+        chain: list[Any],
+        pending: memoryview | None,
+        bodies: Any,
+        error: BaseException | None,
+    ) -> None:
+        """A pipelined chain's answers, queued in request order and sent; then the request
+        read meanwhile, or the next one."""
+        try:
+            if error is not None:
+                raise error
+            answers = iter(bodies)
+            for item in chain:
+                frame = (response_frame(item.request, next(answers))
+                         if isinstance(item, _Waiting) else item)  # fmt: skip
+                if frame is not None:
+                    conn.queue(frame)
+            if pending is not None:
+                conn.try_send(time.monotonic())  # what the socket takes now; the rest after
+                self._serve(conn, pending)
+                return
+            got = self._send_and_read(conn, None)
+            if got is not None:
+                self._serve(conn, got)
+        except _Failure as e:
+            self._close(conn, e)
+        except Exception as e:
             self._close(conn, e, unexpected=True)
 
     def _delayed_done(
@@ -653,6 +713,25 @@ class Server:
         if isinstance(body, Delayed):
             return _Waiting(request, body)
         return response_frame(request, body)
+
+
+def _all_of(waits: list[Delayed]) -> Delayed:
+    """One Delayed for several: each one's answer, in order, once all have one (polled
+    together, woken by any of their keys, final at the earliest deadline)."""
+    answers: dict[int, Any] = {}
+
+    def poll(final: bool) -> Any:
+        for i, d in enumerate(waits):
+            if i not in answers:
+                got = d.poll(final)
+                if got is not NOT_YET:
+                    answers[i] = d.then(got)
+        return [answers[i] for i in range(len(waits))] if len(answers) == len(waits) else NOT_YET
+
+    deadlines = [d.deadline for d in waits if d.deadline is not None]
+    keys = {k for d in waits for k in d.keys}
+    return Delayed(poll, lambda: [d.wait() for d in waits],
+                   deadline=min(deadlines) if deadlines else None, keys=keys)  # fmt: skip
 
 
 def response_frame(request: Request, body: Any) -> bytes | FetchFrame | None:
