@@ -559,20 +559,26 @@ class Server:
         in request order: each is made before the next request is read. A request of another
         kind read on the way waits, unanswered, until they are (responses leave in order)."""
         assert self.broker is not None and self._network is not None
-        chain: list[Any] = [first]  # _Waiting, or a response ready (None: none, acks=0)
+        # each a Request waiting (answered by the purgatory), or a response ready (None: none)
+        chain: list[Any] = [first.request]
+        waits = [first.delayed]
         pending: memoryview | None = None
         network = self._network
-        while len(chain) < PIPELINE and isinstance(chain[-1], _Waiting):
+        while len(chain) < PIPELINE and isinstance(chain[-1], Request):
             got = conn.try_read(network.limits, network.pool, time.monotonic())
             if got is WOULD_BLOCK or got is NEED_MEMORY:
                 break  # _send_and_read reads on once the chain is answered
             if peek_header(got)[0] != PRODUCE:
                 pending = got  # its turn comes after the chain's answers
                 break
-            chain.append(self._respond(conn, got))
-        waits = [c for c in chain if isinstance(c, _Waiting)]
+            response = self._respond(conn, got)
+            if isinstance(response, _Waiting):
+                chain.append(response.request)
+                waits.append(response.delayed)
+            else:
+                chain.append(response)
         done = functools.partial(self._chain_done, conn, chain, pending)
-        self.broker.purgatory.add(_all_of([w.delayed for w in waits]), done)
+        self.broker.purgatory.add(_all_of(waits), done)
 
     def _chain_done(
         self,
@@ -582,15 +588,16 @@ class Server:
         bodies: Any,
         error: BaseException | None,
     ) -> None:
-        """A pipelined chain's answers, queued in request order and sent; then the request
-        read meanwhile, or the next one."""
+        """The answers of requests that waited (a pipelined chain, or one request), queued in
+        request order and sent; then the request read meanwhile, or the next one (on a
+        request thread)."""
         try:
             if error is not None:
                 raise error
             answers = iter(bodies)
             for item in chain:
-                frame = (response_frame(item.request, next(answers))
-                         if isinstance(item, _Waiting) else item)  # fmt: skip
+                frame = (response_frame(item, next(answers))
+                         if isinstance(item, Request) else item)  # fmt: skip
                 if frame is not None:
                     conn.queue(frame)
             if pending is not None:
@@ -609,16 +616,7 @@ class Server:
         self, conn: Connection, request: Request, body: Any, error: BaseException | None
     ) -> None:
         """A waiting request's answer (on a request thread): send it and serve on."""
-        try:
-            if error is not None:
-                raise error
-            got = self._send_and_read(conn, response_frame(request, body))
-            if got is not None:
-                self._serve(conn, got)
-        except _Failure as e:
-            self._close(conn, e)
-        except Exception as e:
-            self._close(conn, e, unexpected=True)
+        self._chain_done(conn, [request], None, [body], error)
 
     def _send_and_read(
         self, conn: Connection, response: bytes | FetchFrame | None
