@@ -258,3 +258,25 @@ def _answers(c: ZkCoordinator) -> bool:
     except CoordinatorError:
         return False
     return True
+
+
+def test_the_sessions_changes_are_logged_once_each(
+    zk: ZooKeeper, caplog: pytest.LogCaptureFixture
+) -> None:
+    """ZooKeeper away and back is one warning each way (kazoo's own line per failed
+    reconnect is left to kazoo's logger, which `mqcore serve` quiets), and a close says
+    nothing."""
+    import logging
+
+    caplog.set_level(logging.WARNING, logger="mqcore.cluster")
+    c = coordinator(zk)
+    try:
+        zk.stop()
+        until(lambda: any("unreachable" in r.message for r in caplog.records), "the warning")
+        zk.start()
+        until(lambda: any("reached again, the session kept" in r.message
+                          for r in caplog.records), "the all-clear")  # fmt: skip
+    finally:
+        c.close()
+    ours = [r.message for r in caplog.records if r.name == "mqcore.cluster"]
+    assert len(ours) == 2 and "expired" not in " ".join(ours), ours

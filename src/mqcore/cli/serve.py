@@ -272,6 +272,12 @@ def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
     handler.setFormatter(logging.Formatter("mqcore: %(levelname)s: %(message)s"))
     logging.getLogger("mqcore").addHandler(handler)
     logging.getLogger("mqcore").setLevel(LOG_LEVELS[args.log_level])
+    # kazoo (ZooKeeper's client) logs each failed reconnect; the coordinator logs the
+    # session's changes once each instead (cluster.zk), and kazoo's errors come out as ours
+    kazoo = logging.getLogger("kazoo")
+    kazoo.addHandler(handler)
+    kazoo.setLevel(logging.ERROR)
+    kazoo.propagate = False
     server = Server(
         args.store, args.listen, advertised_host=args.advertised_host,
         advertised_port=args.advertised_port,

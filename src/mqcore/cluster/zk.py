@@ -283,18 +283,30 @@ class ZkCoordinator:
         self._watches = _Watches()
         self._session_listeners: list[Callable[[bool], None]] = []
         self._lost = False
+        self._closing = False  # close() ends the session on purpose: nothing to warn of
+        self._suspended = False
         self.client.add_listener(self._on_state)
 
     def _on_state(self, state: str) -> None:
-        if state == KazooState.LOST:
+        if state == KazooState.SUSPENDED:
+            self._suspended = True
+            log.warning("ZooKeeper at %s is unreachable; the session lasts %g s without it",
+                        self.url, self.session_timeout)  # fmt: skip
+        elif state == KazooState.LOST:
+            if not self._closing:
+                log.warning("the ZooKeeper session expired: this node's registration is gone")
             self._lost = True
             self.session_lost.set()
             for listener in self._session_listeners:
                 listener(False)
         elif state == KazooState.CONNECTED and self._lost:
-            self._lost = False
+            log.warning("ZooKeeper at %s reached again, in a new session", self.url)
+            self._lost = self._suspended = False
             for listener in self._session_listeners:
                 listener(True)
+        elif state == KazooState.CONNECTED and self._suspended:
+            log.warning("ZooKeeper at %s reached again, the session kept", self.url)
+            self._suspended = False
 
     def on_session(self, listener: Callable[[bool], None]) -> None:
         """Call `listener(False)` when ZooKeeper expires this node's session (its ephemeral
@@ -324,6 +336,7 @@ class ZkCoordinator:
 
     def close(self) -> None:
         """End the session: ZooKeeper drops this node's ephemeral znodes at once."""
+        self._closing = True
         self.client.stop()
         self.client.close()
 
