@@ -16,7 +16,11 @@ import pytest
 
 ZOOKEEPER_JAR = "/usr/share/java/zookeeper.jar"
 MAIN = "org.apache.zookeeper.server.ZooKeeperServerMain"
-TICK_MS = 500  # sessions from 1 s (2 ticks) to 10 s (20 ticks): expiry tests stay short
+TICK_MS = 500
+# ZooKeeper expires a session on its tick after the timeout (an expiry bucket per tick), so the
+# tick is how late an expiry can be; the sessions it accepts are set here, not 2 to 20 ticks
+MIN_SESSION_MS = 1000
+MAX_SESSION_MS = 30000
 WAIT = 60.0
 
 
@@ -41,7 +45,7 @@ class ZooKeeper:
     """One ZooKeeper process: `address` (HOST:PORT), `start()`, `stop()` (SIGKILL: an outage,
     not a shutdown), `url(path)` for a coordinator URL."""
 
-    def __init__(self, directory: Path):
+    def __init__(self, directory: Path, tick_ms: int = TICK_MS):
         java = shutil.which("java")
         if java is None or not os.path.exists(ZOOKEEPER_JAR):
             pytest.skip("ZooKeeper is not installed (apt-get install zookeeper; make test-tools)")
@@ -50,6 +54,7 @@ class ZooKeeper:
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.log = directory / "zookeeper.log"
+        self.tick_ms = tick_ms
         self.proc: subprocess.Popen[bytes] | None = None
 
     def url(self, path: str = "/mqcore") -> str:
@@ -58,8 +63,12 @@ class ZooKeeper:
     def start(self) -> ZooKeeper:
         options = ["-Dzookeeper.admin.enableServer=false",
                    "-Dzookeeper.4lw.commands.whitelist=srvr"]  # fmt: skip
-        argv = [self.java, *options, "-cp", ZOOKEEPER_JAR, MAIN, str(self.port),
-                str(self.directory / "data"), str(TICK_MS)]  # fmt: skip
+        config = self.directory / "zoo.cfg"
+        config.write_text(f"clientPort={self.port}\nclientPortAddress=127.0.0.1\n"
+                          f"dataDir={self.directory / 'data'}\ntickTime={self.tick_ms}\n"
+                          f"minSessionTimeout={MIN_SESSION_MS}\n"
+                          f"maxSessionTimeout={MAX_SESSION_MS}\n")  # fmt: skip
+        argv = [self.java, *options, "-cp", ZOOKEEPER_JAR, MAIN, str(config)]
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + WAIT
