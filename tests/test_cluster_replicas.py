@@ -580,3 +580,142 @@ def test_acks_all_produces_of_one_connection_are_appended_while_the_first_waits(
             answers.append((header.correlation_id, part.error_code, part.base_offset))
     assert answers == [(1, ErrorCode.none, 0), (2, ErrorCode.none, 1)]
     assert cluster.log(follower, "t") == [(0, b"first"), (1, b"second")]
+
+
+def http_get(url: str) -> Any:
+    """GET a JSON answer (an HTTP error's JSON body too, with its status)."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=WAIT) as r:
+            return json.load(r)
+    except urllib.error.HTTPError as e:
+        with e:
+            return {"status": e.code, **json.load(e)}
+
+
+def pages(url: str, limit: int) -> list[dict[str, Any]]:
+    """Every message of a query, page by page through its cursors (bounded)."""
+    import urllib.parse
+
+    got: list[dict[str, Any]] = []
+    cursor = None
+    for _ in range(1000):
+        query = {"limit": str(limit)} | ({"cursor": cursor} if cursor else {})
+        sep = "&" if "?" in url else "?"
+        answer = http_get(f"{url}{sep}{urllib.parse.urlencode(query)}")
+        assert "messages" in answer, answer
+        got += answer["messages"]
+        cursor = answer["cursor"]
+        if answer["complete"]:
+            return got
+    raise AssertionError(f"{url} did not end in 1000 pages")
+
+
+def test_the_http_api_and_the_console_answer_for_the_whole_cluster(
+    make_cluster: Callable[..., InProcessCluster],
+) -> None:
+    """Whichever broker is asked, the HTTP API answers from every partition's leader: a topic
+    whose three partitions live on three different brokers (replication factor 1) is listed,
+    read, searched in partition and in time order across pages, looked up by key and by
+    message ID as one store holding it all would answer (brute force over what was
+    produced), and the console's message page shows a message another broker holds."""
+    import urllib.parse
+
+    from kafka import KafkaProducer
+
+    cluster = make_cluster(http="127.0.0.1:0")
+    cluster.create("q", partitions=3, rf=1)
+    leaders = {p: cluster.state("q", p).leader for p in range(3)}
+    assert sorted(leaders.values()) == [1, 2, 3]  # each partition on its own broker
+    produced: list[tuple[int, int, int, bytes, bytes]] = []  # (partition, offset, ts, key, value)
+    producer = KafkaProducer(bootstrap_servers=cluster.bootstrap, acks="all")
+    try:
+        base = 1_700_000_000_000
+        futures = []
+        for i in range(60):
+            p, key = i % 3, b"k%d" % (i % 7)
+            value = b"v%d %s" % (i, b"needle" if i % 4 == 0 else b"hay")
+            ts = base + i * 1000 - p * 2500  # rising in each partition, interleaved across
+            futures.append((p, ts, key, value, producer.send("q", value, key=key, partition=p,
+                                                             timestamp_ms=ts)))  # fmt: skip
+        for p, ts, key, value, f in futures:
+            produced.append((p, f.get(WAIT).offset, ts, key, value))
+    finally:
+        producer.close()
+    produced.sort()
+
+    def places(messages: list[dict[str, Any]]) -> list[tuple[int, int]]:
+        return [(m["partition"], m["offset"]) for m in messages]
+
+    for node, server in cluster.servers.items():
+        assert server.http_server is not None
+        url = server.http_server.url
+        described = http_get(f"{url}/v1/topics/q")
+        ends = {e["partition"]: e["end_offset"] for e in described["partitions"]}
+        assert ends == {p: sum(1 for x in produced if x[0] == p) for p in range(3)}, node
+        listed = {t["topic"]: t for t in http_get(f"{url}/v1/topics")["topics"]}
+        assert {e["partition"]: e["end_offset"] for e in listed["q"]["partitions"]} == ends
+        for p in range(3):
+            read = http_get(f"{url}/v1/topics/q/partitions/{p}/messages?offset=0&limit=1000")
+            assert [m["value"].encode() for m in read["messages"]] == [
+                x[4] for x in produced if x[0] == p], (node, p)  # fmt: skip
+            assert read["end_offset"] == ends[p]
+        found = pages(f"{url}/v1/topics/q/search?contains=needle", limit=4)
+        assert places(found) == [(x[0], x[1]) for x in produced if b"needle" in x[4]], node
+        timed = pages(f"{url}/v1/topics/q/by-time?order=time&start={base + 5000}", limit=7)
+        expected = sorted((x[2], x[0], x[1]) for x in produced if x[2] >= base + 5000)
+        assert len(expected) > 40
+        assert [(m["timestamp"], m["partition"], m["offset"]) for m in timed] == expected, node
+        keyed = pages(f"{url}/v1/topics/q/by-key?key=k3", limit=2)
+        assert places(keyed) == [(x[0], x[1]) for x in produced if x[3] == b"k3"], node
+        for p, offset, _ts, _key, value in produced[::11]:
+            one = http_get(f"{url}/v1/topics/q/partitions/{p}/offsets/{offset}")["message"]
+            assert one["value"].encode() == value
+            by_id = http_get(f"{url}/v1/messages/{urllib.parse.quote(one['msg_id'])}")
+            assert by_id["message"] == one
+        past = http_get(f"{url}/v1/topics/q/partitions/0/offsets/{ends[0]}")
+        assert past["status"] == 404 and past["error"] == "MessageNotFoundError", past
+        remote = next(p for p, leader in leaders.items() if leader != node)
+        offset = next(x[1] for x in produced if x[0] == remote)
+        import urllib.request
+
+        with urllib.request.urlopen(f"{url}/ui/topics/q/partitions/{remote}/offsets/{offset}",
+                                    timeout=WAIT) as r:  # fmt: skip
+            page = r.read().decode()
+        value = next(x[4] for x in produced if x[:2] == (remote, offset)).decode()
+        assert value in page, node
+
+
+def test_the_http_api_shows_no_record_past_the_high_watermark(
+    make_cluster: Callable[..., InProcessCluster],
+) -> None:
+    """Records the leader has but its in-sync followers do not (acks=1, the followers held)
+    are not committed: asked through any broker, a read, a message lookup, a search and the
+    end offset stop at the high watermark; once the followers catch up, all of it shows."""
+    cluster = make_cluster(http="127.0.0.1:0", replica_lag_time_max_ms=60_000)
+    cluster.create("h", partitions=1, rf=3)
+    produce(cluster.bootstrap, "h", [b"c%d" % i for i in range(5)])
+    leader = cluster.state("h").leader
+    followers = [n for n in cluster.servers if n != leader]
+    cluster.hold(*followers)
+    produce(cluster.bootstrap, "h", [b"u%d" % i for i in range(4)], acks=1)
+    assert len(cluster.log(leader, "h")) == 9  # the leader has them
+    for node, server in cluster.servers.items():
+        assert server.http_server is not None
+        url = server.http_server.url
+        read = http_get(f"{url}/v1/topics/h/partitions/0/messages?offset=0&limit=100")
+        assert [m["value"] for m in read["messages"]] == [f"c{i}" for i in range(5)], node
+        assert read["end_offset"] == 5
+        assert http_get(f"{url}/v1/topics/h/partitions/0/offsets/6")["status"] == 404
+        found = http_get(f"{url}/v1/topics/h/search?contains=u&limit=100")
+        assert found["messages"] == [] and found["complete"], (node, found)
+        assert http_get(f"{url}/v1/topics/h")["partitions"][0]["end_offset"] == 5
+    cluster.release()
+    url = cluster.servers[followers[0]].http_server.url  # type: ignore[union-attr]
+    until(lambda: http_get(f"{url}/v1/topics/h")["partitions"][0]["end_offset"] == 9,
+          "the high watermark past the records the followers now have")  # fmt: skip
+    found = http_get(f"{url}/v1/topics/h/search?contains=u&limit=100")
+    assert [m["value"] for m in found["messages"]] == [f"u{i}" for i in range(4)]

@@ -104,12 +104,15 @@ def parse_coordinator(url: str) -> tuple[str, str]:
 
 @dataclass(frozen=True, slots=True)
 class BrokerInfo:
-    """A live broker as it registered: its node ID, where clients reach it, its rack."""
+    """A live broker as it registered: its node ID, where clients reach it, its rack, and
+    the base URL of its HTTP query API if it serves one (mqcore's own field: Kafka's tools
+    ignore it; the others forward queries there: server/clusterread.py)."""
 
     node_id: int
     host: str
     port: int
     rack: str | None = None
+    http: str | None = None
 
     def encode(self, now_ms: int) -> bytes:
         data: dict[str, Any] = {
@@ -124,13 +127,17 @@ class BrokerInfo:
         }
         if self.rack is not None:
             data["rack"] = self.rack
+        if self.http is not None:
+            data["mqcore_http"] = self.http
         return json.dumps(data).encode()
 
     @classmethod
     def decode(cls, node_id: int, raw: bytes, path: str) -> BrokerInfo:
         data = _json(raw, path)
         try:
-            return cls(node_id, str(data["host"]), int(data["port"]), data.get("rack"))
+            http = data.get("mqcore_http")
+            return cls(node_id, str(data["host"]), int(data["port"]), data.get("rack"),
+                       None if http is None else str(http))  # fmt: skip
         except (KeyError, TypeError, ValueError) as e:
             raise CoordinatorError(f"{path} is not a broker registration: {e!r}") from None
 

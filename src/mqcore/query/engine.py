@@ -23,7 +23,7 @@ import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from mqcore._ext.batch import Message
 from mqcore._ext.hashing import KEY_SEED, xxh64_hash
@@ -171,9 +171,21 @@ def shown(value: object, limit: int = 80) -> str:
     return text if len(text) <= limit else f"{text[: limit - 20]}...({len(text):,} characters)"
 
 
-def resume_points(
-    parts: Sequence[Partition], cursor: str | None
-) -> Iterator[tuple[Partition, int]]:
+class Place(Protocol):
+    """What a query walking partitions needs of one: its number, and its end offset when
+    the page began (a Partition of this store, or one another broker leads)."""
+
+    @property
+    def partition(self) -> int: ...
+
+    @property
+    def end_offset(self) -> int: ...
+
+
+PlaceT = TypeVar("PlaceT", bound=Place)
+
+
+def resume_points(parts: Sequence[PlaceT], cursor: str | None) -> Iterator[tuple[PlaceT, int]]:
     """Each partition still to look at, with the offset to start from, resuming at `cursor`."""
     resume_p, resume_o = decode_cursor(cursor)
     for part in parts:

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from mqcore.config import TIMESTAMP_TYPES
+from mqcore.errors import InvalidConfigError
 
 if TYPE_CHECKING:
     from mqcore._ext.batch import Message
@@ -38,6 +39,20 @@ def json_headers(headers: Sequence[tuple[str, bytes | None]]) -> list[list[Any]]
     return [[json_bytes(header_name(k)), json_bytes(v)] for k, v in headers]
 
 
+def bytes_of(value: Any, what: str) -> bytes | None:
+    """json_bytes read back: a string's UTF-8, a {"base64": ...} object's bytes, null None."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value.encode("utf-8", "surrogateescape")
+    if isinstance(value, dict) and set(value) == {"base64"} and isinstance(value["base64"], str):
+        try:
+            return base64.b64decode(value["base64"], validate=True)
+        except ValueError:
+            pass
+    raise InvalidConfigError(f'{what} is not a JSON string, {{"base64": ...}} or null')
+
+
 def timestamp_type(code: int) -> str:
     """CreateTime, LogAppendTime, or typeN for a code Kafka does not define."""
     return TIMESTAMP_TYPES[code] if code in (0, 1) else f"type{code}"
@@ -60,3 +75,25 @@ def message_object(msg: Message) -> dict[str, Any]:
         "value": json_bytes(msg.value),
         "headers": json_headers(msg.headers),
     }
+
+
+def message_from_object(obj: Any) -> Message:
+    """The Message a message_object was made of (a cluster's broker reads another broker's
+    answer with it): the place, timestamp, key, value and headers; the IDs, tag and
+    properties follow from those. InvalidConfigError names what is not in the shape."""
+    from mqcore._ext.batch import Message
+
+    try:
+        kind = obj["timestamp_type"]
+        code = TIMESTAMP_TYPES.index(kind) if kind in TIMESTAMP_TYPES else int(kind[4:])
+        headers = [
+            ((bytes_of(k, "a header name") or b"").decode("utf-8", "surrogateescape"),
+             bytes_of(v, "a header value"))
+            for k, v in obj["headers"]
+        ]  # fmt: skip
+        return Message(
+            str(obj["topic"]), int(obj["partition"]), int(obj["offset"]), int(obj["timestamp"]),
+            code, bytes_of(obj["key"], "key"), bytes_of(obj["value"], "value"), headers,
+        )  # fmt: skip
+    except (KeyError, TypeError, ValueError) as e:
+        raise InvalidConfigError(f"not a message object: {e!r}") from None

@@ -27,6 +27,7 @@ from mqcore.query.engine import (
     NO_END,
     TIME_ORDER,
     TIMEOUT,
+    PlaceT,
     QueryResult,
     ScanBudget,
     ScanSpec,
@@ -43,7 +44,7 @@ from mqcore.storage.partition import Partition
 FILTERED_PAGE = 1024  # hits one lookup reads when filters may reject most of them
 
 
-def key_fetch(raw: bytes, spec: ScanSpec) -> Fetch:
+def key_fetch(raw: bytes, spec: ScanSpec) -> Fetch[Partition]:
     """A stream of one partition's messages carrying `raw` that pass `spec`: pages of key
     index hits from an offset, filtered, until `want` pass, the hits end or the budget does."""
     filtered = any(f is not None for f in (spec.needle, spec.tag, spec.pattern, spec.selector))
@@ -109,8 +110,8 @@ def run_key_search(
 
 
 def in_partition_order(
-    parts: Sequence[Partition],
-    fetch: Fetch,
+    parts: Sequence[PlaceT],
+    fetch: Fetch[PlaceT],
     budget: ScanBudget,
     cursor: str | None,
     result: QueryResult,

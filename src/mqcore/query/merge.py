@@ -34,6 +34,7 @@ import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
 from mqcore._ext.batch import Message
 from mqcore.errors import InvalidConfigError, QueryInterrupted
@@ -46,6 +47,7 @@ from mqcore.query.engine import (
     NO_END,
     SCAN_CHUNK,
     TIMEOUT,
+    Place,
     QueryResult,
     ScanBudget,
     ScanSpec,
@@ -56,6 +58,8 @@ from mqcore.query.engine import (
     shown,
 )
 from mqcore.storage.partition import Partition
+
+P = TypeVar("P", bound=Place)
 
 TIME_CURSOR_PREFIX = "t1"
 _PAIR = re.compile(r"-(0|[1-9][0-9]{0,9})\.(0|[1-9][0-9]{0,18})")
@@ -80,7 +84,7 @@ class Fetched:
 
 # fetch(partition, from_offset, end_offset, matches wanted, records it may examine, deadline):
 # the partition's matches at offsets in [from_offset, end_offset)
-Fetch = Callable[[Partition, int, int, int, int, float], Fetched]
+Fetch = Callable[[P, int, int, int, int, float], Fetched]
 
 
 def encode_time_cursor(positions: dict[int, int]) -> str:
@@ -127,12 +131,12 @@ def _time_pairs(cursor: str) -> dict[int, int] | None:
 
 
 @dataclass
-class Stream:
+class Stream(Generic[P]):
     """One partition's matches as the merge reads them: the last fetch's `buffered` from
     `start` on (offset order, not yet returned), fetched up to `next_offset`; `done` once a
     fetch reached the partition's end; `ordered` when the buffer's timestamps never go back."""
 
-    part: Partition
+    part: P
     next_offset: int
     want: int
     end: int  # the partition's end offset when the page began: the page reads below it
@@ -156,7 +160,7 @@ class Stream:
         return (m.timestamp, m.partition, m.offset, index)
 
 
-class Merge:
+class Merge(Generic[P]):
     """One page of a time-ordered query: the streams and the result.
 
     While every buffer is in timestamp order (the common case), the greedy merge is a sort:
@@ -167,8 +171,8 @@ class Merge:
 
     def __init__(
         self,
-        parts: Sequence[Partition],
-        fetch: Fetch,
+        parts: Sequence[P],
+        fetch: Fetch[P],
         budget: ScanBudget,
         cursor: str | None,
     ) -> None:
@@ -219,7 +223,7 @@ class Merge:
             if why is not None:
                 return why
 
-    def next_block(self, live: list[Stream]) -> tuple[list[Message], dict[int, int]]:
+    def next_block(self, live: list[Stream[P]]) -> tuple[list[Message], dict[int, int]]:
         """The buffered matches up to the smallest last buffered key of the streams not at
         their end (all of them when every stream is), sorted, and how many of each partition."""
         bound = min((KEY(s.buffered[-1]) for s in live if not s.done), default=None)
@@ -275,7 +279,7 @@ class Merge:
             return TIMEOUT
         return None
 
-    def refill(self, stream: Stream) -> str | None:
+    def refill(self, stream: Stream[P]) -> str | None:
         """One fetch of the stream, asking for twice as many matches as the last one (at most
         what the page may still return); returns MAX_SCAN or TIMEOUT when its budget ran out."""
         result, budget = self.result, self.budget
@@ -309,8 +313,8 @@ class Merge:
 
 
 def merge_by_time(
-    parts: Sequence[Partition],
-    fetch: Fetch,
+    parts: Sequence[P],
+    fetch: Fetch[P],
     budget: ScanBudget,
     cursor: str | None,
     spec: ScanSpec | None = None,
@@ -331,7 +335,7 @@ def merge_by_time(
     return result
 
 
-def scan_fetch(spec: ScanSpec, threads: int) -> Fetch:
+def scan_fetch(spec: ScanSpec, threads: int) -> Fetch[Partition]:
     """A stream of a scan: engine.scan_partition from an offset, for `want` matches."""
 
     def fetch(

@@ -50,6 +50,7 @@ from mqcore.query.jsonform import message_object
 from mqcore.server.address import parse_listen
 from mqcore.server.auth import DESCRIBE, READ, tls_context
 from mqcore.server.bounds import connection_room, within
+from mqcore.server.clusterread import FORWARDED, ClusterReader, LeaderView
 from mqcore.server.httpauth import (
     BasicAuthMiddleware,
     HttpAuth,
@@ -258,6 +259,27 @@ def groups(store: Store, request: Request, params: Params) -> dict[str, Any]:
     return found[0] if name is not None else {"groups": found}
 
 
+def lender(store: Store, cluster: LeaderView | None) -> Callable[[Request], Any]:
+    """What a request reads through (`app.state.lend(request)`, a context manager): a
+    read-only store as it is on disk now (the process's kept handle of its path, reopened
+    when a writer changed it: mqcore.handles), an open store itself, or on a cluster's
+    broker the cluster (ClusterReader) or, for a request another broker forwarded, the
+    partitions this broker leads (LeaderView)."""
+    if cluster is not None:
+
+        def lend_cluster(request: Request) -> contextlib.AbstractContextManager[Any]:
+            if request.headers.get(FORWARDED) is not None:
+                return contextlib.nullcontext(cluster)
+            auth = request.headers.get("authorization")
+            return contextlib.nullcontext(ClusterReader(cluster, authorization=auth))
+
+        return lend_cluster
+    if store.read_only:
+        path = store.path
+        return lambda request: shared_store(path)
+    return lambda request: contextlib.nullcontext(store)
+
+
 PAGE = ("limit", "cursor", "start", "end", "partition")
 SCAN = (*PAGE, "max_scan", "timeout", "order")
 
@@ -277,6 +299,7 @@ def create_app(
     max_share_polls: int = MAX_SHARE_POLLS,
     max_body_bytes: int = MAX_BODY_BYTES,
     replicas: Callable[[str], dict[int, dict[str, Any]]] | None = None,
+    cluster: LeaderView | None = None,
 ) -> Starlette:
     """The JSON query API over `store` (left open: the caller owns it) under /v1, and with
     `console` the console's pages under /ui (server/console; `/` redirects there). A
@@ -292,11 +315,18 @@ def create_app(
     is answered 503 (httpbase.Scans). At most `max_share_polls` share polls wait for records
     at once; one more answers at once (sharehttp.WaitingPolls). Request bodies being read hold
     at most `max_body_bytes` together (httpbase.Bodies; 503 past it). `replicas(topic)`, on
-    a cluster's broker, gives each partition's leader, replicas and ISR (replica_view).
+    a cluster's broker, gives each partition's leader, replicas and ISR (replica_view), and
+    `cluster` (the broker's clusterread.LeaderView) makes every answer the cluster's: each
+    partition read by its leader to its high watermark (server/clusterread.py).
 
     A read-only `store` (`mqcore console`) shows the store as it is on disk at each request,
     not as it was when opened: each request borrows the process's kept handle of its path,
     reopened when a writer changed the store since (mqcore.handles)."""
+    if cluster is not None and allow_write:
+        raise InvalidConfigError(
+            "the console's write actions are not served on a cluster's broker (they would "
+            "write one replica): produce with a Kafka client"
+        )
     routes = [
         Route("/v1/topics", json_endpoint(list_topics)),
         Route("/v1/topics/{topic}", json_endpoint(describe_topic)),
@@ -336,10 +366,7 @@ def create_app(
     app.state.group_members = group_members
     app.state.replicas = replicas
     app.state.store = store
-    path = store.path
-    app.state.lend = (
-        (lambda: shared_store(path)) if store.read_only else (lambda: contextlib.nullcontext(store))
-    )
+    app.state.lend = lender(store, cluster)
     app.state.share_sessions = ShareSessions(store)
     app.state.share_polls = WaitingPolls(max_share_polls)
     app.state.bodies = Bodies(max_body_bytes)

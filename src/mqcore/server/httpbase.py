@@ -50,6 +50,7 @@ from mqcore.errors import (
     MessageNotFoundError,
     MQCoreError,
     OffsetOutOfRangeError,
+    ReplicationError,
     SelectorSyntaxError,
     StoreClosedError,
     UnknownGroupError,
@@ -92,8 +93,8 @@ def error_response(status: int, error: str, message: str) -> JSONResponse:
 def status_of(e: MQCoreError) -> int:
     """403 for what the principal's ACLs refuse, 404 for what is not there, 400 for a bad
     argument, 409 for a share acknowledgement of a record the member does not hold, a group
-    name of the other type or a group whose members are in, 503 for a closed store, else
-    500."""
+    name of the other type or a group whose members are in, 503 for a closed store or a
+    cluster's partition whose leader does not answer now (ask again), else 500."""
     if isinstance(e, AuthorizationError):
         return 403
     if isinstance(e, NOT_FOUND):
@@ -102,8 +103,8 @@ def status_of(e: MQCoreError) -> int:
         return 409
     if isinstance(e, BAD_REQUEST):
         return 400
-    if isinstance(e, StoreClosedError):
-        return 503
+    if isinstance(e, (StoreClosedError, ReplicationError)):
+        return 503  # a closed store; on a cluster, a partition without a leader now
     return 500
 
 
@@ -131,7 +132,7 @@ def json_endpoint(
     def endpoint(request: Request) -> JSONResponse:
         try:
             params = Params(request, allowed)
-            with request.app.state.lend() as store:  # server/http.py: the store as it is now
+            with request.app.state.lend(request) as store:  # server/http.py: the store as it is now
                 return JSONResponse(fn(store, request, params))
         except Exception as e:  # noqa: BLE001 - every error is answered as JSON
             return error_answer(request, e)
@@ -278,7 +279,7 @@ class Scan:
 
 def lent_call(request: Request, call: Callable[..., T], *args: Any) -> T:
     """call(store, *args) with the store as it is now (server/http.py lend)."""
-    with request.app.state.lend() as store:
+    with request.app.state.lend(request) as store:
         return call(store, *args)
 
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
 import functools
 import logging
 import os
@@ -39,6 +40,7 @@ import socket
 import ssl
 import threading
 import time
+import urllib.parse
 import uuid
 from collections.abc import Callable
 from types import TracebackType
@@ -347,18 +349,14 @@ class Server:
             max_queued_request_bytes=self.max_queued_request_bytes,
         )  # fmt: skip
         self._network.start()
-        if self.replicas is not None:  # registered once it answers: the others may fetch
-            try:
-                self.replicas.start()
-            except BaseException:
-                self.stop()
-                raise
         self.failure = None
         self._watchdog = threading.Thread(target=self._watch, name="mqcore-watchdog", daemon=True)
         self._watchdog.start()
         log.info("serving %s on %s:%d", self.store.path, self.host, self.port)
-        # -- HTTP query API: after the Kafka listener; a failure to bind stops that too --
+        # -- HTTP query API: after the Kafka listener, before the broker registers (its
+        # registration names it); a failure to bind stops the listener too --
         if self.http is not None:
+            from mqcore.server.clusterread import LeaderView
             from mqcore.server.http import HttpServer, create_app  # starlette, uvicorn: only here
             from mqcore.server.httpauth import HttpAuth
 
@@ -369,7 +367,9 @@ class Server:
                 self.http_server = HttpServer(
                     create_app(self.store, auth=auth, group_members=self.broker.groups.member_list,
                                allowed_hosts=self.http_allowed_hosts,
-                               replicas=self._replica_view if self.replicas else None),
+                               replicas=self._replica_view if self.replicas else None,
+                               cluster=None if self.replicas is None
+                               else LeaderView(self.store, self.replicas)),
                     self.http, tls_cert=self._tls_cert,
                     tls_key=self._tls_key,
                     max_connections=http_connections,
@@ -381,7 +381,25 @@ class Server:
                 self.stop()
                 raise
         # -- end HTTP query API --
+        if self.replicas is not None:  # registered once it answers: the others may fetch
+            if self.http_server is not None:
+                self.replicas.info = dataclasses.replace(
+                    self.replicas.info, http=self._advertised_url(self.http_server.url)
+                )
+            try:
+                self.replicas.start()
+            except BaseException:
+                self.stop()
+                raise
         return self
+
+    def _advertised_url(self, url: str) -> str:
+        """The HTTP API's URL as the other brokers reach it: the advertised host in place of
+        a wildcard or loopback bind when one is given."""
+        parts = urllib.parse.urlsplit(url)
+        host = self.advertised_host or parts.hostname or "127.0.0.1"
+        host = f"[{host}]" if ":" in host else host
+        return f"{parts.scheme}://{host}:{parts.port}"
 
     def _replica_view(self, topic: str) -> dict[int, dict[str, Any]]:
         """What the HTTP API and the console show of a topic's partitions on a cluster: each

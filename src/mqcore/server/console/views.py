@@ -59,7 +59,7 @@ def html_page(
     @functools.wraps(fn)
     def endpoint(request: Request) -> Response:
         try:
-            with request.app.state.lend() as store:  # server/http.py: the store as it is now
+            with request.app.state.lend(request) as store:  # server/http.py: the store as it is now
                 return fn(store, request, Params(request, allowed))
         except MQCoreError as e:
             return render.page(request, "error.html", status_of(e), error=str(e), title="Error")
