@@ -719,3 +719,58 @@ def test_the_http_api_shows_no_record_past_the_high_watermark(
           "the high watermark past the records the followers now have")  # fmt: skip
     found = http_get(f"{url}/v1/topics/h/search?contains=u&limit=100")
     assert [m["value"] for m in found["messages"]] == [f"u{i}" for i in range(4)]
+
+
+def test_the_http_api_finds_unique_ids_and_group_lag_across_the_cluster_and_503s_leaderless(
+    make_cluster: Callable[..., InProcessCluster],
+) -> None:
+    """Through any broker: a unique ID is found in whichever broker's partition holds it, a
+    consumer group's committed offsets and lag come from its coordinator against the
+    leaders' high watermarks; a partition whose only replica stopped answers 503."""
+    import uuid
+
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+    cluster = make_cluster(http="127.0.0.1:0")
+    cluster.create("u", partitions=3, rf=1)
+    uids = [uuid.uuid4() for _ in range(6)]
+    producer = KafkaProducer(bootstrap_servers=cluster.bootstrap, acks="all")
+    try:
+        for i, uid in enumerate(uids):
+            producer.send("u", b"m%d" % i, partition=i % 3, headers=[("uid", uid.bytes)])
+        producer.flush(WAIT)
+    finally:
+        producer.close()
+    consumer = KafkaConsumer(bootstrap_servers=cluster.bootstrap, group_id="g",
+                             enable_auto_commit=False)  # fmt: skip
+    try:
+        consumer.assign([TopicPartition("u", p) for p in range(3)])
+        consumer.seek(TopicPartition("u", 0), 1)
+        consumer.seek(TopicPartition("u", 1), 0)
+        consumer.seek(TopicPartition("u", 2), 2)
+        consumer.commit()  # committed 1, 0, 2 of 2 records each
+    finally:
+        consumer.close()
+    for node, server in cluster.servers.items():
+        url = server.http_server.url  # type: ignore[union-attr]
+        for i, uid in enumerate(uids):
+            found = http_get(f"{url}/v1/unique-ids/{uid}")
+            assert [(m["partition"], m["value"]) for m in found["messages"]] == [
+                (i % 3, f"m{i}")], (node, found)  # fmt: skip
+        group = http_get(f"{url}/v1/groups/g")
+        lags = {p["partition"]: (p["committed"], p["end_offset"], p["lag"])
+                for p in group["partitions"]}  # fmt: skip
+        assert lags == {0: (1, 2, 1), 1: (0, 2, 2), 2: (2, 2, 0)}, (node, group)
+        assert group["lag"] == 3
+    gone = cluster.state("u", 0).leader
+    cluster.stop(gone)
+    until(lambda: cluster.state("u", 0).leader == -1, "u-0 without a leader")
+    for node, server in cluster.servers.items():
+        url = server.http_server.url  # type: ignore[union-attr]
+        until(lambda url=url: http_get(f"{url}/v1/topics/u/partitions/0/messages").get("status")
+              == 503, f"broker {node} to answer 503 for u-0")  # fmt: skip
+        refused = http_get(f"{url}/v1/topics/u/search?contains=m")
+        assert refused["status"] == 503 and "u-0" in refused["message"], refused
+        other = next(p for p in (1, 2) if cluster.state("u", p).leader in cluster.servers)
+        read = http_get(f"{url}/v1/topics/u/partitions/{other}/messages")
+        assert len(read["messages"]) == 2
