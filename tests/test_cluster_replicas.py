@@ -762,6 +762,14 @@ def test_the_http_api_finds_unique_ids_and_group_lag_across_the_cluster_and_503s
                 for p in group["partitions"]}  # fmt: skip
         assert lags == {0: (1, 2, 1), 1: (0, 2, 2), 2: (2, 2, 0)}, (node, group)
         assert group["lag"] == 3
+        import urllib.error
+        import urllib.request
+
+        join = urllib.request.Request(f"{url}/v1/share-groups/s/members?topics=u", method="POST")
+        with pytest.raises(urllib.error.HTTPError) as refused_join:
+            urllib.request.urlopen(join, timeout=WAIT)
+        with refused_join.value as answer:  # not replicated yet: refused, not served locally
+            assert answer.code == 400 and b"not replicated" in answer.read()
     gone = cluster.state("u", 0).leader
     cluster.stop(gone)
     until(lambda: cluster.state("u", 0).leader == -1, "u-0 without a leader")
@@ -774,3 +782,29 @@ def test_the_http_api_finds_unique_ids_and_group_lag_across_the_cluster_and_503s
         other = next(p for p in (1, 2) if cluster.state("u", p).leader in cluster.servers)
         read = http_get(f"{url}/v1/topics/u/partitions/{other}/messages")
         assert len(read["messages"]) == 2
+
+
+def test_a_replica_refuses_its_stores_own_appends_unless_it_leads(
+    make_cluster: Callable[..., InProcessCluster],
+) -> None:
+    """The store's own appends (an embedder's, a broker's internal writers') to a partition
+    another broker leads are refused: only what the follower copies from its leader enters
+    its replica, so the replicas never diverge. On the leader they are appended (with its
+    epoch) and replicated."""
+    from mqcore.errors import NotLeaderOrFollowerError
+
+    cluster = make_cluster()
+    cluster.create("own", partitions=1, rf=3)
+    produce(cluster.bootstrap, "own", [b"a", b"b"])
+    leader = cluster.state("own").leader
+    for node, server in cluster.servers.items():
+        assert server.store is not None
+        if node != leader:
+            with pytest.raises(NotLeaderOrFollowerError, match="own-0"):
+                server.store.append("own", b"stray", partition=0)
+    leading = cluster.servers[leader].store
+    assert leading is not None
+    leading.append("own", b"c", partition=0)
+    for node in cluster.servers:
+        until(lambda node=node: cluster.log(node, "own") == [(0, b"a"), (1, b"b"), (2, b"c")],
+              f"broker {node}'s replica to be the leader's")  # fmt: skip

@@ -523,6 +523,7 @@ class ReplicaManager:
                 if self.node_id in assignment[p]:
                     log_ = self.store.log.replica(topic, p)
                     log_.update_high_watermark(log_.log_start_offset)
+                    log_.follow()  # until its state names this broker leader
                     self._replicas[(topic, p)] = _Replica(topic, p, log_)
         with self._lock:
             self._assignments[topic] = dict(assignment)
@@ -590,9 +591,9 @@ class ReplicaManager:
                     r.leader.set_isr(state.isr)
                     changed = True
             else:
+                r.log.follow()  # another broker's appends only, by replication
                 if r.leader is not None:
                     r.leader = None
-                    r.log.resign()
                     changed = True
                 if state.leader == NO_LEADER:
                     self._unfollow(r)
@@ -673,9 +674,8 @@ class ReplicaManager:
             self._fenced = True
             for r in list(self._replicas.values()):
                 with r.lock:
-                    if r.leader is not None:
-                        r.leader = None
-                        r.log.resign()
+                    r.log.follow()
+                    r.leader = None
                     self._unfollow(r)
                 self.on_progress(r.topic, r.partition)
             return

@@ -38,6 +38,7 @@ from mqcore.errors import (
     CorruptIndexError,
     InvalidConfigError,
     MQCoreError,
+    NotLeaderOrFollowerError,
     ProducerFencedError,
     ReadOnlyStoreError,
     StoreClosedError,
@@ -54,7 +55,7 @@ from mqcore.storage import durable
 from mqcore.storage.cache import SegmentCache
 from mqcore.storage.flusher import Flusher
 from mqcore.storage.logdir import LogDirectory
-from mqcore.storage.partition import Partition, RecoveryReport, has_segments
+from mqcore.storage.partition import NOT_LEADING, Partition, RecoveryReport, has_segments
 from mqcore.storage.producer_state import BatchRecord, check_producer_fields
 from mqcore.storage.segment import ReserveBudget
 from mqcore.tasks import BackgroundTasks
@@ -767,6 +768,11 @@ class Log:
     def _write(self, part: Partition, batch: EncodedBatch) -> int:
         if self._background_deferred:
             self.start_background()
+        if part.leader_epoch == NOT_LEADING:  # its leader's appends reach it by replication
+            raise NotLeaderOrFollowerError(
+                f"{part.topic}-{part.partition} is led by another broker: this replica takes "
+                "only what it copies from its leader"
+            )
         if part.leader_epoch >= 0:
             batch.set_leader_epoch(part.leader_epoch)
         base = part.append(batch)

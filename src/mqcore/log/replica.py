@@ -25,7 +25,7 @@ from mqcore.log.append import refuse_keyless
 from mqcore.log.epochs import EpochEntry, LeaderEpochCache
 from mqcore.log.internal import refuse_internal
 from mqcore.storage import durable, retention
-from mqcore.storage.partition import Partition, check_timestamps
+from mqcore.storage.partition import NOT_LEADING, Partition, check_timestamps
 from mqcore.storage.producer_state import ProducerStateManager, check_producer_fields
 from mqcore.storage.rawbatch import RawBatch, fetch_span, split_batches
 from mqcore.storage.segment import LogSegment
@@ -451,6 +451,12 @@ class ReplicaLog:
         """This broker no longer leads the partition: the store's own appends carry no
         epoch again."""
         self.partition.leader_epoch = -1
+
+    def follow(self) -> None:
+        """Another broker leads the partition (or none does now): the store's own appends
+        to it are refused with NotLeaderOrFollowerError until lead(), so nothing but what
+        append_as_follower copies from the leader enters this replica."""
+        self.partition.leader_epoch = NOT_LEADING
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         """(epoch, end offset) by Kafka's OffsetsForLeaderEpoch rules (LeaderEpochCache)."""

@@ -74,6 +74,10 @@ FORWARDED = "X-Mqcore-Forwarded"
 FORWARD_TIMEOUT = 30.0  # seconds a forwarded request may take beyond its own scan time
 MAX_ANSWER_BYTES = 256 << 20  # a broker's answer read at most (a page of max_limit messages)
 OFFSETS_TOPIC = "__consumer_offsets"
+SHARE_REFUSAL = (
+    "share groups are not served on a cluster's broker yet: their state "
+    "(__share_group_state) is not replicated (docs/cluster.md, known gaps)"
+)
 
 
 @dataclass(frozen=True)
@@ -497,6 +501,9 @@ class ClusterReader:
         return result
 
     # -- groups -----------------------------------------------------------------------------
+
+    def share_group_lag(self, *args: Any, **kwargs: Any) -> Any:
+        raise InvalidConfigError(SHARE_REFUSAL)
 
     def group_lag(self, group: str | None = None) -> dict[str, list[PartitionLag]]:
         """The groups' committed offsets as their coordinator (the leader of

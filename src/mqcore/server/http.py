@@ -50,7 +50,7 @@ from mqcore.query.jsonform import message_object
 from mqcore.server.address import parse_listen
 from mqcore.server.auth import DESCRIBE, READ, tls_context
 from mqcore.server.bounds import connection_room, within
-from mqcore.server.clusterread import FORWARDED, ClusterReader, LeaderView
+from mqcore.server.clusterread import FORWARDED, SHARE_REFUSAL, ClusterReader, LeaderView
 from mqcore.server.httpauth import (
     BasicAuthMiddleware,
     HttpAuth,
@@ -367,7 +367,9 @@ def create_app(
     app.state.replicas = replicas
     app.state.store = store
     app.state.lend = lender(store, cluster)
-    app.state.share_sessions = ShareSessions(store)
+    app.state.share_sessions = ShareSessions(
+        store, refusal=None if cluster is None else SHARE_REFUSAL
+    )
     app.state.share_polls = WaitingPolls(max_share_polls)
     app.state.bodies = Bodies(max_body_bytes)
     app.state.scans = Scans(max_scans, scan_wait)

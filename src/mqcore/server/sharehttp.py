@@ -86,14 +86,17 @@ class Session:
 class ShareSessions:
     """The share members the HTTP API made, by member id, closed when idle too long."""
 
-    def __init__(self, store: Store):
+    def __init__(self, store: Store, refusal: str | None = None):
         self.store = store
+        self.refusal = refusal  # why members are not made here (a cluster's broker), if so
         self._lock = threading.Lock()
         self._sessions: dict[str, Session] = {}
 
     def join(
         self, group: str, topics: list[str], timeout_s: float, principal: str | None, **options: Any
     ) -> str:
+        if self.refusal is not None:
+            raise InvalidConfigError(self.refusal)
         self.reap()
         sc = self.store.share_consumer(group, topics, **options)
         with self._lock:

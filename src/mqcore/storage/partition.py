@@ -72,6 +72,9 @@ class DeletedPrefix:
     start_offset: int = 0
 
 
+NOT_LEADING = -2  # Partition.leader_epoch of a replica another broker leads
+
+
 class Partition:
     """Segments of `<topic>-<partition>/` and the rules that tie them into one log."""
 
@@ -97,7 +100,9 @@ class Partition:
         self.writable = writable
         # the leader epoch this broker leads the partition at (a cluster's replica manager
         # sets it through ReplicaLog.lead): the store's own appends carry it, as a Kafka
-        # leader's batches do, so followers' epoch caches know where it starts; -1: none
+        # leader's batches do, so followers' epoch caches know where it starts; -1: none (a
+        # node of one); NOT_LEADING: a replica another broker leads (ReplicaLog.follow),
+        # where the store's own appends are refused
         self.leader_epoch = -1
         self.cache = cache  # the store's open sealed segments (storage/cache.py)
         # the store's space reserved past active segments (one of its own when alone)
