@@ -39,6 +39,7 @@ class InProcessCluster:
     """Brokers 1..3 as Servers of this process, each restartable on its store and port."""
 
     def __init__(self, zk: ZooKeeper, directory: Path, **options: Any):
+        self.racks: dict[int, str] = options.pop("racks", {})
         self.zk, self.directory, self.options = zk, directory, options
         self.servers: dict[int, Server] = {}
         self.ports: dict[int, int] = {}
@@ -58,7 +59,8 @@ class InProcessCluster:
     def start(self, node: int) -> Server:
         listen = f"127.0.0.1:{self.ports.get(node, 0)}"
         server = Server(self.directory / f"b{node}", listen, node_id=node, create=True,
-                        coordinator=self.zk.url("/cluster"), **self.options).start()  # fmt: skip
+                        coordinator=self.zk.url("/cluster"), rack=self.racks.get(node),
+                        **self.options).start()  # fmt: skip
         self.servers[node] = server
         self.ports[node] = server.port
         return server
@@ -808,3 +810,26 @@ def test_a_replica_refuses_its_stores_own_appends_unless_it_leads(
     for node in cluster.servers:
         until(lambda node=node: cluster.log(node, "own") == [(0, b"a"), (1, b"b"), (2, b"c")],
               f"broker {node}'s replica to be the leader's")  # fmt: skip
+
+
+def test_racks_given_to_the_brokers_spread_each_partitions_replicas_and_show_in_metadata(
+    make_cluster: Callable[..., InProcessCluster],
+) -> None:
+    """Brokers started with racks (Kafka's broker.rack): every partition of a topic with two
+    replicas has one on each rack (two brokers share rack "a"), and Metadata names each
+    broker's rack, as a Kafka client reads it."""
+    from kafka import KafkaAdminClient
+
+    cluster = make_cluster(racks={1: "a", 2: "a", 3: "b"})
+    cluster.create("racked", partitions=6, rf=2)
+    replicas = cluster.any().replicas
+    assert replicas is not None
+    for p, meta in replicas.partitions("racked").items():
+        assert sorted(cluster.racks[b] for b in meta.replicas) == ["a", "b"], (p, meta)
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap)
+    try:
+        described = admin.describe_cluster()
+    finally:
+        admin.close()
+    brokers = {b["broker_id"]: b["rack"] for b in described["brokers"]}
+    assert brokers == {1: "a", 2: "a", 3: "b"}, described

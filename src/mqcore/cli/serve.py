@@ -82,6 +82,9 @@ def add_parsers(sub: Any) -> None:
     )  # fmt: skip
     clu.add_argument("--node-id", type=int, default=0, metavar="N",
                      help="this broker's ID in the cluster, unique among its brokers")  # fmt: skip
+    clu.add_argument("--rack", metavar="NAME",
+                     help="this broker's rack (Kafka's broker.rack): a topic's replicas are "
+                     "placed on as many racks as there are")  # fmt: skip
     clu.add_argument(
         "--replication-factor", type=int, default=3, metavar="N",
         help="replicas of a topic created without one (at most the live brokers; default 3)",
@@ -248,6 +251,7 @@ def cluster_options(args: argparse.Namespace) -> dict[str, Any]:
         "zk_session_timeout_ms": args.zk_session_timeout_ms,
         "replica_lag_time_max_ms": args.replica_lag_time_max_ms,
         "unclean_leader_election": args.unclean_leader_election,
+        "rack": args.rack,
     }
 
 

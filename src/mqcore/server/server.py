@@ -176,6 +176,7 @@ class Server:
         replica_lag_time_max_ms: int = 30_000,
         default_replication_factor: int = 3,
         unclean_leader_election: bool = False,
+        rack: str | None = None,
         **store_options: Any,
     ):
         self.host, self.port = parse_listen(listen)
@@ -215,6 +216,9 @@ class Server:
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self.default_replication_factor = default_replication_factor
         self.unclean_leader_election = unclean_leader_election
+        if rack is not None and not rack.strip():
+            raise InvalidConfigError("a broker's rack must be a non-empty name")
+        self.rack = rack  # Kafka's broker.rack: replicas are placed racks apart
         self.replicas: ReplicaManager | None = None
         self._coordinator: ZkCoordinator | None = None
         self.auto_create_topics = auto_create_topics
@@ -436,7 +440,10 @@ class Server:
         ).start()
         node_id = self.node_id
         info = BrokerInfo(
-            node_id, self.advertised_host or self.host, self.advertised_port or self.port
+            node_id,
+            self.advertised_host or self.host,
+            self.advertised_port or self.port,
+            self.rack,
         )
         try:
             self.replicas = ReplicaManager(
