@@ -181,3 +181,58 @@ def test_unclean_election_takes_an_out_of_sync_replica(zk: ZooKeeper) -> None:
     finally:
         for node in nodes.values():
             node.kill()
+
+
+def test_a_controller_that_dies_mid_election_leaves_the_rest_to_the_next(
+    cluster: dict[int, Node],
+) -> None:
+    """A broker leading four partitions dies; the controller writes the first partition's new
+    state and dies before the others (its thread held after that one write while its
+    session ends). The next controller takes the term one epoch on and finishes: every
+    partition is led by the last broker, at a leader epoch past the dead leader's, and the
+    partition the first controller moved keeps its move (its epoch only grows)."""
+    import threading
+
+    from mqcore.errors import CoordinatorError
+
+    first = the_controller(cluster)
+    first.controller.create_topic("t", 4, 3)
+    doomed, last = (n for n in cluster.values() if n is not first)
+    for p, s in states(first, "t").items():  # the doomed broker leads all four
+        if s.leader != doomed.node_id:
+            first.coordinator.set_partition_state(
+                "t", p, PartitionState(doomed.node_id, s.leader_epoch + 1, s.isr,
+                                       s.controller_epoch), expected_version=s.version)  # fmt: skip
+    before = until(lambda: (got := states(first, "t")) and all(
+        s.leader == doomed.node_id for s in got.values()) and got, "the doomed broker leading")  # fmt: skip
+    written: list[tuple[str, int, PartitionState]] = []
+    wrote_one, died = threading.Event(), threading.Event()
+    real = first.coordinator.set_partition_state
+
+    def once_then_die(topic: str, partition: int, state: PartitionState, **kw: object) -> None:
+        if wrote_one.is_set():
+            died.wait(WAIT)  # the broker is dying: its next write never reaches ZooKeeper
+            raise CoordinatorError("the controller's session ended")
+        real(topic, partition, state, **kw)  # type: ignore[arg-type]
+        written.append((topic, partition, state))
+        wrote_one.set()
+
+    first.coordinator.set_partition_state = once_then_die  # type: ignore[method-assign]
+    epoch = first.controller.term.epoch  # type: ignore[union-attr]
+    doomed.kill()
+    assert wrote_one.wait(WAIT), "the controller did not start the election"
+    first.coordinator.close()  # its session ends mid-election: registration and term go
+    first.alive = False
+    died.set()
+    first.controller.stop()
+    assert len(written) == 1
+    moved = written[0][1]
+    second = the_controller(cluster)
+    assert second is last
+    assert second.controller.term.epoch == epoch + 1  # type: ignore[union-attr]
+    final = until(lambda: (got := states(second, "t")) and all(
+        s.leader == last.node_id and s.isr == (last.node_id,) for s in got.values()) and got,
+        "the next controller to finish the election")  # fmt: skip
+    for p, s in final.items():
+        assert s.leader_epoch > before[p].leader_epoch, (p, before[p], s)
+    assert final[moved].leader_epoch >= written[0][2].leader_epoch
