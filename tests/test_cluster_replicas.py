@@ -833,3 +833,49 @@ def test_racks_given_to_the_brokers_spread_each_partitions_replicas_and_show_in_
         admin.close()
     brokers = {b["broker_id"]: b["rack"] for b in described["brokers"]}
     assert brokers == {1: "a", 2: "a", 3: "b"}, described
+
+
+def test_a_follower_waiting_for_its_leaders_epoch_answer_still_takes_a_new_role(
+    make_cluster: Callable[..., InProcessCluster], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A follower whose OffsetForLeaderEpoch question hangs (a leader that stopped answering
+    without closing the connection) does not hold its partition meanwhile: when the cluster
+    names it leader, it leads at once, the question still unanswered."""
+    import threading
+
+    answer = threading.Event()
+    asked = threading.Event()
+    real = interbroker.WireLeaderClient.end_offset_for_epoch
+
+    def hang(self: Any, replica_id: int, *args: Any) -> Any:
+        asked.set()
+        answer.wait(WAIT)
+        return real(self, replica_id, *args)
+
+    cluster = make_cluster()
+    cluster.create("r", partitions=1, rf=3)
+    produce(cluster.bootstrap, "r", [b"a"])
+    first = cluster.state("r").leader
+    monkeypatch.setattr(interbroker.WireLeaderClient, "end_offset_for_epoch", hang)
+    try:
+        cluster.stop(first)
+        second = until(lambda: (s := cluster.state("r")).leader not in (first, -1) and s.leader,
+                       "a second leader")  # fmt: skip
+        assert asked.wait(WAIT), "the last follower did not ask its new leader"
+        last = next(n for n in cluster.servers if n != second)
+        cluster.stop(second)
+        server = cluster.servers[last]
+        assert server.replicas is not None
+        until(lambda: cluster.state("r").leader == last, "the last broker named leader")
+
+        def leads() -> bool:
+            try:
+                server.replicas.leader_epoch("r", 0)  # type: ignore[union-attr]
+            except Exception:  # noqa: BLE001 - not leading yet
+                return False
+            return True
+
+        until(leads, "the last broker to lead while its question hangs", timeout=15)
+        assert not answer.is_set()
+    finally:
+        answer.set()

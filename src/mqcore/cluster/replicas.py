@@ -121,6 +121,10 @@ class LeaderClient(Protocol):
 Connect = Callable[[BrokerInfo], LeaderClient]
 
 
+class _Moved(Exception):
+    """A partition's state changed while its fetcher waited for the leader's answer."""
+
+
 @dataclass(eq=False)
 class _Replica:
     """This broker's replica of one partition and its role."""
@@ -790,13 +794,22 @@ class _Fetcher:
                 if not r.truncated:
                     following = r.following
 
-                    def ask(e: int, r: _Replica = r, epoch: int = epoch) -> tuple[int, int]:
-                        return client.end_offset_for_epoch(me, r.topic, r.partition, e, epoch)
+                    def ask(e: int, r: _Replica = r, epoch: int = epoch,
+                            following: tuple[int, int] = following) -> tuple[int, int]:  # fmt: skip
+                        # the leader's answer is awaited without the partition's lock (state
+                        # changes take it); what it answers holds only if nothing moved
+                        r.lock.release()
+                        try:
+                            return client.end_offset_for_epoch(me, r.topic, r.partition, e, epoch)
+                        finally:
+                            r.lock.acquire()
+                            if r.following != following:
+                                raise _Moved  # noqa: B012 - the answer is for a state now gone
 
                     try:
                         truncate_to_leader(r.log, ask)
-                    except ReplicationError:
-                        continue  # the leader has not taken its epoch yet: ask again soon
+                    except (ReplicationError, _Moved):
+                        continue  # the leader has not taken its epoch yet, or the state moved
                     if r.following != following:
                         continue
                     r.truncated = True
