@@ -203,8 +203,12 @@ def test_a_controller_that_dies_mid_election_leaves_the_rest_to_the_next(
             first.coordinator.set_partition_state(
                 "t", p, PartitionState(doomed.node_id, s.leader_epoch + 1, s.isr,
                                        s.controller_epoch), expected_version=s.version)  # fmt: skip
-    before = until(lambda: (got := states(first, "t")) and all(
-        s.leader == doomed.node_id for s in got.values()) and got, "the doomed broker leading")  # fmt: skip
+
+    def led_by_doomed() -> dict[int, PartitionState] | None:
+        got = states(first, "t")
+        return got if all(s.leader == doomed.node_id for s in got.values()) else None
+
+    before = until(led_by_doomed, "the doomed broker leading")
     written: list[tuple[str, int, PartitionState]] = []
     wrote_one, died = threading.Event(), threading.Event()
     real = first.coordinator.set_partition_state
