@@ -281,8 +281,8 @@ def test_zookeeper_away_for_a_while_stops_nothing_but_changes(
 def test_changes_the_cluster_state_does_not_carry_yet_are_refused(
     make_cluster: Callable[..., InProcessCluster],
 ) -> None:
-    """Deleting a topic and changing its configs would reach one broker's replicas only: a
-    cluster's broker refuses them (INVALID_REQUEST) and every replica keeps what it has."""
+    """Changing a topic's configs would reach one broker's replicas only: a cluster's broker
+    refuses it (INVALID_REQUEST) and every replica keeps what it has."""
     ck = pytest.importorskip("confluent_kafka")
     from confluent_kafka.admin import (
         AdminClient,
@@ -296,7 +296,6 @@ def test_changes_the_cluster_state_does_not_carry_yet_are_refused(
     produce(cluster.bootstrap, "t", [b"kept"])
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
     asked = [
-        *admin.delete_topics(["t"]).values(),
         *admin.incremental_alter_configs(
             [
                 ConfigResource(
@@ -879,3 +878,59 @@ def test_a_follower_waiting_for_its_leaders_epoch_answer_still_takes_a_new_role(
         assert not answer.is_set()
     finally:
         answer.set()
+
+
+def test_a_topic_deleted_on_a_cluster_is_gone_from_every_replica_even_one_that_was_down(
+    make_cluster: Callable[..., InProcessCluster],
+) -> None:
+    """DeleteTopics on a cluster (kafka-python's admin): every broker deletes its replicas and
+    the controller the topic's znodes, so a topic made again under the name starts empty on
+    every replica. With a replica's broker down the deletion waits for it (the request times
+    out, the topic stays marked and cannot be made again); once it returns it deletes its old
+    copy, and the topic made again holds none of the old records there either."""
+    from kafka import KafkaAdminClient
+    from kafka.admin import NewTopic
+    from kafka.errors import KafkaError, TopicAlreadyExistsError
+
+    cluster = make_cluster()
+    cluster.create("d", partitions=2, rf=3)
+    produce(cluster.bootstrap, "d", [b"old%d" % i for i in range(5)])
+
+    def zk() -> Any:  # a live broker's session (one of them goes down below)
+        return cluster.any().replicas.coordinator  # type: ignore[union-attr]
+
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap, request_timeout_ms=60_000)
+    try:
+        admin.delete_topics(["d"], timeout_ms=30_000)
+        assert "d" not in zk().topics() and "d" not in zk().pending_deletions()
+        for node, server in cluster.servers.items():
+            assert server.store is not None and not server.store.log.has_topic("d"), node
+            until(lambda s=server: not s.replicas.has_topic("d"), f"broker {node} to forget d")  # type: ignore[union-attr]
+        cluster.create("d", partitions=1, rf=3)
+        produce(cluster.bootstrap, "d", [b"new"])
+        for node in cluster.servers:
+            until(lambda node=node: cluster.log(node, "d") == [(0, b"new")],
+                  f"broker {node}'s replica of the new d")  # fmt: skip
+
+        down = next(n for n in cluster.servers if n != cluster.state("d").leader)
+        cluster.stop(down)
+        until(lambda: cluster.any().replicas.controller_id() not in (down, -1),  # type: ignore[union-attr]
+              "a live controller")  # fmt: skip
+        admin.close()
+        admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap, request_timeout_ms=60_000)
+        with pytest.raises(KafkaError) as timed_out:  # the deletion waits for `down`
+            admin.delete_topics(["d"], timeout_ms=2_000)
+        assert "RequestTimedOut" in repr(timed_out.value), timed_out.value
+        assert "d" in zk().pending_deletions() and "d" in zk().topics()
+        with pytest.raises(TopicAlreadyExistsError):
+            admin.create_topics([NewTopic("d", 1, 3)])
+        cluster.start(down)
+        until(lambda: "d" not in zk().topics() and "d" not in zk().pending_deletions(),
+              "the deletion to finish once the broker is back")  # fmt: skip
+        store = cluster.servers[down].store
+        assert store is not None and not store.log.has_topic("d")
+    finally:
+        admin.close()
+    cluster.create("d", partitions=1, rf=3)
+    produce(cluster.bootstrap, "d", [b"newer"])
+    until(lambda: cluster.log(down, "d") == [(0, b"newer")], "the returned broker's new replica")

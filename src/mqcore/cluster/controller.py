@@ -69,6 +69,7 @@ class ClusterController:
         self.live: set[int] = set()
         self._events: queue.Queue[Any] = queue.Queue()
         self._watched: set[str] = set()  # topics whose assignment this controller watches
+        self._acks_watched: set[str] = set()  # topics marked for deletion, acks watched
         self._stopping = threading.Event()
         self._thread = threading.Thread(
             target=self._run, name=f"mqcore-controller-{node_id}", daemon=True
@@ -84,6 +85,7 @@ class ClusterController:
         self.coordinator.watch_preferred_election(
             lambda partitions: self._events.put(("preferred", partitions))
         )
+        self.coordinator.watch_deletions(lambda topics: self._events.put(("deletions", topics)))
         return self
 
     def stop(self) -> None:
@@ -152,6 +154,7 @@ class ClusterController:
                     pending = self.coordinator.pending_preferred_election()
                     if pending is not None:  # asked of an earlier controller, not done
                         self._elect_preferred(pending)
+                    self._delete_topics(self.coordinator.pending_deletions())
             elif value != self.node_id:
                 self.term = None
             return
@@ -166,6 +169,8 @@ class ClusterController:
             return
         if kind == "preferred" and self.term is not None:
             self._elect_preferred(value)
+        if kind == "deletions":
+            self._delete_topics(value)
 
     def _assignment_watch(self, topic: str) -> Callable[[dict[int, tuple[int, ...]] | None], None]:
         def changed(_assignment: dict[int, tuple[int, ...]] | None) -> None:
@@ -199,6 +204,44 @@ class ClusterController:
                 return
             except UnknownTopicError:
                 continue
+
+    # -- deleting topics --------------------------------------------------------------------
+
+    def _acks_watch(self, topic: str) -> Callable[[], None]:
+        def changed() -> None:
+            self._events.put(("deletions", {topic}))
+
+        return changed
+
+    def _delete_topics(self, marked: set[str]) -> None:
+        """Topics marked for deletion: once every broker holding one of a topic's replicas
+        has deleted them (its ack), the topic's znodes go, as Kafka's controller deleted a
+        topic once every replica had answered StopReplica. A broker that is down holds the
+        deletion until it returns, so no broker keeps a deleted topic's records that a topic
+        made again under the name would take for its own."""
+        for topic in sorted(marked):
+            if topic not in self._acks_watched:
+                self._acks_watched.add(topic)
+                self.coordinator.watch_deletion_acks(topic, self._acks_watch(topic))
+        self._acks_watched &= marked | self.coordinator.pending_deletions()
+        term = self.term
+        if term is None:
+            return
+        for topic in sorted(marked):
+            try:
+                replicas = {b for r in self.coordinator.assignment(topic).values() for b in r}
+            except UnknownTopicError:
+                replicas = set()  # its znodes went already: only the mark is left
+            if not replicas <= self.coordinator.deletion_acks(topic):
+                continue
+            if topic not in self.coordinator.pending_deletions():
+                continue  # finished by an earlier event
+            try:
+                self.coordinator.finish_topic_deletion(term, topic)
+            except StaleStateError:
+                self.term = None
+                return
+            log.info("topic %r deleted", topic)
 
     # -- leadership -----------------------------------------------------------------------
 

@@ -197,6 +197,9 @@ class ReplicaManager:
         self._replicas: dict[tuple[str, int], _Replica] = {}
         self._fetchers: dict[int, _Fetcher] = {}
         self._fenced = False  # the session expired: no replica acts until it is back
+        self._deleting: set[str] = set()  # topics marked for deletion
+        self._assignment_watched: set[str] = set()  # a watch outlives its topic's deletion
+        self._state_watched: set[tuple[str, int]] = set()
         self._producer_ids: range = range(0)
         self._controller_id = -1
         self._producer_lock = threading.Lock()
@@ -212,6 +215,8 @@ class ReplicaManager:
         self._thread.start()
         self.coordinator.on_session(lambda alive: self._events.put(("session", alive)))
         self.coordinator.watch_brokers(lambda live: self._events.put(("brokers", live)))
+        # marks first: a topic marked while this broker was away is deleted, not served
+        self.coordinator.watch_deletions(lambda marked: self._events.put(("deletions", marked)))
         self.coordinator.watch_topics(lambda topics: self._events.put(("topics", topics)))
         self.coordinator.watch_controller(self._controller_changed)
         self.controller.start()
@@ -291,12 +296,19 @@ class ReplicaManager:
         first) and wait, bounded, until this broker knows every partition's state."""
         for name, value in (config or {}).items():
             topic_setting(name, value)  # InvalidConfigError for a name or value mqcore lacks
-        if self.has_topic(topic):
-            raise TopicExistsError(f"topic {topic!r} already exists")
+        self.check_creatable(topic)
         self.controller.create_topic(topic, partitions, replication_factor, config,
                                      timeout=timeout)  # fmt: skip
         self._events.put(("topics", {topic}))
         self._await_known(topic, partitions, timeout)
+
+    def check_creatable(self, topic: str) -> None:
+        """TopicExistsError for a topic of the cluster, or one marked for deletion (made again
+        only once every replica of the old one is deleted); checked first, as Kafka does."""
+        if self.has_topic(topic):
+            raise TopicExistsError(f"topic {topic!r} already exists")
+        if topic in self._deleting and topic in self.coordinator.pending_deletions():
+            raise TopicExistsError(f"topic {topic!r} is marked for deletion")
 
     def add_partitions(self, topic: str, count: int, *, timeout: float = CREATE_WAIT) -> None:
         """Grow a topic of the cluster to `count` partitions and wait, bounded, until this
@@ -495,11 +507,13 @@ class ReplicaManager:
             self._expand_isr(*value)
         elif kind == "session":
             self._session(value)
+        elif kind == "deletions":
+            self._deletions(value)
 
     def _topics(self, names: set[str]) -> None:
         """Topics new to this broker: cache their assignment, make the local topic when it
         holds a replica, and watch every partition's state (Metadata names every leader)."""
-        for topic in sorted(names):
+        for topic in sorted(names - self._deleting):
             with self._lock:
                 if topic in self._assignments:
                     continue
@@ -508,14 +522,17 @@ class ReplicaManager:
             except UnknownTopicError:
                 continue
             self._assignment(topic, assignment)
-            self.coordinator.watch_assignment(topic, self._assignment_watch(topic))
+            if topic not in self._assignment_watched:
+                self._assignment_watched.add(topic)
+                self.coordinator.watch_assignment(topic, self._assignment_watch(topic))
 
     def _assignment(self, topic: str, assignment: dict[int, tuple[int, ...]] | None) -> None:
         """A topic's assignment, first heard or grown (partitions added): the new partitions
         this broker holds exist in its store (the local topic grown to the cluster's count),
         and every new partition's state is watched."""
-        if assignment is None:
-            return  # deleted: not served on a cluster yet (docs/cluster.md)
+        if assignment is None or topic in self._deleting:
+            self._forget(topic)  # deleted (its replicas went with the mark: _deletions)
+            return
         with self._lock:
             known = self._assignments.get(topic, {})
         new = sorted(p for p in assignment if p not in known)
@@ -532,7 +549,61 @@ class ReplicaManager:
         with self._lock:
             self._assignments[topic] = dict(assignment)
         for p in new:
-            self.coordinator.watch_partition_state(topic, p, self._state_watch(topic, p))
+            if (topic, p) not in self._state_watched:
+                self._state_watched.add((topic, p))
+                self.coordinator.watch_partition_state(topic, p, self._state_watch(topic, p))
+
+    def _deletions(self, marked: set[str]) -> None:
+        """Topics marked for deletion: this broker stops serving them, deletes its replicas
+        (durably: Store.delete_topic) and acknowledges, so the controller can delete the
+        topic's znodes once every replica's broker has. Done again for a mark found at start
+        (the broker was down while the topic was deleted)."""
+        self._deleting = set(marked)
+        for topic in sorted(marked):
+            try:
+                assignment = self.coordinator.assignment(topic)
+            except UnknownTopicError:
+                assignment = {}
+            self._forget(topic)
+            if self.store.log.has_topic(topic):
+                self.store.log.delete_topic(topic)
+                log.info("broker %d deleted its replicas of %r", self.node_id, topic)
+            if any(self.node_id in replicas for replicas in assignment.values()):
+                self.coordinator.ack_topic_deletion(topic, self.node_id)
+
+    def _forget(self, topic: str) -> None:
+        """Stop leading and following `topic`'s partitions and drop what is known of it."""
+        for key in [k for k in self._replicas if k[0] == topic]:
+            r = self._replicas.pop(key)
+            with r.lock:
+                r.log.follow()
+                r.leader = None
+                self._unfollow(r)
+            self.on_progress(*key)  # waiting requests see it gone
+        with self._lock:
+            self._assignments.pop(topic, None)
+            for key in [k for k in self._states if k[0] == topic]:
+                del self._states[key]
+
+    def delete_topic(self, topic: str, *, timeout: float = CREATE_WAIT) -> None:
+        """Delete a topic of the cluster (DeleteTopics): mark it, then wait, bounded, until
+        every broker holding a replica deleted it and the controller deleted its znodes.
+        CoordinatorError when that takes longer (the deletion goes on: a broker that is down
+        holds it until it returns, as in Kafka); UnknownTopicError for a topic of none."""
+        self.coordinator.request_topic_deletion(topic)
+        self._events.put(("deletions", self.coordinator.pending_deletions()))
+        deadline = time.monotonic() + min(timeout, CREATE_WAIT)
+        pause = 0.01
+        while time.monotonic() < deadline:
+            if topic not in self.coordinator.topics():
+                return
+            time.sleep(pause)  # bounded by the deadline
+            pause = min(pause * 2, 0.2)
+        raise CoordinatorError(
+            f"topic {topic!r} is marked for deletion, but not every broker holding one of its "
+            f"replicas deleted them within {timeout:g} s (one that is down holds the deletion "
+            "until it returns)"
+        )
 
     def _assignment_watch(self, topic: str) -> Callable[[dict[int, tuple[int, ...]] | None], None]:
         def changed(assignment: dict[int, tuple[int, ...]] | None) -> None:

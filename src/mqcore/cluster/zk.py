@@ -28,6 +28,12 @@ Znodes (under the chroot of the coordinator URL, `zk://HOST:PORT[,HOST:PORT]/PAT
                                 persistent {"version":1,"partitions":[{"topic":T,
                                            "partition":P}]}: a request to the controller,
                                            which deletes it once done
+    /admin/delete_topics/<t>    persistent (empty) a topic marked for deletion (Kafka's)
+    /admin/delete_topics/<t>/<id>
+                                persistent (empty) broker <id> deleted its replicas of <t>
+                                           (mqcore's; the controller deletes the topic's
+                                           znodes, these and the mark once every replica's
+                                           broker has written one)
 
 A leader of -1 means the partition has none (no replica of the ISR is alive).
 """
@@ -70,6 +76,7 @@ TOPIC_CONFIGS = "/config/topics"
 CONTROLLER = "/controller"
 CONTROLLER_EPOCH = "/controller_epoch"
 PREFERRED_ELECTION = "/admin/preferred_replica_election"
+DELETE_TOPICS = "/admin/delete_topics"
 CLUSTER_ID = "/cluster/id"
 PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 PRODUCER_ID_BLOCK_SIZE = 1000  # Kafka's
@@ -334,7 +341,7 @@ class ZkCoordinator:
                 f"ZooKeeper at {self.url} did not answer within {self.connect_timeout:g} s"
             ) from None
         try:
-            for path in (BROKERS, TOPICS, TOPIC_CONFIGS):
+            for path in (BROKERS, TOPICS, TOPIC_CONFIGS, DELETE_TOPICS):
                 self._call(f"making {path}", self.client.ensure_path_async, self._p(path))
         except CoordinatorError:
             self.close()
@@ -602,6 +609,81 @@ class ZkCoordinator:
         if isinstance(results[0], BadVersionError):
             raise StaleStateError(f"{path} changed while partitions were added: read it again")
         self._raise_failed(results, f"adding partitions to {topic!r}")
+
+    # -- deleting a topic (Kafka's ZooKeeper-era protocol, the brokers' acks mqcore's) --------
+
+    def request_topic_deletion(self, topic: str) -> None:
+        """Mark `topic` for deletion (what kafka-topics.sh --delete wrote): each broker holding
+        a replica deletes it and says so, then the controller deletes the topic's znodes.
+        UnknownTopicError for a topic of none; marking it twice is marking it once."""
+        if self._data(f"{TOPICS}/{topic}") is None:
+            raise UnknownTopicError(topic)
+        try:
+            self._call(f"marking {topic!r} for deletion", self.client.create_async,
+                       self._p(f"{DELETE_TOPICS}/{topic}"), b"")  # fmt: skip
+        except NodeExistsError:
+            pass
+
+    def pending_deletions(self) -> set[str]:
+        return set(self._children(DELETE_TOPICS))
+
+    def watch_deletions(self, on_change: Callable[[set[str]], None]) -> None:
+        """Call `on_change(topics marked for deletion)` now and whenever the set changes."""
+
+        def changed(children: list[str]) -> None:
+            on_change(set(children))
+
+        self._watches.items.append(ChildrenWatch(self.client, self._p(DELETE_TOPICS), changed))
+
+    def ack_topic_deletion(self, topic: str, broker: int) -> None:
+        """Broker `broker` deleted its replicas of `topic` (nothing if the deletion ended)."""
+        try:
+            self._call(f"acknowledging the deletion of {topic!r}", self.client.create_async,
+                       self._p(f"{DELETE_TOPICS}/{topic}/{broker}"), b"")  # fmt: skip
+        except (NodeExistsError, NoNodeError):
+            pass
+
+    def deletion_acks(self, topic: str) -> set[int]:
+        return {int(c) for c in self._children(f"{DELETE_TOPICS}/{topic}") if c.isdigit()}
+
+    def watch_deletion_acks(self, topic: str, on_change: Callable[[], None]) -> None:
+        """Call `on_change()` whenever a broker acknowledges the deletion of `topic` (and once
+        the mark is gone)."""
+
+        def changed(_children: list[str]) -> bool | None:
+            on_change()
+            return None
+
+        self._watches.items.append(
+            ChildrenWatch(self.client, self._p(f"{DELETE_TOPICS}/{topic}"), changed)
+        )
+
+    def finish_topic_deletion(self, term: Controller, topic: str) -> None:
+        """The controller deletes a marked topic's znodes (assignment, partitions and their
+        states, configs) with the mark and its acks, in one multi-op conditional on its term:
+        StaleStateError if the term is over."""
+        t = self.client.transaction()
+        t.check(self._p(CONTROLLER_EPOCH), term.epoch_version)
+        base = f"{TOPICS}/{topic}"
+        if self._data(base) is not None:
+            parts = f"{base}/partitions"
+            for p in self._children(parts):
+                for child in self._children(f"{parts}/{p}"):
+                    t.delete(self._p(f"{parts}/{p}/{child}"))
+                t.delete(self._p(f"{parts}/{p}"))
+            if self._data(parts) is not None:
+                t.delete(self._p(parts))
+            t.delete(self._p(base))
+        if self._data(f"{TOPIC_CONFIGS}/{topic}") is not None:
+            t.delete(self._p(f"{TOPIC_CONFIGS}/{topic}"))
+        mark = f"{DELETE_TOPICS}/{topic}"
+        for child in self._children(mark):
+            t.delete(self._p(f"{mark}/{child}"))
+        t.delete(self._p(mark))
+        results = self._commit(t, f"deleting topic {topic!r}")
+        if isinstance(results[0], BadVersionError):
+            raise StaleStateError(f"deleting {topic!r}: controller epoch {term.epoch} is over")
+        self._raise_failed(results, f"deleting topic {topic!r}")
 
     def watch_assignment(
         self, topic: str, on_change: Callable[[dict[int, tuple[int, ...]] | None], None]

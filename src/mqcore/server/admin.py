@@ -36,6 +36,7 @@ from mqcore.errors import (
     TopicExistsError,
     UnknownTopicError,
 )
+from mqcore.log.internal import refuse_internal
 from mqcore.server.auth import CLUSTER, CREATE, DESCRIBE, NOT_ASKED
 from mqcore.server.common import (
     NO_TIME,
@@ -399,14 +400,18 @@ class AdminApis:
         return build(found.response, throttle_time=NO_TIME, topics=tuple(topics))
 
     def delete_topics(self, found: Api, body: Any, session: Session) -> Any:
-        """Kafka's DeleteTopics: each topic deleted, durably, when the response is sent (there
-        is no replica to wait for, so `timeout` is not needed). v6 may name a topic by its ID
-        (the one Metadata gives: common.topic_id); an ID of no topic is UNKNOWN_TOPIC_ID."""
+        """Kafka's DeleteTopics: each topic deleted, durably, when the response is sent (on a
+        node of one there is no replica to wait for, so `timeout` is not needed; on a
+        cluster's broker the deletion waits for every replica's broker within it, else
+        REQUEST_TIMED_OUT while it goes on). v6 may name a topic by its ID (the one Metadata
+        gives: common.topic_id); an ID of no topic is UNKNOWN_TOPIC_ID."""
         m = found.module
+        cluster = self.broker.cluster
         if hasattr(body, "topic_names"):  # v1-v5: names only
             wanted = [(name, None) for name in body.topic_names]
         else:
-            by_id = {topic_id(n): n for n in self.store.topics()}
+            names = cluster.topics() if cluster is not None else self.store.topics()
+            by_id = {topic_id(n): n for n in names}
             wanted = [(t.name or by_id.get(t.topic_id), t.topic_id) for t in body.topics]
         seen = Counter(name for name, _ in wanted if name is not None)
         out = []
@@ -418,8 +423,11 @@ class AdminApis:
                 if seen[name] > 1:
                     raise KafkaError(ErrorCode.invalid_request, f"topic {name!r} named twice")
                 self.broker.authorize(session, CREATE, name)  # managing the topic
-                self.local_only("deleting a topic")
-                self.store.delete_topic(name)
+                if cluster is None:
+                    self.store.delete_topic(name)
+                else:  # every replica, through the controller (docs/cluster.md)
+                    refuse_internal(name, "delete")
+                    cluster.delete_topic(name, timeout=max(body.timeout.total_seconds(), 0.0))
             except MQCoreError as e:
                 code, message = error_code(e), str(e)
             out.append(

@@ -436,6 +436,7 @@ class Broker:
         client's (`session`), metered by its mutation quota as on a node of one. Returns the
         count."""
         assert self.cluster is not None
+        self.cluster.check_creatable(name)  # TOPIC_ALREADY_EXISTS first, as Kafka
         live = len(self.cluster.brokers())
         if name == OFFSETS_TOPIC:  # Kafka's offsets.topic.replication.factor: min(3, brokers)
             partitions, replication_factor = 1, min(OFFSETS_REPLICATION_FACTOR, max(live, 1))
