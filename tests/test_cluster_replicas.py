@@ -278,11 +278,14 @@ def test_zookeeper_away_for_a_while_stops_nothing_but_changes(
     until(lambda: len(cluster.state("t").isr) == 3, "the follower back in the ISR")
 
 
-def test_changes_the_cluster_state_does_not_carry_yet_are_refused(
+def test_a_topics_configs_changed_on_a_cluster_reach_every_replica(
     make_cluster: Callable[..., InProcessCluster],
 ) -> None:
-    """Changing a topic's configs would reach one broker's replicas only: a cluster's broker
-    refuses it (INVALID_REQUEST) and every replica keeps what it has."""
+    """IncrementalAlterConfigs (confluent-kafka's SET, kafka-python's SET and DELETE) through
+    any broker change the topic's overrides in ZooKeeper, and every broker
+    holding a replica applies them; DescribeConfigs answers them on a broker without a
+    replica; a setting fixed at creation and an internal topic are refused, nothing
+    changed."""
     ck = pytest.importorskip("confluent_kafka")
     from confluent_kafka.admin import (
         AdminClient,
@@ -290,34 +293,54 @@ def test_changes_the_cluster_state_does_not_carry_yet_are_refused(
         ConfigEntry,
         ConfigResource,
     )
+    from kafka import KafkaAdminClient
+    from kafka.admin import ConfigResource as KConfigResource
+    from kafka.admin import ConfigResourceType
 
     cluster = make_cluster()
-    cluster.create("t", partitions=2)
+    cluster.create("t", partitions=1, rf=2, **{"retention.bytes": "123456"})
     produce(cluster.bootstrap, "t", [b"kept"])
+    holders = set(cluster.any().replicas.partitions("t")[0].replicas)  # type: ignore[union-attr]
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-    asked = [
-        *admin.incremental_alter_configs(
-            [
-                ConfigResource(
-                    "topic",
-                    "t",
-                    incremental_configs=[
-                        ConfigEntry(
-                            "retention.ms", "1000", incremental_operation=AlterConfigOpType.SET
-                        )
-                    ],
-                )
-            ]
-        ).values(),  # fmt: skip
-    ]
-    for future in asked:
-        with pytest.raises(ck.KafkaException) as refused:
-            future.result(30)
-        assert refused.value.args[0].code() == ck.KafkaError.INVALID_REQUEST
-    for node in (1, 2, 3):
+
+    def alter(name: str, value: str, topic: str = "t") -> Any:
+        entry = ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)
+        resource = ConfigResource("topic", topic, incremental_configs=[entry])
+        return next(iter(admin.incremental_alter_configs([resource]).values()))
+
+    alter("retention.ms", "1000").result(30)
+    for node in holders:
         store = cluster.servers[node].store
-        assert store is not None and store.partitions("t") == 2
-        assert store.topic_config("t").retention_ms != 1000
+        assert store is not None
+        until(lambda s=store: s.topic_config("t").retention_ms == 1000,
+              f"broker {node} to apply retention.ms")  # fmt: skip
+        assert store.topic_config("t").retention_bytes == 123456  # the others kept
+    coordinator = cluster.any().replicas.coordinator  # type: ignore[union-attr]
+    assert coordinator.topic_config("t")["retention.ms"] == "1000"
+    for name, value, topic in (("segment.bytes", "1048576", "t"),
+                               ("retention.ms", "5", "__consumer_offsets")):  # fmt: skip
+        with pytest.raises(ck.KafkaException):
+            alter(name, value, topic).result(30)
+    assert coordinator.topic_config("t").get("segment.bytes") is None
+    kadmin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap)
+    try:  # retention.ms set, retention.bytes deleted: back to its default
+        kadmin.alter_configs([KConfigResource(ConfigResourceType.TOPIC, "t", configs={
+            "retention.ms": "2000", "retention.bytes": ("DELETE", None)})])  # fmt: skip
+    finally:
+        kadmin.close()
+    for node in holders:
+        store = cluster.servers[node].store
+        assert store is not None
+        until(lambda s=store: (s.topic_config("t").retention_ms,
+                               s.topic_config("t").retention_bytes) == (2000, -1),
+              f"broker {node} to apply the change and the deletion")  # fmt: skip
+    outside = [n for n in cluster.servers if n not in holders]
+    assert len(outside) == 1
+    for node in outside:  # no replica here, and the configs are still described
+        one = AdminClient({"bootstrap.servers": cluster.servers[node].bootstrap})
+        described = one.describe_configs([ConfigResource("topic", "t")])
+        configs = next(iter(described.values())).result(30)
+        assert configs["retention.ms"].value == "2000"
     assert consume(cluster.bootstrap, "t", 1) == [b"kept"]
 
 

@@ -382,6 +382,23 @@ def config_field(kafka_name: str) -> str:
     return field
 
 
+def setting_text(value: object) -> str:
+    """A setting's value as Kafka's configs show it: true/false, plain numbers, text."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def config_overrides(config: TopicConfig, base: TopicConfig) -> dict[str, str]:
+    """The settings of `config` that differ from `base`, by Kafka's names, as text: a
+    topic's overrides as a cluster keeps them (/config/topics/<t>)."""
+    return {
+        kafka_config_name(f.name): setting_text(getattr(config, f.name))
+        for f in fields(TopicConfig)
+        if f.name != "partitions" and getattr(config, f.name) != getattr(base, f.name)
+    }
+
+
 def topic_setting(kafka_name: str, value: str | None) -> tuple[str, Any]:
     """(TopicConfig field, value) for a Kafka topic config given as text."""
     field = config_field(kafka_name)

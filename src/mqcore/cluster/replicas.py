@@ -26,6 +26,7 @@ its followers fetch, a follower takes min(leader's, own log end) from each fetch
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import queue
 import threading
@@ -35,14 +36,14 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from mqcore.cluster.assign import NO_LEADER
-from mqcore.cluster.controller import ClusterController
+from mqcore.cluster.controller import CAS_ATTEMPTS, ClusterController
 from mqcore.cluster.replication import (
     REPLICA_LAG_TIME_MAX_MS,
     LeaderPartition,
     truncate_to_leader,
 )
 from mqcore.cluster.zk import BrokerInfo, PartitionState, ZkCoordinator
-from mqcore.config import topic_setting
+from mqcore.config import FIXED_AT_CREATION, TopicConfig, config_overrides, topic_setting
 from mqcore.errors import (
     CoordinatorError,
     FencedLeaderEpochError,
@@ -60,6 +61,7 @@ from mqcore.errors import (
     UnknownTopicError,
 )
 from mqcore.log import AppendInfo, ReplicaLog
+from mqcore.log.internal import refuse_internal
 from mqcore.store import Store
 
 log = logging.getLogger("mqcore.cluster")
@@ -200,6 +202,7 @@ class ReplicaManager:
         self._deleting: set[str] = set()  # topics marked for deletion
         self._assignment_watched: set[str] = set()  # a watch outlives its topic's deletion
         self._state_watched: set[tuple[str, int]] = set()
+        self._config_watched: set[str] = set()
         self._producer_ids: range = range(0)
         self._controller_id = -1
         self._producer_lock = threading.Lock()
@@ -509,6 +512,8 @@ class ReplicaManager:
             self._session(value)
         elif kind == "deletions":
             self._deletions(value)
+        elif kind == "config":
+            self._apply_config(*value)
 
     def _topics(self, names: set[str]) -> None:
         """Topics new to this broker: cache their assignment, make the local topic when it
@@ -540,6 +545,9 @@ class ReplicaManager:
             return
         if any(self.node_id in assignment[p] for p in new):
             self._local_topic(topic, len(assignment), self.coordinator.topic_config(topic))
+            if topic not in self._config_watched:  # its configs, as they change
+                self._config_watched.add(topic)
+                self.coordinator.watch_topic_config(topic, self._config_watch(topic))
             for p in new:
                 if self.node_id in assignment[p]:
                     log_ = self.store.log.replica(topic, p)
@@ -604,6 +612,69 @@ class ReplicaManager:
             f"replicas deleted them within {timeout:g} s (one that is down holds the deletion "
             "until it returns)"
         )
+
+    def update_topic_config(
+        self,
+        topic: str,
+        changes_of: Callable[[TopicConfig], dict[str, Any]],
+        *,
+        validate_only: bool = False,
+    ) -> TopicConfig:
+        """Change a topic's configs in the cluster (AlterConfigs, IncrementalAlterConfigs):
+        `changes_of(current settings)` checked as on a node of one, then the overrides
+        written by compare-and-set (read again and retried when another change came first).
+        Every broker holding a replica applies them when it hears of the change."""
+        refuse_internal(topic, "alter")
+        base = self.store.log.topic_defaults
+        for _ in range(CAS_ATTEMPTS):
+            overrides, version = self.coordinator.versioned_topic_config(topic)
+            current = base.with_changes(**dict(topic_setting(k, v) for k, v in overrides.items()))
+            changes = changes_of(current)
+            current.changes_allowed(changes)
+            wanted = current.with_changes(**changes)
+            if validate_only:
+                return wanted
+            try:
+                self.coordinator.set_topic_config(
+                    topic, config_overrides(wanted, base), expected_version=version
+                )
+            except StaleStateError:
+                continue
+            return wanted
+        raise CoordinatorError(f"the configs of {topic!r} kept changing: try again")
+
+    def topic_config(self, topic: str) -> TopicConfig:
+        """A topic's settings as the cluster has them (this store's defaults and the topic's
+        overrides in the coordinator), on any broker, holding a replica or not."""
+        overrides = self.coordinator.topic_config(topic)
+        settings = dict(topic_setting(k, v) for k, v in overrides.items())
+        return self.store.log.topic_defaults.with_changes(**settings)
+
+    def _config_watch(self, topic: str) -> Callable[[dict[str, str] | None], None]:
+        def changed(overrides: dict[str, str] | None) -> None:
+            if overrides is not None:
+                self._events.put(("config", (topic, overrides)))
+
+        return changed
+
+    def _apply_config(self, topic: str, overrides: dict[str, str]) -> None:
+        """A topic's configs as the cluster has them now, applied to this broker's replicas
+        (the settings fixed at creation stay as they are)."""
+        log_ = self.store.log
+        if not log_.has_topic(topic) or topic in self._deleting:
+            return
+        settings = dict(topic_setting(k, v) for k, v in overrides.items())
+        wanted = log_.topic_defaults.with_changes(**settings)
+
+        def changes_of(current: TopicConfig) -> dict[str, Any]:
+            return {
+                f.name: getattr(wanted, f.name)
+                for f in dataclasses.fields(TopicConfig)
+                if f.name != "partitions" and f.name not in FIXED_AT_CREATION
+                and getattr(current, f.name) != getattr(wanted, f.name)
+            }  # fmt: skip
+
+        log_.update_topic_config(topic, changes_of)
 
     def _assignment_watch(self, topic: str) -> Callable[[dict[int, tuple[int, ...]] | None], None]:
         def changed(assignment: dict[int, tuple[int, ...]] | None) -> None:

@@ -701,14 +701,43 @@ class ZkCoordinator:
         self._watches.items.append(DataWatch(self.client, self._p(path), changed))
 
     def topic_config(self, topic: str) -> dict[str, str]:
+        return self.versioned_topic_config(topic)[0]
+
+    def versioned_topic_config(self, topic: str) -> tuple[dict[str, str], int]:
+        """A topic's config overrides (Kafka's names) and their znode's version."""
         path = f"{TOPIC_CONFIGS}/{topic}"
         found = self._data(path)
         if found is None:
             raise UnknownTopicError(topic)
-        config = _json(found[0], path).get("config", {})
-        if not isinstance(config, dict):
-            raise CoordinatorError(f"{path} has no config object")
-        return {str(k): str(v) for k, v in config.items()}
+        return _config(found[0], path), found[1].version
+
+    def set_topic_config(
+        self, topic: str, config: Mapping[str, str], expected_version: int
+    ) -> None:
+        """Replace a topic's config overrides if they are still the version read
+        (StaleStateError otherwise): what kafka-configs.sh --zookeeper --alter wrote."""
+        body = json.dumps({"version": 1, "config": dict(config)}).encode()
+        try:
+            self._call(f"changing the configs of {topic!r}", self.client.set_async,
+                       self._p(f"{TOPIC_CONFIGS}/{topic}"), body, expected_version)  # fmt: skip
+        except BadVersionError:
+            raise StaleStateError(f"the configs of {topic!r} changed meanwhile") from None
+        except NoNodeError:
+            raise UnknownTopicError(topic) from None
+
+    def watch_topic_config(
+        self, topic: str, on_change: Callable[[dict[str, str] | None], None]
+    ) -> None:
+        """Call `on_change(overrides or None)` now and whenever the topic's configs change."""
+        path = f"{TOPIC_CONFIGS}/{topic}"
+
+        def changed(data: bytes | None, _stat: Any) -> None:
+            try:
+                on_change(None if data is None else _config(data, path))
+            except CoordinatorError:
+                log.warning("%s is not a topic config", path)
+
+        self._watches.items.append(DataWatch(self.client, self._p(path), changed))
 
     def partition_state(self, topic: str, partition: int) -> PartitionState:
         path = self._state_path(topic, partition)
@@ -883,3 +912,10 @@ class ZkCoordinator:
         for r in results:
             if isinstance(r, Exception) and not isinstance(r, RolledBackError):
                 raise CoordinatorError(f"{what}: {r!r}")
+
+
+def _config(raw: bytes, path: str) -> dict[str, str]:
+    config = _json(raw, path).get("config", {})
+    if not isinstance(config, dict):
+        raise CoordinatorError(f"{path} has no config object")
+    return {str(k): str(v) for k, v in config.items()}

@@ -25,6 +25,7 @@ from mqcore.config import (
     TopicConfig,
     config_field,
     kafka_config_name,
+    setting_text,
     split_list,
     topic_setting,
     validate_name,
@@ -173,13 +174,6 @@ def config_type(f: dataclasses.Field[Any]) -> int:
     return LIST_TYPE if f.name in LIST_SETTINGS else _TYPES.get(str(f.type), 0)
 
 
-def setting_text(value: object) -> str:
-    """A setting's value as Kafka's configs show it: true/false, plain numbers, text."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
 class AdminApis:
     """The handlers, over the Broker's store."""
 
@@ -221,9 +215,13 @@ class AdminApis:
         return build(found.response, throttle_time=NO_TIME, results=tuple(results))
 
     def _topic_configs(self, m: Any, topic: str, keys: tuple[str, ...] | None) -> tuple[Any, ...]:
-        if topic not in self.store.topics():
+        cluster = self.broker.cluster
+        if cluster is not None:  # as the cluster has them, whether a replica is here or not
+            cfg = cluster.topic_config(topic)
+        elif topic not in self.store.topics():
             raise UnknownTopicError(f"topic {topic!r} does not exist")
-        cfg = self.store.topic_config(topic)
+        else:
+            cfg = self.store.topic_config(topic)
         out = []
         for f in dataclasses.fields(TopicConfig):
             if f.name == "partitions":
@@ -280,11 +278,16 @@ class AdminApis:
                     )
                 # changing a topic's settings is managing it, as creating it is
                 self.broker.authorize(session, CREATE, r.resource_name)
-                self.local_only("changing a topic's configs")
                 names = [c.name for c in r.configs]
                 if len(set(names)) < len(names):  # Kafka refuses the resource whole
                     raise KafkaError(ErrorCode.invalid_request, f"a config named twice: {names}")
-                if body.validate_only:
+                cluster = self.broker.cluster
+                if cluster is not None:  # the cluster's overrides; each replica applies them
+                    cluster.update_topic_config(
+                        r.resource_name, functools.partial(changes_of, r.configs),
+                        validate_only=body.validate_only,
+                    )  # fmt: skip
+                elif body.validate_only:
                     current = self.store.topic_config(r.resource_name)
                     changes = changes_of(r.configs, current)
                     current.changes_allowed(changes)
