@@ -957,3 +957,29 @@ def test_a_topic_deleted_on_a_cluster_is_gone_from_every_replica_even_one_that_w
     cluster.create("d", partitions=1, rf=3)
     produce(cluster.bootstrap, "d", [b"newer"])
     until(lambda: cluster.log(down, "d") == [(0, b"newer")], "the returned broker's new replica")
+
+
+def test_delete_records_on_a_cluster_moves_the_log_start_of_every_replica(
+    make_cluster: Callable[..., InProcessCluster],
+) -> None:
+    """DeleteRecords (confluent-kafka's admin, routed to the leader) moves the leader's log
+    start and answers it; each follower's follows on its next fetch; a consumer from the
+    earliest offset starts there; an offset past the high watermark is refused."""
+    ck = pytest.importorskip("confluent_kafka")
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    cluster = make_cluster()
+    cluster.create("dr", partitions=1, rf=3)
+    produce(cluster.bootstrap, "dr", [b"m%d" % i for i in range(10)])
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    done = next(iter(admin.delete_records([TopicPartition("dr", 0, 4)]).values())).result(30)
+    assert done.low_watermark == 4
+    for node, server in cluster.servers.items():
+        store = server.store
+        assert store is not None
+        until(lambda s=store: s.start_offset("dr", 0) == 4, f"broker {node}'s log start")
+    assert consume(cluster.bootstrap, "dr", 6) == [b"m%d" % i for i in range(4, 10)]
+    with pytest.raises(ck.KafkaException) as refused:
+        next(iter(admin.delete_records([TopicPartition("dr", 0, 11)]).values())).result(30)
+    assert refused.value.args[0].code() == ck.KafkaError.OFFSET_OUT_OF_RANGE

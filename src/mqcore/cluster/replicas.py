@@ -61,7 +61,7 @@ from mqcore.errors import (
     UnknownTopicError,
 )
 from mqcore.log import AppendInfo, ReplicaLog
-from mqcore.log.internal import refuse_internal
+from mqcore.log.internal import is_internal, refuse_internal
 from mqcore.store import Store
 
 log = logging.getLogger("mqcore.cluster")
@@ -972,6 +972,15 @@ class _Fetcher:
             with self._cond:
                 self._cond.wait(NOT_YET_WAIT)
 
+    @staticmethod
+    def _follow_log_start(r: _Replica, leader_start: int) -> None:
+        """The leader's log start moved up (DeleteRecords, its retention): this replica's
+        follows, as far as its own high watermark (Kafka's follower does the same). Internal
+        topics keep their own: retention runs on each of their replicas (mqcore's state)."""
+        start = min(leader_start, r.log.high_watermark)
+        if start > r.log.log_start_offset and not is_internal(r.topic):
+            r.log.delete_records_before(start)
+
     def _apply(self, r: _Replica, spec: FetchSpec, reply: FetchReply) -> bool:
         """One partition's reply applied if it still answers what this broker follows;
         True when the partition must wait before fetching again."""
@@ -988,6 +997,7 @@ class _Fetcher:
                 before = r.log.high_watermark
                 r.log.update_high_watermark(min(reply.high_watermark, r.log.log_end_offset))
                 moved = r.log.high_watermark != before
+                self._follow_log_start(r, reply.log_start_offset)
             elif isinstance(error, OffsetOutOfRangeError):
                 if reply.log_start_offset > r.log.log_end_offset:
                     # the leader deleted what this follower lacks: start where it starts

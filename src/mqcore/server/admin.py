@@ -181,14 +181,6 @@ class AdminApis:
         self.broker = broker
         self.store = broker.store
 
-    def local_only(self, what: str) -> None:
-        """INVALID_REQUEST on a cluster's broker for a change that would reach its own
-        replicas only (the cluster's state in ZooKeeper does not carry it yet:
-        docs/cluster.md, known gaps)."""
-        if self.broker.cluster is not None:
-            why = f"{what} is not served on a cluster yet (docs/cluster.md)"
-            raise KafkaError(ErrorCode.invalid_request, why)
-
     def describe_configs(self, found: Api, body: Any, session: Session) -> Any:
         m = found.module
         results = []
@@ -376,7 +368,9 @@ class AdminApis:
 
     def delete_records(self, found: Api, body: Any, session: Session) -> Any:
         """Kafka's DeleteRecords: move each partition's log start up to the offset (-1: the
-        high watermark), durably; whole segments below it are deleted."""
+        high watermark), durably; whole segments below it are deleted. On a cluster the
+        partition's leader moves its own (NOT_LEADER_OR_FOLLOWER elsewhere) and answers it as
+        the low watermark; its followers move theirs when their next fetch hears of it."""
         m = found.module
         topics = []
         for t in body.topics:
@@ -385,9 +379,13 @@ class AdminApis:
                 code, low = ErrorCode.none, -1
                 try:
                     self.broker.authorize(session, CREATE, t.name)  # managing the topic
-                    self.local_only("deleting records")
-                    handle = self.store.log.replica(t.name, p.partition_index)
-                    end = handle.update_high_watermark(handle.log_end_offset)  # one node
+                    cluster = self.broker.cluster
+                    if cluster is None:
+                        handle = self.store.log.replica(t.name, p.partition_index)
+                        end = handle.update_high_watermark(handle.log_end_offset)  # one node
+                    else:  # the leader moves its log start; followers follow it on fetch
+                        handle = cluster.leader_log(t.name, p.partition_index)
+                        end = handle.high_watermark
                     low = handle.delete_records_before(end if p.offset == -1 else p.offset)
                 except MQCoreError as e:
                     code = error_code(e)
