@@ -983,3 +983,35 @@ def test_delete_records_on_a_cluster_moves_the_log_start_of_every_replica(
     with pytest.raises(ck.KafkaException) as refused:
         next(iter(admin.delete_records([TopicPartition("dr", 0, 11)]).values())).result(30)
     assert refused.value.args[0].code() == ck.KafkaError.OFFSET_OUT_OF_RANGE
+
+
+def test_replica_assignments_given_by_the_client_are_taken_and_checked(
+    make_cluster: Callable[..., InProcessCluster],
+) -> None:
+    """CreateTopics and CreatePartitions with explicit replica assignments (confluent-kafka):
+    the partitions get exactly those replicas, the first leading; an assignment naming a
+    broker the cluster does not have, or replication factors that differ, is refused with
+    INVALID_REPLICA_ASSIGNMENT and nothing is written."""
+    ck = pytest.importorskip("confluent_kafka")
+    from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+
+    cluster = make_cluster()
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic("a", 2, replica_assignment=[[2, 3], [3, 1]])])["a"].result(30)
+    coordinator = cluster.any().replicas.coordinator  # type: ignore[union-attr]
+    assert coordinator.assignment("a") == {0: (2, 3), 1: (3, 1)}
+    until(lambda: [cluster.state("a", p).leader for p in (0, 1)] == [2, 3], "preferred leaders")
+    admin.create_partitions([NewPartitions("a", 3, replica_assignment=[[1, 2]])])["a"].result(30)
+    assert coordinator.assignment("a")[2] == (1, 2)
+    until(lambda: cluster.state("a", 2).leader == 1, "partition 2 led by broker 1")
+    refusals = [
+        admin.create_topics([NewTopic("b", 1, replica_assignment=[[1, 9]])])["b"],
+        admin.create_topics([NewTopic("c", 2, replica_assignment=[[1, 2], [3]])])["c"],
+        admin.create_partitions([NewPartitions("a", 4, replica_assignment=[[1]])])["a"],
+    ]
+    for refused in refusals:
+        with pytest.raises(ck.KafkaException) as e:
+            refused.result(30)
+        assert e.value.args[0].code() == ck.KafkaError.INVALID_REPLICA_ASSIGNMENT, e.value
+    assert "b" not in coordinator.topics() and "c" not in coordinator.topics()
+    assert len(coordinator.assignment("a")) == 3

@@ -110,6 +110,12 @@ class InvalidConfigError(MQCoreError, ValueError):
     """A configuration value is out of its allowed range or of the wrong type."""
 
 
+class InvalidReplicaAssignmentError(InvalidConfigError):
+    """A replica assignment given for a topic's partitions names a broker the cluster does
+    not have, a broker twice, or replication factors that differ (Kafka's
+    INVALID_REPLICA_ASSIGNMENT)."""
+
+
 class PartitionLimitError(InvalidConfigError):
     """A creation would pass a bound on partitions (per call, per topic or per store; the
     store options of docs/operations.md "Limits"); nothing was created. `limit` names the

@@ -13,9 +13,9 @@ of racks the partition already uses until every rack has one.
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
-from mqcore.errors import InvalidConfigError
+from mqcore.errors import InvalidConfigError, InvalidReplicaAssignmentError
 
 NO_LEADER = -1
 
@@ -117,3 +117,40 @@ def elect_leader(
             if r in live:
                 return r
     return NO_LEADER
+
+
+def checked_assignment(
+    assignment: Mapping[int, Sequence[int]],
+    brokers: Collection[int],
+    first_partition: int = 0,
+    replication_factor: int | None = None,
+) -> dict[int, list[int]]:
+    """A replica assignment a client gave (CreateTopics, CreatePartitions), checked as Kafka
+    checks it: partitions first_partition.. in a row, each with distinct replicas, all
+    registered brokers, one replication factor (`replication_factor` if given: the topic's).
+    InvalidReplicaAssignmentError naming what is wrong."""
+    parts = sorted(assignment)
+    if not parts or parts != list(range(first_partition, first_partition + len(parts))):
+        raise InvalidReplicaAssignmentError(
+            f"the assignment must give partitions {first_partition}.. in a row, not {parts}"
+        )
+    out: dict[int, list[int]] = {}
+    for p in parts:
+        replicas = list(assignment[p])
+        if not replicas or len(set(replicas)) != len(replicas):
+            raise InvalidReplicaAssignmentError(
+                f"partition {p}: replicas must be distinct and at least one: {replicas}"
+            )
+        unknown = sorted(set(replicas) - set(brokers))
+        if unknown:
+            raise InvalidReplicaAssignmentError(
+                f"partition {p}: brokers {unknown} are not registered in the cluster"
+            )
+        if replication_factor is None:  # the first partition's, for the others
+            replication_factor = len(replicas)
+        if len(replicas) != replication_factor:
+            raise InvalidReplicaAssignmentError(
+                f"partition {p} has {len(replicas)} replicas, the topic {replication_factor}"
+            )
+        out[p] = replicas
+    return out

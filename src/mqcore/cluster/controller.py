@@ -28,14 +28,21 @@ import queue
 import random
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from mqcore.cluster.assign import NO_LEADER, assign_replicas, elect_leader, placement_order
+from mqcore.cluster.assign import (
+    NO_LEADER,
+    assign_replicas,
+    checked_assignment,
+    elect_leader,
+    placement_order,
+)
 from mqcore.cluster.zk import Controller, PartitionState, ZkCoordinator
 from mqcore.errors import (
     CoordinatorError,
     InvalidConfigError,
+    InvalidReplicaAssignmentError,
     StaleStateError,
     UnknownTopicError,
 )
@@ -109,19 +116,26 @@ class ClusterController:
         config: Mapping[str, str] | None = None,
         *,
         timeout: float = CREATE_TIMEOUT,
+        assignment: Mapping[int, Sequence[int]] | None = None,
     ) -> dict[int, PartitionState]:
         """create_topic (the module's function) through this broker's coordinator; its own
         controller, if it holds the term, is told at once rather than by the watch."""
         placement = write_topic(self.coordinator, topic, partitions, replication_factor,
-                                config, rng=self.rng)  # fmt: skip
+                                config, rng=self.rng, assignment=assignment)  # fmt: skip
         self._events.put(("topics", {topic}))
         return await_states(self.coordinator, topic, placement, timeout)
 
     def add_partitions(
-        self, topic: str, count: int, *, timeout: float = CREATE_TIMEOUT
+        self,
+        topic: str,
+        count: int,
+        *,
+        timeout: float = CREATE_TIMEOUT,
+        assignment: Sequence[Sequence[int]] | None = None,
     ) -> dict[int, PartitionState]:
         """add_partitions (the module's function) through this broker's coordinator."""
-        added = write_partitions(self.coordinator, topic, count, rng=self.rng)
+        added = write_partitions(self.coordinator, topic, count, rng=self.rng,
+                                 assignment=assignment)  # fmt: skip
         self._events.put(("topics", {topic}))
         return await_states(self.coordinator, topic, added, timeout)
 
@@ -344,22 +358,33 @@ def write_topic(
     config: Mapping[str, str] | None = None,
     *,
     rng: random.Random | None = None,
+    assignment: Mapping[int, Sequence[int]] | None = None,
 ) -> dict[int, list[int]]:
-    """Place a new topic's replicas on the live brokers (racks apart when given) and write
-    it, as any broker did in Kafka's ZooKeeper era; the controller, watching the topics, gives
-    each partition its first state (await_states waits for that). The placement.
-    TopicExistsError, InvalidConfigError (a replication factor above the live brokers, racks
-    on some brokers only)."""
+    """Place a new topic's replicas on the live brokers (racks apart when given), or as
+    `assignment` gives them (checked: assign.checked_assignment; `partitions` and
+    `replication_factor` are then its own), and write it, as any broker did in Kafka's
+    ZooKeeper era; the controller, watching the topics, gives each partition its first state
+    (await_states waits for that). The placement. TopicExistsError, InvalidConfigError (a
+    replication factor above the live brokers, racks on some brokers only)."""
     brokers = coordinator.brokers()
-    placement = assign_replicas(
-        {b: info.rack for b, info in brokers.items()}, partitions, replication_factor, rng=rng
-    )
+    if assignment is not None:
+        placement = checked_assignment(assignment, brokers)
+    else:
+        placement = assign_replicas(
+            {b: info.rack for b, info in brokers.items()}, partitions, replication_factor,
+            rng=rng,
+        )  # fmt: skip
     coordinator.write_topic(topic, placement, config)
     return placement
 
 
 def write_partitions(
-    coordinator: ZkCoordinator, topic: str, count: int, *, rng: random.Random | None = None
+    coordinator: ZkCoordinator,
+    topic: str,
+    count: int,
+    *,
+    rng: random.Random | None = None,
+    assignment: Sequence[Sequence[int]] | None = None,
 ) -> dict[int, list[int]]:
     """Grow a topic to `count` partitions, the new ones placed as Kafka's addPartitions places
     them (after the existing ones, starting where partition 0's preferred leader stands in the
@@ -372,6 +397,15 @@ def write_partitions(
             f"topic {topic!r} has {len(current)} partitions: {count} does not add any"
         )
     brokers = {b: info.rack for b, info in coordinator.brokers().items()}
+    if assignment is not None:  # one replica list per new partition (CreatePartitions')
+        if len(assignment) != count - len(current):
+            raise InvalidReplicaAssignmentError(
+                f"{len(assignment)} replica lists for {count - len(current)} new partitions"
+            )
+        given = {len(current) + i: list(r) for i, r in enumerate(assignment)}
+        added = checked_assignment(given, brokers, len(current), len(current[0]))
+        coordinator.add_partitions(topic, added)
+        return added
     order = placement_order(brokers)
     first = current[0][0] if current.get(0) else None
     start = order.index(first) if first in order else None

@@ -294,14 +294,17 @@ class ReplicaManager:
         config: Mapping[str, str] | None = None,
         *,
         timeout: float = CREATE_WAIT,
+        assignment: Mapping[int, Sequence[int]] | None = None,
     ) -> None:
         """Create a topic in the cluster (Kafka's config names in `config`, checked here
-        first) and wait, bounded, until this broker knows every partition's state."""
+        first; `assignment`: each partition's replicas, the preferred leader first, instead
+        of the controller's placement) and wait, bounded, until this broker knows every
+        partition's state."""
         for name, value in (config or {}).items():
             topic_setting(name, value)  # InvalidConfigError for a name or value mqcore lacks
         self.check_creatable(topic)
         self.controller.create_topic(topic, partitions, replication_factor, config,
-                                     timeout=timeout)  # fmt: skip
+                                     timeout=timeout, assignment=assignment)  # fmt: skip
         self._events.put(("topics", {topic}))
         self._await_known(topic, partitions, timeout)
 
@@ -313,10 +316,17 @@ class ReplicaManager:
         if topic in self._deleting and topic in self.coordinator.pending_deletions():
             raise TopicExistsError(f"topic {topic!r} is marked for deletion")
 
-    def add_partitions(self, topic: str, count: int, *, timeout: float = CREATE_WAIT) -> None:
+    def add_partitions(
+        self,
+        topic: str,
+        count: int,
+        *,
+        timeout: float = CREATE_WAIT,
+        assignment: Sequence[Sequence[int]] | None = None,
+    ) -> None:
         """Grow a topic of the cluster to `count` partitions and wait, bounded, until this
         broker knows every new partition's state."""
-        self.controller.add_partitions(topic, count, timeout=timeout)
+        self.controller.add_partitions(topic, count, timeout=timeout, assignment=assignment)
         self._await_known(topic, count, timeout)
 
     def _await_known(self, topic: str, count: int, timeout: float) -> None:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from mqcore.cluster.assign import checked_assignment
 from mqcore.config import (
     FIXED_AT_CREATION,
     LIST_SETTINGS,
@@ -32,6 +33,7 @@ from mqcore.config import (
 )
 from mqcore.errors import (
     InvalidConfigError,
+    InvalidReplicaAssignmentError,
     MQCoreError,
     PartitionLimitError,
     TopicExistsError,
@@ -475,22 +477,30 @@ class AdminApis:
 
     def _add_partitions_in_cluster(self, t: Any, validate_only: bool, session: Session) -> None:
         """CreatePartitions on a cluster: the new partitions placed by the controller's
-        rules (explicit assignments are not taken yet), metered by the mutation quota."""
+        rules, or as the request's assignments say (one replica list per new partition,
+        checked against the registered brokers and the topic's replication factor:
+        INVALID_REPLICA_ASSIGNMENT), metered by the mutation quota."""
         cluster = self.broker.cluster
         assert cluster is not None
-        if t.assignments is not None:
-            why = "explicit replica assignments are not served on a cluster yet"
-            raise KafkaError(ErrorCode.invalid_request, why)
+        given = None if t.assignments is None else [list(a.broker_ids) for a in t.assignments]
         before = len(cluster.partitions(t.name))
         if t.count <= before:
             why = f"topic {t.name!r} has {before} partitions, {t.count} asked"
             raise KafkaError(ErrorCode.invalid_partitions, why)
+        if given is not None:
+            factor = len(next(iter(cluster.partitions(t.name).values())).replicas)
+            added = dict(enumerate(given, start=before))
+            if len(given) != t.count - before:
+                raise InvalidReplicaAssignmentError(
+                    f"{len(given)} replica lists for {t.count - before} new partitions"
+                )
+            checked_assignment(added, cluster.brokers(), before, factor)
         with creation_errors():
             self.store.log.check_limits(t.name, t.count)
         if validate_only:
             return
         self.broker.quota.admit(session.principal)
-        cluster.add_partitions(t.name, t.count)
+        cluster.add_partitions(t.name, t.count, assignment=given)
         self.broker.quota.record(session.principal, t.count - before)
 
     def _add_partitions(self, t: Any, validate_only: bool, session: Session) -> None:

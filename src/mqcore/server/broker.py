@@ -18,11 +18,13 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from mqcore.cluster.assign import checked_assignment
 from mqcore.config import TopicConfig, topic_setting, validate_name
 from mqcore.consume.offsets import OFFSETS_SEGMENT_BYTES, OFFSETS_TOPIC
 from mqcore.errors import (
     CoordinatorError,
     InvalidRecordError,
+    InvalidReplicaAssignmentError,
     MissingKeyError,
     MQCoreError,
     NotLeaderOrFollowerError,
@@ -429,6 +431,8 @@ class Broker:
         replication_factor: int,
         configs: dict[str, str],
         session: Session | None = None,
+        *,
+        assignment: dict[int, list[int]] | None = None,
     ) -> int:
         """A topic created in the cluster: -1 partitions or replication factor for the
         server's defaults, the internal offsets topic with its own; bounded by this broker's
@@ -443,6 +447,8 @@ class Broker:
             configs = dict(OFFSETS_CONFIGS)
         if partitions == -1:
             partitions = self.default_partitions
+        if assignment is not None:
+            replication_factor = len(next(iter(assignment.values())))
         if replication_factor == -1:
             replication_factor = min(self.default_replication_factor, max(live, 1))
         if partitions < 1:
@@ -459,7 +465,8 @@ class Broker:
             self.log.check_limits(name, partitions)
         if session is not None:
             self.quota.admit(session.principal)
-        self.cluster.create_topic(name, partitions, replication_factor, configs)
+        self.cluster.create_topic(name, partitions, replication_factor, configs,
+                                  assignment=assignment)  # fmt: skip
         if session is not None:
             self.quota.record(session.principal, partitions)
         return partitions
@@ -520,12 +527,23 @@ class Broker:
     def _create_requested_in_cluster(
         self, t: Any, validate_only: bool, session: Session
     ) -> TopicConfig:
-        """One topic of a CreateTopics request on a cluster: placed by the controller's rules
-        (an explicit replica assignment is not taken yet: INVALID_REQUEST)."""
+        """One topic of a CreateTopics request on a cluster: placed by the controller's rules,
+        or as its replica assignment says (then num_partitions and replication_factor must be
+        -1, as Kafka requires; the assignment is checked: INVALID_REPLICA_ASSIGNMENT)."""
+        assignment: dict[int, list[int]] | None = None
         if t.assignments:
-            raise KafkaError(ErrorCode.invalid_request,
-                             "explicit replica assignments are not served on a cluster yet; "
-                             "give num_partitions and replication_factor")  # fmt: skip
+            if t.num_partitions != -1 or t.replication_factor != -1:
+                raise KafkaError(ErrorCode.invalid_request,
+                                 "give a replica assignment or num_partitions and "
+                                 "replication_factor, not both")  # fmt: skip
+            assignment = {}
+            for a in t.assignments:
+                if a.partition_index in assignment:
+                    raise InvalidReplicaAssignmentError(
+                        f"partition {a.partition_index} is assigned twice"
+                    )
+                assignment[a.partition_index] = list(a.broker_ids)
+            checked_assignment(assignment, self.cluster.brokers() if self.cluster else ())
         if t.num_partitions == 0 or t.num_partitions < -1:
             raise KafkaError(ErrorCode.invalid_partitions, "partitions must be >= 1")
         validate_name(t.name)
@@ -534,6 +552,8 @@ class Broker:
         configs = {c.name: c.value for c in t.configs}
         settings = dict(topic_setting(k, v) for k, v in configs.items())
         count = self.default_partitions if t.num_partitions == -1 else t.num_partitions
+        if assignment is not None:
+            count = len(assignment)
         cfg = self.store.new_topic_config(count, **settings)
         assert self.cluster is not None
         if self.cluster.has_topic(t.name):
@@ -542,7 +562,8 @@ class Broker:
             with creation_errors():
                 self.log.check_limits(t.name, count)
         else:
-            self._create_in_cluster(t.name, count, t.replication_factor, configs, session)
+            self._create_in_cluster(t.name, count, t.replication_factor, configs, session,
+                                    assignment=assignment)  # fmt: skip
         return cfg
 
     def _replication_factor(self, topic: str) -> int:

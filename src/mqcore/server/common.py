@@ -20,6 +20,7 @@ from mqcore.errors import (
     GroupAuthorizationError,
     InvalidConfigError,
     InvalidRecordError,
+    InvalidReplicaAssignmentError,
     InvalidTimestampError,
     InvalidTopicError,
     MQCoreError,
@@ -94,6 +95,7 @@ _CODES: tuple[tuple[type[BaseException], ErrorCode], ...] = (
     (InvalidTopicError, ErrorCode.invalid_topic_exception),
     (TopicExistsError, ErrorCode.topic_already_exists),
     (PartitionLimitError, ErrorCode.policy_violation),  # Kafka's answer past its bounds
+    (InvalidReplicaAssignmentError, ErrorCode.invalid_replica_assignment),
     (InvalidConfigError, ErrorCode.invalid_config),
     (ReadOnlyStoreError, ErrorCode.kafka_storage_error),
     (StoreClosedError, ErrorCode.kafka_storage_error),
