@@ -209,3 +209,18 @@ def test_mqcore_serve_answers_the_host_names_it_is_given(writable: mqcore.Store)
         port = srv.http_server.address[1]
         assert client.get("/v1/topics", Host=f"mq.example:{port}").status == 200
         assert client.get("/v1/topics", Host=f"{EVIL}:{port}").status == 421
+
+
+def test_a_servers_advertised_host_is_a_name_its_http_api_answers_to(tmp_path: Path) -> None:
+    """`mqcore serve --advertised-host NAME --http ...`: the other brokers of a cluster (and
+    clients told the name) reach the HTTP API by that name, so it is answered; another name
+    still is not."""
+    from mqcore.server import Server
+
+    with Server(tmp_path / "s", "127.0.0.1:0", create=True, http="127.0.0.1:0",
+                advertised_host="broker1.example") as server:  # fmt: skip
+        assert server.http_server is not None
+        client = Client(server.http_server.url)
+        port = port_of(server.http_server)
+        assert client.get("/v1/topics", Host=f"broker1.example:{port}").status == 200
+        assert client.get("/v1/topics", Host=f"{EVIL}:{port}").status == 421

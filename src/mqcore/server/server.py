@@ -370,7 +370,7 @@ class Server:
                     auth = HttpAuth(self.sasl, self.authorizer, backoff=self.sasl.backoff)
                 self.http_server = HttpServer(
                     create_app(self.store, auth=auth, group_members=self.broker.groups.member_list,
-                               allowed_hosts=self.http_allowed_hosts,
+                               allowed_hosts=self._http_names(),
                                replicas=self._replica_view if self.replicas else None,
                                cluster=None if self.replicas is None
                                else LeaderView(self.store, self.replicas)),
@@ -396,6 +396,14 @@ class Server:
                 self.stop()
                 raise
         return self
+
+    def _http_names(self) -> tuple[str, ...]:
+        """The names the HTTP API answers to besides its own address: those given, and the
+        advertised host (how the other brokers of a cluster reach it when it forwards)."""
+        names = self.http_allowed_hosts
+        if self.advertised_host is not None and self.advertised_host not in names:
+            names = (*names, self.advertised_host)
+        return names
 
     def _advertised_url(self, url: str) -> str:
         """The HTTP API's URL as the other brokers reach it: the advertised host in place of
