@@ -11,7 +11,10 @@ test decides which replica has which record instead of racing the fetchers.
   ISR shrinks under a waiting acks=all write;
 - the controller dies with a leader: the broker left elects itself and serves;
 - ZooKeeper away for a while: the brokers serve as they are, and what changed meanwhile (a
-  broker that died) is acted on once it is back.
+  broker that died) is acted on once it is back;
+- and what a cluster serves beyond replication, through unmodified clients: the HTTP API and
+  the console for the whole cluster, topics deleted and configs changed on every replica,
+  records deleted, replica assignments given, racks.
 """
 
 from __future__ import annotations
