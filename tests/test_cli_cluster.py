@@ -207,3 +207,33 @@ def test_create_topic_places_a_replicated_topic_and_waits_for_its_leaders(zk: Zo
     finally:
         for n in nodes.values():
             n.kill()
+
+
+def test_status_shows_a_topic_marked_for_deletion_and_who_it_waits_for(zk: ZooKeeper) -> None:
+    """A topic marked for deletion whose replica on a stopped broker is not deleted yet: the
+    status names it and the broker the deletion waits for (read from the marks as a plain
+    kazoo client sees them); once that broker's acknowledgement is there, the controller
+    finishes and the status no longer shows it."""
+    nodes = {n: Node(zk, n) for n in (1, 2)}
+    try:
+        until(lambda: sum(n.controller.is_controller for n in nodes.values()) == 1, "a controller")
+        nodes[1].controller.create_topic("gone", 1, 2)
+        nodes[1].coordinator.request_topic_deletion("gone")
+        nodes[1].coordinator.ack_topic_deletion("gone", 1)
+        raw = KazooClient(hosts=zk.address + "/cluster")
+        raw.start(WAIT)
+        try:
+            assert sorted(raw.get_children("/admin/delete_topics/gone")) == ["1"]
+        finally:
+            raw.stop()
+            raw.close()
+        code, shown = status(zk)
+        assert shown["deleting"] == {"gone": [2]}
+        code, out, err = run_cli("cluster", "status", "--coordinator", zk.url("/cluster"))
+        assert "marked for deletion: gone (waiting for brokers [2])" in out, out
+        nodes[2].coordinator.ack_topic_deletion("gone", 2)
+        until(lambda: status(zk)[1]["deleting"] == {}, "the controller to finish the deletion")
+        assert "gone" not in {p["topic"] for p in status(zk)[1]["partitions"]}
+    finally:
+        for node in nodes.values():
+            node.kill()

@@ -134,6 +134,7 @@ def cmd_status(args: argparse.Namespace, out: TextIO) -> int:
             "partitions": [_partition_json(p) for p in shown],
             "under_replicated": sum(p.under_replicated for p in view.partitions),
             "offline": sum(p.offline for p in view.partitions),
+            "deleting": view.deleting,
         }), file=out)  # fmt: skip
         return UNHEALTHY if unhealthy else 0
     controller = "none" if view.controller is None else f"broker {view.controller}"
@@ -151,6 +152,9 @@ def cmd_status(args: argparse.Namespace, out: TextIO) -> int:
     )
     for p in shown:
         print("  " + _partition_line(p), file=out)
+    for topic, waiting in view.deleting.items():
+        on = f"waiting for brokers {waiting}" if waiting else "being finished by the controller"
+        print(f"marked for deletion: {topic} ({on})", file=out)
     return UNHEALTHY if unhealthy else 0
 
 

@@ -264,6 +264,8 @@ class ClusterView:
     controller: int | None
     controller_epoch: int
     partitions: list[PartitionView]
+    # topics marked for deletion, each with the brokers still to delete their replicas
+    deleting: dict[str, list[int]] = field(default_factory=dict)
 
 
 class ZkCoordinator:
@@ -814,7 +816,15 @@ class ZkCoordinator:
                 except UnknownTopicError:
                     state = None
                 partitions.append(PartitionView(topic, p, replicas, state))
-        return ClusterView(self.brokers(), self.controller(), self.controller_epoch(), partitions)
+        deleting = {}
+        for topic in sorted(self.pending_deletions()):
+            try:
+                holders = {b for r in self.assignment(topic).values() for b in r}
+            except UnknownTopicError:
+                holders = set()
+            deleting[topic] = sorted(holders - self.deletion_acks(topic))
+        return ClusterView(self.brokers(), self.controller(), self.controller_epoch(), partitions,
+                           deleting)  # fmt: skip
 
     # -- preferred-leader election ----------------------------------------------------------
 
