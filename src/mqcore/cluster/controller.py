@@ -255,6 +255,9 @@ class ClusterController:
             except StaleStateError:
                 self.term = None
                 return
+            self._acks_watched.discard(
+                topic
+            )  # its watch ended with the mark: a new mark, a new one
             log.info("topic %r deleted", topic)
 
     # -- leadership -----------------------------------------------------------------------

@@ -48,6 +48,7 @@ from mqcore.errors import (
     CoordinatorError,
     FencedLeaderEpochError,
     InvalidConfigError,
+    InvalidTopicError,
     MQCoreError,
     NodeIdTakenError,
     NotEnoughReplicasAfterAppendError,
@@ -308,6 +309,12 @@ class ReplicaManager:
         self._events.put(("topics", {topic}))
         self._await_known(topic, partitions, timeout)
 
+    def refuse_marked(self, topic: str, action: str) -> None:
+        """InvalidTopicError for a topic marked for deletion, as Kafka refuses changes to one
+        (a replica added now would never acknowledge the deletion)."""
+        if topic in self.coordinator.pending_deletions():
+            raise InvalidTopicError(f"cannot {action} topic {topic!r}: it is marked for deletion")
+
     def check_creatable(self, topic: str) -> None:
         """TopicExistsError for a topic of the cluster, or one marked for deletion (made again
         only once every replica of the old one is deleted); checked first, as Kafka does."""
@@ -326,6 +333,7 @@ class ReplicaManager:
     ) -> None:
         """Grow a topic of the cluster to `count` partitions and wait, bounded, until this
         broker knows every new partition's state."""
+        self.refuse_marked(topic, "add partitions to")
         self.controller.add_partitions(topic, count, timeout=timeout, assignment=assignment)
         self._await_known(topic, count, timeout)
 
@@ -419,7 +427,13 @@ class ReplicaManager:
             return True
 
     def follower_fetch(
-        self, replica_id: int, topic: str, partition: int, fetch_offset: int, current_epoch: int
+        self,
+        replica_id: int,
+        topic: str,
+        partition: int,
+        fetch_offset: int,
+        current_epoch: int,
+        log_start_offset: int = -1,
     ) -> ReplicaLog:
         """A follower's fetch reached this leader: everything before `fetch_offset` is on its
         log. Advances the high watermark, asks for the follower's return to the ISR when it
@@ -443,13 +457,47 @@ class ReplicaManager:
                     f"log [{r.log.log_start_offset}, {r.log.log_end_offset}]"
                 )
             before = r.log.high_watermark
-            moved = leader.follower_fetched(replica_id, fetch_offset, now_ms()) != before
+            got = leader.follower_fetched(replica_id, fetch_offset, now_ms(), log_start_offset)
+            moved = got != before
             if not r.joining and replica_id not in leader.isr and replica_id in leader.may_join():
                 r.joining = True
                 self._events.put(("expand", (topic, partition)))
         if moved:
             self.on_progress(topic, partition)
         return r.log
+
+    def delete_records(
+        self, topic: str, partition: int, offset: int, *, timeout: float = CREATE_WAIT
+    ) -> int:
+        """Kafka's DeleteRecords on a partition this broker leads: move its log start to
+        `offset` (-1: the high watermark), then wait, bounded, until every in-sync replica's
+        log start is there too (they follow on their fetches), as Kafka's DelayedDeleteRecords
+        does, so a failover cannot bring the records back. The low watermark;
+        CoordinatorError (REQUEST_TIMED_OUT) when the replicas were not there in time."""
+        r = self._leading(topic, partition, -1)
+        with r.lock:
+            target = r.log.high_watermark if offset == -1 else offset
+            start = r.log.delete_records_before(target)
+        self.on_progress(topic, partition)
+        deadline = time.monotonic() + min(timeout, CREATE_WAIT)
+        pause = 0.01
+        while True:
+            with r.lock:
+                leader = r.leader
+                if leader is None:
+                    raise NotLeaderOrFollowerError(
+                        f"broker {self.node_id} no longer leads {topic}-{partition}"
+                    )
+                low = leader.low_watermark()
+            if low >= start:
+                return low
+            if time.monotonic() >= deadline:
+                raise CoordinatorError(
+                    f"{topic}-{partition}: the log start moved to {start} on the leader, but "
+                    f"the in-sync replicas' low watermark is {low} after {timeout:g} s"
+                )
+            time.sleep(pause)  # bounded by the deadline
+            pause = min(pause * 2, 0.2)
 
     def end_offset_for_epoch(
         self, topic: str, partition: int, epoch: int, current_epoch: int
@@ -520,8 +568,8 @@ class ReplicaManager:
             self._expand_isr(*value)
         elif kind == "session":
             self._session(value)
-        elif kind == "deletions":
-            self._deletions(value)
+        elif kind == "deletions":  # None: read the marks now (a request made one)
+            self._deletions(self.coordinator.pending_deletions() if value is None else value)
         elif kind == "config":
             self._apply_config(*value)
 
@@ -608,20 +656,32 @@ class ReplicaManager:
         every broker holding a replica deleted it and the controller deleted its znodes.
         CoordinatorError when that takes longer (the deletion goes on: a broker that is down
         holds it until it returns, as in Kafka); UnknownTopicError for a topic of none."""
+        self.mark_for_deletion(topic)
+        if self.await_deleted([topic], timeout):
+            raise CoordinatorError(
+                f"topic {topic!r} is marked for deletion, but not every broker holding one of "
+                f"its replicas deleted them within {timeout:g} s (one that is down holds the "
+                "deletion until it returns)"
+            )
+
+    def mark_for_deletion(self, topic: str) -> None:
+        """Mark a topic of the cluster for deletion (UnknownTopicError for none); this
+        broker's own replicas go at once (the marks are read again on its event thread)."""
         self.coordinator.request_topic_deletion(topic)
-        self._events.put(("deletions", self.coordinator.pending_deletions()))
+        self._events.put(("deletions", None))
+
+    def await_deleted(self, topics: Sequence[str], timeout: float) -> list[str]:
+        """Wait, at most `timeout` seconds (and CREATE_WAIT), until the topics are gone from
+        the cluster; those still there."""
         deadline = time.monotonic() + min(timeout, CREATE_WAIT)
         pause = 0.01
-        while time.monotonic() < deadline:
-            if topic not in self.coordinator.topics():
-                return
+        while True:
+            present = set(self.coordinator.topics())
+            left = [t for t in topics if t in present]
+            if not left or time.monotonic() >= deadline:
+                return left
             time.sleep(pause)  # bounded by the deadline
             pause = min(pause * 2, 0.2)
-        raise CoordinatorError(
-            f"topic {topic!r} is marked for deletion, but not every broker holding one of its "
-            f"replicas deleted them within {timeout:g} s (one that is down holds the deletion "
-            "until it returns)"
-        )
 
     def update_topic_config(
         self,
@@ -635,6 +695,7 @@ class ReplicaManager:
         written by compare-and-set (read again and retried when another change came first).
         Every broker holding a replica applies them when it hears of the change."""
         refuse_internal(topic, "alter")
+        self.refuse_marked(topic, "change the configs of")
         base = self.store.log.topic_defaults
         for _ in range(CAS_ATTEMPTS):
             overrides, version = self.coordinator.versioned_topic_config(topic)

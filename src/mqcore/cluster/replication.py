@@ -100,6 +100,7 @@ def fetch_from_leader(
 class _Follower:
     log_end: int = UNDEFINED_OFFSET  # unknown until it fetches
     caught_up_ms: int = 0  # when a fetch last reached the leader's log end
+    log_start: int = UNDEFINED_OFFSET  # its log start, as its last fetch said (v5+)
 
 
 class LeaderPartition:
@@ -133,13 +134,16 @@ class LeaderPartition:
         self.followers = {r: _Follower(caught_up_ms=now_ms) for r in self.replicas
                           if r != leader_id}  # fmt: skip
 
-    def follower_fetched(self, replica: int, fetch_offset: int, now_ms: int) -> int:
-        """A follower fetched from `fetch_offset`: everything before it is on its log. Returns
-        the high watermark after it (it may have advanced)."""
+    def follower_fetched(
+        self, replica: int, fetch_offset: int, now_ms: int, log_start: int = UNDEFINED_OFFSET
+    ) -> int:
+        """A follower fetched from `fetch_offset`: everything before it is on its log, which
+        starts at `log_start`. Returns the high watermark after it (it may have advanced)."""
         f = self.followers.get(replica)
         if f is None:
             raise InvalidConfigError(f"broker {replica} is not a replica of {self.log.topic}")
         f.log_end = fetch_offset
+        f.log_start = log_start
         if fetch_offset >= self.log.log_end_offset:
             f.caught_up_ms = now_ms
         return self.advance_high_watermark()
@@ -152,6 +156,13 @@ class LeaderPartition:
         if low > self.log.high_watermark:
             self.log.update_high_watermark(low)
         return self.log.high_watermark
+
+    def low_watermark(self) -> int:
+        """The smallest log start in the ISR, the leader's own included (Kafka's low
+        watermark: what DeleteRecords waits for); a follower that has not said counts as 0."""
+        starts = [self.log.log_start_offset]
+        starts += [max(self.followers[r].log_start, 0) for r in self.isr if r != self.leader_id]
+        return min(starts)
 
     def lagging(self, now_ms: int) -> set[int]:
         """In-sync followers that have not caught up for the lag time: the ISR to shrink."""

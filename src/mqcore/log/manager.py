@@ -768,14 +768,15 @@ class Log:
     def _write(self, part: Partition, batch: EncodedBatch) -> int:
         if self._background_deferred:
             self.start_background()
-        if part.leader_epoch == NOT_LEADING:  # its leader's appends reach it by replication
-            raise NotLeaderOrFollowerError(
-                f"{part.topic}-{part.partition} is led by another broker: this replica takes "
-                "only what it copies from its leader"
-            )
-        if part.leader_epoch >= 0:
-            batch.set_leader_epoch(part.leader_epoch)
-        base = part.append(batch)
+        with part.locked():  # the role checked and the batch appended as one step (follow())
+            if part.leader_epoch == NOT_LEADING:  # its leader's appends reach it by replication
+                raise NotLeaderOrFollowerError(
+                    f"{part.topic}-{part.partition} is led by another broker: this replica "
+                    "takes only what it copies from its leader"
+                )
+            if part.leader_epoch >= 0:
+                batch.set_leader_epoch(part.leader_epoch)
+            base = part.append(batch)
         appends = self._topic_appends
         appends[part.topic] = appends.get(part.topic, 0) + 1
         self._written(part)

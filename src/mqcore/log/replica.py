@@ -444,19 +444,23 @@ class ReplicaLog:
         """This broker leads the partition from now on at `epoch`: the epoch starts at the log
         end (assign_epoch), and batches the store appends itself (through Log, not
         append_as_leader: a group coordinator's offset commits) carry it from now on."""
-        self.assign_epoch(epoch)
-        self.partition.leader_epoch = epoch
+        with self.partition.locked():  # no store append between the epoch and the stamp
+            self.assign_epoch(epoch)
+            self.partition.leader_epoch = epoch
 
     def resign(self) -> None:
         """This broker no longer leads the partition: the store's own appends carry no
         epoch again."""
-        self.partition.leader_epoch = -1
+        with self.partition.locked():
+            self.partition.leader_epoch = -1
 
     def follow(self) -> None:
         """Another broker leads the partition (or none does now): the store's own appends
         to it are refused with NotLeaderOrFollowerError until lead(), so nothing but what
-        append_as_follower copies from the leader enters this replica."""
-        self.partition.leader_epoch = NOT_LEADING
+        append_as_follower copies from the leader enters this replica. Taken under the
+        partition's lock: a store append already past its check ends before this returns."""
+        with self.partition.locked():
+            self.partition.leader_epoch = NOT_LEADING
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         """(epoch, end offset) by Kafka's OffsetsForLeaderEpoch rules (LeaderEpochCache)."""

@@ -371,8 +371,9 @@ class AdminApis:
     def delete_records(self, found: Api, body: Any, session: Session) -> Any:
         """Kafka's DeleteRecords: move each partition's log start up to the offset (-1: the
         high watermark), durably; whole segments below it are deleted. On a cluster the
-        partition's leader moves its own (NOT_LEADER_OR_FOLLOWER elsewhere) and answers it as
-        the low watermark; its followers move theirs when their next fetch hears of it."""
+        partition's leader moves its own (NOT_LEADER_OR_FOLLOWER elsewhere) and answers once
+        every in-sync replica's log start is there too (REQUEST_TIMED_OUT after `timeout`):
+        ReplicaManager.delete_records."""
         m = found.module
         topics = []
         for t in body.topics:
@@ -385,10 +386,12 @@ class AdminApis:
                     if cluster is None:
                         handle = self.store.log.replica(t.name, p.partition_index)
                         end = handle.update_high_watermark(handle.log_end_offset)  # one node
-                    else:  # the leader moves its log start; followers follow it on fetch
-                        handle = cluster.leader_log(t.name, p.partition_index)
-                        end = handle.high_watermark
-                    low = handle.delete_records_before(end if p.offset == -1 else p.offset)
+                        low = handle.delete_records_before(end if p.offset == -1 else p.offset)
+                    else:  # the leader's, then its in-sync replicas' (within the timeout)
+                        low = cluster.delete_records(
+                            t.name, p.partition_index, p.offset,
+                            timeout=max(body.timeout.total_seconds(), 0.0),
+                        )  # fmt: skip
                 except MQCoreError as e:
                     code = error_code(e)
                 out.append(
@@ -417,7 +420,8 @@ class AdminApis:
             by_id = {topic_id(n): n for n in names}
             wanted = [(t.name or by_id.get(t.topic_id), t.topic_id) for t in body.topics]
         seen = Counter(name for name, _ in wanted if name is not None)
-        out = []
+        results: list[tuple[str | None, Any, Any, str | None]] = []
+        marked: list[str] = []  # on a cluster: every topic marked first, then one wait
         for name, asked_id in wanted:
             code, message = ErrorCode.none, None
             try:
@@ -430,18 +434,29 @@ class AdminApis:
                     self.store.delete_topic(name)
                 else:  # every replica, through the controller (docs/cluster.md)
                     refuse_internal(name, "delete")
-                    cluster.delete_topic(name, timeout=max(body.timeout.total_seconds(), 0.0))
+                    cluster.mark_for_deletion(name)
+                    marked.append(name)
             except MQCoreError as e:
                 code, message = error_code(e), str(e)
-            out.append(
-                build(
-                    m.DeletableTopicResult,
-                    name=name,
-                    topic_id=asked_id if name is None else topic_id(name),
-                    error_code=code,
-                    error_message=message,
-                )  # fmt: skip
-            )
+            results.append((name, asked_id, code, message))
+        if marked:
+            assert cluster is not None
+            left = set(cluster.await_deleted(marked, max(body.timeout.total_seconds(), 0.0)))
+            why = ("marked for deletion, but not every broker holding one of its replicas "
+                   "deleted them in time (one that is down holds the deletion until it "
+                   "returns)")  # fmt: skip
+            results = [(n, i, ErrorCode.request_timed_out, why) if n in left else (n, i, c, w)
+                       for n, i, c, w in results]  # fmt: skip
+        out = [
+            build(
+                m.DeletableTopicResult,
+                name=name,
+                topic_id=asked_id if name is None else topic_id(name),
+                error_code=code,
+                error_message=message,
+            )  # fmt: skip
+            for name, asked_id, code, message in results
+        ]
         return build(found.response, throttle_time=NO_TIME, responses=tuple(out))
 
     def create_partitions(self, found: Api, body: Any, session: Session) -> Any:
@@ -483,6 +498,7 @@ class AdminApis:
         cluster = self.broker.cluster
         assert cluster is not None
         given = None if t.assignments is None else [list(a.broker_ids) for a in t.assignments]
+        cluster.refuse_marked(t.name, "add partitions to")  # INVALID_TOPIC_EXCEPTION, as Kafka
         before = len(cluster.partitions(t.name))
         if t.count <= before:
             why = f"topic {t.name!r} has {before} partitions, {t.count} asked"

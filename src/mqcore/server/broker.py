@@ -783,8 +783,9 @@ class Broker:
         current = getattr(p, "current_leader_epoch", -1)  # v9+
         if replica >= 0:
             self._check_cluster_action(session)
+            start = getattr(p, "log_start_offset", -1)  # v5+: the follower's log start
             handle = self.cluster.follower_fetch(replica, topic, p.partition, p.fetch_offset,
-                                                 current)  # fmt: skip
+                                                 current, start)  # fmt: skip
             return handle, "log_end"
         self.authorize(session, READ, topic)
         return self.cluster.leader_log(topic, p.partition, current), "high_watermark"

@@ -291,6 +291,13 @@ class ClusterReader:
                 return TopicConfig(**self.ask(node, f"/v1/topics/{topic}")["config"])
         raise UnknownTopicError(f"no broker holding {topic!r} answers")
 
+    def disk_bytes(self, topic: str, partition: int = 0) -> int:
+        """This broker's replica's disk use (0 where it holds none)."""
+        store = self.leader.store
+        if not store.log.has_topic(topic) or partition not in store.available_partitions(topic):
+            return 0
+        return store.disk_bytes(topic, partition)
+
     def segment_offsets(self, topic: str, partition: int) -> list[int]:
         """This broker's replica's segments ([] where it holds none)."""
         store = self.leader.store
@@ -488,6 +495,7 @@ class ClusterReader:
         result = self.leader.find_by_unique_id(unique_id, start=start, end=end, limit=limit,
                                                topics=topics)  # fmt: skip
         found = list(result.messages)
+        more = result.reason != EXHAUSTED  # a broker that stopped at the limit has more
         for node in sorted(self.replicas.brokers()):
             if node == self.replicas.node_id:
                 continue
@@ -495,15 +503,17 @@ class ClusterReader:
                            {"start": start, "end": end, "limit": limit})  # fmt: skip
             found += [m for m in map(message_from_object, got["messages"])
                       if topics is None or topics(m.topic)]  # fmt: skip
+            more |= got.get("reason") != EXHAUSTED
         found.sort(key=lambda m: (m.topic, m.partition, m.offset))
         result.messages = found[:limit]
-        result.reason = LIMIT if len(found) > limit else EXHAUSTED
+        result.reason = LIMIT if more or len(found) > limit else EXHAUSTED
         return result
 
     # -- groups -----------------------------------------------------------------------------
 
-    def share_group_lag(self, *args: Any, **kwargs: Any) -> Any:
-        raise InvalidConfigError(SHARE_REFUSAL)
+    def share_group_lag(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """None: share groups are not served on a cluster (SHARE_REFUSAL for a member)."""
+        return {}
 
     def group_lag(self, group: str | None = None) -> dict[str, list[PartitionLag]]:
         """The groups' committed offsets as their coordinator (the leader of
