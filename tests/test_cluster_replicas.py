@@ -1022,3 +1022,36 @@ def test_replica_assignments_given_by_the_client_are_taken_and_checked(
         assert e.value.args[0].code() == ck.KafkaError.INVALID_REPLICA_ASSIGNMENT, e.value
     assert "b" not in coordinator.topics() and "c" not in coordinator.topics()
     assert len(coordinator.assignment("a")) == 3
+
+
+def test_a_broker_forwards_a_bounded_number_of_requests_at_once(
+    make_cluster: Callable[..., InProcessCluster],
+) -> None:
+    """With every forwarding slot taken (brokers flooded with requests for each other's
+    partitions), a request that needs another broker is answered 503 with Retry-After in
+    bounded time instead of holding a thread, while a partition led here is still read;
+    once a slot is free, forwarding works again."""
+    import time as clock
+
+    cluster = make_cluster(http="127.0.0.1:0")
+    cluster.create("f", partitions=3, rf=1)
+    produce_to = {p: cluster.state("f", p).leader for p in range(3)}
+    node, server = next(iter(cluster.servers.items()))
+    assert server.http_server is not None
+    url, view = server.http_server.url, server.http_server.app.state.cluster
+    local = next(p for p, leader in produce_to.items() if leader == node)
+    remote = next(p for p, leader in produce_to.items() if leader != node)
+    taken = 0
+    while view.forwarding.acquire(blocking=False):
+        taken += 1
+    try:
+        began = clock.monotonic()
+        refused = http_get(f"{url}/v1/topics/f/partitions/{remote}/messages")
+        assert refused["status"] == 503 and "forwarding" in refused["message"], refused
+        assert clock.monotonic() - began < 10
+        assert "messages" in http_get(f"{url}/v1/topics/f/partitions/{local}/messages")
+    finally:
+        for _ in range(taken):
+            view.forwarding.release()
+    assert taken >= 1
+    assert "messages" in http_get(f"{url}/v1/topics/f/partitions/{remote}/messages")

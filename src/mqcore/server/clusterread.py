@@ -23,13 +23,17 @@ Two views stand where the app's store stood (server/http.py lends one per reques
 
 A broker that does not answer in time, or answers something that is not the API's JSON, makes
 the request fail with ReplicationError (503), naming the broker; a refusal it gives (an
-unknown topic, a bad selector) comes back as the same mqcore error.
+unknown topic, a bad selector) comes back as the same mqcore error. A broker forwards at most
+MAX_FORWARDS requests at once (503 with Retry-After past it, after FORWARD_SLOT_WAIT): fewer
+than its HTTP threads, so brokers flooded with requests for each other's partitions keep
+threads to answer each other's forwards instead of waiting on each other.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -64,6 +68,7 @@ from mqcore.query.ids import decode_msg_id
 from mqcore.query.jsonform import message_from_object
 from mqcore.query.keyfilter import in_partition_order
 from mqcore.query.merge import Fetched, merge_by_time
+from mqcore.server.httpbase import Busy
 
 if TYPE_CHECKING:
     from mqcore._ext.batch import Message
@@ -72,6 +77,10 @@ if TYPE_CHECKING:
 
 FORWARDED = "X-Mqcore-Forwarded"
 FORWARD_TIMEOUT = 30.0  # seconds a forwarded request may take beyond its own scan time
+# requests this broker forwards at once: fewer than the HTTP server's threads (Starlette's 40),
+# so two brokers forwarding to each other always keep threads to answer each other
+MAX_FORWARDS = 16
+FORWARD_SLOT_WAIT = 2.0  # seconds a request waits for a forwarding slot, then 503
 MAX_ANSWER_BYTES = 256 << 20  # a broker's answer read at most (a page of max_limit messages)
 OFFSETS_TOPIC = "__consumer_offsets"
 SHARE_REFUSAL = (
@@ -115,9 +124,11 @@ class LeaderView:
 
     read_only = False
 
-    def __init__(self, store: Store, replicas: ReplicaManager):
+    def __init__(self, store: Store, replicas: ReplicaManager, max_forwards: int = MAX_FORWARDS):
         self.store, self.replicas = store, replicas
         self.path = store.path
+        # what the broker's ClusterReaders may forward at once (ClusterReader.ask)
+        self.forwarding = threading.BoundedSemaphore(max_forwards)
 
     def __getattr__(self, name: str) -> Any:  # this broker's own: disk use, share groups...
         return getattr(self.store, name)
@@ -255,6 +266,11 @@ class ClusterReader:
         request = urllib.request.Request(url, headers=headers)
         wait = self.timeout if timeout is None else timeout + self.timeout
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        if not self.leader.forwarding.acquire(timeout=FORWARD_SLOT_WAIT):
+            raise Busy(
+                "this broker is forwarding as many requests to the others as it may "
+                "(MAX_FORWARDS): try again"
+            )
         try:
             with opener.open(request, timeout=wait) as response:
                 body = response.read(MAX_ANSWER_BYTES + 1)
@@ -263,6 +279,8 @@ class ClusterReader:
                 raise answered_error(node, e.code, e.read(1 << 16)) from None
         except (OSError, ValueError) as e:
             raise ReplicationError(f"broker {node} ({info.http}) did not answer: {e}") from None
+        finally:
+            self.leader.forwarding.release()
         if len(body) > MAX_ANSWER_BYTES:
             raise ReplicationError(f"broker {node}'s answer is over {MAX_ANSWER_BYTES} bytes")
         try:

@@ -365,6 +365,7 @@ def create_app(
     app.state.auth = auth
     app.state.group_members = group_members
     app.state.replicas = replicas
+    app.state.cluster = cluster
     app.state.store = store
     app.state.lend = lender(store, cluster)
     app.state.share_sessions = ShareSessions(
