@@ -11,7 +11,8 @@ Znodes (under the chroot of the coordinator URL, `zk://HOST:PORT[,HOST:PORT]/PAT
     /brokers/ids/<id>           ephemeral  {"version":5,"host":H,"port":P,"endpoints":
                                            ["PLAINTEXT://H:P"],"listener_security_protocol_map":
                                            {"PLAINTEXT":"PLAINTEXT"},"jmx_port":-1,
-                                           "features":{},"timestamp":"<ms>"[,"rack":R]}
+                                           "features":{},"timestamp":"<ms>"[,"rack":R]
+                                           [,"mqcore_http":"http://H:P"]}
     /controller                 ephemeral  {"version":1,"brokerid":N,"timestamp":"<ms>"}
     /controller_epoch           persistent "<epoch>"  (its znode version fences the controller)
     /brokers/topics/<t>         persistent {"version":2,"partitions":{"<p>":[replica ids]},
