@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from cliserver import run_module_cli
+from clusterinproc import make_cluster  # noqa: F401  (a fixture: three brokers of this process)
 from hypothesis import settings
 from zkserver import ZooKeeper
 

@@ -20,140 +20,16 @@ test decides which replica has which record instead of racing the fetchers.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from clusterinproc import WAIT, InProcessCluster, consume, http_get, produce
 from clusterprocs import until
 from zkserver import ZooKeeper
 
-pytest.importorskip("kazoo", reason="the server extra (kazoo) is missing")
-
-from mqcore.server import (
-    Server,  # noqa: E402
-    interbroker,  # noqa: E402
-)
-
-WAIT = 60.0
-
-
-class InProcessCluster:
-    """Brokers 1..3 as Servers of this process, each restartable on its store and port."""
-
-    def __init__(self, zk: ZooKeeper, directory: Path, **options: Any):
-        self.racks: dict[int, str] = options.pop("racks", {})
-        self.zk, self.directory, self.options = zk, directory, options
-        self.servers: dict[int, Server] = {}
-        self.ports: dict[int, int] = {}
-        self.blocked: set[int] = set()  # followers whose fetches the leaders refuse
-        self.held: set[int] = set()  # those of them whose fetcher met the block since
-
-    def hold(self, *nodes: int) -> None:
-        """Hold back the fetches of `nodes`, once any fetch they had under way is over (a
-        long poll at the leader would otherwise still bring records)."""
-        self.held.difference_update(nodes)
-        self.blocked.update(nodes)
-        until(lambda: self.held.issuperset(nodes), f"the fetchers of {nodes} to be held")
-
-    def release(self) -> None:
-        self.blocked.clear()
-
-    def start(self, node: int) -> Server:
-        listen = f"127.0.0.1:{self.ports.get(node, 0)}"
-        server = Server(self.directory / f"b{node}", listen, node_id=node, create=True,
-                        coordinator=self.zk.url("/cluster"), rack=self.racks.get(node),
-                        **self.options).start()  # fmt: skip
-        self.servers[node] = server
-        self.ports[node] = server.port
-        return server
-
-    def stop(self, node: int) -> None:
-        self.servers.pop(node).stop()
-
-    @property
-    def bootstrap(self) -> str:
-        return ",".join(s.bootstrap for s in self.servers.values())
-
-    def any(self) -> Server:
-        return next(iter(self.servers.values()))
-
-    def state(self, topic: str, partition: int = 0) -> Any:
-        coordinator = self.any().replicas.coordinator  # type: ignore[union-attr]
-        return coordinator.partition_state(topic, partition)
-
-    def create(self, topic: str, partitions: int = 1, rf: int = 3, **config: str) -> None:
-        replicas = self.any().replicas
-        assert replicas is not None
-        replicas.create_topic(topic, partitions, rf, config)
-        for s in self.servers.values():  # every broker knows every partition's leader
-            until(lambda s=s: s.replicas.has_topic(topic)  # type: ignore[union-attr]
-                  and all(m.state is not None for m in s.replicas.partitions(topic).values()),
-                  f"{topic} at every broker")  # fmt: skip
-
-    def log(self, node: int, topic: str, partition: int = 0) -> list[tuple[int, bytes]]:
-        store = self.servers[node].store
-        assert store is not None
-        return [(m.offset, bytes(m.value or b"")) for m in store.read(topic, partition, 0, 100_000)]
-
-
-@pytest.fixture
-def make_cluster(
-    zk: ZooKeeper, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[Callable[..., InProcessCluster]]:
-    made: list[InProcessCluster] = []
-    real = interbroker.WireLeaderClient.fetch
-
-    def fetch(self: Any, replica_id: int, partitions: Any, max_wait_ms: int) -> Any:
-        for c in made:
-            if replica_id in c.blocked:
-                c.held.add(replica_id)
-                time.sleep(max_wait_ms / 1000)  # as long as a fetch that found nothing takes
-                raise ConnectionError(f"the test holds broker {replica_id}'s fetches back")
-        return real(self, replica_id, partitions, max_wait_ms)
-
-    monkeypatch.setattr(interbroker.WireLeaderClient, "fetch", fetch)
-
-    def make(**options: Any) -> InProcessCluster:
-        cluster = InProcessCluster(zk, tmp_path, **options)
-        made.append(cluster)
-        for node in (1, 2, 3):
-            cluster.start(node)
-        return cluster
-
-    yield make
-    for cluster in made:
-        for node in list(cluster.servers):
-            cluster.stop(node)
-
-
-def produce(bootstrap: str, topic: str, values: list[bytes], acks: Any = "all",
-            retries: int = 10) -> list[int]:  # fmt: skip
-    from kafka import KafkaProducer
-
-    producer = KafkaProducer(bootstrap_servers=bootstrap, acks=acks, retries=retries,
-                             retry_backoff_ms=100, request_timeout_ms=20_000)  # fmt: skip
-    try:
-        futures = [producer.send(topic, v, partition=0) for v in values]
-        return [f.get(60).offset for f in futures]
-    finally:
-        producer.close()
-
-
-def consume(bootstrap: str, topic: str, n: int) -> list[bytes]:
-    from kafka import KafkaConsumer, TopicPartition
-
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest")
-    got: list[bytes] = []
-    try:
-        consumer.assign([TopicPartition(topic, 0)])
-        deadline = time.monotonic() + WAIT
-        while len(got) < n and time.monotonic() < deadline:
-            for records in consumer.poll(timeout_ms=200).values():
-                got += [m.value for m in records]
-    finally:
-        consumer.close()
-    return got
+from mqcore.server import Server, interbroker
 
 
 def test_the_isr_shrinks_after_the_lag_time_and_expands_when_the_follower_catches_up(
@@ -609,20 +485,6 @@ def test_acks_all_produces_of_one_connection_are_appended_while_the_first_waits(
     assert cluster.log(follower, "t") == [(0, b"first"), (1, b"second")]
 
 
-def http_get(url: str) -> Any:
-    """GET a JSON answer (an HTTP error's JSON body too, with its status)."""
-    import json
-    import urllib.error
-    import urllib.request
-
-    try:
-        with urllib.request.urlopen(url, timeout=WAIT) as r:
-            return json.load(r)
-    except urllib.error.HTTPError as e:
-        with e:
-            return {"status": e.code, **json.load(e)}
-
-
 def pages(url: str, limit: int) -> list[dict[str, Any]]:
     """Every message of a query, page by page through its cursors (bounded)."""
     import urllib.parse
@@ -791,14 +653,6 @@ def test_the_http_api_finds_unique_ids_and_group_lag_across_the_cluster_and_503s
                 for p in group["partitions"]}  # fmt: skip
         assert lags == {0: (1, 2, 1), 1: (0, 2, 2), 2: (2, 2, 0)}, (node, group)
         assert group["lag"] == 3
-        import urllib.error
-        import urllib.request
-
-        join = urllib.request.Request(f"{url}/v1/share-groups/s/members?topics=u", method="POST")
-        with pytest.raises(urllib.error.HTTPError) as refused_join:
-            urllib.request.urlopen(join, timeout=WAIT)
-        with refused_join.value as answer:  # not replicated yet: refused, not served locally
-            assert answer.code == 400 and b"not replicated" in answer.read()
     gone = cluster.state("u", 0).leader
     cluster.stop(gone)
     until(lambda: cluster.state("u", 0).leader == -1, "u-0 without a leader")

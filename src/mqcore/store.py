@@ -75,7 +75,7 @@ if TYPE_CHECKING:
     from mqcore.consume.group import ConsumeState, PartitionLag
     from mqcore.consume.offsets import OffsetStore
     from mqcore.consume.pulllog import PullEntry
-    from mqcore.consume.share import ShareConsumer, ShareGroups, ShareLag
+    from mqcore.consume.share import RecordSource, ShareConsumer, ShareGroups, ShareLag
     from mqcore.consume.sharestate import ShareStateStore
 
 # the parked logs of transactions and delays and their bookkeeping: trimmed by resolution
@@ -503,6 +503,28 @@ class Store(Sender[RecordMetadata, BatchMetadata, list[BatchMetadata]]):
 
     _share: ShareGroups | None = None  # created by the first share_consumer()
     _states: ShareStateStore | None = None  # the share state, replayed once (_share_states)
+    _share_source: RecordSource | None = None  # None: this store's own partitions
+    _share_confirm: Callable[[], None] | None = None
+
+    def host_share_groups(
+        self, source: RecordSource, confirm: Callable[[], None] | None = None
+    ) -> None:
+        """Serve share groups from `source` instead of this store's partitions, and after each
+        sync of their state call `confirm` (raising if the state is not safe): what a cluster's
+        share coordinator does (`mqcore serve --coordinator`: each partition read from its
+        leader below the high watermark, the state acknowledged once replicated). Forgets the
+        share groups open so far (reset_share_groups)."""
+        with self.log.lock:
+            self._share_source, self._share_confirm = source, confirm
+        self.reset_share_groups()
+
+    def reset_share_groups(self) -> None:
+        """Forget every open share group (their members are gone: they join again) and replay
+        `__share_group_state` at its next use: its log changed under this store, as a
+        cluster's broker's does when the share coordinator moves to or from it."""
+        with self.log.lock:
+            self._share = None
+            self._states = None
 
     def _share_states(self) -> ShareStateStore:
         """The one replay of `__share_group_state` this store keeps: the open share groups'
@@ -535,7 +557,8 @@ class Store(Sender[RecordMetadata, BatchMetadata, list[BatchMetadata]]):
         state = self._consume_state()
         with self.log.lock:
             if self._share is None:
-                self._share = ShareGroups(self.log, state, self._tracer, self._states)
+                self._share = ShareGroups(self.log, state, self._tracer, self._states,
+                                          self._share_source, self._share_confirm)  # fmt: skip
             groups = self._share
         with self._group_types:
             self._refuse_group_type(group, "consumer")
@@ -546,14 +569,15 @@ class Store(Sender[RecordMetadata, BatchMetadata, list[BatchMetadata]]):
         share-partition of every share group (or `group`): live for groups open in this
         process, else from `__share_group_state` (read-only stores too)."""
         from mqcore.consume.group import validate_group
-        from mqcore.consume.share import share_lags
+        from mqcore.consume.share import LogSource, share_lags
 
         self.log.check_open()
         if group is not None:
             validate_group(group)
         if self._share is not None:
             return self._share.lag(group)
-        return share_lags(self.log, self._share_states(), {}, group)
+        source = self._share_source or LogSource(self.log)
+        return share_lags(source, self._share_states(), {}, group)
 
     def share_pull_log(
         self,

@@ -18,6 +18,9 @@ from collections.abc import Collection, Mapping, Sequence
 from mqcore.errors import InvalidConfigError, InvalidReplicaAssignmentError
 
 NO_LEADER = -1
+# Kafka's offsets.topic.replication.factor and share.coordinator.state.topic.replication.factor:
+# the replicas of an internal topic (a coordinator's), at most the live brokers
+INTERNAL_REPLICATION_FACTOR = 3
 
 
 def rack_alternated(racks: Mapping[int, str]) -> list[int]:

@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from mqcore.cluster.assign import NO_LEADER
+from mqcore.cluster.assign import INTERNAL_REPLICATION_FACTOR, NO_LEADER
 from mqcore.cluster.controller import CAS_ATTEMPTS, ClusterController
 from mqcore.cluster.replication import (
     REPLICA_LAG_TIME_MAX_MS,
@@ -308,6 +308,29 @@ class ReplicaManager:
                                      timeout=timeout, assignment=assignment)  # fmt: skip
         self._events.put(("topics", {topic}))
         self._await_known(topic, partitions, timeout)
+
+    def internal_leader(
+        self, topic: str, config: Mapping[str, str], min_insync: int = 1
+    ) -> BrokerInfo | None:
+        """The live broker leading partition 0 of internal topic `topic` (a coordinator's:
+        `__consumer_offsets`, `__share_group_state`), the topic made with one partition,
+        min(INTERNAL_REPLICATION_FACTOR, live brokers) replicas and min.insync.replicas
+        `min_insync` (at most the replicas) when nobody made it yet; None while it has no
+        leader (or cannot be made now)."""
+        if not self.has_topic(topic):
+            factor = min(INTERNAL_REPLICATION_FACTOR, max(len(self.brokers()), 1))
+            config = {**config, "min.insync.replicas": str(min(min_insync, factor))}
+            try:
+                self.create_topic(topic, 1, factor, config)
+            except TopicExistsError:
+                pass
+            except MQCoreError:
+                return None
+        meta = self.partitions(topic).get(0)
+        state = None if meta is None else meta.state
+        if state is None or state.leader < 0:
+            return None
+        return self.brokers().get(state.leader)
 
     def refuse_marked(self, topic: str, action: str) -> None:
         """InvalidTopicError for a topic marked for deletion, as Kafka refuses changes to one

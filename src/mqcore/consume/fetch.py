@@ -35,6 +35,7 @@ class FilteredFetch:
 
     def __init__(self, log: Log, tag: str | None, where: str | None):
         self.log = log
+        self.tag, self.where = tag, where  # as given: a remote leader compiles them again
         self.spec = engine.make_spec(None, None, tag=tag, where=where)
         self.tag_hash = None if self.spec.tag is None else xxh64_hash(self.spec.tag, TAG_SEED)
 

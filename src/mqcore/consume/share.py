@@ -22,6 +22,10 @@ never enter the window: they are done.
 State changes are kept in memory under the group's lock and written to `__share_group_state`
 (sharestate.py): by each poll that acquired records (no sync) and by commit() (fdatasync'd).
 Groups coordinate inside one process, as consumer groups do (consume/group.py).
+
+Records are read through a RecordSource: the store's own partitions (LogSource), or on a
+cluster's share coordinator each partition's leader below its high watermark (the server's),
+with a `confirm` after each sync that returns once the state is replicated.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from mqcore._ext.batch import Message
 from mqcore.consume.fetch import FILTER_SCAN_BUDGET, FilteredFetch
@@ -39,14 +43,19 @@ from mqcore.consume.group import DLQ_PREFIX, TopicPartition, validate_group_for_
 from mqcore.consume.pulllog import PullBuffer, PullLog
 from mqcore.consume.retry import copy_headers
 from mqcore.consume.sharestate import ShareSnapshot, ShareStateStore, runs_of
-from mqcore.errors import ConsumerClosedError, InvalidConfigError, InvalidRecordStateError
+from mqcore.errors import (
+    ConsumerClosedError,
+    InvalidConfigError,
+    InvalidRecordStateError,
+    UnknownPartitionError,
+    UnknownTopicError,
+)
 from mqcore.log.trace import TraceEvent
 
 if TYPE_CHECKING:
     from mqcore.consume.group import ConsumeState
     from mqcore.log.manager import Log
     from mqcore.log.trace import Tracer
-    from mqcore.storage.partition import Partition
 
 AVAILABLE, ACQUIRED = 0, 1  # the states of a record in the window (done records leave it)
 ACK_KINDS = ("accept", "release", "reject", "renew")
@@ -63,6 +72,61 @@ def _int_arg(name: str, value: object, low: int, high: int = NO_DEADLINE) -> int
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise InvalidConfigError(f"{name} must be an int in [{low}, {high}], not {value!r}")
     return value
+
+
+class RecordSource(Protocol):
+    """Where share groups read the records they hand out."""
+
+    @property
+    def wait_cap(self) -> float | None:
+        """The longest a waiting poll sleeps before it looks again (None: the store's appends
+        wake it; a cluster's remote leaders' appends wake nothing here)."""
+        ...
+
+    def partitions_of(self, topic: str) -> list[int]:
+        """The topic's partition numbers (UnknownTopicError)."""
+        ...
+
+    def bounds(self, topic: str, partition: int) -> tuple[int, int]:
+        """(start, end) of what may be handed out: the log start and the end a consumer sees
+        (UnknownTopicError, UnknownPartitionError when it is not there)."""
+        ...
+
+    def get(self, topic: str, partition: int, offset: int) -> Message | None:
+        """One record below the end; None when it is gone (compacted, retention)."""
+        ...
+
+    def fetch(
+        self, tp: TopicPartition, filt: FilteredFetch, offset: int, room: int, budget: list[int]
+    ) -> tuple[list[Message], int]:
+        """FilteredFetch.fetch's contract: up to `room` records from `offset` that pass the
+        filters, and the offset past every record examined."""
+        ...
+
+
+class LogSource:
+    """A store's own partitions: what a node of one serves."""
+
+    wait_cap = None
+
+    def __init__(self, log: Log):
+        self.log = log
+
+    def partitions_of(self, topic: str) -> list[int]:
+        return sorted(self.log.partitions_of(topic))
+
+    def bounds(self, topic: str, partition: int) -> tuple[int, int]:
+        part = self.log.partition(topic, partition)
+        return part.start_offset, part.end_offset
+
+    def get(self, topic: str, partition: int, offset: int) -> Message | None:
+        part = self.log.find_partition(topic, partition)
+        return None if part is None else part.get(offset, self.log.verify_crc)
+
+    def fetch(
+        self, tp: TopicPartition, filt: FilteredFetch, offset: int, room: int, budget: list[int]
+    ) -> tuple[list[Message], int]:
+        return filt.fetch(tp, self.log.partition(*tp), offset, room, budget)
 
 
 class InFlight:
@@ -308,8 +372,11 @@ class ShareGroup:
         store: ShareStateStore,
         wake: Callable[[], None],
         tracer: Tracer | None,
+        source: RecordSource,
+        confirm: Callable[[], None] | None = None,
     ):
         self.name, self.log, self.store, self.wake, self.tracer = name, log, store, wake, tracer
+        self.source, self.confirm = source, confirm
         self.lock = threading.Lock()
         self.settings: GroupSettings | None = None
         self.members: set[str] = set()
@@ -332,9 +399,11 @@ class ShareGroup:
             self.members.add(member)
             return member
 
-    def share_partition(self, tp: TopicPartition, part: Partition) -> SharePartition:
-        """The window of `tp` (call under the lock): from the durable state, else empty at the
-        log's start or end (auto_offset_reset), then moved past what retention removed."""
+    def share_partition(self, tp: TopicPartition, bounds: tuple[int, int]) -> SharePartition:
+        """The window of `tp` (call under the lock) whose log holds [start, end) (`bounds`):
+        from the durable state, else empty at the log's start or end (auto_offset_reset), then
+        moved past what retention removed."""
+        log_start, log_end = bounds
         sp = self.partitions.get(tp)
         if sp is None:
             snap = self.store.snapshot(self.name, *tp)
@@ -343,14 +412,14 @@ class ShareGroup:
             else:
                 assert self.settings is not None
                 reset = self.settings.auto_offset_reset
-                sp = SharePartition(part.start_offset if reset == "earliest" else part.end_offset)
+                sp = SharePartition(log_start if reset == "earliest" else log_end)
                 self.dirty.add(tp)
             self.partitions[tp] = sp
-        if sp.start < part.start_offset:
-            sp.forget_below(part.start_offset)
+        if sp.start < log_start:
+            sp.forget_below(log_start)
             self.dirty.add(tp)
-        if sp.end > part.end_offset:  # the log was cut back (recovery of a torn tail)
-            sp.cut_back(part.end_offset)
+        if sp.end > log_end:  # the log was cut back (recovery of a torn tail)
+            sp.cut_back(log_end)
             self.dirty.add(tp)
         return sp
 
@@ -368,8 +437,10 @@ class ShareGroup:
 
     def sync(self) -> None:
         """fdatasync what write() appended so far (outside the lock: one sync covers every
-        member's writes before it)."""
+        member's writes before it), then `confirm` it (a cluster: replicated)."""
         self.store.sync()
+        if self.confirm is not None:
+            self.confirm()
 
     def start_of(self, topic: str, partition: int) -> int | None:
         """The share-partition's start: live, else durable; None when the group has none."""
@@ -414,8 +485,7 @@ class ShareGroup:
             self.trace_outcomes(tp, [Outcome(off, "accepted", n, member) for off, n in accepted])
 
     def dead_letter(self, tp: TopicPartition, ended: Sequence[Outcome]) -> None:
-        part = self.log.partition(*tp)
-        msgs = [m for m in (part.get(o.offset, self.log.verify_crc) for o in ended) if m]
+        msgs = [m for m in (self.source.get(*tp, o.offset) for o in ended) if m]
         if not msgs:
             return
         counts = {o.offset: o.deliveries for o in ended}
@@ -432,13 +502,12 @@ class ShareGroup:
 
     def trace_outcomes(self, tp: TopicPartition, outcomes: Sequence[Outcome]) -> None:
         assert self.tracer is not None
-        part = self.log.partition(*tp)
         now = self.log.clock()
         events = []
         for o in outcomes:
             if o.ended == "renewed":
                 continue
-            m = part.get(o.offset, self.log.verify_crc)
+            m = self.source.get(*tp, o.offset)
             uid = None if m is None else m.unique_id
             if uid is not None:
                 detail = {"share": o.ended, "delivery_count": o.deliveries, "member": o.member}
@@ -464,9 +533,13 @@ class ShareGroups:
         state: ConsumeState,
         tracer: Tracer | None,
         store: ShareStateStore | None = None,
+        source: RecordSource | None = None,
+        confirm: Callable[[], None] | None = None,
     ):
         self.log, self.state, self.tracer = log, state, tracer
         self.store = ShareStateStore(log) if store is None else store  # the store's replay
+        self.source = LogSource(log) if source is None else source
+        self.confirm = confirm
         self._lock = threading.Lock()
         self.groups: dict[str, ShareGroup] = {}
 
@@ -475,8 +548,9 @@ class ShareGroups:
             g = self.groups.get(name)
             if g is None:
                 g = self.groups[name] = ShareGroup(
-                    name, self.log, self.store, self.state.wake, self.tracer
-                )
+                    name, self.log, self.store, self.state.wake, self.tracer, self.source,
+                    self.confirm,
+                )  # fmt: skip
             return g
 
     def has_members(self, group: str) -> bool:
@@ -497,11 +571,14 @@ class ShareGroups:
     def lag(self, group: str | None = None) -> dict[str, list[ShareLag]]:
         with self._lock:
             live = dict(self.groups)
-        return share_lags(self.log, self.store, live, group)
+        return share_lags(self.source, self.store, live, group)
 
 
 def share_lags(
-    log: Log, store: ShareStateStore, live: dict[str, ShareGroup], group: str | None = None
+    source: RecordSource,
+    store: ShareStateStore,
+    live: dict[str, ShareGroup],
+    group: str | None = None,
 ) -> dict[str, list[ShareLag]]:
     """Per share group (all of them, or `group`): each share-partition's backlog. The live
     window where a group is open in this process (`live`), else the durable state, where every
@@ -518,10 +595,10 @@ def share_lags(
             tps |= set(g.partitions)
         rows = []
         for tp in sorted(tps):
-            part = log.find_partition(*tp)
-            if part is None:
+            try:
+                log_start, log_end = source.bounds(*tp)
+            except (UnknownTopicError, UnknownPartitionError):
                 continue
-            log_end = part.end_offset
             if g is not None and tp in g.partitions:
                 with g.lock:
                     sp = g.partitions[tp]
@@ -531,7 +608,7 @@ def share_lags(
                 snap = snaps[(name, tp[0], tp[1])]
                 start, end, acquired = snap.start, snap.end, 0
                 available = sum(length for _, length, _ in snap.runs)
-            start, end = max(start, part.start_offset), max(end, part.start_offset)
+            start, end = max(start, log_start), max(end, log_start)
             available += max(0, log_end - end)
             rows.append(ShareLag(name, tp[0], tp[1], start, end, log_end, available, acquired))
         out[name] = rows
@@ -570,9 +647,10 @@ class ShareConsumer:
             raise InvalidConfigError("a share consumer needs at least one topic")
         if len(set(topic_list)) != len(topic_list):
             raise InvalidConfigError(f"topics listed twice: {topic_list}")
+        self._source = groups.source
         self._tps: list[TopicPartition] = []
         for t in topic_list:
-            self._tps += [(t, p) for p in sorted(log.partitions_of(t))]
+            self._tps += [(t, p) for p in self._source.partitions_of(t)]
         self._filter = FilteredFetch(log, tag, where)  # SelectorSyntaxError before joining
         self.lock_ms = _int_arg("record_lock_ms", record_lock_ms, 1, 3_600_000)
         if not isinstance(explicit_ack, bool) or not isinstance(dead_letter, bool):
@@ -672,13 +750,14 @@ class ShareConsumer:
         with g.lock:
             now = self._now()
             for tp in self._tps[k:] + self._tps[:k]:
-                part = self.log.partition(*tp)
-                sp = g.share_partition(tp, part)
+                bounds = self._source.bounds(*tp)
+                sp = g.share_partition(tp, bounds)
                 g.settle(tp, sp.expire(now, self._limit))
                 if len(out) < room:
                     end = sp.end
-                    got = self._redeliver(tp, part, sp, now, room - len(out))
-                    got += self._take_new(tp, part, sp, now, room - len(out) - len(got), budget)
+                    got = self._redeliver(tp, sp, now, room - len(out))
+                    got += self._take_new(tp, bounds[1], sp, now, room - len(out) - len(got),
+                                          budget)  # fmt: skip
                     if got or sp.end != end:
                         g.dirty.add(tp)
                     moved |= sp.end != end
@@ -693,11 +772,11 @@ class ShareConsumer:
         return out, next_expiry, moved
 
     def _redeliver(
-        self, tp: TopicPartition, part: Partition, sp: SharePartition, now: int, room: int
+        self, tp: TopicPartition, sp: SharePartition, now: int, room: int
     ) -> list[Message]:
         out = []
         for off in sp.acquire_available(self.member_id, now, self.lock_ms, room):
-            m = part.get(off, self.log.verify_crc)
+            m = self._source.get(*tp, off)
             if m is None:  # compacted away since it entered the window
                 sp.drop(off)
                 continue
@@ -708,7 +787,7 @@ class ShareConsumer:
     def _take_new(
         self,
         tp: TopicPartition,
-        part: Partition,
+        log_end: int,
         sp: SharePartition,
         now: int,
         room: int,
@@ -718,15 +797,18 @@ class ShareConsumer:
         that pass are acquired; the ones passed over, control records and compacted gaps up
         to the offset the fetch reached are done."""
         room = min(room, sp.room_for_new(self._max_in_flight))
-        if room <= 0 or sp.end >= part.end_offset or budget[0] <= 0:
+        if room <= 0 or sp.end >= log_end or budget[0] <= 0:
             return []
-        msgs, next_end = self._filter.fetch(tp, part, sp.end, room, budget)
+        msgs, next_end = self._source.fetch(tp, self._filter, sp.end, room, budget)
         sp.acquire_new([m.offset for m in msgs], next_end, self.member_id, now, self.lock_ms)
         for m in msgs:
             m.delivery_count = 1
         return msgs
 
     def _wait(self, seconds: float) -> None:
+        cap = self._source.wait_cap
+        if cap is not None:
+            seconds = min(seconds, cap)
         state = self._groups.state
         with state.cond:
             state.waiters += 1

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from mqcore.cluster.assign import checked_assignment
+from mqcore.cluster.assign import INTERNAL_REPLICATION_FACTOR, checked_assignment
 from mqcore.config import TopicConfig, topic_setting, validate_name
 from mqcore.consume.offsets import OFFSETS_SEGMENT_BYTES, OFFSETS_TOPIC
 from mqcore.errors import (
@@ -84,7 +84,6 @@ LEADER_EPOCH = 0
 OFFSETS_CONFIGS = {"cleanup.policy": "compact", "unique.ids": "false", "key.index": "false",
                    "segment.bytes": str(OFFSETS_SEGMENT_BYTES)}  # fmt: skip
 OFFSETS_COMMIT_TIMEOUT = 5.0  # seconds: Kafka's offsets.commit.timeout.ms
-OFFSETS_REPLICATION_FACTOR = 3  # Kafka's offsets.topic.replication.factor, at most the brokers
 KEYLESS = "a compacted topic takes only records with a key"  # a keyless record's record error
 
 Handler = Callable[[Api, Any, Session], Any]
@@ -230,20 +229,7 @@ class Broker:
         """(node, host, port) of the cluster's group coordinator: the leader of the offsets
         topic, made (replicated) when a client first looks for it; None while it has none."""
         assert self.cluster is not None
-        try:
-            parts = self.cluster.partitions(OFFSETS_TOPIC)
-        except UnknownTopicError:
-            try:
-                self._create_in_cluster(OFFSETS_TOPIC, 1, -1, {})
-            except TopicExistsError:
-                pass
-            except MQCoreError:
-                return None
-            parts = self.cluster.partitions(OFFSETS_TOPIC)
-        state = parts[0].state if 0 in parts else None
-        if state is None or state.leader < 0:
-            return None
-        broker = self.cluster.brokers().get(state.leader)
+        broker = self.cluster.internal_leader(OFFSETS_TOPIC, OFFSETS_CONFIGS)
         return None if broker is None else (broker.node_id, broker.host, broker.port)
 
     def _wait_blocking(self, poll: Callable[[bool], Any], deadline: float) -> Any:
@@ -443,7 +429,7 @@ class Broker:
         self.cluster.check_creatable(name)  # TOPIC_ALREADY_EXISTS first, as Kafka
         live = len(self.cluster.brokers())
         if name == OFFSETS_TOPIC:  # Kafka's offsets.topic.replication.factor: min(3, brokers)
-            partitions, replication_factor = 1, min(OFFSETS_REPLICATION_FACTOR, max(live, 1))
+            partitions, replication_factor = 1, min(INTERNAL_REPLICATION_FACTOR, max(live, 1))
             configs = dict(OFFSETS_CONFIGS)
         if partitions == -1:
             partitions = self.default_partitions

@@ -45,6 +45,8 @@ from typing import TYPE_CHECKING, Any
 from mqcore import errors
 from mqcore.config import TopicConfig
 from mqcore.consume.group import PartitionLag
+from mqcore.consume.share import ShareLag
+from mqcore.consume.sharestate import SHARE_STATE_TOPIC
 from mqcore.errors import (
     InvalidConfigError,
     MessageNotFoundError,
@@ -83,10 +85,6 @@ MAX_FORWARDS = 16
 FORWARD_SLOT_WAIT = 2.0  # seconds a request waits for a forwarding slot, then 503
 MAX_ANSWER_BYTES = 256 << 20  # a broker's answer read at most (a page of max_limit messages)
 OFFSETS_TOPIC = "__consumer_offsets"
-SHARE_REFUSAL = (
-    "share groups are not served on a cluster's broker yet: their state "
-    "(__share_group_state) is not replicated (docs/cluster.md, known gaps)"
-)
 
 
 @dataclass(frozen=True)
@@ -529,9 +527,24 @@ class ClusterReader:
 
     # -- groups -----------------------------------------------------------------------------
 
-    def share_group_lag(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        """None: share groups are not served on a cluster (SHARE_REFUSAL for a member)."""
-        return {}
+    def share_group_lag(self, group: str | None = None) -> dict[str, list[ShareLag]]:
+        """The share groups' backlog as their coordinator (the leader of
+        __share_group_state-0: sharecluster.py) has it; {} before any share group."""
+        if not self.replicas.has_topic(SHARE_STATE_TOPIC):
+            return {}
+        node = self.leader_of(SHARE_STATE_TOPIC, 0)
+        if node is None:
+            return self.leader.store.share_group_lag(group)
+        path = "/v1/share-groups" if group is None else f"/v1/share-groups/{group}"
+        try:
+            got = self.ask(node, path)
+        except errors.UnknownGroupError:
+            return {}
+        found = [got] if group is not None else got["share_groups"]
+        return {g["group"]: [ShareLag(g["group"], p["topic"], p["partition"], p["start"],
+                                      p["end"], p["log_end"], p["available"], p["in_flight"])
+                             for p in g["partitions"]]
+                for g in found}  # fmt: skip
 
     def group_lag(self, group: str | None = None) -> dict[str, list[PartitionLag]]:
         """The groups' committed offsets as their coordinator (the leader of

@@ -50,7 +50,7 @@ from mqcore.query.jsonform import message_object
 from mqcore.server.address import parse_listen
 from mqcore.server.auth import DESCRIBE, READ, tls_context
 from mqcore.server.bounds import connection_room, within
-from mqcore.server.clusterread import FORWARDED, SHARE_REFUSAL, ClusterReader, LeaderView
+from mqcore.server.clusterread import FORWARDED, ClusterReader, LeaderView
 from mqcore.server.httpauth import (
     BasicAuthMiddleware,
     HttpAuth,
@@ -88,6 +88,7 @@ from mqcore.server.httplimits import (
     ListenSocket,
     Places,
 )
+from mqcore.server.sharecluster import ShareCluster, routed
 from mqcore.server.sharehttp import MAX_SHARE_POLLS, ShareSessions, WaitingPolls, share_routes
 from mqcore.store import Store
 
@@ -349,7 +350,7 @@ def create_app(
         Route("/v1/groups", json_endpoint(groups)),
         Route("/v1/groups/{group}", json_endpoint(groups)),
     ]
-    routes += share_routes()
+    routes += share_routes(None if cluster is None else routed)
     if console:
         from mqcore.server import console as ui  # jinja2: only when the console is served
 
@@ -368,9 +369,8 @@ def create_app(
     app.state.cluster = cluster
     app.state.store = store
     app.state.lend = lender(store, cluster)
-    app.state.share_sessions = ShareSessions(
-        store, refusal=None if cluster is None else SHARE_REFUSAL
-    )
+    sessions = app.state.share_sessions = ShareSessions(store, cluster=cluster is not None)
+    app.state.share_cluster = None if cluster is None else ShareCluster(cluster, sessions)
     app.state.share_polls = WaitingPolls(max_share_polls)
     app.state.bodies = Bodies(max_body_bytes)
     app.state.scans = Scans(max_scans, scan_wait)

@@ -86,17 +86,20 @@ class Session:
 class ShareSessions:
     """The share members the HTTP API made, by member id, closed when idle too long."""
 
-    def __init__(self, store: Store, refusal: str | None = None):
+    def __init__(self, store: Store, cluster: bool = False):
         self.store = store
-        self.refusal = refusal  # why members are not made here (a cluster's broker), if so
+        self.cluster = cluster  # a cluster's broker (sharecluster.py routes the requests)
         self._lock = threading.Lock()
         self._sessions: dict[str, Session] = {}
 
     def join(
         self, group: str, topics: list[str], timeout_s: float, principal: str | None, **options: Any
     ) -> str:
-        if self.refusal is not None:
-            raise InvalidConfigError(self.refusal)
+        if self.cluster and options.get("dead_letter"):
+            raise InvalidConfigError(
+                "dead_letter is not served on a cluster yet: the dead-letter topic would be "
+                "one broker's, not replicated (docs/cluster.md, known gaps)"
+            )
         self.reap()
         sc = self.store.share_consumer(group, topics, **options)
         with self._lock:
@@ -123,6 +126,13 @@ class ShareSessions:
             self._sessions.pop(s.consumer.member_id, None)
         with s.lock:
             s.consumer.close()
+
+    def drop_all(self) -> None:
+        """Forget every member without closing it (the share coordinator moved: their groups'
+        state is another broker's now, and what they held goes back when the new coordinator
+        loads the state); their next request is answered 404 and they join again."""
+        with self._lock:
+            self._sessions.clear()
 
     def reap(self) -> None:
         """Close the members idle longer than their session timeout."""
@@ -334,9 +344,11 @@ def _bounded_poll() -> Callable[[Request], Any]:
     return endpoint
 
 
-def share_routes() -> list[Route]:
+def share_routes(wrap: Callable[[Callable[[Request], Any]], Any] | None = None) -> list[Route]:
+    """The share-group routes, each endpoint passed through `wrap` (a cluster's broker routes
+    them to the share coordinator: sharecluster.routed)."""
     base = "/v1/share-groups/{group}/members"
-    return [
+    routes = [
         Route("/v1/share-groups", json_endpoint(lag), methods=["GET"]),
         Route("/v1/share-groups/{group}", json_endpoint(lag), methods=["GET"]),
         Route(base, json_endpoint(join, JOIN_OPTIONS), methods=["POST"]),
@@ -347,3 +359,6 @@ def share_routes() -> list[Route]:
         Route(base + "/{member}/commit", json_endpoint(commit), methods=["POST"]),
         Route(base + "/{member}", json_endpoint(leave), methods=["DELETE"]),
     ]
+    if wrap is None:
+        return routes
+    return [Route(r.path, wrap(r.endpoint), methods=r.methods) for r in routes]
