@@ -32,7 +32,7 @@ from zkserver import ZooKeeper  # noqa: E402
 
 SIZE = 1024
 PER_ROUND = 20_000
-ROUNDS = 6
+ROUNDS = int(os.environ.get("MQCORE_BENCH_ROUNDS", "6"))
 SESSION_MS = 4000
 TICK_MS = 100  # ZooKeeper expires a session up to a tick after its timeout: a short tick
 FAILOVERS = 20
