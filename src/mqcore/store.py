@@ -97,6 +97,19 @@ __all__ = [
 ]
 
 
+READ_UNCOMMITTED, READ_COMMITTED = "read_uncommitted", "read_committed"
+ISOLATION_LEVELS = (READ_UNCOMMITTED, READ_COMMITTED)
+
+
+def check_isolation(level: object) -> bool:
+    """Whether `level` is read_committed (InvalidConfigError for a name that is neither)."""
+    if level not in ISOLATION_LEVELS:
+        raise InvalidConfigError(
+            f"isolation_level must be one of {', '.join(ISOLATION_LEVELS)}, not {level!r}"
+        )
+    return level == READ_COMMITTED
+
+
 class Store(Sender[RecordMetadata, BatchMetadata, list[BatchMetadata]]):
     """A directory of topics and partitions of Kafka v2 segments. Use `mqcore.open()`.
 
@@ -842,22 +855,42 @@ class Store(Sender[RecordMetadata, BatchMetadata, list[BatchMetadata]]):
     # -- reading --------------------------------------------------------------------------------
 
     def read(
-        self, topic: str, partition: int = 0, offset: int = 0, max_records: int = 500
+        self,
+        topic: str,
+        partition: int = 0,
+        offset: int = 0,
+        max_records: int = 500,
+        *,
+        isolation_level: str = READ_UNCOMMITTED,
     ) -> list[Message]:
-        """Up to max_records messages from `offset` on (offset == end_offset gives [])."""
+        """Up to max_records messages from `offset` on (offset == end_offset gives []).
+        `isolation_level`: "read_uncommitted" (the default, as Kafka's consumer: every record
+        but the transactions' control markers) or "read_committed" (only below the last
+        stable offset, without the records of aborted transactions: docs/format.md
+        "Transactions")."""
         part = self.log.partition(topic, partition)
         if isinstance(max_records, bool) or not isinstance(max_records, int) or max_records < 0:
             raise InvalidConfigError(f"max_records must be an int >= 0, not {max_records!r}")
-        return part.read(offset, max_records, self.verify_crc)
+        committed = check_isolation(isolation_level)
+        return part.read(offset, max_records, self.verify_crc, committed=committed)
 
-    def get(self, topic: str, partition: int, offset: int) -> Message | None:
-        """The message at `offset`, or None when there is none there."""
+    def get(
+        self, topic: str, partition: int, offset: int, *, isolation_level: str = READ_UNCOMMITTED
+    ) -> Message | None:
+        """The message at `offset`, or None when there is none there (read_committed: nor
+        when it is at or past the last stable offset or in an aborted transaction)."""
         part = self.log.partition(topic, partition)
         if isinstance(offset, bool) or not isinstance(offset, int):
             raise OffsetOutOfRangeError(f"offset must be an int, not {type(offset).__name__}")
         if offset < 0:
             raise OffsetOutOfRangeError(f"offset {offset} is negative")
-        return part.get(offset, self.verify_crc)
+        committed = check_isolation(isolation_level)
+        return part.get(offset, self.verify_crc, committed=committed)
+
+    def last_stable_offset(self, topic: str, partition: int = 0) -> int:
+        """The first offset of the partition's oldest open transaction, or its end offset:
+        where a read_committed reader stops."""
+        return self.log.partition(topic, partition).last_stable_offset
 
     def offset_for_time(self, topic: str, partition: int, timestamp: int) -> int | None:
         """The earliest offset whose timestamp is >= `timestamp` (ms), or None."""

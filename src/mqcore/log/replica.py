@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Literal
 
@@ -29,6 +29,7 @@ from mqcore.storage.partition import NOT_LEADING, Partition, check_timestamps
 from mqcore.storage.producer_state import ProducerStateManager, check_producer_fields
 from mqcore.storage.rawbatch import RawBatch, fetch_span, split_batches
 from mqcore.storage.segment import LogSegment
+from mqcore.storage.txnindex import AbortedTxn, marker_type
 
 Isolation = Literal["log_end", "high_watermark", "committed"]
 ISOLATIONS = ("log_end", "high_watermark", "committed")
@@ -107,6 +108,9 @@ class FetchResult:
     last_stable_offset: int
     log_start_offset: int
     log_end_offset: int
+    # a "committed" read's aborted transactions overlapping it (txnindex.AbortedTxn), which a
+    # Fetch answers in AbortedTransactions for the consumer to skip
+    aborted: list[AbortedTxn] = field(default_factory=list)
 
     @property
     def size(self) -> int:
@@ -223,9 +227,9 @@ class ReplicaLog:
 
     @property
     def last_stable_offset(self) -> int:
-        """The high watermark: mqcore's producer state tracks no open Kafka transactions (a
-        transactional batch is refused by append_as_leader), so nothing below it is open."""
-        return self._hw
+        """Where a read_committed reader stops: the first offset of the oldest open
+        transaction (storage/txnindex.py), at most the high watermark."""
+        return min(self._hw, self.partition.last_stable_offset)
 
     def update_high_watermark(self, offset: int) -> int:
         """Set the high watermark (the embedder's replication decides it), kept within
@@ -355,7 +359,8 @@ class ReplicaLog:
                     self.leader_epochs.assign(b.info.leader_epoch, b.base_offset)
                 part.append(b, check_timestamps=False)
                 if state is not None:
-                    state.apply_batch(b.info)
+                    marker = marker_type(b.buf, b.pos) if b.info.is_control else None
+                    state.apply_batch(b.info, marker)
         if self._on_append is not None:
             self._on_append(batches[0].base_offset, sum(b.count for b in batches), self.clock())
         return AppendInfo(
@@ -404,7 +409,12 @@ class ReplicaLog:
             raise InvalidConfigError(f"max_bytes must be an int >= 0, not {max_bytes!r}")
         part = self.partition
         part.check_offset(offset)
-        cap = part.end_offset if isolation == "log_end" else self._hw
+        if isolation == "log_end":
+            cap = part.end_offset
+        elif isolation == "committed":
+            cap = self.last_stable_offset
+        else:
+            cap = self._hw
         got: list[tuple[int, int, FileRegion | bytes]] = []  # (first, last offset, records)
 
         def decode(view: memoryview, file_pos: int, seg: LogSegment) -> tuple[int, bool]:
@@ -424,6 +434,8 @@ class ReplicaLog:
         )  # fmt: skip
         if got:
             result.first_offset, result.last_offset, records = got[0]
+            if isolation == "committed":  # what the reader skips: Kafka's AbortedTransactions
+                result.aborted = part.aborted_transactions(offset, result.last_offset + 1)
             if isinstance(records, FileRegion):
                 result.region = records
             else:

@@ -60,6 +60,7 @@ from mqcore.storage.loader import (
 from mqcore.storage.partition import Partition, key_index_capacity
 from mqcore.storage.retention import disposer
 from mqcore.storage.segment import LOG_SUFFIX, MAX_DECOMPRESSED, LogSegment, segment_name
+from mqcore.storage.txnindex import TXNINDEX_SUFFIX, read_entries, txnindex_path, write_entries
 
 DECODE_CHUNK = 4096  # records decoded at a time while building the key map
 
@@ -339,6 +340,12 @@ def _build_cleaned(part: Partition, group: _Group, sizes: dict[LogSegment, int],
         seg.close()
     mark = encode_cleanmark(group.mark(now), end)
     durable.write_file(os.path.join(scratch, stem + CLEANMARK_SUFFIX), mark)
+    # the merged segments' aborted transactions, in marker order: their records and markers
+    # stay (a batch keeps its producer fields and offsets), so a read_committed reader still
+    # skips them
+    aborted = [e for f in group.members for e in read_entries(txnindex_path(f.seg.log_path))]
+    if aborted:
+        write_entries(os.path.join(scratch, stem + TXNINDEX_SUFFIX), aborted, sync=True)
     for suffix in SEGMENT_FILE_SUFFIXES:
         path = os.path.join(scratch, stem + suffix)
         if os.path.exists(path):

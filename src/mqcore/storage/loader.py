@@ -30,6 +30,7 @@ from mqcore.storage.segment import (
     LogSegment,
     segment_name,
 )
+from mqcore.storage.txnindex import TXNINDEX_SUFFIX
 
 # the cleaner builds a new segment here before moving its files in as `.cleaned`
 SCRATCH_DIR = "cleaner.tmp"
@@ -42,6 +43,7 @@ SEGMENT_FILE_SUFFIXES = (
     INDEX_SUFFIX,
     TIMEINDEX_SUFFIX,
     KEYINDEX_SUFFIX,
+    TXNINDEX_SUFFIX,
     CLEANMARK_SUFFIX,
     LOG_SUFFIX,
 )

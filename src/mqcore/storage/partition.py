@@ -54,6 +54,16 @@ from mqcore.storage.segment import (
     ReserveBudget,
     segment_name,
 )
+from mqcore.storage.txnindex import (
+    ATTR_TRANSACTIONAL,
+    AbortedTxn,
+    append_entry,
+    batch_headers,
+    collect,
+    read_entries,
+    txnindex_path,
+    write_entries,
+)
 
 MIN_KEY_INDEX_ENTRIES = 16  # TopicConfig's lower bound of key_index_entries
 ATTR_LOG_APPEND_TIME = 0x08  # batch attributes bit 3: timestamps are the log's (format.md)
@@ -556,6 +566,82 @@ class Partition:
                 if self.directory not in self._unsynced_dirs:
                     self._unsynced_dirs.append(self.directory)
 
+    # -- transactions (storage/txnindex.py) ---------------------------------------------------
+
+    def add_aborted(self, entry: AbortedTxn) -> None:
+        """Index an aborted transaction in the `.txnindex` of the segment holding its marker,
+        fsync'd whatever the flush policy (aborts are rare): recovery walks the batches again
+        only from the newest producer snapshot, so an entry of a marker below it must not be
+        lost while the marker survives."""
+        seg = self._segs[self._segment_index(entry.last_offset)]
+        append_entry(txnindex_path(seg.log_path), entry, sync=True)
+
+    def drop_aborted_from(self, offset: int) -> None:
+        """Remove the `.txnindex` entries of markers at or after `offset`."""
+        for seg in self._segs[self._segment_index(max(offset, self._segs[0].base_offset)) :]:
+            path = txnindex_path(seg.log_path)
+            entries = read_entries(path)
+            kept = [e for e in entries if e.last_offset < offset]
+            if len(kept) != len(entries):
+                write_entries(path, kept, sync=True)
+
+    def _transactions(self) -> ProducerStateManager:
+        """The producer state whose open transactions give the last stable offset: the
+        writer's own, or for a read-only store one read once from the snapshot and the
+        batches after it (nothing on disk changes)."""
+        state = self.producer_state
+        if state is None:
+            state = self._read_only_state
+            if state is None:
+                state = self._read_only_state = producer_state.load(self, read_only=True)
+        return state
+
+    _read_only_state: ProducerStateManager | None = None
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The first offset of the oldest transaction still open, or the log end: where a
+        read_committed reader stops."""
+        with self._lock:
+            end = self.end_offset
+            first = self._transactions().first_unstable_offset()
+        return end if first is None else min(first, end)
+
+    def aborted_transactions(self, lo: int, hi: int) -> list[AbortedTxn]:
+        """The aborted transactions overlapping [lo, hi) (txnindex.collect)."""
+        with self._lock:
+            segs = self._segs[self._segment_index(max(lo, self._segs[0].base_offset)) :]
+        return collect((read_entries(txnindex_path(s.log_path)) for s in segs), lo, hi)
+
+    def aborted_ranges(self, lo: int, hi: int) -> list[tuple[int, int]]:
+        """[first, last] offset ranges of the batches a read_committed reader of [lo, hi)
+        skips: each transactional batch of a producer that lies within one of its aborted
+        transactions (found from the batch headers; no record is decoded)."""
+        txns = self.aborted_transactions(lo, hi)
+        if not txns:
+            return []
+        by_producer: dict[int, list[AbortedTxn]] = {}
+        for t in txns:
+            by_producer.setdefault(t.producer_id, []).append(t)
+        out: list[tuple[int, int]] = []
+
+        def walk(buf: memoryview, file_pos: int, seg: LogSegment) -> tuple[int, bool]:
+            used = 0
+            for at, info in batch_headers(buf, 0, len(buf)):
+                if info.base_offset >= hi:
+                    return at, True
+                if info.attributes & ATTR_TRANSACTIONAL and not info.is_control:
+                    for t in by_producer.get(info.producer_id, ()):
+                        if t.first_offset <= info.base_offset <= t.last_offset:
+                            out.append((info.base_offset, info.last_offset))
+                            break
+                used = at + info.size
+            return used, False
+
+        first = min(t.first_offset for t in txns)
+        self.scan(max(lo, first, self.start_offset), walk)
+        return out
+
     # -- reading --------------------------------------------------------------------------------
 
     def check_offset(self, offset: int) -> None:
@@ -606,12 +692,42 @@ class Partition:
             self._unpin(segs)
 
     def read(
-        self, offset: int, max_records: int, verify_crc: bool = True, max_offset: int | None = None
+        self,
+        offset: int,
+        max_records: int,
+        verify_crc: bool = True,
+        max_offset: int | None = None,
+        committed: bool = False,
     ) -> list[Message]:
-        """Messages from `offset` on, at most max_records, in offset order."""
+        """Messages from `offset` on, at most max_records, in offset order. `committed`
+        (read_committed): only below the last stable offset, without the records of aborted
+        transactions."""
         self.check_offset(offset)
-        out: list[Message] = []
         last = (1 << 63) - 1 if max_offset is None else max_offset
+        if committed:
+            last = min(last, self.last_stable_offset - 1)
+            skip = self.aborted_ranges(offset, last + 1)
+            if skip:
+                return self._read_skipping(offset, max_records, verify_crc, last, skip)
+        return self._read(offset, max_records, verify_crc, last)
+
+    def _read_skipping(
+        self, offset: int, max_records: int, verify_crc: bool, last: int,
+        skip: list[tuple[int, int]],
+    ) -> list[Message]:  # fmt: skip
+        """read() past the skipped ranges: the stretches between them read in turn."""
+        out: list[Message] = []
+        at = offset
+        for first, end in [*sorted(skip), (last + 1, last + 1)]:
+            if at < first and len(out) < max_records:
+                out += self._read(at, max_records - len(out), verify_crc, min(first - 1, last))
+            at = max(at, end + 1)
+            if at > last or len(out) >= max_records:
+                break
+        return out
+
+    def _read(self, offset: int, max_records: int, verify_crc: bool, last: int) -> list[Message]:
+        out: list[Message] = []
         state = [offset]
 
         def decode(buf: memoryview, file_pos: int, seg: LogSegment) -> tuple[int, bool]:
@@ -635,11 +751,11 @@ class Partition:
                 pos < len(buf) and _batch_base(buf, pos) > last
             )
 
-        if max_records > 0 and offset < self.end_offset:
+        if max_records > 0 and offset < self.end_offset and offset <= last:
             self.scan(offset, decode)
         return out
 
-    def get(self, offset: int, verify_crc: bool = True) -> Message | None:
+    def get(self, offset: int, verify_crc: bool = True, committed: bool = False) -> Message | None:
         """The record at `offset`, or None (a compacted gap, a control record, or out of range).
 
         One kernel call (_ext/lookup.pyx get_record): under the lock, the segment, its index
@@ -648,6 +764,11 @@ class Partition:
         before, else their headers) and only that record. A batch's CRC is checked the first
         time a get lands in it.
         """
+        if committed:
+            if offset >= self.last_stable_offset:
+                return None
+            if any(a <= offset <= b for a, b in self.aborted_ranges(offset, offset + 1)):
+                return None
         return get_record(self.table, offset, verify_crc, MAX_DECOMPRESSED)
 
     def max_timestamp(self) -> int:

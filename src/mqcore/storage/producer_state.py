@@ -14,7 +14,12 @@ Snapshot file `<20-digit offset>.snapshot`, big-endian, the state of batches bel
     int32  count      then `count` entries of 46 bytes:
         int64 producer_id, int16 epoch, int32 last_sequence, int64 last_offset,
         int32 offset_delta (last - first offset of the last batch), int64 timestamp (its max),
-        int32 coordinator_epoch (-1), int64 current_txn_first_offset (-1)
+        int32 coordinator_epoch (-1), int64 current_txn_first_offset (-1: none open)
+
+Transactions (storage/txnindex.py): a producer's transactional batch opens its transaction at
+the batch's base offset unless one is open; its control batch (COMMIT or ABORT marker) ends
+it, and an ABORT gives the partition an `.txnindex` entry (`PartitionLog.add_aborted`). The
+last stable offset is the first offset of the oldest transaction still open.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from mqcore._ext.crc32c import crc32c
 from mqcore.crashpoints import crash_point
 from mqcore.errors import InvalidRecordError, OutOfOrderSequenceError, ProducerFencedError
 from mqcore.storage import durable
+from mqcore.storage.txnindex import ABORT, ATTR_TRANSACTIONAL, AbortedTxn, marker_type
 
 if TYPE_CHECKING:
     from mqcore.config import FlushPolicy
@@ -62,6 +68,16 @@ class PartitionLog(Protocol):
 
     @property
     def end_offset(self) -> int: ...
+
+    def add_aborted(self, entry: AbortedTxn) -> None:
+        """Record an aborted transaction in the `.txnindex` of the segment holding its
+        marker."""
+        ...
+
+    def drop_aborted_from(self, offset: int) -> None:
+        """Remove the `.txnindex` entries of markers at or after `offset` (about to be walked
+        again)."""
+        ...
 
 
 _HEAD = struct.Struct(">hIi")
@@ -110,6 +126,7 @@ class ProducerEntry:
 
     epoch: int
     batches: list[BatchRecord] = field(default_factory=list)
+    txn_first: int = -1  # the first offset of its open transaction, -1 when none is open
 
     @property
     def last(self) -> BatchRecord | None:
@@ -127,11 +144,19 @@ class ProducerEntry:
 class ProducerStateManager:
     """Producer ids -> epoch and batch window of one partition, and its snapshot files."""
 
-    def __init__(self, name: str, directory: str, log_start: Callable[[], int], fsync: bool):
+    def __init__(
+        self,
+        name: str,
+        directory: str,
+        log_start: Callable[[], int],
+        fsync: bool,
+        on_abort: Callable[[AbortedTxn], None] | None = None,
+    ):
         self.name = name  # topic-partition, for error messages
         self.directory = directory
         self._log_start = log_start
         self._fsync = fsync
+        self.on_abort = on_abort  # an ABORT marker ended a transaction: index it
         self.producers: dict[int, ProducerEntry] = {}
         self.dirty = False  # changed since the newest snapshot
         self.snapshot_offset = -1  # offset of the newest snapshot on disk
@@ -177,6 +202,8 @@ class ProducerStateManager:
         self, producer_id: int, epoch: int, first_seq: int, batch: EncodedBatch | AppendableBatch
     ) -> None:
         """Remember a batch just written (its base offset assigned)."""
+        if batch.attributes & ATTR_TRANSACTIONAL:
+            self._begin_txn(producer_id, epoch, batch.base_offset)
         self._update(
             producer_id,
             epoch,
@@ -241,16 +268,53 @@ class ProducerStateManager:
 
     # -- rebuilding from batch headers --------------------------------------------------------
 
-    def apply_batch(self, info: BatchInfo) -> None:
+    def apply_batch(self, info: BatchInfo, marker: int | None = None) -> None:
         """Take in one batch header as written (no record decode, no sequence check): how
         load() rebuilds the state, and a replica copying its leader (Kafka's replication
-        origin)."""
+        origin). `marker`: a control batch's type (txnindex.marker_type)."""
         if info.producer_id < 0:
             return
         if info.attributes & _ATTR_CONTROL:
             self._update(info.producer_id, info.producer_epoch, None)  # markers carry no seq
+            if marker is not None:
+                self._end_txn(info.producer_id, info.base_offset, marker)
             return
+        if info.attributes & ATTR_TRANSACTIONAL:
+            self._begin_txn(info.producer_id, info.producer_epoch, info.base_offset)
         self._update(info.producer_id, info.producer_epoch, _record_of(info))
+
+    # -- transactions -------------------------------------------------------------------------
+
+    def _begin_txn(self, producer_id: int, epoch: int, offset: int) -> None:
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            entry = self.producers[producer_id] = ProducerEntry(epoch)
+        if entry.txn_first < 0:
+            entry.txn_first = offset
+            self.dirty = True
+
+    def _end_txn(self, producer_id: int, marker_offset: int, marker: int) -> None:
+        """A marker at `marker_offset` ends the producer's transaction (one with no batch
+        here starts and ends at the marker, as Kafka's appendEndTxnMarker)."""
+        entry = self.producers.get(producer_id)
+        first = marker_offset
+        if entry is not None and entry.txn_first >= 0:
+            first = entry.txn_first
+            entry.txn_first = -1
+            self.dirty = True
+        if marker == ABORT and self.on_abort is not None:
+            lso = self.first_unstable_offset()
+            self.on_abort(AbortedTxn(producer_id, first, marker_offset,
+                                     marker_offset + 1 if lso is None else lso))  # fmt: skip
+
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the oldest open transaction (None: none open)."""
+        firsts = [e.txn_first for e in self.producers.values() if e.txn_first >= 0]
+        return min(firsts) if firsts else None
+
+    def open_transactions(self) -> dict[int, int]:
+        """producer ID -> the first offset of its open transaction."""
+        return {p: e.txn_first for p, e in self.producers.items() if e.txn_first >= 0}
 
     # -- snapshots ------------------------------------------------------------------------------
 
@@ -262,7 +326,7 @@ class ProducerStateManager:
             entry = self.producers[pid]
             last = entry.last
             if last is None:
-                fields = (pid, entry.epoch, -1, -1, 0, -1, -1, -1)
+                fields = (pid, entry.epoch, -1, -1, 0, -1, -1, entry.txn_first)
             else:
                 fields = (
                     pid,
@@ -272,7 +336,7 @@ class ProducerStateManager:
                     last.last_offset - last.base_offset,
                     last.max_timestamp,
                     -1,
-                    -1,
+                    entry.txn_first,
                 )
             _ENTRY.pack_into(body, pos, *fields)
             pos += _ENTRY.size
@@ -338,10 +402,10 @@ def read_snapshot(path: str) -> dict[int, ProducerEntry]:
         raise ValueError(f"{len(data)} bytes do not hold {count} entries")
     out: dict[int, ProducerEntry] = {}
     for i in range(count):
-        pid, epoch, last_seq, last_off, delta, ts, _, _ = _ENTRY.unpack_from(
+        pid, epoch, last_seq, last_off, delta, ts, _, txn_first = _ENTRY.unpack_from(
             data, _HEAD.size + i * _ENTRY.size
         )
-        if pid < 0 or epoch < 0 or delta < 0 or pid in out:
+        if pid < 0 or epoch < 0 or delta < 0 or pid in out or txn_first < -1:
             raise ValueError(f"entry {i} is invalid (producer {pid}, epoch {epoch})")
         batches = []
         if last_off >= 0:
@@ -356,7 +420,7 @@ def read_snapshot(path: str) -> dict[int, ProducerEntry]:
                     ts,
                 )
             )
-        out[pid] = ProducerEntry(epoch, batches)
+        out[pid] = ProducerEntry(epoch, batches, txn_first)
     return out
 
 
@@ -367,41 +431,53 @@ def empty(part: PartitionLog) -> ProducerStateManager:
         part.directory,
         lambda: part.start_offset,
         part.flush_policy.mode != "os",
+        part.add_aborted,
     )
 
 
-def load(part: PartitionLog) -> ProducerStateManager:
+def load(part: PartitionLog, read_only: bool = False) -> ProducerStateManager:
     """The partition's producer state after open (and recovery): the newest valid snapshot at
-    or below the log end (newer and corrupt ones are deleted), the batch headers after it, then
-    older batch headers for producers whose window is still short (docs/consume.md)."""
+    or below the log end (newer and corrupt ones are deleted), the batch headers after it,
+    then older batch headers for producers whose window is still short (docs/consume.md). The
+    walk indexes again the ABORT markers it meets (their `.txnindex` entries dropped first: a
+    crash may have torn them). `read_only`: nothing on disk changes and the `.txnindex` files
+    are trusted as they are (a Kafka log directory)."""
     mgr = empty(part)
+    if read_only:
+        mgr.on_abort = None
     start, end = part.start_offset, part.end_offset
-    for name in os.listdir(part.directory):
-        if name.endswith(".tmp") and SNAPSHOT_SUFFIX + "." in name:
-            _unlink(os.path.join(part.directory, name))  # a snapshot write a crash cut short
+    if not read_only:
+        for name in os.listdir(part.directory):
+            if name.endswith(".tmp") and SNAPSHOT_SUFFIX + "." in name:
+                _unlink(os.path.join(part.directory, name))  # a write a crash cut short
     from_offset = start
     for off in reversed(snapshot_offsets(part.directory)):
         path = snapshot_path(part.directory, off)
         if off > end or off < start:
-            _unlink(path)
+            if not read_only:
+                _unlink(path)
             continue
         try:
             mgr.producers = read_snapshot(path)
         except (OSError, ValueError):
-            _unlink(path)
+            if not read_only:
+                _unlink(path)
             continue
         from_offset = off
         mgr.snapshot_offset = off
         break
-    for info in _headers(part, from_offset, end):
-        mgr.apply_batch(info)
+    if not read_only:
+        part.drop_aborted_from(from_offset)
+    for info, marker in _headers(part, from_offset, end):
+        mgr.apply_batch(info, marker)
     _backfill(mgr, part, from_offset)
     mgr.dirty = from_offset != end
-    mgr.prune_snapshots()
+    if not read_only:
+        mgr.prune_snapshots()
     return mgr
 
 
-def _headers(part: PartitionLog, offset: int, end: int) -> Iterator[BatchInfo]:
+def _headers(part: PartitionLog, offset: int, end: int) -> Iterator[tuple[BatchInfo, int | None]]:
     """Headers of the batches holding offsets [offset, end), in log order."""
     segs = part.segments
     for i, seg in enumerate(segs):
@@ -413,7 +489,10 @@ def _headers(part: PartitionLog, offset: int, end: int) -> Iterator[BatchInfo]:
         yield from _segment_headers(seg, pos, offset)
 
 
-def _segment_headers(seg: LogSegment, pos: int, min_offset: int) -> Iterator[BatchInfo]:
+def _segment_headers(
+    seg: LogSegment, pos: int, min_offset: int
+) -> Iterator[tuple[BatchInfo, int | None]]:
+    """(header, marker type of a control batch) of the segment's batches from `pos`."""
     size = seg.size
     if size == 0:
         return
@@ -423,9 +502,10 @@ def _segment_headers(seg: LogSegment, pos: int, min_offset: int) -> Iterator[Bat
             info = peek_batch_header(view, pos)
             if info is None or info.size <= 0:
                 return
-            pos += info.size
+            at, pos = pos, pos + info.size
             if info.last_offset >= min_offset:
-                yield info
+                control = info.attributes & _ATTR_CONTROL and pos <= size
+                yield info, marker_type(view, at) if control else None
     finally:
         view.release()
 
@@ -446,7 +526,7 @@ def _backfill(mgr: ProducerStateManager, part: PartitionLog, snapshot_offset: in
     for seg in reversed([s for s in part.segments if s.base_offset < before]):
         found: dict[int, list[BatchRecord]] = {}
         broken: set[int] = set()  # met an older epoch: nothing earlier belongs to the window
-        for info in _segment_headers(seg, 0, -1):
+        for info, _ in _segment_headers(seg, 0, -1):
             entry = need.get(info.producer_id)
             if entry is None or info.attributes & _ATTR_CONTROL:
                 continue
