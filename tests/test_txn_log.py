@@ -325,7 +325,7 @@ def test_a_kafka_log_directory_with_transactions_answers_read_committed(tmp_path
     split = model.end
     producers: dict[int, tuple[int, int, int, int, int]] = {}
     for batch in first_half:  # the producer state at the split, from the batches themselves
-        base, = struct.unpack_from(">q", batch, 0)
+        (base,) = struct.unpack_from(">q", batch, 0)
         attrs, delta = struct.unpack_from(">hi", batch, 21)
         ts, pid, _, seq = struct.unpack_from(">qqhi", batch, 35)
         if attrs & 0x20 or pid < 0:
