@@ -40,7 +40,10 @@ def kio_frame(version: int, correlation: int, topics: list[FetchedTopic]) -> byt
             values = dict(partition_index=p.index, error_code=ErrorCode(p.error_code),
                           high_watermark=p.high_watermark,
                           last_stable_offset=p.last_stable_offset,
-                          log_start_offset=p.log_start_offset, aborted_transactions=None,
+                          log_start_offset=p.log_start_offset,
+                          aborted_transactions=None if p.aborted is None else tuple(
+                              m.AbortedTransaction(producer_id=pid, first_offset=first)
+                              for pid, first in p.aborted),
                           preferred_read_replica=-1, records=records)  # fmt: skip
             parts.append(m.PartitionData(**{k: v for k, v in values.items() if k in part_fields}))
         responses.append(m.FetchableTopicResponse(topic=t.name, partitions=tuple(parts)))
@@ -64,6 +67,8 @@ partitions = st.builds(
     last_stable_offset=st.integers(-1, 2**62),
     log_start_offset=st.integers(-1, 2**62),
     records=st.binary(max_size=300),
+    aborted=st.none()
+    | st.lists(st.tuples(st.integers(0, 2**62), st.integers(0, 2**62)), max_size=3),
 )
 topics = st.lists(
     st.builds(

@@ -31,8 +31,8 @@ from mqcore.storage.rawbatch import RawBatch, fetch_span, split_batches
 from mqcore.storage.segment import LogSegment
 from mqcore.storage.txnindex import AbortedTxn, marker_type
 
-Isolation = Literal["log_end", "high_watermark", "committed"]
-ISOLATIONS = ("log_end", "high_watermark", "committed")
+Isolation = Literal["log_end", "high_watermark", "committed", "log_stable"]
+ISOLATIONS = ("log_end", "high_watermark", "committed", "log_stable")
 
 
 @dataclass(frozen=True, slots=True)
@@ -390,7 +390,9 @@ class ReplicaLog:
         batch unless `min_one` is False (Kafka's fetch: KIP-74 lets the first partition's first
         batch past the budget, no other), from one segment, as a FileRegion to sendfile().
         `isolation`: "high_watermark" (consumers), "committed" (up to the last stable offset)
-        or "log_end" (followers). OffsetOutOfRangeError below the log start or past the log
+        or "log_end" (followers); "log_stable" is "committed" on a log whose every record is
+        committed when appended (a node of one: up to the log's own last stable offset, the
+        high watermark disregarded). OffsetOutOfRangeError below the log start or past the log
         end."""
         return self._read(offset, max_bytes, isolation, as_file=True, min_one=min_one)
 
@@ -413,6 +415,8 @@ class ReplicaLog:
             cap = part.end_offset
         elif isolation == "committed":
             cap = self.last_stable_offset
+        elif isolation == "log_stable":
+            cap = part.last_stable_offset
         else:
             cap = self._hw
         got: list[tuple[int, int, FileRegion | bytes]] = []  # (first, last offset, records)
@@ -434,7 +438,8 @@ class ReplicaLog:
         )  # fmt: skip
         if got:
             result.first_offset, result.last_offset, records = got[0]
-            if isolation == "committed":  # what the reader skips: Kafka's AbortedTransactions
+            if isolation in ("committed", "log_stable"):  # what the reader skips (Kafka's
+                # AbortedTransactions)
                 result.aborted = part.aborted_transactions(offset, result.last_offset + 1)
             if isinstance(records, FileRegion):
                 result.region = records

@@ -719,6 +719,7 @@ class Broker:
 
     def _fetch_once(self, body: Any, session: Session) -> FetchAnswer:
         budget = getattr(body, "max_bytes", 0x7FFFFFFF)
+        committed = getattr(body, "isolation_level", 0) == 1
         answer = FetchAnswer([])
         for t in body.topics:
             topic = FetchedTopic(t.topic)
@@ -727,7 +728,9 @@ class Broker:
                 got = FetchedPartition(p.partition, 0, -1, -1, -1)
                 got.fetch_offset, got.max_bytes = p.fetch_offset, p.partition_max_bytes
                 try:
-                    isolation: Isolation = "log_end"
+                    # v4+: isolation_level 1 is read_committed (to the last stable offset,
+                    # with the aborted transactions for the consumer to skip)
+                    isolation: Isolation = "log_stable" if committed else "log_end"
                     if self.cluster is not None:
                         handle, isolation = self._cluster_fetch_log(body, t.topic, p, session)
                     else:
@@ -740,9 +743,15 @@ class Broker:
                     limit = max(min(p.partition_max_bytes, budget - answer.size), 0)
                     read = handle.read(p.fetch_offset, limit, isolation, min_one=not answer.size)
                     got.records = read.region if read.region is not None else read.data
-                    got.high_watermark = got.last_stable_offset = (
-                        read.log_end_offset if self.cluster is None else handle.high_watermark
-                    )
+                    if self.cluster is None:
+                        got.high_watermark = read.log_end_offset
+                        stable = self.store.last_stable_offset(t.topic, p.partition)
+                        got.last_stable_offset = min(read.log_end_offset, stable)
+                    else:
+                        got.high_watermark = handle.high_watermark
+                        got.last_stable_offset = handle.last_stable_offset
+                    if committed:
+                        got.aborted = [(a.producer_id, a.first_offset) for a in read.aborted]
                     got.log_start_offset = read.log_start_offset
                 except MQCoreError as e:
                     got.error_code = int(error_code(e))
@@ -774,7 +783,9 @@ class Broker:
                                                  current, start)  # fmt: skip
             return handle, "log_end"
         self.authorize(session, READ, topic)
-        return self.cluster.leader_log(topic, p.partition, current), "high_watermark"
+        committed = getattr(body, "isolation_level", 0) == 1
+        handle = self.cluster.leader_log(topic, p.partition, current)
+        return handle, "committed" if committed else "high_watermark"
 
     def _check_cluster_action(self, session: Session) -> None:
         """A replica's request (Fetch, OffsetForLeaderEpoch) needs Kafka's CLUSTER_ACTION,
@@ -785,6 +796,8 @@ class Broker:
 
     def list_offsets(self, found: Api, body: Any, session: Session) -> Any:
         m = found.module
+        # v2+: a read_committed consumer's latest offset is the last stable offset (Kafka)
+        committed = getattr(body, "isolation_level", 0) == 1
         topics = []
         for t in body.topics:
             out = []
@@ -796,12 +809,15 @@ class Broker:
                         current = getattr(p, "current_leader_epoch", -1)
                         handle = self.cluster.leader_log(t.name, p.partition_index, current)
                         epoch = self.cluster.leader_epoch(t.name, p.partition_index)
-                        if p.timestamp == LATEST:  # what a consumer may read: to the HW
-                            ts, offset = -1, handle.high_watermark
+                        end = handle.last_stable_offset if committed else handle.high_watermark
+                        if p.timestamp == LATEST:  # what a consumer may read: to the HW/LSO
+                            ts, offset = -1, end
                         else:
                             ts, offset = self._offset_for(t.name, p.partition_index, p.timestamp)
-                            if offset >= handle.high_watermark:
+                            if offset >= end:
                                 ts, offset = -1, -1
+                    elif committed and p.timestamp == LATEST:
+                        ts, offset = -1, self.store.last_stable_offset(t.name, p.partition_index)
                     else:
                         ts, offset = self._offset_for(t.name, p.partition_index, p.timestamp)
                 except MQCoreError as e:

@@ -16,8 +16,9 @@ big-endian:
     partition      partition_index int32 | error_code int16 | high_watermark int64
                    | last_stable_offset int64                               (v4+)
                    | log_start_offset int64                                 (v5+)
-                   | aborted_transactions nullable [producer_id int64, first_offset int64]
-                     (v4+; null: no transaction is ever aborted in the log, see docs/server.md)
+                   | aborted_transactions nullable [producer_id int64, first_offset int64
+                     | tagged fields (v12)]  (v4+; null unless the request was read_committed:
+                     the aborted transactions the records overlap, for the consumer to skip)
                    | preferred_read_replica int32                          (v11+)
                    | records nullable bytes | tagged fields (v12)
 
@@ -58,6 +59,7 @@ class FetchedPartition:
     # empty, never null, when there is nothing: librdkafka refuses a null record set
     records: FileRegion | bytes | None = b""
     fetch_offset: int = 0  # what the request asked: a down-conversion (v0-v3) starts there
+    aborted: list[tuple[int, int]] | None = None  # (producer_id, first_offset); None: null
     max_bytes: int = 0x7FFFFFFF
 
     @property
@@ -132,7 +134,14 @@ def encode_fetch(
             if version >= 5:
                 buf += I64.pack(p.log_start_offset)
             if version >= MESSAGE_SETS_UNTIL:
-                buf += b"\0" if flexible else I32.pack(-1)  # aborted_transactions: null
+                if p.aborted is None:
+                    buf += b"\0" if flexible else I32.pack(-1)  # aborted_transactions: null
+                else:
+                    buf += count(len(p.aborted), flexible)
+                    for producer_id, first_offset in p.aborted:
+                        buf += I64.pack(producer_id) + I64.pack(first_offset)
+                        if flexible:
+                            buf += b"\0"  # the entry's tagged fields
             if version >= 11:
                 buf += I32.pack(-1)  # preferred_read_replica
             size = p.size

@@ -1,0 +1,121 @@
+"""Kafka's read_committed over the wire (issue 34, "Fetch over the wire with the
+aborted-transactions list"): `mqcore serve` over a store whose partitions hold transactions
+(kafka-python-built transactional batches and markers, appended as a replica copies them:
+tests/test_txn_log.py's model), read by consumers we did not write. A read_committed consumer
+(kafka-python, confluent-kafka/librdkafka) gets exactly the committed records below the last
+stable offset and skips the aborted ones from the Fetch response's AbortedTransactions; a
+read_uncommitted one gets every record; neither sees a marker; ListOffsets' latest is the last
+stable offset for read_committed.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from typing import Any
+
+import pytest
+from test_txn_log import TOPIC, Model, random_ops
+
+import mqcore
+
+WAIT = 60.0
+
+
+def filled(store: mqcore.Store, seed: int = 3) -> Model:
+    """Two partitions of transactions, the second ending with one still open."""
+    store.create_topic(TOPIC, partitions=2)
+    models = []
+    for p in range(2):
+        model = Model()
+        replica = store.log.replica(TOPIC, p)
+        for batch in random_ops(random.Random(seed + p), model, 80):
+            replica.append_as_follower(batch)
+        models.append(model)
+    open_model = models[1]
+    replica = store.log.replica(TOPIC, 1)
+    replica.append_as_follower(open_model.data(7, 3, True))  # producer 7: never ended
+    assert store.last_stable_offset(TOPIC, 1) == open_model.lso < open_model.end
+    return models  # type: ignore[return-value]
+
+
+def kafka_python_read(bootstrap: str, partition: int, level: str, until: int) -> list[Any]:
+    from kafka import KafkaConsumer, TopicPartition
+
+    tp = TopicPartition(TOPIC, partition)
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, isolation_level=level,
+                             enable_auto_commit=False, auto_offset_reset="earliest")  # fmt: skip
+    try:
+        consumer.assign([tp])
+        consumer.seek(tp, 0)
+        got: list[Any] = []
+        deadline = time.monotonic() + WAIT
+        while consumer.position(tp) < until and time.monotonic() < deadline:
+            for records in consumer.poll(timeout_ms=200).values():
+                got += [(m.offset, m.value) for m in records]
+        assert consumer.position(tp) >= until, (level, consumer.position(tp), until)
+        return got
+    finally:
+        consumer.close()
+
+
+@pytest.mark.parametrize("level", ["read_committed", "read_uncommitted"])
+def test_kafka_python_reads_each_isolation_level(
+    store: mqcore.Store, kafka_server: Any, level: str
+) -> None:
+    models = filled(store)
+    for p, model in enumerate(models):
+        if level == "read_committed":
+            want, until = model.committed(), model.lso
+        else:
+            want, until = model.uncommitted(), model.end
+        got = kafka_python_read(kafka_server.bootstrap, p, level, until)
+        assert got == want, (p, level)
+
+
+def test_librdkafka_reads_committed_and_ends_at_the_last_stable_offset(
+    store: mqcore.Store, kafka_server: Any
+) -> None:
+    from confluent_kafka import Consumer, TopicPartition
+
+    models = filled(store)
+    for level in ("read_committed", "read_uncommitted"):
+        consumer = Consumer({"bootstrap.servers": kafka_server.bootstrap, "group.id": "g",
+                             "isolation.level": level, "enable.auto.commit": False,
+                             "enable.partition.eof": True})  # fmt: skip
+        try:
+            for p, model in enumerate(models):
+                lo, hi = consumer.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=20)
+                # ListOffsets' latest: the last stable offset for read_committed (Kafka's)
+                assert hi == (model.lso if level == "read_committed" else model.end)
+                consumer.assign([TopicPartition(TOPIC, p, 0)])
+                got: list[Any] = []
+                deadline = time.monotonic() + WAIT
+                while time.monotonic() < deadline:
+                    m = consumer.poll(0.2)
+                    if m is None:
+                        continue
+                    if m.error() is not None:  # partition EOF: at the LSO / the end
+                        break
+                    got.append((m.offset(), m.value()))
+                want = model.committed() if level == "read_committed" else model.uncommitted()
+                assert got == want, (p, level)
+        finally:
+            consumer.close()
+
+
+def test_list_offsets_latest_is_the_last_stable_offset_for_read_committed(
+    store: mqcore.Store, kafka_server: Any
+) -> None:
+    from kafka import KafkaConsumer, TopicPartition
+
+    models = filled(store)
+    tps = [TopicPartition(TOPIC, p) for p in range(2)]
+    for level, want in (("read_committed", [m.lso for m in models]),
+                        ("read_uncommitted", [m.end for m in models])):  # fmt: skip
+        consumer = KafkaConsumer(bootstrap_servers=kafka_server.bootstrap, isolation_level=level)
+        try:
+            ends = consumer.end_offsets(tps)
+        finally:
+            consumer.close()
+        assert [ends[tp] for tp in tps] == want, level
