@@ -67,16 +67,22 @@ CRASH_POINTS = (
     "delay.after_append",
     # live parked messages copied to the end of their log before a trim (produce/*.py)
     "txn.after_repark",
+    # Kafka's transaction coordinator (server/transactions.py): the decision written, then
+    # each marker
+    "kafka_txn.after_prepare",
+    "kafka_txn.after_marker",
     "delay.after_repark",
 )
 # points walked by their own tests (tests/test_transactions.py, test_delay.py, test_trim.py,
-# test_topics.py; the embedding API's truncation by tests/test_embedding.py, which kills a
-# ReplicaLog at each), not
+# test_topics.py, test_server_transactions.py; the embedding API's truncation by
+# tests/test_embedding.py, which kills a ReplicaLog at each), not
 # by tests/test_crash_walk.py's Store workload
 WALKED_ELSEWHERE = frozenset(
     p
     for p in CRASH_POINTS
-    if p.startswith(("txn.", "delay.", "truncate.", "delete_topic.", "add_partitions."))
+    if p.startswith(
+        ("txn.", "kafka_txn.", "delay.", "truncate.", "delete_topic.", "add_partitions.")
+    )
 )
 
 

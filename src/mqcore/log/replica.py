@@ -13,12 +13,14 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Literal
 
+from mqcore._ext.batch import peek_batch_header
 from mqcore.clock import Clock, now_ms
 from mqcore.config import FlushPolicy, TopicConfig
 from mqcore.errors import (
     InvalidConfigError,
     InvalidRecordError,
     OffsetOutOfRangeError,
+    ProducerFencedError,
     RecordTooLargeError,
 )
 from mqcore.log.append import refuse_keyless
@@ -29,7 +31,7 @@ from mqcore.storage.partition import NOT_LEADING, Partition, check_timestamps
 from mqcore.storage.producer_state import ProducerStateManager, check_producer_fields
 from mqcore.storage.rawbatch import RawBatch, fetch_span, split_batches
 from mqcore.storage.segment import LogSegment
-from mqcore.storage.txnindex import AbortedTxn, marker_type
+from mqcore.storage.txnindex import ABORT, COMMIT, AbortedTxn, encode_marker, marker_type
 
 Isolation = Literal["log_end", "high_watermark", "committed", "log_stable"]
 ISOLATIONS = ("log_end", "high_watermark", "committed", "log_stable")
@@ -247,13 +249,19 @@ class ReplicaLog:
     # -- appending ------------------------------------------------------------------------------
 
     def append_as_leader(
-        self, records: bytes | bytearray | memoryview, leader_epoch: int
+        self,
+        records: bytes | bytearray | memoryview,
+        leader_epoch: int,
+        *,
+        transactional: bool = False,
     ) -> AppendInfo:
         """Validate one client-built v2 record batch and append it with offsets assigned.
 
         The bytes are checked whole (length against the buffer, magic, CRC-32C, every
         record's framing), then: at least one record with offset deltas 0..n-1 (as producers
-        build them), no control or transactional batch, max_message_bytes, timestamps under
+        build them), no control batch, no transactional batch unless `transactional` (the
+        caller's transaction coordinator verified that the producer's open transaction holds
+        this partition: KIP-890), max_message_bytes, timestamps under
         the topic's timestamp_type (CreateTime: the configured bounds, and maxTimestamp set to
         the records' largest; LogAppendTime: stamped with the log's clock), a key on every
         record of a compacted topic (MissingKeyError naming them, decoded for those topics
@@ -272,7 +280,7 @@ class ReplicaLog:
                 "produce requests of magic 2)"
             )
         batch = batches[0]
-        self._check_client_batch(batch)
+        self._check_client_batch(batch, transactional)
         batch.leader_epoch = leader_epoch
         now = self.clock()
         append_time = now if self.config.timestamp_type == "LogAppendTime" else -1
@@ -302,15 +310,17 @@ class ReplicaLog:
             base, batch.last_offset, batch.count, 1, append_time, self.log_start_offset
         )
 
-    def _check_client_batch(self, batch: RawBatch) -> None:
+    def _check_client_batch(self, batch: RawBatch, transactional: bool = False) -> None:
         info = batch.info
         if info.is_control:
             raise InvalidRecordError("clients may not append control batches")
-        if info.is_transactional:
+        if info.is_transactional and not transactional:
             raise InvalidRecordError(
-                "transactional batches are not supported through the embedding API yet "
-                "(mqcore tracks no open Kafka transactions: docs/embedding.md)"
+                "a transactional batch is appended only once a transaction coordinator "
+                "verified the producer's transaction (append_as_leader(transactional=True))"
             )
+        if transactional and (not info.is_transactional or info.producer_id < 0):
+            raise InvalidRecordError("a transactional append takes a transactional batch")
         if batch.count == 0 or not batch.dense:
             raise InvalidRecordError(
                 f"a client batch must hold records with offset deltas 0..n-1 and lastOffsetDelta "
@@ -328,6 +338,45 @@ class ReplicaLog:
             check_producer_fields(info.producer_id, info.producer_epoch, info.base_sequence)
         if self.config.compacted:
             refuse_keyless(self.config, self.topic, batch.keys(), batch.count)
+
+    def append_marker(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        coordinator_epoch: int = 0,
+        leader_epoch: int = -1,
+    ) -> int:
+        """End the producer's transaction in this partition with a COMMIT or ABORT control
+        batch (what a transaction coordinator writes: storage/txnindex.py); returns its offset.
+        An epoch older than the producer's known one is fenced (ProducerFencedError)."""
+        check_producer_fields(producer_id, producer_epoch)
+        if leader_epoch != -1:  # -1: none (a log no leader election ever stamped)
+            _check_epoch(leader_epoch)
+        kind = COMMIT if commit else ABORT
+        buf = bytearray(encode_marker(producer_id, producer_epoch, kind, coordinator_epoch,
+                                      self.clock()))  # fmt: skip
+        batch = split_batches(memoryview(buf), keep_offsets=False)[0]
+        batch.leader_epoch = leader_epoch
+        part = self.partition
+        with part.locked():
+            state = part.producer_state
+            known = None if state is None else state.known_epoch(producer_id)
+            if known is not None and producer_epoch < known:
+                raise ProducerFencedError(
+                    f"producer {producer_id} epoch {producer_epoch} is fenced on "
+                    f"{self.topic}-{part.partition}: the log has epoch {known}"
+                )
+            if leader_epoch >= 0:
+                self.leader_epochs.assign(leader_epoch, part.end_offset)
+            base = part.append(batch, check_timestamps=False)
+            if state is not None:  # the header as stamped: its base offset the log's
+                info = peek_batch_header(batch.buf, batch.pos)
+                assert info is not None
+                state.apply_batch(info, kind)
+        if self._on_append is not None:
+            self._on_append(base, 1, self.clock())
+        return base
 
     def append_as_follower(self, records: bytes | bytearray | memoryview) -> AppendInfo:
         """Append batches that carry their offsets (a replica copying its leader): each

@@ -70,6 +70,7 @@ from mqcore.server.groups import INITIAL_REBALANCE_DELAY, WAKE_KEY, GroupCoordin
 from mqcore.server.producewire import ProduceAnswer, ProducedPartition, ProducedTopic
 from mqcore.server.protocol import APIS, CONNECTION_APIS, Api, api_keys, build
 from mqcore.server.quota import MutationQuota, QuotaExceeded
+from mqcore.server.txnapis import TxnApis
 from mqcore.store import Store
 
 if TYPE_CHECKING:
@@ -147,6 +148,7 @@ class Broker:
             replicated=self._offsets_replicated if cluster is not None else None,
         )  # fmt: skip
         self._coordinating = False  # on a cluster: whether this broker leads the offsets
+        self.txn_apis = TxnApis(self, LEADER_EPOCH)  # Kafka's transactions (server/txnapis.py)
         self.handlers: dict[int, Handler] = {
             0: self.produce,
             1: self.fetch,
@@ -157,6 +159,7 @@ class Broker:
             19: self.create_topics,
             22: self.init_producer_id,
             **self.groups.handlers(),
+            **self.txn_apis.handlers(),
             68: self.groups.consumer.heartbeat,  # KIP-848 (server/consumergroups.py)
             69: self.groups.consumer.describe,
         }
@@ -177,6 +180,7 @@ class Broker:
         (those in the purgatory through its executor, which must still run)."""
         self.closed = True
         self.groups.close()
+        self.txn_apis.close()
         self.log.remove_append_listener(self._on_append)
         with self._appended:
             self._appended.notify_all()
@@ -565,11 +569,7 @@ class Broker:
 
     def init_producer_id(self, found: Api, body: Any, session: Session) -> Any:
         if body.transactional_id is not None:
-            return build(
-                found.response, throttle_time=NO_TIME,
-                error_code=ErrorCode.transactional_id_authorization_failed, producer_id=-1,
-                producer_epoch=-1,
-            )  # fmt: skip
+            return self.txn_apis.init_producer_id(found, body, session)
         pid = getattr(body, "producer_id", -1)
         epoch = getattr(body, "producer_epoch", -1)
         try:
@@ -605,11 +605,7 @@ class Broker:
                 got = ProducedPartition(p.index)
                 topic.partitions.append(got)
                 try:
-                    if body.transactional_id is not None:
-                        raise KafkaError(
-                            ErrorCode.transactional_id_authorization_failed,
-                            "Kafka transactions are not served yet (docs/server.md)",
-                        )
+                    transactional = body.transactional_id is not None
                     if body.acks not in (0, 1, -1):
                         raise KafkaError(ErrorCode.invalid_required_acks, f"acks={body.acks}")
                     self.authorize(session, WRITE, t.name)
@@ -618,13 +614,16 @@ class Broker:
                     records = p.records
                     if getattr(body, "message_sets", False):  # Produce v0-v2: magic 0 or 1
                         records = up_convert(records, self.log.clock())
+                    if transactional:  # KIP-890: only a partition of its open transaction
+                        self.txn_apis.verify_produce(body.transactional_id, records, t.name,
+                                                     p.index)  # fmt: skip
                     if self.cluster is not None:
                         info = self.cluster.append(t.name, p.index, records, body.acks)
                         if body.acks == -1:
                             waits.append((got, t.name, p.index, info.last_offset))
                     else:
                         info = self.log.replica(t.name, p.index).append_as_leader(
-                            records, LEADER_EPOCH
+                            records, LEADER_EPOCH, transactional=transactional
                         )
                     got.base_offset, got.log_start_offset = info.first_offset, info.log_start_offset
                     got.log_append_time_ms = info.log_append_time

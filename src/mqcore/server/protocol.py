@@ -80,6 +80,12 @@ APIS: dict[int, tuple[str, int, int]] = {
     21: ("DeleteRecords", 0, 2),
     22: ("InitProducerId", 0, 4),
     23: ("OffsetForLeaderEpoch", 0, 4),
+    # Kafka's transactions (txnapis.py): the producer's versions of AddPartitionsToTxn (v4+
+    # is broker-to-broker verification) and those before KIP-890's second part (EndTxn v5)
+    24: ("AddPartitionsToTxn", 0, 3),
+    25: ("AddOffsetsToTxn", 0, 3),
+    26: ("EndTxn", 0, 4),
+    28: ("TxnOffsetCommit", 0, 4),
     32: ("DescribeConfigs", 0, 4),
     33: ("AlterConfigs", 0, 2),
     36: ("SaslAuthenticate", 0, 2),
@@ -88,6 +94,8 @@ APIS: dict[int, tuple[str, int, int]] = {
     44: ("IncrementalAlterConfigs", 0, 1),
     47: ("OffsetDelete", 0, 0),
     60: ("DescribeCluster", 0, 1),
+    65: ("DescribeTransactions", 0, 0),
+    66: ("ListTransactions", 0, 1),
     # consumer groups, KIP-848's protocol (consumergroups.py)
     68: ("ConsumerGroupHeartbeat", 0, 1),
     69: ("ConsumerGroupDescribe", 0, 1),

@@ -36,6 +36,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from mqcore._ext.batch import BatchInfo, peek_batch_header
+from mqcore._ext.crc32c import crc32c
 from mqcore.storage import durable
 
 TXNINDEX_SUFFIX = ".txnindex"
@@ -117,6 +118,26 @@ def collect(indexes: Iterable[Sequence[AbortedTxn]], lo: int, hi: int) -> list[A
             if e.last_stable_offset >= hi:
                 return out
     return out
+
+
+_MARKER_HEAD = struct.Struct(">qiibIhiqqqhii")  # a v2 batch header, 61 bytes
+# the marker's one record: length 16 (zig-zag 32), attributes 0, timestamp and offset deltas 0,
+# key length 4 (zig-zag 8), then the key; value length 6 (zig-zag 12), the value; no headers
+_MARKER_RECORD = struct.Struct(">BBBBBhhBhiB")
+
+
+def encode_marker(producer_id: int, epoch: int, kind: int, coordinator_epoch: int,
+                  timestamp: int) -> bytes:  # fmt: skip
+    """A control batch ending a transaction (ABORT or COMMIT), as Kafka's coordinator writes
+    it: uncompressed, one record, base offset 0 and leader epoch -1 (the append stamps both)."""
+    record = _MARKER_RECORD.pack(32, 0, 0, 0, 8, 0, kind, 12, 0, coordinator_epoch, 0)
+    attributes = ATTR_TRANSACTIONAL | ATTR_CONTROL
+    size = _MARKER_HEAD.size + len(record)
+    head = bytearray(_MARKER_HEAD.pack(0, size - 12, -1, 2, 0, attributes, 0, timestamp,
+                                       timestamp, producer_id, epoch, -1, 1))  # fmt: skip
+    body = bytes(head[21:]) + record
+    struct.pack_into(">I", head, 17, crc32c(body))
+    return bytes(head) + record
 
 
 def marker_type(view: memoryview, pos: int) -> int | None:

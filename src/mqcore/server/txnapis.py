@@ -1,0 +1,233 @@
+"""The Kafka APIs of transactions (issue 34): InitProducerId with a transactional ID,
+AddPartitionsToTxn (v0-v3, a producer's), AddOffsetsToTxn, TxnOffsetCommit, EndTxn,
+DescribeTransactions, ListTransactions, and the check of a transactional produce, over the
+transaction coordinator (server/transactions.py).
+
+Served on a node of one. On a cluster (`--coordinator`) and with an ACL file (transactional-ID
+ACLs are not in its grammar) every transactional request is refused with
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as before transactions were served (docs/server.md,
+docs/cluster.md).
+"""
+
+from __future__ import annotations
+
+import datetime
+import struct
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from mqcore.consume.offsets import OffsetAndMetadata
+from mqcore.errors import MQCoreError
+from mqcore.server.auth import READ, WRITE
+from mqcore.server.common import NO_TIME, KafkaError, Session, error_code
+from mqcore.server.protocol import Api, build
+from mqcore.server.transactions import STATUS_NAMES, TransactionCoordinator, TxnError
+
+if TYPE_CHECKING:
+    from mqcore.server.broker import Broker
+
+Handler = Callable[[Api, Any, Session], Any]
+_PRODUCER = struct.Struct(">qh")  # producerId, producerEpoch at byte 43 of a v2 batch
+REFUSED = ErrorCode.transactional_id_authorization_failed
+
+
+def _code(e: MQCoreError) -> ErrorCode:
+    return e.code if isinstance(e, TxnError) else ErrorCode(int(error_code(e)))
+
+
+class TxnApis:
+    """The transactional request handlers of one broker."""
+
+    def __init__(self, broker: Broker, leader_epoch: int):
+        self.broker = broker
+        self.refusal: str | None = None
+        if broker.cluster is not None:
+            self.refusal = "Kafka transactions are not served on a cluster yet (docs/cluster.md)"
+        elif broker.authorizer is not None:
+            self.refusal = "transactional-ID ACLs are not served: no transactions with an ACL file"
+        elif broker.store.read_only:
+            self.refusal = "the store is read-only"
+        self.coordinator = (
+            None if self.refusal else TransactionCoordinator(broker.store, leader_epoch)
+        )
+
+    def handlers(self) -> dict[int, Handler]:
+        return {
+            24: self.add_partitions_to_txn,
+            25: self.add_offsets_to_txn,
+            26: self.end_txn,
+            28: self.txn_offset_commit,
+            65: self.describe_transactions,
+            66: self.list_transactions,
+        }
+
+    def close(self) -> None:
+        if self.coordinator is not None:
+            self.coordinator.close()
+
+    def _coordinator(self) -> TransactionCoordinator:
+        if self.coordinator is None:
+            raise TxnError(REFUSED, self.refusal or "no transactions")
+        return self.coordinator
+
+    # -- the requests -----------------------------------------------------------------------
+
+    def init_producer_id(self, found: Api, body: Any, session: Session) -> Any:
+        pid, epoch, code = -1, -1, ErrorCode.none
+        try:
+            timeout = body.transaction_timeout
+            ms = int(timeout.total_seconds() * 1000) if isinstance(timeout, datetime.timedelta) \
+                else int(timeout)  # fmt: skip
+            pid, epoch = self._coordinator().init_producer_id(
+                body.transactional_id, ms, getattr(body, "producer_id", -1),
+                getattr(body, "producer_epoch", -1),
+            )  # fmt: skip
+        except MQCoreError as e:
+            code = _code(e)
+        return build(found.response, throttle_time=NO_TIME, error_code=code, producer_id=pid,
+                     producer_epoch=epoch)  # fmt: skip
+
+    def add_partitions_to_txn(self, found: Api, body: Any, session: Session) -> Any:
+        m = found.module
+        tid = body.v3_and_below_transactional_id
+        wanted = [(t.name, p) for t in body.v3_and_below_topics for p in t.partitions]
+        codes: dict[tuple[str, int], ErrorCode] = {}
+        for t, p in wanted:
+            if not self.broker.allowed(session, WRITE, t):
+                codes[(t, p)] = ErrorCode.topic_authorization_failed
+        if codes:  # Kafka: one refused partition fails the others with OPERATION_NOT_ATTEMPTED
+            for tp in wanted:
+                codes.setdefault(tp, ErrorCode.operation_not_attempted)
+        else:
+            try:
+                pid, epoch = body.v3_and_below_producer_id, body.v3_and_below_producer_epoch
+                self._coordinator().add_partitions(tid, pid, epoch, wanted)
+                code = ErrorCode.none
+            except MQCoreError as e:
+                code = _code(e)
+            codes = dict.fromkeys(wanted, code)
+        by_topic: dict[str, list[Any]] = {}
+        for (t, p), code in codes.items():
+            by_topic.setdefault(t, []).append(
+                build(m.AddPartitionsToTxnPartitionResult, partition_index=p,
+                      partition_error_code=code))  # fmt: skip
+        results = tuple(
+            build(m.AddPartitionsToTxnTopicResult, name=t, results_by_partition=tuple(r))
+            for t, r in by_topic.items()
+        )
+        return build(found.response, throttle_time=NO_TIME, results_by_topic_v3_and_below=results)
+
+    def add_offsets_to_txn(self, found: Api, body: Any, session: Session) -> Any:
+        code = ErrorCode.none
+        try:
+            if not self.broker.access(session).group(READ, body.group_id):
+                raise TxnError(ErrorCode.group_authorization_failed,
+                               f"may not read group {body.group_id!r}")  # fmt: skip
+            self._coordinator().add_offsets(body.transactional_id, body.producer_id,
+                                            body.producer_epoch, body.group_id)  # fmt: skip
+        except MQCoreError as e:
+            code = _code(e)
+        return build(found.response, throttle_time=NO_TIME, error_code=code)
+
+    def txn_offset_commit(self, found: Api, body: Any, session: Session) -> Any:
+        m = found.module
+        now = self.broker.log.clock()
+        offsets = {}
+        for t in body.topics:
+            for p in t.partitions:
+                epoch = getattr(p, "committed_leader_epoch", -1)
+                offsets[(t.name, p.partition_index)] = OffsetAndMetadata(
+                    p.committed_offset, p.committed_metadata or "", now, epoch)  # fmt: skip
+        code = ErrorCode.none
+        try:
+            if not self.broker.access(session).group(READ, body.group_id):
+                raise TxnError(ErrorCode.group_authorization_failed,
+                               f"may not read group {body.group_id!r}")  # fmt: skip
+            for t, _ in offsets:
+                if not self.broker.allowed(session, READ, t):
+                    raise TxnError(ErrorCode.topic_authorization_failed, f"may not read {t!r}")
+            self._coordinator().txn_offset_commit(
+                body.transactional_id,
+                body.group_id,
+                body.producer_id,
+                body.producer_epoch,
+                offsets,
+            )
+        except MQCoreError as e:
+            code = _code(e)
+        topics = tuple(
+            build(m.TxnOffsetCommitResponseTopic, name=t.name, partitions=tuple(
+                build(m.TxnOffsetCommitResponsePartition, partition_index=p.partition_index,
+                      error_code=code) for p in t.partitions))
+            for t in body.topics
+        )  # fmt: skip
+        return build(found.response, throttle_time=NO_TIME, topics=topics)
+
+    def end_txn(self, found: Api, body: Any, session: Session) -> Any:
+        code = ErrorCode.none
+        try:
+            self._coordinator().end_txn(body.transactional_id, body.producer_id,
+                                        body.producer_epoch, body.committed)  # fmt: skip
+        except MQCoreError as e:
+            code = _code(e)
+        return build(found.response, throttle_time=NO_TIME, error_code=code)
+
+    def describe_transactions(self, found: Api, body: Any, session: Session) -> Any:
+        m = found.module
+        states = []
+        for tid in body.transactional_ids:
+            meta = None if self.coordinator is None else self.coordinator.describe(tid)
+            if meta is None:
+                states.append(build(
+                    m.TransactionState, error_code=ErrorCode.transactional_id_not_found,
+                    transactional_id=tid, transaction_state="", transaction_timeout=NO_TIME,
+                    transaction_start_time=_when(-1), producer_id=-1, producer_epoch=-1,
+                    topics=()))  # fmt: skip
+                continue
+            by_topic: dict[str, list[int]] = {}
+            for t, p in sorted(meta.partitions):
+                by_topic.setdefault(t, []).append(p)
+            states.append(build(
+                m.TransactionState, error_code=ErrorCode.none, transactional_id=tid,
+                transaction_state=STATUS_NAMES[meta.status],
+                transaction_timeout=datetime.timedelta(milliseconds=meta.timeout_ms),
+                transaction_start_time=_when(meta.start_ms), producer_id=meta.producer_id,
+                producer_epoch=meta.epoch,
+                topics=tuple(build(m.TopicData, topic=t, partitions=tuple(ps))
+                             for t, ps in by_topic.items())))  # fmt: skip
+        return build(found.response, throttle_time=NO_TIME, transaction_states=tuple(states))
+
+    def list_transactions(self, found: Api, body: Any, session: Session) -> Any:
+        m = found.module
+        wanted = set(body.state_filters)
+        unknown = tuple(s for s in body.state_filters if s not in STATUS_NAMES)
+        producers = set(body.producer_id_filters)
+        metas = [] if self.coordinator is None else self.coordinator.listing()
+        states = tuple(
+            build(m.TransactionState, transactional_id=x.transactional_id,
+                  producer_id=x.producer_id, transaction_state=STATUS_NAMES[x.status])
+            for x in metas
+            if (not wanted or STATUS_NAMES[x.status] in wanted)
+            and (not producers or x.producer_id in producers)
+        )  # fmt: skip
+        return build(found.response, throttle_time=NO_TIME, error_code=ErrorCode.none,
+                     unknown_state_filters=unknown, transaction_states=states)  # fmt: skip
+
+    def verify_produce(self, tid: str, records: Any, topic: str, partition: int) -> None:
+        """A transactional produce: its batch's producer, at its epoch, must hold this
+        partition in its open transaction (KafkaError with Kafka's code if not)."""
+        try:
+            coordinator = self._coordinator()
+            view = memoryview(records)
+            if len(view) < 61:
+                raise TxnError(ErrorCode.corrupt_message, "a produce of no whole batch")
+            producer_id, epoch = _PRODUCER.unpack_from(view, 43)
+            coordinator.verify(producer_id, epoch, topic, partition)
+        except TxnError as e:
+            raise KafkaError(e.code, str(e)) from None
+
+
+def _when(ms: int) -> datetime.datetime:
+    return datetime.datetime.fromtimestamp(max(ms, 0) / 1000, tz=datetime.timezone.utc)
