@@ -543,3 +543,37 @@ def test_workers_that_cannot_import_mqcore_are_named_at_register(
     assert "cannot import mqcore (ModuleNotFoundError: No module named" in text
     assert "set PYSPARK_PYTHON to a Python that has mqcore" in text
     assert "\n" not in text and ". " not in text.replace(sys.executable, "")
+
+
+def test_kafka_isolation_level_reads_committed_records_only(
+    session: SparkSession, tmp_path: Path
+) -> None:
+    """A store holding Kafka transactions (tests/test_txn_log.py's model: committed, aborted
+    and still open ones) read with kafka.isolation.level=read_committed gives exactly the
+    committed records below the last stable offset, twice on the same DataFrame; the default
+    (read_uncommitted, as Spark's Kafka source) gives every record; neither a marker."""
+    import random
+
+    from test_txn_log import Model, random_ops
+
+    path = str(tmp_path / "txns")
+    models = []
+    with mqcore.open(path, create=True, flush="os") as st:
+        st.create_topic("t", partitions=2, segment_bytes=4096)
+        for p in range(2):
+            model = Model()
+            replica = st.log.replica("t", p)
+            for batch in random_ops(random.Random(20 + p), model, 90):
+                replica.append_as_follower(batch)
+            models.append(model)
+        st.log.replica("t", 1).append_as_follower(models[1].data(7, 3, True))  # left open
+        assert st.last_stable_offset("t", 1) == models[1].lso < models[1].end
+    committed = load(session, path, subscribe="t", **{"kafka.isolation.level": "read_committed"})
+    for _ in range(2):  # the same DataFrame queried twice
+        got = sorted((r["partition"], r["offset"], r["value"]) for r in committed.collect())
+        assert got == sorted((p, o, v) for p, m in enumerate(models) for o, v in m.committed())
+    everything = load(session, path, subscribe="t")
+    got = sorted((r["partition"], r["offset"], r["value"]) for r in everything.collect())
+    assert got == sorted((p, o, v) for p, m in enumerate(models) for o, v in m.uncommitted())
+    with pytest.raises(Exception, match="kafka.isolation.level"):
+        load(session, path, subscribe="t", **{"kafka.isolation.level": "committed"}).collect()

@@ -136,6 +136,13 @@ def check(store: mqcore.Store, model: Model) -> None:
     assert [(m.offset, m.value) for m in got] == model.committed()
     got = store.read(TOPIC, 0, 0, 100_000)
     assert [(m.offset, m.value) for m in got] == model.uncommitted()  # no marker, ever
+    for level, want in (("read_committed", model.committed()),
+                        ("read_uncommitted", model.uncommitted())):  # fmt: skip
+        table = store.read_arrow(TOPIC, 0, 0, None, isolation_level=level)
+        assert list(zip(table.column("offset").to_pylist(), table.column("value").to_pylist(),
+                        strict=True)) == want, level  # fmt: skip
+        pieces = store.iter_arrow(TOPIC, 0, 0, None, max_records=4, isolation_level=level)
+        assert [o for b in pieces for o in b.column("offset").to_pylist()] == [o for o, _ in want]
     committed = dict(model.committed())
     for offset in range(model.end):
         m = store.get(TOPIC, 0, offset, isolation_level="read_committed")

@@ -930,22 +930,28 @@ class Store(Sender[RecordMetadata, BatchMetadata, list[BatchMetadata]]):
         include_headers: bool = False,
         max_records: int = 65536,
         max_bytes: int = 64 << 20,
+        isolation_level: str = READ_UNCOMMITTED,
     ) -> Iterator[pa.RecordBatch]:
-        """RecordBatches of offsets [start, end) in bounded pieces (Spark-sized)."""
+        """RecordBatches of offsets [start, end) in bounded pieces (Spark-sized); with
+        read_committed, only below the last stable offset and without the records of aborted
+        transactions (as `read`)."""
+        committed = check_isolation(isolation_level)
         part = self.log.partition(topic, partition)
         stop = part.end_offset if end is None else end
         if stop < start:
             raise OffsetOutOfRangeError(f"end offset {stop} is before start offset {start}")
         if start < stop:
             part.check_offset(start)
-        offset = start
-        while offset < stop:
-            cols = new_columns(include_headers)
-            offset, done = self._fill(part, cols, offset, stop - 1, max_records, max_bytes)
-            if cols.num_rows:
-                yield to_record_batch(cols, topic, partition)
-            if done:
-                break
+        spans = part.committed_spans(start, stop) if committed else [(start, stop)]
+        for lo, hi in spans:
+            offset = lo
+            while offset < hi:
+                cols = new_columns(include_headers)
+                offset, done = self._fill(part, cols, offset, hi - 1, max_records, max_bytes)
+                if cols.num_rows:
+                    yield to_record_batch(cols, topic, partition)
+                if done:
+                    break
 
     def iter_arrow_holding(
         self,
@@ -963,10 +969,9 @@ class Store(Sender[RecordMetadata, BatchMetadata, list[BatchMetadata]]):
         contains `needle`, each from the first such record on (the search kernel passes the
         other batches over): a superset of the matching records, which the caller filters."""
         if not needle:  # every non-null value holds it
-            limits = {"max_records": max_records, "max_bytes": max_bytes}
-            yield from self.iter_arrow(
-                topic, partition, start, end, include_headers=include_headers, **limits
-            )
+            yield from self.iter_arrow(topic, partition, start, end,
+                                       include_headers=include_headers, max_records=max_records,
+                                       max_bytes=max_bytes)  # fmt: skip
             return
         part = self.log.partition(topic, partition)
         if end < start:
@@ -1028,8 +1033,10 @@ class Store(Sender[RecordMetadata, BatchMetadata, list[BatchMetadata]]):
         end: int | None = None,
         *,
         include_headers: bool = False,
+        isolation_level: str = READ_UNCOMMITTED,
     ) -> pa.RecordBatch:
-        """Offsets [start, end) as one RecordBatch in Spark's Kafka-source schema."""
+        """Offsets [start, end) as one RecordBatch in Spark's Kafka-source schema (an
+        `isolation_level` as `read`'s)."""
         import pyarrow as pa
 
         from mqcore.arrow import kafka_schema
@@ -1043,6 +1050,7 @@ class Store(Sender[RecordMetadata, BatchMetadata, list[BatchMetadata]]):
                 include_headers=include_headers,
                 max_records=1 << 30,
                 max_bytes=(1 << 31) - 2,
+                isolation_level=isolation_level,
             )
         )
         if not batches:

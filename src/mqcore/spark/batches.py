@@ -32,6 +32,7 @@ def range_batches(store: Store, rng: OffsetRange, opts: ReadOptions) -> Iterator
         include_headers=opts.include_headers or opts.include_extras,
         max_records=opts.max_records_per_batch,
         max_bytes=opts.max_bytes_per_batch,
+        isolation_level=opts.isolation_level,
     ):
         if opts.include_headers:
             batch = null_empty_headers(batch)

@@ -33,6 +33,8 @@ TopicPartition = tuple[str, int]
 
 STRATEGIES = ("subscribe", "subscribePattern", "assign")
 
+ISOLATION_OPTION = "kafka.isolation.level"
+
 # mqcore's own options: bounds of the Arrow batches read() yields
 DEFAULT_MAX_RECORDS_PER_BATCH = 65536
 DEFAULT_MAX_BYTES_PER_BATCH = 32 << 20
@@ -148,6 +150,13 @@ class ReadOptions:
     max_records_per_partition: int | None = None
     max_records_per_batch: int = DEFAULT_MAX_RECORDS_PER_BATCH
     max_bytes_per_batch: int = DEFAULT_MAX_BYTES_PER_BATCH
+    # Kafka's consumer setting, which Spark's Kafka source takes as kafka.isolation.level:
+    # read_committed reads to the last stable offset, without aborted transactions' records
+    isolation_level: str = "read_uncommitted"
+
+    @property
+    def committed(self) -> bool:
+        return self.isolation_level == "read_committed"
 
 
 @dataclass(frozen=True)
@@ -199,6 +208,7 @@ def _read_options(opts: dict[str, str], path: str, starting: Bound, ending: Boun
         max_records_per_batch=_positive(opts, "maxRecordsPerBatch")
         or DEFAULT_MAX_RECORDS_PER_BATCH,
         max_bytes_per_batch=_positive(opts, "maxBytesPerBatch") or DEFAULT_MAX_BYTES_PER_BATCH,
+        isolation_level=_choice(opts, ISOLATION_OPTION, ("read_uncommitted", "read_committed")),
     )
 
 
@@ -272,6 +282,9 @@ def _canonical(
     out: dict[str, str] = {}
     for key, value in options.items():
         lower = key.lower()
+        if lower == ISOLATION_OPTION:  # the one consumer setting a read of the log honours
+            out[ISOLATION_OPTION] = value
+            continue
         if lower.startswith("kafka."):
             continue
         name = canonical.get(lower)

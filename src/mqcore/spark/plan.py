@@ -122,8 +122,8 @@ def resolve_ranges(
     """Each partition's range from the starting and ending options, checked against the log
     (failOnDataLoss). `validate`: per-partition JSON must name exactly `tps`."""
     strategy = opts.starting_strategy
-    starts = resolve_bound(store, opts.starting, tps, strategy, True, validate)
-    ends = resolve_bound(store, opts.ending, tps, strategy, False, validate)
+    starts = resolve_bound(store, opts.starting, tps, strategy, True, validate, opts.committed)
+    ends = resolve_bound(store, opts.ending, tps, strategy, False, validate, opts.committed)
     return [checked_range(store, OffsetRange(t, p, starts[(t, p)], ends[(t, p)]), opts)
             for t, p in tps]  # fmt: skip
 
@@ -149,30 +149,39 @@ def resolve_bound(
     strategy: str,
     starting: bool,
     validate: bool = True,
+    committed: bool = False,
 ) -> dict[TopicPartition, int]:
-    """The offset each partition's range starts (or ends) at."""
+    """The offset each partition's range starts (or ends) at; `committed`
+    (kafka.isolation.level=read_committed): "latest" is the last stable offset."""
     if validate and bound.per_partition and set(bound.offsets) != set(tps):
         raise InvalidConfigError(
             f"option {bound.option!r} must name every partition read and no other: it names "
             f"{_names(bound.offsets)}, the subscription reads {_names(tps)}"
             + (" (use -2 for earliest, -1 for latest)" if bound.kind == "offsets" else "")
         )
-    return {tp: _resolve_one(store, bound, tp, strategy, starting) for tp in tps}
+    return {tp: _resolve_one(store, bound, tp, strategy, starting, committed) for tp in tps}
+
+
+def latest(store: Store, t: str, p: int, committed: bool) -> int:
+    """Where a read of the partition ends now: its end, or its last stable offset for a
+    read_committed reader (Kafka's consumer's endOffsets)."""
+    return store.last_stable_offset(t, p) if committed else store.end_offset(t, p)
 
 
 def _resolve_one(
-    store: Store, bound: Bound, tp: TopicPartition, strategy: str, starting: bool
-) -> int:
+    store: Store, bound: Bound, tp: TopicPartition, strategy: str, starting: bool,
+    committed: bool = False,
+) -> int:  # fmt: skip
     t, p = tp
     if bound.kind == "earliest":
         return store.start_offset(t, p)
     if bound.kind == "latest":
-        return store.end_offset(t, p)
+        return latest(store, t, p, committed)
     if bound.kind == "offsets":
         off = bound.offsets[tp]
         if off == EARLIEST:
             return store.start_offset(t, p)
-        return store.end_offset(t, p) if off == LATEST else off
+        return latest(store, t, p, committed) if off == LATEST else off
     ts = bound.timestamp if bound.kind == "timestamp" else bound.offsets[tp]
     found = store.offset_for_time(t, p, ts)
     if found is not None:

@@ -59,6 +59,7 @@ from mqcore.spark.options import StreamOptions, TopicPartition, WriteOptions
 from mqcore.spark.plan import (
     OffsetRange,
     checked_range,
+    latest,
     resolve_bound,
     split_ranges,
     topic_partitions,
@@ -199,9 +200,9 @@ class MqcoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return shared_store(self.opts.read.path)
 
     def _log_ends(self, store: mqcore.Store) -> Offsets:
-        return {
-            tp: store.end_offset(*tp) for tp in topic_partitions(store, self.opts.read.subscription)
-        }
+        read = self.opts.read
+        return {tp: latest(store, *tp, read.committed)
+                for tp in topic_partitions(store, read.subscription)}  # fmt: skip
 
     def initialOffset(self) -> dict[str, dict[str, int]]:  # noqa: N802 - Spark's names
         """Where a new query starts: startingOffsets / startingTimestamp / ... (default
@@ -209,7 +210,8 @@ class MqcoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         read = self.opts.read
         with self._open() as store:
             tps = topic_partitions(store, read.subscription)
-            starts = resolve_bound(store, read.starting, tps, read.starting_strategy, True)
+            starts = resolve_bound(store, read.starting, tps, read.starting_strategy, True,
+                                   committed=read.committed)  # fmt: skip
         return offsets_to_json(starts)
 
     def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802

@@ -704,27 +704,30 @@ class Partition:
         transactions."""
         self.check_offset(offset)
         last = (1 << 63) - 1 if max_offset is None else max_offset
-        if committed:
-            last = min(last, self.last_stable_offset - 1)
-            skip = self.aborted_ranges(offset, last + 1)
-            if skip:
-                return self._read_skipping(offset, max_records, verify_crc, last, skip)
-        return self._read(offset, max_records, verify_crc, last)
-
-    def _read_skipping(
-        self, offset: int, max_records: int, verify_crc: bool, last: int,
-        skip: list[tuple[int, int]],
-    ) -> list[Message]:  # fmt: skip
-        """read() past the skipped ranges: the stretches between them read in turn."""
+        if not committed:
+            return self._read(offset, max_records, verify_crc, last)
         out: list[Message] = []
-        at = offset
-        for first, end in [*sorted(skip), (last + 1, last + 1)]:
-            if at < first and len(out) < max_records:
-                out += self._read(at, max_records - len(out), verify_crc, min(first - 1, last))
-            at = max(at, end + 1)
-            if at > last or len(out) >= max_records:
+        for lo, hi in self.committed_spans(offset, last + 1):
+            out += self._read(lo, max_records - len(out), verify_crc, hi - 1)
+            if len(out) >= max_records:
                 break
         return out
+
+    def committed_spans(self, lo: int, hi: int) -> list[tuple[int, int]]:
+        """The [a, b) spans of [lo, hi) a read_committed reader reads: below the last stable
+        offset, between the batches of aborted transactions (aborted_ranges)."""
+        hi = min(hi, self.last_stable_offset)
+        spans = []
+        at = lo
+        for first, last in sorted(self.aborted_ranges(lo, hi)):
+            if at >= hi:
+                break
+            if first > at:
+                spans.append((at, min(first, hi)))
+            at = max(at, last + 1)
+        if at < hi:
+            spans.append((at, hi))
+        return spans
 
     def _read(self, offset: int, max_records: int, verify_crc: bool, last: int) -> list[Message]:
         out: list[Message] = []
