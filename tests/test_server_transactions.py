@@ -425,3 +425,163 @@ def test_bad_transactional_requests_get_kafkas_errors_and_ids_are_bounded(
         assert offsets.topics[0].partitions[0].error_code == ErrorCode.invalid_txn_state
     finally:
         wire.close()
+
+
+STUCK = 15.0  # seconds without a commit after which the test's supervisor restarts the copier
+COPIER = r"""
+import sys
+from confluent_kafka import Consumer, Producer, TopicPartition, KafkaException
+
+bootstrap, partitions = sys.argv[1], int(sys.argv[2])
+c = Consumer({"bootstrap.servers": bootstrap, "group.id": "copier", "enable.auto.commit": False,
+              "isolation.level": "read_committed", "auto.offset.reset": "earliest"})
+tps = [TopicPartition("in", p) for p in range(partitions)]
+start = c.committed(tps, 30)
+c.assign([TopicPartition("in", t.partition, max(t.offset, 0)) for t in start])
+p = Producer({"bootstrap.servers": bootstrap, "transactional.id": "copier-tx",
+              "transaction.timeout.ms": 10000, "linger.ms": 5, "debug": "eos"})
+p.init_transactions(30)
+print("ready", flush=True)
+while True:
+    msgs = [m for m in c.consume(200, 0.5) if m.error() is None]
+    if not msgs:
+        continue
+    p.begin_transaction()
+    for m in msgs:
+        p.produce("out", b"copy-" + m.value(), partition=m.partition())
+    positions = c.position(tps)
+    p.send_offsets_to_transaction(positions, c.consumer_group_metadata(), 30)
+    p.commit_transaction(30)
+"""
+
+
+@pytest.mark.slow
+def test_consume_transform_produce_is_exactly_once_while_processes_are_killed(
+    tmp_path: Path,
+) -> None:
+    """Issue 34's exactly-once proof on one node: a confluent-kafka consume-transform-produce
+    loop (read_committed consumer, transactional producer, send_offsets_to_transaction) copies
+    100,000 numbered messages from `in` to `out` while the test SIGKILLs the loop's process or
+    the server, 30 times at random moments, restarting what it killed; `out` read
+    read_committed holds every input message exactly once, in order per partition."""
+    import random
+
+    rng = random.Random(34)
+    path, port, partitions, total = str(tmp_path / "store"), free_port(), 2, 100_000
+    with mqcore.open(path, create=True, flush="os") as s:
+        s.create_topic("in", partitions=partitions)
+        s.create_topic("out", partitions=partitions)
+        for p in range(partitions):
+            numbers = range(p, total, partitions)
+            for chunk in range(0, len(numbers), 10_000):
+                s.append_batch("in", [b"%06d" % n for n in numbers[chunk:chunk + 10_000]],
+                               partition=p)  # fmt: skip
+    bootstrap = f"127.0.0.1:{port}"
+
+    log = tmp_path / "copier.log"
+
+    def start_copier() -> subprocess.Popen[str]:
+        with open(log, "a") as err:  # what the copier's client said, for a failure's report
+            return subprocess.Popen([sys.executable, "-c", COPIER, bootstrap, str(partitions)],
+                                    env=child_env(), stdout=subprocess.PIPE, stderr=err,
+                                    text=True)  # fmt: skip
+
+    def committed() -> int:
+        from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+        c = Consumer({"bootstrap.servers": bootstrap, "group.id": "copier"})
+        try:
+            got = c.committed([TopicPartition("in", p) for p in range(partitions)], 10)
+            return sum(max(t.offset, 0) for t in got)
+        except KafkaException:  # the server is starting again
+            return -1
+        finally:
+            c.close()
+
+    server = serve(path, port)
+    procs = {"copier": start_copier()}
+    kills = {"copier": 0, "server": 0}
+
+    seen = {"at": time.monotonic(), "committed": 0}
+
+    def progressed(before: int) -> bool:
+        """Whether the copier committed past `before`, as a supervisor sees it: a copier
+        that died (its broker was killed under it: a transactional client's errors are
+        fatal) or that made no progress for STUCK seconds (librdkafka, its broker killed
+        under a request, can wait on it for good) is started again."""
+        now, done = time.monotonic(), committed()
+        if done > seen["committed"]:
+            seen["at"], seen["committed"] = now, done
+        if procs["copier"].poll() is not None or now - seen["at"] > STUCK:
+            stop(procs["copier"], kill=True)
+            procs["copier"] = start_copier()
+            seen["at"] = now
+        return done > before
+
+    try:
+        for _ in range(30):
+            before = committed()
+            try:
+                until(lambda before=before: before >= total or progressed(before),
+                      "the copier to commit again", timeout=120)  # fmt: skip
+            except AssertionError as e:
+                tail = "\n".join(log.read_text().splitlines()[-40:])
+                raise AssertionError(
+                    f"{e}; committed {before}; the copier's log:\n{tail}"
+                ) from None
+            time.sleep(rng.uniform(0, 0.4))  # a random moment of the loop's work
+            victim = rng.choice(["copier", "copier", "server"])
+            kills[victim] += 1
+            if victim == "server":
+                stop(server, kill=True)
+                server = serve(path, port)
+            else:
+                stop(procs["copier"], kill=True)
+                procs["copier"] = start_copier()
+        until(lambda: progressed(total - 1) and committed() >= total,
+              "every input message copied", timeout=300)  # fmt: skip
+    finally:
+        stop(procs["copier"], kill=True)
+        stop(server)
+    assert kills["server"] >= 5 and kills["copier"] >= 5
+    with mqcore.open(path, read_only=True) as s:
+        for p in range(partitions):
+            got = s.read("out", p, 0, 10 * total, isolation_level="read_committed")
+            out = [m.value for m in got]
+            want = [b"copy-%06d" % n for n in range(p, total, partitions)]
+            if out != want:
+                short = min(len(out), len(want))
+                first = next((i for i in range(short) if out[i] != want[i]), short)
+                raise AssertionError(
+                    f"partition {p}: {len(out)} copies for {len(want)} inputs, "
+                    f"{len(out) - len(set(out))} doubled, {len(set(want) - set(out))} missing; "
+                    f"first difference at {first}: {out[first - 2 : first + 3]} vs "
+                    f"{want[first - 2 : first + 3]}; at offsets "
+                    f"{[m.offset for m in got[first - 2 : first + 3]]}"
+                )
+            every = s.read("out", p, 0, 10 * total)  # aborted copies are there, not counted
+            assert len(every) >= len(out)
+
+
+def test_a_restart_between_txn_offset_commit_and_end_txn_keeps_the_offsets(tmp_path: Path) -> None:
+    """Regression (found by the exactly-once test above): the offsets TxnOffsetCommit gives
+    were held in memory until EndTxn, so a server restarted in between committed the
+    transaction's records without them, and the restarted consumer copied them again."""
+    from mqcore.consume.offsets import OffsetAndMetadata
+    from mqcore.server.transactions import TransactionCoordinator
+
+    path = str(tmp_path / "s")
+    with mqcore.open(path, create=True) as s:
+        s.create_topic("in")
+        s.create_topic("out")
+        coordinator = TransactionCoordinator(s)
+        pid, epoch = coordinator.init_producer_id("tx", 60_000)
+        coordinator.add_partitions("tx", pid, epoch, [("out", 0)])
+        coordinator.add_offsets("tx", pid, epoch, "g")
+        coordinator.txn_offset_commit("tx", "g", pid, epoch, {("in", 0): OffsetAndMetadata(7)})
+        coordinator.close()
+    with mqcore.open(path) as s:  # the server restarted: a new coordinator on the same log
+        coordinator = TransactionCoordinator(s)
+        coordinator.end_txn("tx", pid, epoch, commit=True)
+        coordinator.close()
+        assert s.offset_store().committed("g", "in", 0).offset == 7

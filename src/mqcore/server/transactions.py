@@ -17,8 +17,9 @@ int16 length + UTF-8; array: int32 count, -1 null):
            5 CompleteAbort
 
 The offsets a transaction commits for a group (TxnOffsetCommit) are mqcore's own record in the
-same topic, written with the PrepareCommit state in one batch (Kafka writes them to
-`__consumer_offsets` as transactional records instead):
+same topic, written (and synced) at each AddOffsetsToTxn and TxnOffsetCommit, before the
+answer, so a restart before EndTxn keeps them (Kafka writes them to `__consumer_offsets` as
+transactional records instead):
 
     key    int16 version (100) | string transactional_id
     value  int16 version (0) | int32 groups | groups x (string group | int32 count
@@ -325,9 +326,9 @@ class TransactionCoordinator:
             now = self.clock()
             if m.status != ONGOING:
                 m.status, m.start_ms = ONGOING, now
-                m.last_update_ms = now
-                self._write(m)
+            m.last_update_ms = now
             m.offsets.setdefault(group, {})
+            self._write(m, offsets=True)
 
     def txn_offset_commit(
         self, tid: str, group: str, producer_id: int, epoch: int,
@@ -339,10 +340,13 @@ class TransactionCoordinator:
                 raise TxnError(ErrorCode.invalid_txn_state,
                                f"{tid!r} did not add group {group!r} to an open transaction "
                                "(AddOffsetsToTxn)")  # fmt: skip
-            for t, p in offsets:  # only partitions that exist: the offsets are held in memory
+            for t, p in offsets:  # only partitions that exist
                 if self.log.find_partition(t, p) is None:
                     raise TxnError(ErrorCode.unknown_topic_or_partition, f"{t}-{p} is not here")
             m.offsets[group].update(offsets)
+            # durable before the answer, as Kafka's are (in __consumer_offsets): a restart
+            # between this and EndTxn must not commit the transaction without them
+            self._write(m, offsets=True)
 
     def end_txn(self, tid: str, producer_id: int, epoch: int, commit: bool) -> None:
         with self._lock:
