@@ -13,12 +13,16 @@ File `<partition dir>/leader-epoch-checkpoint`, Kafka's checkpoint text format (
 from __future__ import annotations
 
 import bisect
+import logging
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from mqcore.errors import InvalidConfigError, StoreError
 from mqcore.storage import durable
+
+_log = logging.getLogger("mqcore")
 
 CHECKPOINT_FILE = "leader-epoch-checkpoint"
 UNDEFINED_EPOCH = -1
@@ -37,11 +41,30 @@ class LeaderEpochCache:
     """The (epoch, start offset) entries of one partition, kept in memory and in its
     checkpoint file (rewritten atomically on every change)."""
 
-    def __init__(self, directory: str, sync: bool = True):
+    def __init__(
+        self,
+        directory: str,
+        sync: bool = True,
+        derive: Callable[[], list[EpochEntry]] | None = None,
+        writable: bool = True,
+    ):
         self.path = os.path.join(directory, CHECKPOINT_FILE)
-        self._sync = sync  # fsync the file and its directory (flush policy other than "os")
+        # fsync the file and its directory at every change, whatever the flush policy: it
+        # changes only with the leader epoch, and a power loss must not leave it torn
+        self._sync = sync
         self._lock = threading.Lock()
-        self._entries: list[EpochEntry] = read_checkpoint(self.path)
+        try:
+            self._entries: list[EpochEntry] = read_checkpoint(self.path)
+        except StoreError:
+            if derive is None:
+                raise
+            # torn by a power loss (a store written before the file was always synced): the
+            # batches' partitionLeaderEpoch say the same, so the cache is made from them again
+            _log.warning("%s is damaged: the leader epochs are read from the log again",
+                         self.path)  # fmt: skip
+            self._entries = derive()
+            if writable:  # a read-only opener changes nothing on disk
+                self._write()
 
     @property
     def entries(self) -> list[EpochEntry]:

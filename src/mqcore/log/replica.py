@@ -31,7 +31,14 @@ from mqcore.storage.partition import NOT_LEADING, Partition, check_timestamps
 from mqcore.storage.producer_state import ProducerStateManager, check_producer_fields
 from mqcore.storage.rawbatch import RawBatch, fetch_span, split_batches
 from mqcore.storage.segment import LogSegment
-from mqcore.storage.txnindex import ABORT, COMMIT, AbortedTxn, encode_marker, marker_type
+from mqcore.storage.txnindex import (
+    ABORT,
+    COMMIT,
+    AbortedTxn,
+    batch_headers,
+    encode_marker,
+    marker_type,
+)
 
 Isolation = Literal["log_end", "high_watermark", "committed", "log_stable"]
 ISOLATIONS = ("log_end", "high_watermark", "committed", "log_stable")
@@ -160,8 +167,10 @@ class ReplicaLog:
         # on_append(base_offset, records, now) after each append that wrote: Log.replica wires
         # it to the log's append listeners (waiting consumers) and the flusher
         self._on_append = on_append
-        sync = partition.flush_policy.mode != "os"
-        self.leader_epochs = LeaderEpochCache(partition.directory, sync=sync)
+        self.leader_epochs = LeaderEpochCache(
+            partition.directory, derive=lambda: epochs_in_log(partition),
+            writable=partition.writable,
+        )  # fmt: skip
         if partition.writable:
             # Kafka's load: an epoch past the log end (truncation cut the log and a crash came
             # before the cache followed) or before the log start is dropped
@@ -606,6 +615,25 @@ def _writable(records: bytes | bytearray | memoryview) -> memoryview:
 def _check_offset_type(offset: object) -> None:
     if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
         raise OffsetOutOfRangeError(f"offset must be an int >= 0, not {offset!r}")
+
+
+def epochs_in_log(part: Partition) -> list[EpochEntry]:
+    """The (epoch, first offset) of each leader epoch the log's batches carry
+    (partitionLeaderEpoch), from their headers: the leader-epoch cache a log implies."""
+    out: list[EpochEntry] = []
+
+    def walk(buf: memoryview, file_pos: int, seg: LogSegment) -> tuple[int, bool]:
+        used = 0
+        for at, info in batch_headers(buf, 0, len(buf)):
+            latest = out[-1].epoch if out else -1
+            if info.leader_epoch > latest:
+                out.append(EpochEntry(info.leader_epoch, info.base_offset))
+            used = at + info.size
+        return used, False
+
+    if part.end_offset > part.start_offset:
+        part.scan(part.start_offset, walk)
+    return out
 
 
 def _check_epoch(epoch: object) -> None:
