@@ -143,6 +143,12 @@ def check(store: mqcore.Store, model: Model) -> None:
                         strict=True)) == want, level  # fmt: skip
         pieces = store.iter_arrow(TOPIC, 0, 0, None, max_records=4, isolation_level=level)
         assert [o for b in pieces for o in b.column("offset").to_pylist()] == [o for o, _ in want]
+    for level, want in (("read_committed", model.committed()),
+                        ("read_uncommitted", model.uncommitted())):  # fmt: skip
+        found = store.search(TOPIC, b"-", limit=100_000, isolation_level=level)
+        assert [(m.offset, m.value) for m in found] == want, level
+        found = store.range(TOPIC, 0, None, limit=100_000, order="time", isolation_level=level)
+        assert sorted((m.offset, m.value) for m in found) == want, level
     committed = dict(model.committed())
     for offset in range(model.end):
         m = store.get(TOPIC, 0, offset, isolation_level="read_committed")
@@ -359,3 +365,31 @@ def test_a_kafka_log_directory_with_transactions_answers_read_committed(tmp_path
         assert store.last_stable_offset(TOPIC) == min(model.lso, split - 1)
         check(store, model)
     assert sorted((p.name, p.stat().st_mtime_ns) for p in directory.iterdir()) == before
+
+
+def test_the_cli_reads_either_isolation_level(tmp_path: Path) -> None:
+    """`mqcore consume` and `mqcore get` take --isolation-level (default read_uncommitted, as
+    kcat's); read_committed prints exactly the committed records and says why a record of
+    an aborted transaction is not there."""
+    from conftest import run_cli
+
+    rng = random.Random(9)
+    model = Model()
+    path = str(tmp_path / "s")
+    build(path, model, rng, 60, segment_bytes=1 << 20)
+    for level, want in (("read_committed", model.committed()),
+                        ("read_uncommitted", model.uncommitted())):  # fmt: skip
+        code, out, err = run_cli("consume", path, TOPIC, "--isolation-level", level)
+        assert code == 0, err
+        fields = [line.split("\t") for line in out.splitlines()]
+        got = [(int(f[1]), f[4].encode()) for f in fields]
+        assert got == want, level
+    code, out, _ = run_cli("consume", path, TOPIC)
+    assert len(out.splitlines()) == len(model.uncommitted())
+    aborted = next(o for o, v in model.uncommitted() if o not in dict(model.committed())
+                   and o < model.lso)  # fmt: skip
+    code, out, err = run_cli("get", path, TOPIC, "0", str(aborted),
+                             "--isolation-level", "read_committed")  # fmt: skip
+    assert code == 1 and "not committed" in err, (out, err)
+    code, out, err = run_cli("get", path, TOPIC, "0", str(aborted))
+    assert code == 0 and "Traceback" not in err

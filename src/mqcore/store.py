@@ -110,6 +110,19 @@ def check_isolation(level: object) -> bool:
     return level == READ_COMMITTED
 
 
+def committed_only(parts: Sequence[Partition], messages: list[Message]) -> list[Message]:
+    """The `messages` (of `parts`) a read_committed reader sees: each partition's below its
+    last stable offset and outside its aborted transactions' batches."""
+    by_number = {p.partition: p for p in parts}
+    spans: dict[int, list[tuple[int, int]]] = {}
+    for m in messages:
+        if m.partition not in spans:
+            offsets = [x.offset for x in messages if x.partition == m.partition]
+            part = by_number[m.partition]
+            spans[m.partition] = part.committed_spans(min(offsets), max(offsets) + 1)
+    return [m for m in messages if any(a <= m.offset < b for a, b in spans[m.partition])]
+
+
 class Store(Sender[RecordMetadata, BatchMetadata, list[BatchMetadata]]):
     """A directory of topics and partitions of Kafka v2 segments. Use `mqcore.open()`.
 
@@ -782,6 +795,7 @@ class Store(Sender[RecordMetadata, BatchMetadata, list[BatchMetadata]]):
         order: str = "partition",
         start_ts: int | None = None,
         end_ts: int | None = None,
+        isolation_level: str = READ_UNCOMMITTED,
     ) -> QueryResult:
         """Messages with start <= timestamp < end, in ms since the epoch (None: unbounded), in
         any order of timestamps in the log: search() with only the time filter (`order` as
@@ -800,6 +814,7 @@ class Store(Sender[RecordMetadata, BatchMetadata, list[BatchMetadata]]):
             cursor=cursor,
             threads=threads,
             order=order,
+            isolation_level=isolation_level,
         )
 
     def search(
@@ -820,6 +835,7 @@ class Store(Sender[RecordMetadata, BatchMetadata, list[BatchMetadata]]):
         threads: int | None = None,
         key: bytes | str | None = None,
         order: str = "partition",
+        isolation_level: str = READ_UNCOMMITTED,
     ) -> QueryResult:
         """Messages whose value contains `contains` / matches `regex`, with tag `tag`, whose
         properties satisfy the SQL92 selector `where`, within [start, end) ms, and with `key`
@@ -827,24 +843,27 @@ class Store(Sender[RecordMetadata, BatchMetadata, list[BatchMetadata]]):
         threads the scan may read with (None: 2 on a machine with two CPUs or more; the
         segments after the one being read are scanned ahead, the answer is the same).
         `order`: "partition" (partition by partition, each in offset order) or "time" (merged
-        across partitions by timestamp; its cursors are its own: docs/query.md)."""
+        across partitions by timestamp; its cursors are its own: docs/query.md).
+        `isolation_level` as `read`'s: read_committed leaves out what a read_committed
+        reader would not see (a page may then hold fewer than `limit`; its cursor is the
+        same)."""
         spec = engine.make_spec(start, end, contains, regex, tag, where)
         order = engine.check_order(order)
+        committed = check_isolation(isolation_level)
+        parts = self.log.query_parts(topic, partition)
         if key is not None:
             if not self.log.partitions_and_config(topic)[1].key_index:
                 raise InvalidConfigError(
                     f"topic {topic!r} keeps no key index (key_index=False): a search by key "
                     "needs it; search without key= scans instead"
                 )
-            return run_key_search(
-                self.log.query_parts(topic, partition), key, spec, order, limit, max_scan,
-                timeout, cursor,
-            )  # fmt: skip
-        run = engine.run_scan if order == engine.PARTITION_ORDER else run_time_scan
-        return run(
-            self.log.query_parts(topic, partition), spec, limit, max_scan, timeout, cursor,
-            threads,
-        )  # fmt: skip
+            result = run_key_search(parts, key, spec, order, limit, max_scan, timeout, cursor)
+        else:
+            run = engine.run_scan if order == engine.PARTITION_ORDER else run_time_scan
+            result = run(parts, spec, limit, max_scan, timeout, cursor, threads)
+        if committed and result.messages:
+            result.messages = committed_only(parts, result.messages)
+        return result
 
     def trace(self, unique_id: str) -> list[TraceEvent]:
         """What happened to the message with this unique ID, oldest event first: appended,

@@ -72,6 +72,7 @@ def add_parsers(sub: Any) -> None:
         "payload}, one per line; as in kcat, bytes that are not UTF-8 appear as \\xNN "
         "escapes (use get/query --json for lossless base64)",
     )
+    add_isolation(consume)
     consume.set_defaults(run=cmd_consume)
 
     get = sub.add_parser(
@@ -86,6 +87,7 @@ def add_parsers(sub: Any) -> None:
     get.add_argument("partition", type=integer)
     get.add_argument("offset", type=integer)
     add_json(get, "a message object")
+    add_isolation(get)
     get.set_defaults(run=cmd_get)
 
     topics = sub.add_parser(
@@ -135,6 +137,17 @@ def cmd_topics(args: argparse.Namespace, out: TextIO) -> int:
 # -- consume --------------------------------------------------------------------------------------
 
 
+def add_isolation(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--isolation-level",
+        choices=("read_uncommitted", "read_committed"),
+        default="read_uncommitted",
+        help="read_uncommitted (default, as Kafka's consumer and kcat): every record; "
+        "read_committed: only below the last stable offset, without the records of aborted "
+        "Kafka transactions",
+    )
+
+
 def cmd_consume(args: argparse.Namespace, out: TextIO) -> int:
     """Print the messages of one topic, partition by partition."""
     if args.count is not None and args.count < 0:
@@ -148,7 +161,7 @@ def cmd_consume(args: argparse.Namespace, out: TextIO) -> int:
             if left == 0:
                 break
             start = resolve_offset(store, args.topic, p, args.offset)
-            for msg in iter_messages(store, args.topic, p, start, left):
+            for msg in iter_messages(store, args.topic, p, start, left, args.isolation_level):
                 out.write((envelope(msg) if args.json else consume_line(msg)) + "\n")
                 if left is not None:
                     left -= 1
@@ -187,13 +200,18 @@ def _int(text: str, spec: str) -> int:
 
 
 def iter_messages(
-    store: mqcore.Store, topic: str, partition: int, offset: int, limit: int | None
+    store: mqcore.Store,
+    topic: str,
+    partition: int,
+    offset: int,
+    limit: int | None,
+    isolation_level: str = "read_uncommitted",
 ) -> Iterator[mqcore.Message]:
     """Messages from `offset` to the end offset seen at open, at most `limit` of them."""
     end = store.end_offset(topic, partition)
     while offset < end and (limit is None or limit > 0):
         want = PAGE if limit is None else min(PAGE, limit)
-        page = store.read(topic, partition, offset, want)
+        page = store.read(topic, partition, offset, want, isolation_level=isolation_level)
         if not page:
             return  # only control records or compacted gaps remain
         yield from page
@@ -246,12 +264,15 @@ def envelope(msg: mqcore.Message) -> str:
 def cmd_get(args: argparse.Namespace, out: TextIO) -> int:
     """Print one message in full; exit status 1 when there is none at the offset."""
     with mqcore.open(args.store, read_only=True) as store:
-        msg = store.get(args.topic, args.partition, args.offset)
+        msg = store.get(args.topic, args.partition, args.offset,
+                        isolation_level=args.isolation_level)  # fmt: skip
         if msg is None:
             start = store.start_offset(args.topic, args.partition)
             end = store.end_offset(args.topic, args.partition)
             where = f"{args.topic}-{args.partition}"
-            if start <= args.offset < end:
+            if args.isolation_level == "read_committed" and start <= args.offset < end:
+                why = "not committed: past the last stable offset, or an aborted transaction's"
+            elif start <= args.offset < end:
                 why = "a gap left by compaction or a control record"
             else:
                 why = f"its offsets are {start}..{end - 1}" if end > start else "it is empty"
