@@ -393,3 +393,46 @@ def test_the_cli_reads_either_isolation_level(tmp_path: Path) -> None:
     assert code == 1 and "not committed" in err, (out, err)
     code, out, err = run_cli("get", path, TOPIC, "0", str(aborted))
     assert code == 0 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("level", ["read_committed", "read_uncommitted"])
+def test_consumer_and_share_groups_read_their_isolation_level(tmp_path: Path, level: str) -> None:
+    """A consumer group's and a share group's members see what a Kafka consumer at their
+    isolation level sees: polled to the end, read_committed stops at the last stable offset
+    (an open transaction is left at the end) and skips aborted records. Once the open
+    transactions commit, the rest arrives."""
+    rng = random.Random(4)
+    model = Model()
+    path = str(tmp_path / "s")
+    build(path, model, rng, 80, segment_bytes=4096)
+    with mqcore.open(path) as store:
+        replica = store.log.replica(TOPIC, 0)
+        replica.append_as_follower(model.data(7, 3, True))  # left open
+        want = model.committed() if level == "read_committed" else model.uncommitted()
+        consumer = store.consumer("g", TOPIC, isolation_level=level)
+        share = store.share_consumer("s", TOPIC, isolation_level=level)
+        got: list[tuple[int, bytes]] = []
+        shared: list[tuple[int, bytes]] = []
+        for _ in range(model.end + 2):  # bounded: each poll moves on or finds the end
+            page = consumer.poll(50)
+            more = share.poll(50)
+            got += [(m.offset, m.value) for m in page]
+            shared += [(m.offset, m.value) for m in more]
+            if not page and not more:
+                break
+        assert got == want
+        assert sorted(shared) == want
+        stable = model.lso  # the oldest open transaction's first offset
+        for pid in sorted(model.open):  # every open transaction commits
+            replica.append_as_follower(model.end_txn(pid, commit=True))
+        assert store.last_stable_offset(TOPIC) == model.end
+        later = [(m.offset, m.value) for m in consumer.poll(10_000)]
+        if level == "read_committed":  # the rest, now committed
+            assert later == [(o, v) for o, v in model.committed() if o >= stable] != []
+        else:  # every record was delivered already
+            assert later == []
+        consumer.close()
+        share.close()
+    with mqcore.open(path) as store:
+        with pytest.raises(InvalidConfigError, match="isolation_level"):
+            store.consumer("h", TOPIC, isolation_level="committed")

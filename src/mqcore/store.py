@@ -67,6 +67,7 @@ from mqcore.storage.cleaner import CompactionReport
 from mqcore.storage.partition import Partition
 from mqcore.storage.retention import RetentionReport
 from mqcore.storage.segment import MAX_DECOMPRESSED
+from mqcore.storage.txnindex import READ_UNCOMMITTED, check_isolation
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -95,19 +96,6 @@ __all__ = [
     "message_headers",
     "open",
 ]
-
-
-READ_UNCOMMITTED, READ_COMMITTED = "read_uncommitted", "read_committed"
-ISOLATION_LEVELS = (READ_UNCOMMITTED, READ_COMMITTED)
-
-
-def check_isolation(level: object) -> bool:
-    """Whether `level` is read_committed (InvalidConfigError for a name that is neither)."""
-    if level not in ISOLATION_LEVELS:
-        raise InvalidConfigError(
-            f"isolation_level must be one of {', '.join(ISOLATION_LEVELS)}, not {level!r}"
-        )
-    return level == READ_COMMITTED
 
 
 def committed_only(parts: Sequence[Partition], messages: list[Message]) -> list[Message]:

@@ -86,6 +86,7 @@ class Consumer:
         max_reconsume_times: int = 16,
         retry_backoff_ms: Sequence[int] | None = None,
         now_ms: Any = None,
+        isolation_level: str = "read_uncommitted",
     ):
         log.check_writable()
         self.group = validate_group_for_topics(group)
@@ -108,7 +109,7 @@ class Consumer:
         self.max_reconsume_times = _int_arg("max_reconsume_times", max_reconsume_times, 0, 10_000)
         self.levels = check_levels(retry_backoff_ms)
         self._weights = self._check_priorities(priorities, topic_list)
-        self._filter = FilteredFetch(log, tag, where)
+        self._filter = FilteredFetch(log, tag, where, isolation_level)
         self.spec = self._filter.spec
         if now_ms is not None and not callable(now_ms):
             raise InvalidConfigError("now_ms must be a callable returning ms")

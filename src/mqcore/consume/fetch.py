@@ -18,6 +18,7 @@ from mqcore._ext.batch import Message, decode_messages
 from mqcore._ext.hashing import TAG_SEED, xxh64_hash
 from mqcore.query import engine
 from mqcore.storage.segment import MAX_DECOMPRESSED
+from mqcore.storage.txnindex import READ_UNCOMMITTED, check_isolation
 
 if TYPE_CHECKING:
     from mqcore.log.manager import Log
@@ -33,9 +34,14 @@ NO_END = (1 << 63) - 1
 class FilteredFetch:
     """A consumer's filters compiled once (`spec`), and the fetch that applies them."""
 
-    def __init__(self, log: Log, tag: str | None, where: str | None):
+    def __init__(
+        self, log: Log, tag: str | None, where: str | None, isolation_level: str = READ_UNCOMMITTED
+    ):
         self.log = log
         self.tag, self.where = tag, where  # as given: a remote leader compiles them again
+        # read_committed: only below the last stable offset, without aborted transactions'
+        # records (what a Kafka consumer at that level gets: docs/format.md "Transactions")
+        self.committed = check_isolation(isolation_level)
         self.spec = engine.make_spec(None, None, tag=tag, where=where)
         self.tag_hash = None if self.spec.tag is None else xxh64_hash(self.spec.tag, TAG_SEED)
 
@@ -48,7 +54,24 @@ class FilteredFetch:
     ) -> tuple[list[Message], int]:
         """Up to `room` messages of `part` from `offset` on that pass the filters, and the
         offset past every record examined (the next fetch's start): a filtered fetch examines
-        at most `budget[0]` records (lowered by what it examined) and may return none."""
+        at most `budget[0]` records (lowered by what it examined) and may return none. A
+        read_committed fetch stops at the last stable offset and passes over the records of
+        aborted transactions."""
+        if not self.committed:
+            return self._fetch(tp, part, offset, room, budget)
+        stable = part.last_stable_offset
+        if offset >= stable:
+            return [], offset
+        msgs, past = self._fetch(tp, part, offset, room, budget)
+        kept = [m for m in msgs if m.offset < stable]
+        if kept:
+            spans = part.committed_spans(kept[0].offset, kept[-1].offset + 1)
+            kept = [m for m in kept if any(a <= m.offset < b for a, b in spans)]
+        return kept, min(past, stable)
+
+    def _fetch(
+        self, tp: TopicPartition, part: Partition, offset: int, room: int, budget: list[int]
+    ) -> tuple[list[Message], int]:
         out: list[Message] = []
         if offset >= part.end_offset:
             return out, offset

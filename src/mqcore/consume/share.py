@@ -359,6 +359,7 @@ class GroupSettings:
     auto_offset_reset: str
     tag: str | None  # the filters: what they pass over is done for the whole group
     where: str | None
+    isolation_level: str = "read_uncommitted"  # KIP-932's share.isolation.level
 
 
 class ShareGroup:
@@ -639,6 +640,7 @@ class ShareConsumer:
         dead_letter: bool = False,
         auto_offset_reset: str = "earliest",
         now_ms: Any = None,
+        isolation_level: str = "read_uncommitted",
     ):
         log.check_writable()
         name = validate_group_for_topics(group)
@@ -651,7 +653,8 @@ class ShareConsumer:
         self._tps: list[TopicPartition] = []
         for t in topic_list:
             self._tps += [(t, p) for p in self._source.partitions_of(t)]
-        self._filter = FilteredFetch(log, tag, where)  # SelectorSyntaxError before joining
+        # SelectorSyntaxError and a bad isolation_level before joining
+        self._filter = FilteredFetch(log, tag, where, isolation_level)
         self.lock_ms = _int_arg("record_lock_ms", record_lock_ms, 1, 3_600_000)
         if not isinstance(explicit_ack, bool) or not isinstance(dead_letter, bool):
             raise InvalidConfigError("explicit_ack and dead_letter are bools")
@@ -666,6 +669,7 @@ class ShareConsumer:
             auto_offset_reset,
             tag,
             where,
+            isolation_level,
         )
         if now_ms is not None and not callable(now_ms):
             raise InvalidConfigError("now_ms must be a callable returning ms")

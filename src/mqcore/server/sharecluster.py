@@ -47,6 +47,7 @@ from starlette.responses import Response
 from mqcore.consume.fetch import FilteredFetch
 from mqcore.consume.sharestate import SHARE_STATE_TOPIC, STATE_SEGMENT_BYTES
 from mqcore.errors import (
+    InvalidConfigError,
     MQCoreError,
     NotLeaderOrFollowerError,
     ReplicationError,
@@ -109,6 +110,10 @@ class ClusterSource:
         that reached the high watermark ends with the cursor there (clusterread.bounded), so
         the offset past every record examined is the cursor's, or past the last record."""
         topic, p = tp
+        if filt.committed:
+            raise InvalidConfigError(
+                "read_committed share groups are not served on a cluster yet (docs/cluster.md)"
+            )
         reader = ClusterReader(self.view)
         node = reader.leader_of(topic, p)
         at, want = encode_cursor(p, offset), min(room, FETCH_LIMIT)

@@ -37,9 +37,12 @@ from dataclasses import dataclass
 
 from mqcore._ext.batch import BatchInfo, peek_batch_header
 from mqcore._ext.crc32c import crc32c
+from mqcore.errors import InvalidConfigError
 from mqcore.storage import durable
 
 TXNINDEX_SUFFIX = ".txnindex"
+READ_UNCOMMITTED, READ_COMMITTED = "read_uncommitted", "read_committed"
+ISOLATION_LEVELS = (READ_UNCOMMITTED, READ_COMMITTED)
 ENTRY = struct.Struct(">hqqqq")
 ENTRY_VERSION = 0
 ABORT, COMMIT = 0, 1
@@ -60,6 +63,15 @@ class AbortedTxn:
     def encode(self) -> bytes:
         return ENTRY.pack(ENTRY_VERSION, self.producer_id, self.first_offset, self.last_offset,
                           self.last_stable_offset)  # fmt: skip
+
+
+def check_isolation(level: object) -> bool:
+    """Whether `level` is read_committed (InvalidConfigError for a name that is neither)."""
+    if level not in ISOLATION_LEVELS:
+        raise InvalidConfigError(
+            f"isolation_level must be one of {', '.join(ISOLATION_LEVELS)}, not {level!r}"
+        )
+    return level == READ_COMMITTED
 
 
 def txnindex_path(log_path: str) -> str:
