@@ -411,8 +411,8 @@ def test_consumer_and_share_groups_read_their_isolation_level(tmp_path: Path, le
         want = model.committed() if level == "read_committed" else model.uncommitted()
         consumer = store.consumer("g", TOPIC, isolation_level=level)
         share = store.share_consumer("s", TOPIC, isolation_level=level)
-        got: list[tuple[int, bytes]] = []
-        shared: list[tuple[int, bytes]] = []
+        got: list[tuple[int, bytes | None]] = []
+        shared: list[tuple[int, bytes | None]] = []
         for _ in range(model.end + 2):  # bounded: each poll moves on or finds the end
             page = consumer.poll(50)
             more = share.poll(50)
