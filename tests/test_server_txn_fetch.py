@@ -119,3 +119,52 @@ def test_list_offsets_latest_is_the_last_stable_offset_for_read_committed(
         finally:
             consumer.close()
         assert [ends[tp] for tp in tps] == want, level
+
+
+def test_the_http_api_reads_either_isolation_level(store: mqcore.Store) -> None:
+    """The HTTP API's partition read, message get and search take isolation_level (default
+    read_uncommitted): read_committed answers exactly the committed records below the last
+    stable offset; a bad level is a 400 naming it."""
+    import base64
+    import json
+    import urllib.error
+    import urllib.request
+
+    from mqcore.server import Server
+
+    models = filled(store)
+    with Server(store, listen="127.0.0.1:0", http="127.0.0.1:0") as server:
+        assert server.http_server is not None
+        url = server.http_server.url
+
+        def get(path: str) -> Any:
+            with urllib.request.urlopen(url + path, timeout=WAIT) as r:
+                return json.load(r)
+
+        def value(m: dict[str, Any]) -> bytes:
+            v = m["value"]
+            return base64.b64decode(v["base64"]) if isinstance(v, dict) else v.encode()
+
+        for p, model in enumerate(models):
+            for level, want in (("read_committed", model.committed()),
+                                ("read_uncommitted", model.uncommitted())):  # fmt: skip
+                got = get(f"/v1/topics/{TOPIC}/partitions/{p}/messages?limit=10000"
+                          f"&isolation_level={level}")  # fmt: skip
+                assert [(m["offset"], value(m)) for m in got["messages"]] == want, (p, level)
+                found = get(f"/v1/topics/{TOPIC}/search?partition={p}&limit=10000"
+                            f"&isolation_level={level}")  # fmt: skip
+                assert [(m["offset"], value(m)) for m in found["messages"]] == want, (p, level)
+            visible = dict(model.committed())
+            hidden = [o for o, _ in model.uncommitted() if o < model.lso and o not in visible]
+            aborted = hidden[0] if hidden else None
+            if aborted is not None:
+                with pytest.raises(urllib.error.HTTPError) as missing:
+                    get(f"/v1/topics/{TOPIC}/partitions/{p}/offsets/{aborted}"
+                        "?isolation_level=read_committed")  # fmt: skip
+                assert missing.value.code == 404
+                missing.value.close()
+                assert get(f"/v1/topics/{TOPIC}/partitions/{p}/offsets/{aborted}")["message"]
+        with pytest.raises(urllib.error.HTTPError) as bad:
+            get(f"/v1/topics/{TOPIC}/partitions/0/messages?isolation_level=committed")
+        assert bad.value.code == 400 and b"isolation_level" in bad.value.read()
+        bad.value.close()

@@ -156,14 +156,16 @@ class LeaderView:
         return self.high_watermark(topic, partition)
 
     def read(
-        self, topic: str, partition: int = 0, offset: int = 0, max_records: int = 500
-    ) -> list[Message]:
+        self, topic: str, partition: int = 0, offset: int = 0, max_records: int = 500,
+        **isolation: str,
+    ) -> list[Message]:  # fmt: skip
         hw = self.high_watermark(topic, partition)
-        return [m for m in self.store.read(topic, partition, offset, max_records) if m.offset < hw]
+        got = self.store.read(topic, partition, offset, max_records, **isolation)
+        return [m for m in got if m.offset < hw]
 
-    def get(self, topic: str, partition: int, offset: int) -> Message | None:
+    def get(self, topic: str, partition: int, offset: int, **isolation: str) -> Message | None:
         hw = self.high_watermark(topic, partition)
-        m = self.store.get(topic, partition, offset)
+        m = self.store.get(topic, partition, offset, **isolation)
         return m if m is not None and m.offset < hw else None
 
     def get_by_id(self, msg_id: str) -> Message | None:
@@ -347,23 +349,25 @@ class ClusterReader:
     # -- reading ----------------------------------------------------------------------------
 
     def read(
-        self, topic: str, partition: int = 0, offset: int = 0, max_records: int = 500
-    ) -> list[Message]:
+        self, topic: str, partition: int = 0, offset: int = 0, max_records: int = 500,
+        **isolation: str,
+    ) -> list[Message]:  # fmt: skip
         node = self.leader_of(topic, partition)
         if node is None:
-            return self.leader.read(topic, partition, offset, max_records)
+            return self.leader.read(topic, partition, offset, max_records, **isolation)
         if max_records == 0:
             return []
         got = self.ask(node, f"/v1/topics/{topic}/partitions/{partition}/messages",
-                       {"offset": offset, "limit": max_records})  # fmt: skip
+                       {"offset": offset, "limit": max_records, **isolation})  # fmt: skip
         return [message_from_object(m) for m in got["messages"]]
 
-    def get(self, topic: str, partition: int, offset: int) -> Message | None:
+    def get(self, topic: str, partition: int, offset: int, **isolation: str) -> Message | None:
         node = self.leader_of(topic, partition)
         if node is None:
-            return self.leader.get(topic, partition, offset)
+            return self.leader.get(topic, partition, offset, **isolation)
         try:
-            got = self.ask(node, f"/v1/topics/{topic}/partitions/{partition}/offsets/{offset}")
+            got = self.ask(node, f"/v1/topics/{topic}/partitions/{partition}/offsets/{offset}",
+                           dict(isolation))  # fmt: skip
         except MessageNotFoundError:
             return None
         return message_from_object(got["message"])
@@ -401,6 +405,7 @@ class ClusterReader:
         threads: int | None = None,
         key: bytes | str | None = None,
         order: str = PARTITION_ORDER,
+        isolation_level: str = "read_uncommitted",
     ) -> QueryResult:
         """Store.search across the cluster (module doc); `threads` is each leader's own."""
         if key is not None:
@@ -410,6 +415,7 @@ class ClusterReader:
         if isinstance(regex, bytes):
             regex = regex.decode("utf-8", "surrogateescape")
         filters = {"tag": tag, "where": where, "regex": regex, "start": start, "end": end,
+                   "isolation_level": isolation_level,
                    "contains_base64": None if contains is None
                    else base64.b64encode(contains).decode()}  # fmt: skip
 
@@ -419,6 +425,7 @@ class ClusterReader:
                 return self.leader.search(
                     topic, contains, regex, tag, where, partition=p, start=start, end=end,
                     limit=want, max_scan=records, timeout=seconds, cursor=at, threads=threads,
+                    isolation_level=isolation_level,
                 )  # fmt: skip
             got = self.ask(node, f"/v1/topics/{topic}/search",
                            {**filters, "partition": p, "cursor": at, "limit": want,

@@ -90,6 +90,7 @@ from mqcore.server.httplimits import (
 )
 from mqcore.server.sharecluster import ShareCluster, routed
 from mqcore.server.sharehttp import MAX_SHARE_POLLS, ShareSessions, WaitingPolls, share_routes
+from mqcore.storage.txnindex import READ_UNCOMMITTED, check_isolation
 from mqcore.store import Store
 
 # -- answers ------------------------------------------------------------------------------------
@@ -145,10 +146,17 @@ def describe_topic(store: Store, request: Request, params: Params) -> dict[str, 
     }
 
 
+def isolation(params: Params) -> dict[str, str]:
+    """`isolation_level` as a read's keyword ({} for the default read_uncommitted)."""
+    level = params.text("isolation_level") or READ_UNCOMMITTED
+    check_isolation(level)
+    return {} if level == READ_UNCOMMITTED else {"isolation_level": level}
+
+
 def get_message(store: Store, request: Request, params: Params) -> dict[str, Any]:
     topic = readable_topic(request)
     partition, offset = path_int(request, "partition"), path_int(request, "offset")
-    msg = store.get(topic, partition, offset)
+    msg = store.get(topic, partition, offset, **isolation(params))
     if msg is None:
         raise MessageNotFoundError(f"no message at offset {offset} of {topic}-{partition}")
     return {"message": message_object(msg)}
@@ -159,7 +167,8 @@ def read_messages(store: Store, request: Request, params: Params) -> dict[str, A
     `next_offset` is where the next page starts, `end_offset` the partition's end then."""
     topic, partition = readable_topic(request), path_int(request, "partition")
     offset = params.count("offset", 0)
-    msgs = store.read(topic, partition, offset, params.limit(request.app.state.max_limit))
+    msgs = store.read(topic, partition, offset, params.limit(request.app.state.max_limit),
+                      **isolation(params))  # fmt: skip
     return {
         "messages": [message_object(m) for m in msgs],
         "next_offset": msgs[-1].offset + 1 if msgs else offset,
@@ -219,6 +228,7 @@ def search(request: Request, params: Params) -> Scan:
         "start": params.integer("start"),
         "end": params.integer("end"),
         "order": check_order(params.text("order") or PARTITION_ORDER),
+        **isolation(params),
     }
 
     def call(
@@ -282,7 +292,7 @@ def lender(store: Store, cluster: LeaderView | None) -> Callable[[Request], Any]
 
 
 PAGE = ("limit", "cursor", "start", "end", "partition")
-SCAN = (*PAGE, "max_scan", "timeout", "order")
+SCAN = (*PAGE, "max_scan", "timeout", "order", "isolation_level")
 
 
 def create_app(
@@ -333,11 +343,11 @@ def create_app(
         Route("/v1/topics/{topic}", json_endpoint(describe_topic)),
         Route(
             "/v1/topics/{topic}/partitions/{partition}/offsets/{offset}",
-            json_endpoint(get_message),
+            json_endpoint(get_message, ("isolation_level",)),
         ),
         Route(
             "/v1/topics/{topic}/partitions/{partition}/messages",
-            json_endpoint(read_messages, ("offset", "limit")),
+            json_endpoint(read_messages, ("offset", "limit", "isolation_level")),
         ),
         Route("/v1/topics/{topic}/by-key", json_endpoint(by_key, (*PAGE, "key", "key_base64"))),
         Route("/v1/topics/{topic}/by-time", scan_endpoint(search, SCAN)),
