@@ -181,11 +181,15 @@ class ListenSocket(socket.socket):
         os.close(self._spare)
         self._spare = None
         try:
-            os.close(self._accept()[0])  # type: ignore[attr-defined]
+            fd = self._accept()[0]  # type: ignore[attr-defined]
         except OSError:
-            pass  # gone already, or the descriptor was taken meanwhile
-        self._spare = _spare_descriptor()
+            fd = None  # gone already, or the descriptor was taken meanwhile
+        # counted before the close: the client that sees its connection closed finds it in
+        # the stats (a test read them in between and counted one short)
         self.places.count_refusal("no descriptor free (the process's open-files limit)")
+        if fd is not None:
+            os.close(fd)
+        self._spare = _spare_descriptor()
 
     def close(self) -> None:
         if self._spare is not None:
