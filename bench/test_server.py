@@ -85,8 +85,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         stop(served)
 
 
-def produce_all(producer: Any, topic: str, values: list[bytes]) -> None:
-    """Every value to partition 0, then wait for every acknowledgement."""
+def produce_values(producer: Any, topic: str, values: list[bytes]) -> None:
+    """Every value to partition 0, waiting for room when the client's queue is full."""
     send = producer.produce
     for v in values:
         try:
@@ -94,6 +94,11 @@ def produce_all(producer: Any, topic: str, values: list[bytes]) -> None:
         except BufferError:  # the local queue is full: let acknowledgements drain it
             producer.poll(0.005)
             send(topic, v, partition=0)
+
+
+def produce_all(producer: Any, topic: str, values: list[bytes]) -> None:
+    """Every value to partition 0, then wait for every acknowledgement."""
+    produce_values(producer, topic, values)
     assert producer.flush(120) == 0
 
 

@@ -15,12 +15,11 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 from benchdata import SEED, record, values_of
 from pytest_benchmark.fixture import BenchmarkFixture
-from test_server import Served, serve, stop
+from test_server import Served, produce_values, serve, stop
 
 ck = pytest.importorskip("confluent_kafka")
 
@@ -42,16 +41,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         yield served
     finally:
         stop(served)
-
-
-def produce_values(producer: Any, topic: str, values: list[bytes]) -> None:
-    send = producer.produce
-    for v in values:
-        try:
-            send(topic, v, partition=0)
-        except BufferError:
-            producer.poll(0.005)
-            send(topic, v, partition=0)
 
 
 @pytest.mark.parametrize("mode", ["transactions", "idempotent"])

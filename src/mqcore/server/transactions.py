@@ -396,11 +396,9 @@ class TransactionCoordinator:
         """KIP-890's check of a transactional produce: the producer's transaction is open
         here, holds this partition, at this epoch (TxnError with Kafka's code if not)."""
         with self._lock:
-            tid = self._by_producer.get(producer_id) if self._txns is not None else None
-            if tid is None:
-                self._loaded()
-                tid = self._by_producer.get(producer_id)
-            m = None if tid is None else self._loaded().get(tid)
+            txns = self._loaded()
+            tid = self._by_producer.get(producer_id)
+            m = None if tid is None else txns.get(tid)
             if m is None:
                 raise TxnError(ErrorCode.invalid_producer_id_mapping,
                                f"producer {producer_id} has no transactional ID here")  # fmt: skip

@@ -72,6 +72,11 @@ class TxnApis:
             raise TxnError(REFUSED, self.refusal or "no transactions")
         return self.coordinator
 
+    def _check_group(self, session: Session, group: str) -> None:
+        """A transaction's group offsets need read on the group (Kafka's rule)."""
+        if not self.broker.access(session).group(READ, group):
+            raise TxnError(ErrorCode.group_authorization_failed, f"may not read group {group!r}")
+
     # -- the requests -----------------------------------------------------------------------
 
     def init_producer_id(self, found: Api, body: Any, session: Session) -> Any:
@@ -122,9 +127,7 @@ class TxnApis:
     def add_offsets_to_txn(self, found: Api, body: Any, session: Session) -> Any:
         code = ErrorCode.none
         try:
-            if not self.broker.access(session).group(READ, body.group_id):
-                raise TxnError(ErrorCode.group_authorization_failed,
-                               f"may not read group {body.group_id!r}")  # fmt: skip
+            self._check_group(session, body.group_id)
             self._coordinator().add_offsets(body.transactional_id, body.producer_id,
                                             body.producer_epoch, body.group_id)  # fmt: skip
         except MQCoreError as e:
@@ -142,9 +145,7 @@ class TxnApis:
                     p.committed_offset, p.committed_metadata or "", now, epoch)  # fmt: skip
         code = ErrorCode.none
         try:
-            if not self.broker.access(session).group(READ, body.group_id):
-                raise TxnError(ErrorCode.group_authorization_failed,
-                               f"may not read group {body.group_id!r}")  # fmt: skip
+            self._check_group(session, body.group_id)
             for t, _ in offsets:
                 if not self.broker.allowed(session, READ, t):
                     raise TxnError(ErrorCode.topic_authorization_failed, f"may not read {t!r}")
