@@ -37,6 +37,15 @@ def _code(e: MQCoreError) -> ErrorCode:
     return e.code if isinstance(e, TxnError) else ErrorCode(int(error_code(e)))
 
 
+def _outcome(call: Callable[[], object]) -> ErrorCode:
+    """NONE when `call` succeeds, else Kafka's code for the mqcore error it raised."""
+    try:
+        call()
+    except MQCoreError as e:
+        return _code(e)
+    return ErrorCode.none
+
+
 class TxnApis:
     """The transactional request handlers of one broker."""
 
@@ -125,14 +134,12 @@ class TxnApis:
         return build(found.response, throttle_time=NO_TIME, results_by_topic_v3_and_below=results)
 
     def add_offsets_to_txn(self, found: Api, body: Any, session: Session) -> Any:
-        code = ErrorCode.none
-        try:
+        def add() -> None:
             self._check_group(session, body.group_id)
             self._coordinator().add_offsets(body.transactional_id, body.producer_id,
                                             body.producer_epoch, body.group_id)  # fmt: skip
-        except MQCoreError as e:
-            code = _code(e)
-        return build(found.response, throttle_time=NO_TIME, error_code=code)
+
+        return build(found.response, throttle_time=NO_TIME, error_code=_outcome(add))
 
     def txn_offset_commit(self, found: Api, body: Any, session: Session) -> Any:
         m = found.module
@@ -143,21 +150,18 @@ class TxnApis:
                 epoch = getattr(p, "committed_leader_epoch", -1)
                 offsets[(t.name, p.partition_index)] = OffsetAndMetadata(
                     p.committed_offset, p.committed_metadata or "", now, epoch)  # fmt: skip
-        code = ErrorCode.none
-        try:
+
+        def keep() -> None:
             self._check_group(session, body.group_id)
             for t, _ in offsets:
                 if not self.broker.allowed(session, READ, t):
                     raise TxnError(ErrorCode.topic_authorization_failed, f"may not read {t!r}")
             self._coordinator().txn_offset_commit(
-                body.transactional_id,
-                body.group_id,
-                body.producer_id,
-                body.producer_epoch,
+                body.transactional_id, body.group_id, body.producer_id, body.producer_epoch,
                 offsets,
-            )
-        except MQCoreError as e:
-            code = _code(e)
+            )  # fmt: skip
+
+        code = _outcome(keep)
         topics = tuple(
             build(m.TxnOffsetCommitResponseTopic, name=t.name, partitions=tuple(
                 build(m.TxnOffsetCommitResponsePartition, partition_index=p.partition_index,
@@ -167,12 +171,11 @@ class TxnApis:
         return build(found.response, throttle_time=NO_TIME, topics=topics)
 
     def end_txn(self, found: Api, body: Any, session: Session) -> Any:
-        code = ErrorCode.none
-        try:
+        def end() -> None:
             self._coordinator().end_txn(body.transactional_id, body.producer_id,
                                         body.producer_epoch, body.committed)  # fmt: skip
-        except MQCoreError as e:
-            code = _code(e)
+
+        code = _outcome(end)
         return build(found.response, throttle_time=NO_TIME, error_code=code)
 
     def describe_transactions(self, found: Api, body: Any, session: Session) -> Any:
