@@ -25,6 +25,7 @@ from kafka.record.util import calc_crc32c
 
 import mqcore
 from mqcore.errors import InvalidConfigError
+from mqcore.query.ids import encode_msg_id
 
 TOPIC = "t"
 TS = 1_700_000_000_000
@@ -32,12 +33,13 @@ TS = 1_700_000_000_000
 
 def data_batch(base: int, pid: int, epoch: int, seq: int, values: list[bytes],
                transactional: bool = True) -> bytes:  # fmt: skip
-    """A batch of `values` at offsets base.. (kafka-python's builder; base offset stamped)."""
+    """A batch of `values` at offsets base.. (kafka-python's builder; base offset stamped),
+    each value its record's key too (so the key index has each)."""
     b = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=transactional,
                                   producer_id=pid, producer_epoch=epoch, base_sequence=seq,
                                   batch_size=1 << 20)  # fmt: skip
     for i, v in enumerate(values):
-        b.append(i, timestamp=TS + base + i, key=None, value=v, headers=[])
+        b.append(i, timestamp=TS + base + i, key=v, value=v, headers=[])
     buf = b.build()
     struct.pack_into(">q", buf, 0, base)  # baseOffset is outside the CRC
     return bytes(buf)
@@ -150,9 +152,21 @@ def check(store: mqcore.Store, model: Model) -> None:
         found = store.range(TOPIC, 0, None, limit=100_000, order="time", isolation_level=level)
         assert sorted((m.offset, m.value) for m in found) == want, level
     committed = dict(model.committed())
+    everything = dict(model.uncommitted())
     for offset in range(model.end):
         m = store.get(TOPIC, 0, offset, isolation_level="read_committed")
         assert (None if m is None else m.value) == committed.get(offset), offset
+        # the index lookups: by store ID, and by key (each record's key is its value)
+        msg_id = encode_msg_id(TOPIC, 0, offset)
+        for level, want in (("read_committed", committed), ("read_uncommitted", everything)):
+            m = store.get_by_id(msg_id, isolation_level=level)
+            assert (None if m is None else m.value) == want.get(offset), (offset, level)
+            if offset % 5 == 0 and offset in everything:
+                hits = store.find_by_key(TOPIC, everything[offset], isolation_level=level)
+                assert [(h.offset, h.value) for h in hits] == [
+                    (o, v) for o, v in want.items() if o == offset], (offset, level)  # fmt: skip
+    for key in (struct.pack(">hh", 0, 0), struct.pack(">hh", 0, 1)):  # markers' keys: never
+        assert not store.find_by_key(TOPIC, key).messages
     # reads that start anywhere, with small pages, see the same records
     for start in range(0, model.end, 7):
         pages, at = [], start

@@ -111,6 +111,14 @@ def committed_only(parts: Sequence[Partition], messages: list[Message]) -> list[
     return [m for m in messages if any(a <= m.offset < b for a, b in spans[m.partition])]
 
 
+def committed_result(parts: Sequence[Partition], result: QueryResult) -> QueryResult:
+    """`result` with only what a read_committed reader sees (a page may then hold fewer than
+    its limit; its cursor is the same)."""
+    if result.messages:
+        result.messages = committed_only(parts, result.messages)
+    return result
+
+
 class Store(Sender[RecordMetadata, BatchMetadata, list[BatchMetadata]]):
     """A directory of topics and partitions of Kafka v2 segments. Use `mqcore.open()`.
 
@@ -716,11 +724,17 @@ class Store(Sender[RecordMetadata, BatchMetadata, list[BatchMetadata]]):
 
     # -- querying (mqcore/query/engine.py) ------------------------------------------------------
 
-    def get_by_id(self, msg_id: str) -> Message | None:
-        """The message a store ID names, or None when it is not (or no longer) there."""
+    def get_by_id(self, msg_id: str, *, isolation_level: str = READ_UNCOMMITTED) -> Message | None:
+        """The message a store ID names, or None when it is not (or no longer) there
+        (read_committed: nor when a read_committed reader would not see it, as `get`)."""
         log = self.log
         log.check_open()
-        return lookup.get_by_id(log.topic_partitions(), msg_id, decode_msg_id, MAX_DECOMPRESSED)
+        committed = check_isolation(isolation_level)
+        m = lookup.get_by_id(log.topic_partitions(), msg_id, decode_msg_id, MAX_DECOMPRESSED)
+        if m is None or not committed:
+            return m
+        kept = committed_only([self.log.partition(m.topic, m.partition)], [m])
+        return kept[0] if kept else None
 
     def find_by_unique_id(
         self,
@@ -730,16 +744,20 @@ class Store(Sender[RecordMetadata, BatchMetadata, list[BatchMetadata]]):
         end: int | None = None,
         limit: int = 1,
         topics: Callable[[str], bool] | None = None,
+        isolation_level: str = READ_UNCOMMITTED,
     ) -> QueryResult:
         """Messages carrying this unique ID, in any topic that keeps a key index (normally
         one message), or in those `topics(name)` accepts (a caller's ACLs: the others are not
-        searched, so neither their messages nor their existence shows)."""
+        searched, so neither their messages nor their existence shows). `isolation_level`
+        as `read`'s."""
+        committed = check_isolation(isolation_level)
         parts = [
             part
             for part in self.log.all_partitions()
             if part.config.key_index and (topics is None or topics(part.topic))
         ]
-        return engine.find_unique(parts, unique_id, start, end, limit)
+        result = engine.find_unique(parts, unique_id, start, end, limit)
+        return committed_result(parts, result) if committed else result
 
     def find_by_key(
         self,
@@ -751,9 +769,11 @@ class Store(Sender[RecordMetadata, BatchMetadata, list[BatchMetadata]]):
         limit: int = 1000,
         partition: int | None = None,
         cursor: str | None = None,
+        isolation_level: str = READ_UNCOMMITTED,
     ) -> QueryResult:
         """Messages whose key (or a word of their `keys` header) equals `key`, from the key
-        index, each checked against the stored record."""
+        index, each checked against the stored record. `isolation_level` as `search`'s."""
+        committed = check_isolation(isolation_level)
         # all of a topic's partitions (the kernel orders a dict of them by number), or one
         parts: list[Partition] | dict[int, Partition]
         if partition is None:
@@ -766,7 +786,11 @@ class Store(Sender[RecordMetadata, BatchMetadata, list[BatchMetadata]]):
                 f"topic {topic!r} keeps no key index (key_index=False): find_by_key needs it; "
                 "search() scans instead"
             )
-        return find_indexed(parts, key, KEY_KIND, start, end, limit, cursor)
+        result = find_indexed(parts, key, KEY_KIND, start, end, limit, cursor)
+        if committed:
+            return committed_result(list(parts.values()) if isinstance(parts, dict) else parts,
+                                    result)  # fmt: skip
+        return result
 
     def range(
         self,
@@ -849,9 +873,7 @@ class Store(Sender[RecordMetadata, BatchMetadata, list[BatchMetadata]]):
         else:
             run = engine.run_scan if order == engine.PARTITION_ORDER else run_time_scan
             result = run(parts, spec, limit, max_scan, timeout, cursor, threads)
-        if committed and result.messages:
-            result.messages = committed_only(parts, result.messages)
-        return result
+        return committed_result(parts, result) if committed else result
 
     def trace(self, unique_id: str) -> list[TraceEvent]:
         """What happened to the message with this unique ID, oldest event first: appended,

@@ -215,3 +215,15 @@ def interrupts_deferred() -> Iterator[list[int]]:
         signal.signal(signal.SIGINT, old)
     if pending:
         raise KeyboardInterrupt
+
+
+def add_isolation(p: argparse.ArgumentParser) -> None:
+    """--isolation-level, for every command that reads messages."""
+    p.add_argument(
+        "--isolation-level",
+        choices=("read_uncommitted", "read_committed"),
+        default="read_uncommitted",
+        help="read_uncommitted (default, as Kafka's consumer and kcat): every record; "
+        "read_committed: only below the last stable offset, without the records of aborted "
+        "Kafka transactions",
+    )

@@ -30,6 +30,7 @@ import mqcore
 from mqcore.cli import hints, render
 from mqcore.cli.options import (
     UsageError,
+    add_isolation,
     add_json,
     add_progress,
     arg_bytes,
@@ -124,6 +125,7 @@ def add_parsers(sub: Any) -> None:
         "--timeout", type=float, default=None, metavar="SECONDS", help="scans stop after this"
     )
     p.add_argument("--cursor", help="resume a --key query or a scan where it stopped")
+    add_isolation(p)
     add_json(p, 'message objects, then {"type": "summary", ...}')
     add_progress(p)
     p.set_defaults(run=cmd_query)
@@ -142,12 +144,13 @@ def cmd_query(args: argparse.Namespace, out: TextIO) -> int:
         if args.topic is not None:
             store.partitions(args.topic)  # UnknownTopicError for a topic that is not there
         if kind == "id":
-            msg = store.get_by_id(args.id)
+            msg = store.get_by_id(args.id, isolation_level=args.isolation_level)
             found = [] if msg is None or not _in_topic(msg, args.topic) else [msg]
             _print(out, args.json, found)
             _summary(args.json, out, Outcome("exhausted", len(found), 1))
         elif kind == "unique_id":
-            r = store.find_by_unique_id(args.unique_id, start=start, end=end, **limit)
+            r = store.find_by_unique_id(args.unique_id, start=start, end=end, **limit,
+                                        isolation_level=args.isolation_level)  # fmt: skip
             found = [m for m in r if _in_topic(m, args.topic)]
             _print(out, args.json, found)
             _summary(args.json, out, Outcome(r.reason, len(found), r.scanned_records, 0, r.cursor))
@@ -288,6 +291,7 @@ def _scan(
         "start": start,
         "end": end,
         "order": query_order(args.order, start, end, args.cursor),
+        "isolation_level": args.isolation_level,
     }
     limit = 1000 if args.limit is None else args.limit
     max_scan = DEFAULT_MAX_SCAN if args.max_scan is None else args.max_scan

@@ -18,7 +18,7 @@ from typing import Any, TextIO
 
 import mqcore
 from mqcore.cli import render
-from mqcore.cli.options import add_json, integer, parse_int, parse_time
+from mqcore.cli.options import add_isolation, add_json, integer, parse_int, parse_time
 from mqcore.errors import (
     InvalidConfigError,
     MessageNotFoundError,
@@ -135,17 +135,6 @@ def cmd_topics(args: argparse.Namespace, out: TextIO) -> int:
 
 
 # -- consume --------------------------------------------------------------------------------------
-
-
-def add_isolation(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--isolation-level",
-        choices=("read_uncommitted", "read_committed"),
-        default="read_uncommitted",
-        help="read_uncommitted (default, as Kafka's consumer and kcat): every record; "
-        "read_committed: only below the last stable offset, without the records of aborted "
-        "Kafka transactions",
-    )
 
 
 def cmd_consume(args: argparse.Namespace, out: TextIO) -> int:

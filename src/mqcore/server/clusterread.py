@@ -168,9 +168,9 @@ class LeaderView:
         m = self.store.get(topic, partition, offset, **isolation)
         return m if m is not None and m.offset < hw else None
 
-    def get_by_id(self, msg_id: str) -> Message | None:
+    def get_by_id(self, msg_id: str, **isolation: str) -> Message | None:
         topic, partition, offset = decode_msg_id(msg_id)
-        return self.get(topic, partition, offset)
+        return self.get(topic, partition, offset, **isolation)
 
     def offset_for_time(self, topic: str, partition: int, timestamp: int) -> int | None:
         hw = self.high_watermark(topic, partition)
@@ -372,9 +372,9 @@ class ClusterReader:
             return None
         return message_from_object(got["message"])
 
-    def get_by_id(self, msg_id: str) -> Message | None:
+    def get_by_id(self, msg_id: str, **isolation: str) -> Message | None:
         topic, partition, offset = decode_msg_id(msg_id)
-        return self.get(topic, partition, offset)
+        return self.get(topic, partition, offset, **isolation)
 
     def offset_for_time(self, topic: str, partition: int, timestamp: int) -> int | None:
         """The earliest offset with a timestamp >= `timestamp` below the high watermark (the
@@ -445,6 +445,7 @@ class ClusterReader:
         limit: int = 1000,
         partition: int | None = None,
         cursor: str | None = None,
+        isolation_level: str = "read_uncommitted",
     ) -> QueryResult:
         raw = key.encode() if isinstance(key, str) else key
 
@@ -452,10 +453,12 @@ class ClusterReader:
             node = self.leader_of(topic, p)
             if node is None:
                 return self.leader.find_by_key(topic, raw, start=start, end=end, limit=want,
-                                               partition=p, cursor=at)  # fmt: skip
+                                               partition=p, cursor=at,
+                                               isolation_level=isolation_level)  # fmt: skip
             got = self.ask(node, f"/v1/topics/{topic}/by-key",
                            {"key_base64": base64.b64encode(raw).decode(), "start": start,
-                            "end": end, "partition": p, "cursor": at, "limit": want})  # fmt: skip
+                            "end": end, "partition": p, "cursor": at, "limit": want,
+                            "isolation_level": isolation_level})  # fmt: skip
             return result_from_object(got)
 
         return self._query(topic, partition, page, limit, NO_END, None, cursor, PARTITION_ORDER)
@@ -511,19 +514,22 @@ class ClusterReader:
         end: int | None = None,
         limit: int = 1,
         topics: Callable[[str], bool] | None = None,
+        isolation_level: str = "read_uncommitted",
     ) -> QueryResult:
         """Every live broker's matches in the partitions it leads, in (topic, partition,
         offset) order, `limit` at most; `topics` filters them here (each broker was asked
         for all it may show the request's principal)."""
         result = self.leader.find_by_unique_id(unique_id, start=start, end=end, limit=limit,
-                                               topics=topics)  # fmt: skip
+                                               topics=topics,
+                                               isolation_level=isolation_level)  # fmt: skip
         found = list(result.messages)
         more = result.reason != EXHAUSTED  # a broker that stopped at the limit has more
         for node in sorted(self.replicas.brokers()):
             if node == self.replicas.node_id:
                 continue
             got = self.ask(node, f"/v1/unique-ids/{unique_id}",
-                           {"start": start, "end": end, "limit": limit})  # fmt: skip
+                           {"start": start, "end": end, "limit": limit,
+                            "isolation_level": isolation_level})  # fmt: skip
             found += [m for m in map(message_from_object, got["messages"])
                       if topics is None or topics(m.topic)]  # fmt: skip
             more |= got.get("reason") != EXHAUSTED

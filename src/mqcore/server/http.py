@@ -180,7 +180,7 @@ def get_by_id(store: Store, request: Request, params: Params) -> dict[str, Any]:
     """The message a store ID names; the ID names its topic, which the principal must read."""
     msg_id = request.path_params["msg_id"]
     access(request).check_topic(READ, decode_msg_id(msg_id)[0])
-    msg = store.get_by_id(msg_id)
+    msg = store.get_by_id(msg_id, **isolation(params))
     if msg is None:
         raise MessageNotFoundError(f"no message with store ID {msg_id!r} (or no longer)")
     return {"message": message_object(msg)}
@@ -194,6 +194,7 @@ def by_unique_id(store: Store, request: Request, params: Params) -> dict[str, An
         start=params.integer("start"),
         end=params.integer("end"),
         limit=params.limit(request.app.state.max_limit, default=1),
+        **isolation(params),
     )
     return result_object(r)
 
@@ -210,6 +211,7 @@ def by_key(store: Store, request: Request, params: Params) -> dict[str, Any]:
         limit=params.limit(request.app.state.max_limit),
         partition=params.integer("partition"),
         cursor=params.text("cursor"),
+        **isolation(params),
     )
     return result_object(r)
 
@@ -292,7 +294,8 @@ def lender(store: Store, cluster: LeaderView | None) -> Callable[[Request], Any]
 
 
 PAGE = ("limit", "cursor", "start", "end", "partition")
-SCAN = (*PAGE, "max_scan", "timeout", "order", "isolation_level")
+ISOLATION = "isolation_level"
+SCAN = (*PAGE, "max_scan", "timeout", "order", ISOLATION)
 
 
 def create_app(
@@ -343,20 +346,26 @@ def create_app(
         Route("/v1/topics/{topic}", json_endpoint(describe_topic)),
         Route(
             "/v1/topics/{topic}/partitions/{partition}/offsets/{offset}",
-            json_endpoint(get_message, ("isolation_level",)),
+            json_endpoint(get_message, (ISOLATION,)),
         ),
         Route(
             "/v1/topics/{topic}/partitions/{partition}/messages",
-            json_endpoint(read_messages, ("offset", "limit", "isolation_level")),
+            json_endpoint(read_messages, ("offset", "limit", ISOLATION)),
         ),
-        Route("/v1/topics/{topic}/by-key", json_endpoint(by_key, (*PAGE, "key", "key_base64"))),
+        Route(
+            "/v1/topics/{topic}/by-key",
+            json_endpoint(by_key, (*PAGE, "key", "key_base64", ISOLATION)),
+        ),
         Route("/v1/topics/{topic}/by-time", scan_endpoint(search, SCAN)),
         Route(
             "/v1/topics/{topic}/search",
             scan_endpoint(search, (*SCAN, "tag", "where", "contains", "contains_base64", "regex")),
         ),
-        Route("/v1/messages/{msg_id}", json_endpoint(get_by_id)),
-        Route("/v1/unique-ids/{unique_id}", json_endpoint(by_unique_id, ("start", "end", "limit"))),
+        Route("/v1/messages/{msg_id}", json_endpoint(get_by_id, (ISOLATION,))),
+        Route(
+            "/v1/unique-ids/{unique_id}",
+            json_endpoint(by_unique_id, ("start", "end", "limit", ISOLATION)),
+        ),
         Route("/v1/groups", json_endpoint(groups)),
         Route("/v1/groups/{group}", json_endpoint(groups)),
     ]

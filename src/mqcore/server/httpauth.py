@@ -197,13 +197,15 @@ def visible(lags: Mapping[str, Sequence[Row]], may: Access) -> dict[str, list[Ro
 
 
 def find_unique(
-    store: Store, may: Access, unique_id: str, *, start: int | None, end: int | None, limit: int
-) -> QueryResult:
+    store: Store, may: Access, unique_id: str, *, start: int | None, end: int | None, limit: int,
+    **isolation: str,
+) -> QueryResult:  # fmt: skip
     """Store.find_by_unique_id over the topics `may` reads only (the JSON API's unique-ids
-    and the console's lookup)."""
+    and the console's lookup); `isolation` its isolation_level, if given."""
     return store.find_by_unique_id(
-        unique_id, start=start, end=end, limit=limit, topics=lambda t: may.topic(READ, t)
-    )
+        unique_id, start=start, end=end, limit=limit, topics=lambda t: may.topic(READ, t),
+        **isolation,
+    )  # fmt: skip
 
 
 class BasicAuthMiddleware:

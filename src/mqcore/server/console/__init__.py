@@ -35,7 +35,7 @@ def console_routes() -> list[Any]:
             "/ui/topics/{topic}/partitions/{partition}/offsets/{offset}",
             page(views.message, ("format", "tz")),
         ),
-        Route("/ui/lookup", page(views.lookup, ("q", "topic"))),
+        Route("/ui/lookup", page(views.lookup, ("q", "topic", "isolation_level"))),
         Route("/ui/groups", page(views.groups)),
         Route("/ui/groups/{group}", page(views.groups)),
         Route("/ui/actions/produce", actions.action(actions.produce), methods=["POST"]),

@@ -14,6 +14,9 @@ checked field by field, and turned into the Store call that answers it.
   regex, or in time order, Store.search(key=...). tag, where (SQL92), contains and regex:
   Store.search, which the page calls in chunks of CHUNK_SECONDS with the cursor of the
   previous chunk, until the page is full or the query ends.
+- isolation_level: read_uncommitted (the default, as Kafka's consumer and every reader of the
+  project: every record, transactions' control markers never) or read_committed (only
+  what a read_committed consumer sees: below the last stable offset, no aborted record).
 - Times in the form are wall-clock times of `tz` (an IANA zone name; UTC by default), shown
   beside the picker; the result rows show timestamps in the same zone.
 """
@@ -37,6 +40,7 @@ from mqcore.query.engine import (
 )
 from mqcore.query.merge import decode_time_cursor, encode_time_cursor
 from mqcore.server.httpbase import DEFAULT_MAX_SCAN, Params
+from mqcore.storage.txnindex import READ_UNCOMMITTED, check_isolation
 from mqcore.store import Store
 
 FROM = ("beginning", "end", "offset", "time")
@@ -49,7 +53,8 @@ MAX_HISTORY = 200  # pages the back link remembers
 # query's first page was made and carried by its rows and paging links (a new submission of
 # the form resolves it anew)
 FORM_FIELDS = ("partition", "from", "offset", "time", "to", "tz", "order", "key", "tag",
-               "where", "contains", "regex", "limit", "max_scan", "tail")  # fmt: skip
+               "where", "contains", "regex", "limit", "max_scan", "isolation_level",
+               "tail")  # fmt: skip
 PAGE_FIELDS = (*FORM_FIELDS, "cursor", "hist")
 _ZONE = re.compile(r"[A-Za-z][A-Za-z0-9_+\-]*(/[A-Za-z0-9_+\-]+){0,2}")
 
@@ -109,6 +114,7 @@ class BrowseQuery:
     cursor: str | None
     order: str = PARTITION_ORDER
     tail: str | None = None  # from=end's time-order cursor
+    isolation_level: str = READ_UNCOMMITTED
     history: list[str] = field(default_factory=list)  # cursors of the pages before ("-": none)
 
     @property
@@ -174,6 +180,8 @@ def parse_query(store: Store, topic: str, params: Params) -> BrowseQuery:
         start, end, tz, key, tag, where, contains, regex, limit, max_scan, cursor, order,
     )  # fmt: skip
     q.history = history
+    q.isolation_level = values.get("isolation_level", READ_UNCOMMITTED)
+    check_isolation(q.isolation_level)
     if start_from == "end":
         q.tail = values.get("tail") or tail_cursor(store, topic, q)
         decode_time_cursor(q.tail)  # InvalidConfigError for a tail no page wrote
@@ -212,7 +220,8 @@ def tail_cursor(store: Store, topic: str, q: BrowseQuery) -> str:
             end = end if before is None else before
         ends[p] = end
         if end > start:
-            newest += store.read(topic, p, max(start, end - q.limit), min(q.limit, end - start))
+            newest += store.read(topic, p, max(start, end - q.limit), min(q.limit, end - start),
+                                 isolation_level=q.isolation_level)  # fmt: skip
     newest.sort(key=lambda m: (m.timestamp, m.partition, m.offset))
     for m in reversed(newest[-q.limit :]):
         ends[m.partition] = m.offset
@@ -250,12 +259,13 @@ def run_chunk(
         assert q.key is not None
         return store.find_by_key(
             topic, q.key, start=q.start, end=q.end, limit=limit, partition=q.partition,
-            cursor=cursor,
+            cursor=cursor, isolation_level=q.isolation_level,
         )  # fmt: skip
     return store.search(
         topic, contains=q.contains, regex=q.regex, tag=q.tag, where=q.where,
         partition=q.partition, start=q.start, end=q.end, limit=limit, max_scan=max_scan,
         timeout=CHUNK_SECONDS, cursor=cursor, key=q.key, order=q.order,
+        isolation_level=q.isolation_level,
     )  # fmt: skip
 
 

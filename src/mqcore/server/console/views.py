@@ -43,6 +43,12 @@ from mqcore.server.httpbase import (
     replica_view,
     status_of,
 )
+from mqcore.storage.txnindex import (
+    ISOLATION_LEVELS,
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+    check_isolation,
+)
 from mqcore.store import Store
 
 RATE_WINDOW_MS = 5 * 60_000  # the overview's append rate: messages per minute over this
@@ -201,6 +207,7 @@ def browser(store: Store, request: Request, params: Params) -> Response:
         history=",".join(q.history) if q else "", cursor=(q.cursor or "-") if q else "-",
         limit=q.limit if q else browse.DEFAULT_PAGE,
         max_scan=q.max_scan if q else 0, froms=browse.FROM, orders=browse.ORDERS,
+        isolations=ISOLATION_LEVELS,
         tail=tail_text(store, topic, q),
     )  # fmt: skip
 
@@ -267,36 +274,43 @@ def recognise(text: str) -> str:
 def lookup(store: Store, request: Request, params: Params) -> Response:
     q = params.text("q")
     topic = params.text("topic") or None
+    level = params.text("isolation_level") or READ_UNCOMMITTED
     kind, found, error, status = None, [], None, 200
     if q:
         kind = recognise(q)
         try:
-            found = lookup_messages(store, access(request), kind, q, topic)
+            check_isolation(level)
+            found = lookup_messages(store, access(request), kind, q, topic, level)
         except MQCoreError as e:
             error, status = str(e), status_of(e)
     utc = browse.parse_zone(None)
     return render.page(
         request, "lookup.html", status, error=error, title="Lookup", q=q or "", kind=kind,
         topic=topic or "", rows=[render.row(m, utc, with_topic=True) for m in found],
-        searched=q is not None and q != "",
+        searched=q is not None and q != "", isolation_level=level, isolations=ISOLATION_LEVELS,
     )  # fmt: skip
 
 
-def lookup_messages(store: Store, may: Access, kind: str, q: str, topic: str | None) -> list[Any]:
+def lookup_messages(
+    store: Store, may: Access, kind: str, q: str, topic: str | None,
+    isolation_level: str = READ_UNCOMMITTED,
+) -> list[Any]:  # fmt: skip
     """The messages a pasted text names, in the topics the principal may read: a store ID or
     a place names its topic (TopicAuthorizationError when it may not read it); a unique ID
-    or a key is looked for in the readable topics only (or in the one given)."""
+    or a key is looked for in the readable topics only (or in the one given). Each as a
+    reader of `isolation_level` sees it."""
+    level = {"isolation_level": isolation_level}
     if kind == "store-id":
         may.check_topic(READ, decode_msg_id(q)[0])  # InvalidMessageIdError names what is wrong
-        m = store.get_by_id(q)
+        m = store.get_by_id(q, **level)
         return [] if m is None else [m]
     if kind == "unique-id":
-        return find_unique(store, may, q, start=None, end=None, limit=10).messages
+        return find_unique(store, may, q, start=None, end=None, limit=10, **level).messages
     if kind == "offset":
         match = _PLACE.fullmatch(q)
         assert match is not None
         may.check_topic(READ, match[1])
-        m = store.get(match[1], int(match[2]), int(match[3]))
+        m = store.get(match[1], int(match[2]), int(match[3]), **level)
         return [] if m is None else [m]
     if topic:
         may.check_topic(READ, topic)
@@ -306,7 +320,7 @@ def lookup_messages(store: Store, may: Access, kind: str, q: str, topic: str | N
     ]  # fmt: skip
     out = []
     for t in topics:
-        out += store.find_by_key(t, q, limit=LOOKUP_LIMIT).messages
+        out += store.find_by_key(t, q, limit=LOOKUP_LIMIT, isolation_level=isolation_level).messages
     return out
 
 
@@ -329,6 +343,9 @@ def message(store: Store, request: Request, params: Params) -> Response:
     m = store.get(topic, partition, offset)
     if m is None:
         raise MessageNotFoundError(f"no message at offset {offset} of {topic}-{partition}")
+    # whether a read_committed consumer gets it (not: an aborted transaction's record, or one
+    # after a transaction still open)
+    committed = store.get(topic, partition, offset, isolation_level=READ_COMMITTED) is not None
     fmt, value = render.value_as(m.value, wanted)
     origin = m.header(H_TOPIC)
     origin_partition = m.header(H_PARTITION)
@@ -348,7 +365,7 @@ def message(store: Store, request: Request, params: Params) -> Response:
         ],
         origin=render.text_of(origin) if origin is not None else None,
         origin_partition=render.text_of(origin_partition) if origin_partition else None,
-        formats=render.FORMATS,
+        formats=render.FORMATS, committed=committed,
     )  # fmt: skip
 
 
