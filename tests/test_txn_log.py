@@ -407,6 +407,16 @@ def test_the_cli_reads_either_isolation_level(tmp_path: Path) -> None:
     assert code == 1 and "not committed" in err, (out, err)
     code, out, err = run_cli("get", path, TOPIC, "0", str(aborted))
     assert code == 0 and "Traceback" not in err
+    for level, want in (("read_committed", model.committed()),
+                        ("read_uncommitted", model.uncommitted())):  # fmt: skip
+        code, out, err = run_cli("query", path, TOPIC, "--contains", "-", "--limit", "10000",
+                                 "--isolation-level", level)  # fmt: skip
+        assert code == 0, err
+        assert [int(line.split("\t")[2]) for line in out.splitlines()] == [o for o, _ in want]
+        key = dict(model.uncommitted())[aborted].decode()
+        code, out, err = run_cli("query", path, TOPIC, "--key", key, "--isolation-level", level)
+        assert code == 0, err
+        assert len(out.splitlines()) == (level == "read_uncommitted"), (level, out)
 
 
 @pytest.mark.parametrize("level", ["read_committed", "read_uncommitted"])
