@@ -32,14 +32,15 @@ TS = 1_700_000_000_000
 
 
 def data_batch(base: int, pid: int, epoch: int, seq: int, values: list[bytes],
-               transactional: bool = True) -> bytes:  # fmt: skip
+               transactional: bool = True, keys: list[bytes] | None = None) -> bytes:  # fmt: skip
     """A batch of `values` at offsets base.. (kafka-python's builder; base offset stamped),
-    each value its record's key too (so the key index has each)."""
+    with `keys`, or each value its record's key too (so the key index has each)."""
     b = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=transactional,
                                   producer_id=pid, producer_epoch=epoch, base_sequence=seq,
                                   batch_size=1 << 20)  # fmt: skip
     for i, v in enumerate(values):
-        b.append(i, timestamp=TS + base + i, key=v, value=v, headers=[])
+        b.append(i, timestamp=TS + base + i, key=v if keys is None else keys[i], value=v,
+                 headers=[])  # fmt: skip
     buf = b.build()
     struct.pack_into(">q", buf, 0, base)  # baseOffset is outside the CRC
     return bytes(buf)
@@ -158,13 +159,13 @@ def check(store: mqcore.Store, model: Model) -> None:
         assert (None if m is None else m.value) == committed.get(offset), offset
         # the index lookups: by store ID, and by key (each record's key is its value)
         msg_id = encode_msg_id(TOPIC, 0, offset)
-        for level, want in (("read_committed", committed), ("read_uncommitted", everything)):
+        for level, known in (("read_committed", committed), ("read_uncommitted", everything)):
             m = store.get_by_id(msg_id, isolation_level=level)
-            assert (None if m is None else m.value) == want.get(offset), (offset, level)
+            assert (None if m is None else m.value) == known.get(offset), (offset, level)
             if offset % 5 == 0 and offset in everything:
                 hits = store.find_by_key(TOPIC, everything[offset], isolation_level=level)
                 assert [(h.offset, h.value) for h in hits] == [
-                    (o, v) for o, v in want.items() if o == offset], (offset, level)  # fmt: skip
+                    (o, v) for o, v in known.items() if o == offset], (offset, level)  # fmt: skip
     for key in (struct.pack(">hh", 0, 0), struct.pack(">hh", 0, 1)):  # markers' keys: never
         assert not store.find_by_key(TOPIC, key).messages
     # reads that start anywhere, with small pages, see the same records
@@ -326,6 +327,57 @@ def test_compaction_keeps_the_aborted_index(tmp_path: Path) -> None:
                            and any(f <= o <= last for _, f, last, _ in model.entries)}  # fmt: skip
         assert not {m.offset for m in after} & aborted_offsets
         assert txnindex_entries(tmp_path / "s" / f"{TOPIC}-0") == model.entries
+
+
+def test_compaction_never_lets_an_aborted_or_open_record_shadow_a_committed_one(
+    tmp_path: Path,
+) -> None:
+    """Kafka's cleaner maps only stable records (below the last stable offset, none of an
+    aborted transaction) and drops aborted records: a key written committed, then in a
+    transaction that aborts and in one still open, keeps its committed record through
+    compaction; once the open one commits, its record shadows the old one."""
+    path = str(tmp_path / "s")
+    with mqcore.open(path, create=True) as store:
+        store.create_topic(TOPIC, segment_bytes=1024, cleanup_policy="compact")
+        replica = store.log.replica(TOPIC, 0)
+        at = [0]
+
+        def append(batch: bytes, n: int = 1) -> int:
+            replica.append_as_follower(batch)
+            at[0] += n
+            return at[0] - n
+
+        def fill(n: int) -> None:  # distinct keys, plain batches: segments roll
+            for _ in range(n):
+                append(data_batch(at[0], 9, 0, at[0], [b"filler-%d" % at[0]], False))
+
+        committed = append(data_batch(at[0], 9, 0, at[0], [b"K"], False))
+        fill(20)
+        aborted = append(data_batch(at[0], 1, 0, 0, [b"K"], True))
+        assert store.get(TOPIC, 0, aborted) is not None
+        fill(20)
+        append(marker_batch(at[0], 1, 0, commit=False))
+        fill(20)
+        pending = append(data_batch(at[0], 2, 0, 0, [b"K"], True))
+        fill(40)
+        assert len(store.segment_offsets(TOPIC)) > 4
+        assert store.last_stable_offset(TOPIC) == pending
+
+        def holders(level: str) -> list[int]:
+            return [m.offset for m in store.read(TOPIC, 0, 0, 10_000, isolation_level=level)
+                    if m.value == b"K"]  # fmt: skip
+
+        store.compact(TOPIC)
+        assert holders("read_committed") == [committed]
+        assert holders("read_uncommitted") == [committed, pending]  # the aborted one dropped
+        assert store.get(TOPIC, 0, aborted) is None
+        assert [m.offset for m in store.find_by_key(TOPIC, b"K")] == [committed, pending]
+        append(marker_batch(at[0], 2, 0, commit=True))
+        fill(40)
+        store.compact(TOPIC)
+        assert holders("read_committed") == holders("read_uncommitted") == [pending]
+    with mqcore.open(path) as store:
+        assert [m.offset for m in store.read(TOPIC, 0, 0, 10_000) if m.value == b"K"] == [pending]
 
 
 def kafka_snapshot(entries: dict[int, tuple[int, int, int, int, int]]) -> bytes:

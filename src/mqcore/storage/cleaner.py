@@ -1,11 +1,18 @@
 """Compaction (Kafka's log cleaner): keep the latest record of every key, offsets unchanged.
 
 One pass over a partition (docs/consume.md "Compaction"):
-1. Map every key to its latest offset over the whole log as it is when the pass starts (the
-   active segment included). Keyless records and control batches do not enter the map.
-2. Rewrite each sealed segment (never the active one): a record stays iff it is the latest for
-   its key; a tombstone (value None) that is the latest stays until `delete_retention_ms` after
-   the pass that first cleaned its segment (the segment's `.cleanmark`), then goes. Keyless
+1. Map every key to its latest offset over the stable part of the log as it is when the pass
+   starts: below the last stable offset (the active segment included), as Kafka's cleaner.
+   Keyless records, control batches and the records of aborted Kafka transactions do not
+   enter the map, so neither an aborted nor a still-open transaction's record ever shadows a
+   committed one.
+2. Rewrite each sealed segment that ends at or below the last stable offset (never the active
+   one; the pass stops at the first that does not): a record of an aborted transaction goes
+   (Kafka's cleaner discards them too: no read_committed reader ever sees them, and a
+   read_uncommitted reader of a compacted topic no longer does); any other stays iff it is
+   the latest for its key; a tombstone (value None) that is the latest stays until
+   `delete_retention_ms` after the pass that first cleaned its segment (the segment's
+   `.cleanmark`), then goes. Keyless
    records go. Control batches are kept whole. A batch keeps its base offset, offset range,
    codec, timestamps, producer fields and leader epoch; each record keeps its offset (gaps
    appear), timestamp, key, value and headers. A batch left empty is dropped.
@@ -28,6 +35,7 @@ never shorter).
 
 from __future__ import annotations
 
+import bisect
 import os
 import shutil
 from collections.abc import Callable, Iterator
@@ -159,14 +167,41 @@ def _messages(part: Partition, seg: LogSegment, size: int, verify_crc: bool) -> 
         view.release()
 
 
+@dataclass
+class Stable:
+    """The part of the log a pass may clean: below `offset` (the last stable offset when the
+    pass starts), without the batches of aborted transactions ([first, last] offsets each,
+    sorted and disjoint: Partition.aborted_ranges)."""
+
+    offset: int
+    firsts: list[int]
+    lasts: list[int]
+
+    @classmethod
+    def of(cls, part: Partition) -> Stable:
+        stable = part.last_stable_offset
+        ranges = sorted(part.aborted_ranges(part.start_offset, stable))
+        return cls(stable, [a for a, _ in ranges], [b for _, b in ranges])
+
+    def aborted(self, offset: int) -> bool:
+        """Whether the record at `offset` is in a batch of an aborted transaction."""
+        i = bisect.bisect_right(self.firsts, offset) - 1
+        return i >= 0 and offset <= self.lasts[i]
+
+
 def build_key_map(
-    part: Partition, segs: list[tuple[LogSegment, int]], verify_crc: bool
+    part: Partition, segs: list[tuple[LogSegment, int]], verify_crc: bool, stable: Stable
 ) -> dict[bytes, int]:
-    """key -> the offset of its latest record, over the given segments (log order)."""
+    """key -> the offset of its latest stable record (Stable), over the given segments (log
+    order)."""
     latest: dict[bytes, int] = {}
     for seg, size in segs:
+        if seg.base_offset >= stable.offset:
+            break
         for m in _messages(part, seg, size, verify_crc):
-            if m.key is not None:
+            if m.offset >= stable.offset:
+                break
+            if m.key is not None and not stable.aborted(m.offset):
                 latest[m.key] = m.offset
     return latest
 
@@ -192,11 +227,12 @@ def _filter_segment(
     seg: LogSegment,
     size: int,
     latest: dict[bytes, int],
+    stable: Stable,
     mark: int | None,
     now: int,
     verify_crc: bool,
 ) -> _Filtered:
-    """The segment's batches with only the records compaction keeps."""
+    """The segment's batches with only the records compaction keeps (module doc)."""
     out = _Filtered(seg, size, mark)
     drop_tombstones = mark is not None and now >= mark + part.config.delete_retention_ms
     view = seg.view(0, size)
@@ -210,6 +246,10 @@ def _filter_segment(
             pos += info.size
             if info.is_control:
                 out.pieces.append((at, info.size))
+                continue
+            if stable.aborted(info.base_offset):  # an aborted transaction's batch, whole
+                out.changed = True
+                out.removed += info.records_count
                 continue
             records: list[Message] = []
             decode_messages(
@@ -419,11 +459,14 @@ def compact_partition(
             part.unpin(olds)  # swapped-out segments go once other readers leave them
 
         try:
-            latest = build_key_map(part, segs, verify_crc)
+            stable = Stable.of(part)
+            latest = build_key_map(part, segs, verify_crc, stable)
             group = _Group()
             for seg, size in segs[:-1]:
+                if seg.next_offset > stable.offset:
+                    break  # it holds records of a transaction still open: not cleaned yet
                 mark = read_cleanmark(cleanmark_path(seg))
-                f = _filter_segment(part, seg, size, latest, mark, now, verify_crc)
+                f = _filter_segment(part, seg, size, latest, stable, mark, now, verify_crc)
                 report.segments_seen += 1
                 report.bytes_before += size
                 report.bytes_after += f.size

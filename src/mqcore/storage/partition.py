@@ -601,11 +601,14 @@ class Partition:
     @property
     def last_stable_offset(self) -> int:
         """The first offset of the oldest transaction still open, or the log end: where a
-        read_committed reader stops."""
+        read_committed reader stops. Never below the log start offset (Kafka's UnifiedLog
+        clamps it there: DeleteRecords or retention past an open transaction's first records
+        would otherwise send a read_committed consumer's ListOffsets below the log start)."""
         with self._lock:
             end = self.end_offset
             first = self._transactions().first_unstable_offset()
-        return end if first is None else min(first, end)
+            start = self.start_offset
+        return end if first is None else max(start, min(first, end))
 
     def aborted_transactions(self, lo: int, hi: int) -> list[AbortedTxn]:
         """The aborted transactions overlapping [lo, hi) (txnindex.collect)."""
