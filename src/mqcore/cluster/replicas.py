@@ -403,10 +403,13 @@ class ReplicaManager:
                                            f"{topic}-{partition}")  # fmt: skip
         return leader.leader_epoch
 
-    def append(self, topic: str, partition: int, records: Any, acks: int) -> AppendInfo:
+    def append(
+        self, topic: str, partition: int, records: Any, acks: int, transactional: bool = False
+    ) -> AppendInfo:
         """A producer's batch appended as leader. acks=all (-1) first needs at least the
         topic's min.insync.replicas in sync (NotEnoughReplicas: nothing appended); then wait
-        for `committed` before answering."""
+        for `committed` before answering. `transactional`: the caller verified the producer's
+        transaction (ReplicaLog.append_as_leader)."""
         r = self._leading(topic, partition, -1)
         with r.lock:
             leader = r.leader
@@ -420,12 +423,45 @@ class ReplicaManager:
                         f"{topic}-{partition} has {len(leader.isr)} in-sync replicas "
                         f"{sorted(leader.isr)}, min.insync.replicas is {needed}"
                     )
-            info = r.log.append_as_leader(records, leader.leader_epoch)
+            info = r.log.append_as_leader(records, leader.leader_epoch,
+                                          transactional=transactional)  # fmt: skip
             before = r.log.high_watermark
             after = leader.advance_high_watermark()  # an ISR of one commits at once
         if after != before:
             self.on_progress(topic, partition)
         return info
+
+    def append_marker(
+        self, topic: str, partition: int, producer_id: int, producer_epoch: int, commit: bool,
+        coordinator_epoch: int,
+    ) -> int:  # fmt: skip
+        """A transaction coordinator's COMMIT or ABORT marker appended as leader (Kafka's
+        WriteTxnMarkers); returns its offset, which the caller waits to see `committed`.
+        NotLeaderOrFollower when this broker does not lead the partition."""
+        r = self._leading(topic, partition, -1)
+        with r.lock:
+            leader = r.leader
+            if leader is None or self._fenced:
+                raise NotLeaderOrFollowerError(f"broker {self.node_id} does not lead "
+                                               f"{topic}-{partition}")  # fmt: skip
+            offset = r.log.append_marker(producer_id, producer_epoch, commit, coordinator_epoch,
+                                         leader_epoch=leader.leader_epoch)  # fmt: skip
+            before = r.log.high_watermark
+            after = leader.advance_high_watermark()
+        if after != before:
+            self.on_progress(topic, partition)
+        return offset
+
+    def open_transaction(self, topic: str, partition: int, producer_id: int, epoch: int) -> bool:
+        """Whether the producer, at `epoch`, has a transaction open in this leader's log of
+        the partition (a batch that continues it needs no verification: KIP-890)."""
+        r = self._leading(topic, partition, -1)
+        state = r.log.producer_state
+        if state is None:
+            return False
+        with r.log.partition.locked():
+            return (producer_id in state.open_transactions()
+                    and state.known_epoch(producer_id) == epoch)  # fmt: skip
 
     def committed(self, topic: str, partition: int, last_offset: int) -> bool:
         """Whether an acks=all write ending at `last_offset` may be answered: True once the

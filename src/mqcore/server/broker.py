@@ -145,6 +145,7 @@ class Broker:
             consumer_heartbeat_interval=group_consumer_heartbeat_interval,
             wake=lambda: self.purgatory.wake(WAKE_KEY),
             locate=self._group_coordinator if cluster is not None else None,
+            locate_txn=(lambda: self.txn_apis.locate()) if cluster is not None else None,
             replicated=self._offsets_replicated if cluster is not None else None,
         )  # fmt: skip
         self._coordinating = False  # on a cluster: whether this broker leads the offsets
@@ -618,7 +619,8 @@ class Broker:
                         self.txn_apis.verify_produce(body.transactional_id, records, t.name,
                                                      p.index)  # fmt: skip
                     if self.cluster is not None:
-                        info = self.cluster.append(t.name, p.index, records, body.acks)
+                        info = self.cluster.append(t.name, p.index, records, body.acks,
+                                                   transactional=transactional)  # fmt: skip
                         if body.acks == -1:
                             waits.append((got, t.name, p.index, info.last_offset))
                     else:

@@ -229,11 +229,14 @@ class GroupCoordinator:
         consumer_heartbeat_interval: float = HEARTBEAT_INTERVAL,
         locate: Callable[[], tuple[int, str, int] | None] | None = None,
         replicated: Callable[[Callable[[Any], Any]], Any] | None = None,
+        locate_txn: Callable[[], tuple[int, str, int] | None] | None = None,
     ):
         self.store = store
         # on a cluster, (node, host, port) of the broker coordinating the groups (the offsets
         # topic's leader), None while it has none; None here: this node, always
         self.locate = locate
+        # on a cluster, the same for the transaction coordinator (server/txncluster.py)
+        self.locate_txn = locate_txn
         # on a cluster, replicated(respond): an offset commit's response once the offsets
         # topic's in-sync replicas have it (respond(error code) if they do not in time)
         self.replicated = replicated
@@ -388,7 +391,9 @@ class GroupCoordinator:
     # -- FindCoordinator ------------------------------------------------------------------------
 
     def find_coordinator(self, found: Api, body: Any, session: Any) -> Any:
-        """This node, for every group (and transactional ID: one node coordinates all)."""
+        """The groups' coordinator for a group, the transactions' for a transactional ID: this
+        node on a node of one; on a cluster the leader of the offsets topic, or of the
+        transaction state's."""
         key_type = getattr(body, "key_type", KEY_GROUP)
         if found.version >= 4:  # KIP-699: a batch of keys
             coordinators = tuple(
@@ -425,11 +430,12 @@ class GroupCoordinator:
             return ErrorCode.invalid_request, f"coordinator key type {key_type}", -1, "", -1
         if key_type == KEY_GROUP and not self.group_allowed(session, DESCRIBE, key):
             return ErrorCode.group_authorization_failed, f"may not describe {key!r}", -1, "", -1
-        if self.locate is not None:  # a cluster: the offsets topic's leader
-            found = self.locate()
+        locate = self.locate_txn if key_type == KEY_TRANSACTION else self.locate
+        if locate is not None:  # a cluster: the leader of the internal topic
+            found = locate()
             if found is None:
-                return (ErrorCode.coordinator_not_available, "the offsets topic has no leader",
-                        -1, "", -1)  # fmt: skip
+                return (ErrorCode.coordinator_not_available, "the coordinator's internal topic "
+                        "has no leader", -1, "", -1)  # fmt: skip
             return (ErrorCode.none, None, *found)
         return ErrorCode.none, None, self.node_id, self.host, self.port
 

@@ -1,7 +1,9 @@
-"""A follower's connection to its leader broker: Kafka's Fetch (v12, replica_id set) and
-OffsetForLeaderEpoch (v4) over one TCP connection, the requests and responses encoded with
-kio's writers and readers (Kafka's schemas), as cluster.replicas' LeaderClient. Blocking, one
-request at a time: each fetcher thread has its own.
+"""A broker's connection to another broker: a follower's Kafka Fetch (v12, replica_id set)
+and OffsetForLeaderEpoch (v4) to its leader, as cluster.replicas' LeaderClient, and a
+transaction coordinator's WriteTxnMarkers (v1) to a partition's leader and a leader's
+AddPartitionsToTxn (v4, verify_only: KIP-890) to the coordinator (server/txncluster.py), over
+one TCP connection, the requests and responses encoded with kio's writers and readers (Kafka's
+schemas). Blocking, one request at a time: each user has its own.
 
 Wire schema: the frames of server/protocol.py; a request's header is v2 (both APIs are
 flexible at these versions), the response's v1.
@@ -38,8 +40,9 @@ from mqcore.errors import (
 )
 from mqcore.server.protocol import api, build
 
-FETCH, OFFSET_FOR_LEADER_EPOCH = 1, 23
-FETCH_VERSION, EPOCH_VERSION = 12, 4
+FETCH, OFFSET_FOR_LEADER_EPOCH, ADD_PARTITIONS_TO_TXN, WRITE_TXN_MARKERS = 1, 23, 24, 27
+FETCH_VERSION, EPOCH_VERSION, VERIFY_VERSION, MARKERS_VERSION = 12, 4, 4, 1
+TXN_TIMEOUT = 15.0  # seconds a marker or a verification may take (the leader's acks=all wait)
 CONNECT_TIMEOUT = 5.0  # seconds
 RESPONSE_SLACK = 10.0  # seconds a response may take past the fetch's max wait
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024  # a leader's answer larger than this is refused
@@ -192,4 +195,49 @@ class WireLeaderClient:
                     if err is not None:
                         raise err
                     return p.leader_epoch, p.end_offset
+        raise ProtocolError(f"broker {self.broker.node_id} did not answer for {topic}-{partition}")
+
+    def write_txn_marker(
+        self, topic: str, partition: int, producer_id: int, epoch: int, commit: bool,
+        coordinator_epoch: int,
+    ) -> ErrorCode:  # fmt: skip
+        """One partition's COMMIT or ABORT marker written by its leader (answered once its
+        in-sync replicas have it): the leader's error code for it."""
+        m = api(WRITE_TXN_MARKERS, MARKERS_VERSION)
+        assert m is not None
+        rm = sys.modules[m.request.__module__]
+        marker = rm.WritableTxnMarker(
+            producer_id=producer_id, producer_epoch=epoch, transaction_result=commit,
+            topics=(rm.WritableTxnMarkerTopic(name=topic, partition_indexes=(partition,)),),
+            coordinator_epoch=coordinator_epoch,
+        )  # fmt: skip
+        body = self._call(WRITE_TXN_MARKERS, MARKERS_VERSION, TXN_TIMEOUT, markers=(marker,))
+        for result in body.markers:
+            for t in result.topics:
+                for p in t.partitions:
+                    if t.name == topic and p.partition_index == partition:
+                        return ErrorCode(p.error_code)
+        raise ProtocolError(f"broker {self.broker.node_id} did not answer for {topic}-{partition}")
+
+    def verify_txn(
+        self, transactional_id: str, producer_id: int, epoch: int, topic: str, partition: int
+    ) -> ErrorCode:
+        """Whether the coordinator has the producer's transaction open at `epoch` with this
+        partition in it (AddPartitionsToTxn v4, verify_only): its error code for it."""
+        m = api(ADD_PARTITIONS_TO_TXN, VERIFY_VERSION)
+        assert m is not None
+        rm = sys.modules[m.request.__module__]
+        txn = rm.AddPartitionsToTxnTransaction(
+            transactional_id=transactional_id, producer_id=producer_id, producer_epoch=epoch,
+            verify_only=True, topics=(rm.AddPartitionsToTxnTopic(name=topic,
+                                                                  partitions=(partition,)),),
+        )  # fmt: skip
+        body = self._call(ADD_PARTITIONS_TO_TXN, VERIFY_VERSION, TXN_TIMEOUT, transactions=(txn,))
+        if body.error_code != ErrorCode.none:
+            return ErrorCode(body.error_code)
+        for result in body.results_by_transaction:
+            for t in result.topic_results:
+                for p in t.results_by_partition:
+                    if t.name == topic and p.partition_index == partition:
+                        return ErrorCode(p.partition_error_code)
         raise ProtocolError(f"broker {self.broker.node_id} did not answer for {topic}-{partition}")

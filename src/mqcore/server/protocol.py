@@ -80,11 +80,13 @@ APIS: dict[int, tuple[str, int, int]] = {
     21: ("DeleteRecords", 0, 2),
     22: ("InitProducerId", 0, 4),
     23: ("OffsetForLeaderEpoch", 0, 4),
-    # Kafka's transactions (txnapis.py): the producer's versions of AddPartitionsToTxn (v4+
-    # is broker-to-broker verification) and those before KIP-890's second part (EndTxn v5)
-    24: ("AddPartitionsToTxn", 0, 3),
+    # Kafka's transactions (txnapis.py): the producer's versions of AddPartitionsToTxn and v4,
+    # a partition leader's verification (KIP-890); those before KIP-890's second part (EndTxn
+    # v5); WriteTxnMarkers, a coordinator's to a partition's leader on a cluster
+    24: ("AddPartitionsToTxn", 0, 4),
     25: ("AddOffsetsToTxn", 0, 3),
     26: ("EndTxn", 0, 4),
+    27: ("WriteTxnMarkers", 1, 1),
     28: ("TxnOffsetCommit", 0, 4),
     32: ("DescribeConfigs", 0, 4),
     33: ("AlterConfigs", 0, 2),

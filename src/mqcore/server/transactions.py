@@ -31,26 +31,37 @@ partition of the transaction gets its COMMIT or ABORT marker (storage/txnindex.p
 the group offsets are committed (`__consumer_offsets`, synced), and the Complete state is
 written. A restart completes a transaction found in a Prepare state the same way (a marker
 written twice is harmless: the second ends no transaction), so the decision, once written,
-is carried out whole.
+is carried out whole. EndTxn is answered once the decision is durable; a marker that cannot
+be written now (on a cluster, a partition without a leader) is written again every
+EXPIRY_INTERVAL_MS until it is, the transactional ID answering CONCURRENT_TRANSACTIONS
+meanwhile, as Kafka's coordinator does.
+
+Where the coordinator runs is its TxnHost's: on a node of one (LocalHost) it always does,
+writes its state and markers to its own store; on a cluster's broker (server/txncluster.py)
+only while it leads `__transaction_state-0`, its state written there and answered once the
+in-sync replicas have it, its markers sent to each partition's leader.
 """
 
 from __future__ import annotations
 
+import logging
 import struct
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from kio.schema.errors import ErrorCode
 
 from mqcore.consume.offsets import BigEndianReader, OffsetAndMetadata, encode_string
 from mqcore.crashpoints import crash_point
-from mqcore.errors import MQCoreError, ProducerFencedError
+from mqcore.errors import MQCoreError, NotLeaderOrFollowerError, ProducerFencedError
 from mqcore.log.internal import replay_last_values
 
 if TYPE_CHECKING:
     from mqcore.store import Store
+
+log = logging.getLogger("mqcore.server")
 
 STATE_TOPIC = "__transaction_state"
 STATE_SEGMENT_BYTES = 100 << 20
@@ -83,6 +94,7 @@ class TxnMeta:
     last_update_ms: int = -1
     start_ms: int = -1
     offsets: dict[str, dict[TopicPartition, OffsetAndMetadata]] = field(default_factory=dict)
+    marked: set[TopicPartition] = field(default_factory=set)  # markers written (a Prepare's)
 
 
 def encode_key(kind: int, transactional_id: str) -> bytes:
@@ -166,22 +178,80 @@ class TxnError(MQCoreError):
         self.code = code
 
 
+class TxnHost(Protocol):
+    """What the coordinator needs of where it runs (module doc)."""
+
+    def term(self) -> int:
+        """The coordinator epoch this broker coordinates at now (what its markers carry);
+        TxnError NOT_COORDINATOR when it does not coordinate."""
+        ...
+
+    def replicated(self, last_offset: int) -> None:
+        """Return once the state written up to `last_offset` (fsync'd here) is as durable as
+        the coordinator promises (on a cluster: every in-sync replica has it)."""
+        ...
+
+    def new_producer_id(self) -> int | None:
+        """A producer ID no other broker hands out (None: the store allocates one)."""
+        ...
+
+    def has_partition(self, topic: str, partition: int) -> bool: ...
+
+    def write_marker(
+        self, topic: str, partition: int, producer_id: int, epoch: int, commit: bool, term: int
+    ) -> None:
+        """The partition's COMMIT or ABORT marker, written (and as durable as an acks=all
+        append) before this returns; ProducerFencedError when a newer epoch's is there; any
+        other MQCoreError when it cannot be written now (retried later)."""
+        ...
+
+
+class LocalHost:
+    """A node of one: it always coordinates; its state and markers are in its own store."""
+
+    def __init__(self, store: Store, leader_epoch: int):
+        self.log = store.log
+        self.leader_epoch = leader_epoch  # what the markers carry (the broker's appends' own)
+
+    def term(self) -> int:
+        return 0
+
+    def replicated(self, last_offset: int) -> None:
+        pass
+
+    def new_producer_id(self) -> int | None:
+        return None
+
+    def has_partition(self, topic: str, partition: int) -> bool:
+        return self.log.find_partition(topic, partition) is not None
+
+    def write_marker(
+        self, topic: str, partition: int, producer_id: int, epoch: int, commit: bool, term: int
+    ) -> None:
+        replica = self.log.replica(topic, partition)
+        replica.append_marker(producer_id, epoch, commit, term, leader_epoch=self.leader_epoch)
+        self.log.partition(topic, partition).flush()
+
+
 class TransactionCoordinator:
     """Every transactional ID of one store (module doc). Thread-safe: one lock for all."""
 
     def __init__(
-        self, store: Store, leader_epoch: int = -1, expiry_interval_ms: int = EXPIRY_INTERVAL_MS
-    ):
+        self, store: Store, leader_epoch: int = -1, expiry_interval_ms: int = EXPIRY_INTERVAL_MS,
+        host: TxnHost | None = None,
+    ):  # fmt: skip
         self.store, self.log = store, store.log
-        self.leader_epoch = leader_epoch  # what the markers carry (the broker's appends' own)
+        self.host: TxnHost = LocalHost(store, leader_epoch) if host is None else host
         self.clock: Callable[[], int] = store.log.clock
         self._lock = threading.RLock()
         self._txns: dict[str, TxnMeta] | None = None
+        self._term: int | None = None  # the coordinator epoch the loaded state is of
         self._by_producer: dict[int, str] = {}
         self.expiry_interval_ms = expiry_interval_ms
         if not store.read_only:
-            with self._lock:  # load now: a decision a crash left half done is carried out
-                self._loaded()
+            if host is None:
+                with self._lock:  # load now: a decision a crash left half done is carried out
+                    self._serving()
             self.log.tasks.add("kafka-transaction-expiry", expiry_interval_ms, self.expire)
 
     def close(self) -> None:
@@ -189,6 +259,15 @@ class TransactionCoordinator:
             self.log.tasks.remove("kafka-transaction-expiry")
 
     # -- state ------------------------------------------------------------------------------
+
+    def _serving(self) -> dict[str, TxnMeta]:
+        """The transactional IDs, when this broker coordinates them (TxnError NOT_COORDINATOR
+        otherwise): loaded again from its replica of the state when its term changed (it
+        just became the coordinator: what an earlier one decided is carried out first)."""
+        term = self.host.term()
+        if term != self._term:
+            self._txns, self._term = None, term
+        return self._loaded()
 
     def _loaded(self) -> dict[str, TxnMeta]:
         """The transactional IDs as `__transaction_state` holds them, loaded on first use;
@@ -210,7 +289,7 @@ class TransactionCoordinator:
             self._by_producer = {m.producer_id: tid for tid, m in txns.items()}
             for m in list(txns.values()):
                 if m.status in (PREPARE_COMMIT, PREPARE_ABORT):
-                    self._complete(m)
+                    self._try_complete(m)
         return self._txns
 
     def _write(self, m: TxnMeta, offsets: bool = False) -> None:
@@ -224,13 +303,22 @@ class TransactionCoordinator:
         if offsets:
             keys.append(encode_key(OFFSETS_KEY, m.transactional_id))
             values.append(encode_offsets(m.offsets) if m.offsets else None)
-        self.log.append_records(topic, 0, values, keys)
+        written = self.log.append_records(topic, 0, values, keys)
         self.log.partition(topic, 0).flush()
+        try:
+            self.host.replicated(written.base_offset + len(values) - 1)
+        except MQCoreError as e:
+            # not known to be durable: what memory holds may not be what a new coordinator
+            # reads, so it is read again from the log at the next request
+            self._txns, self._term = None, None
+            code = (ErrorCode.not_coordinator if isinstance(e, NotLeaderOrFollowerError)
+                    else ErrorCode.coordinator_not_available)  # fmt: skip
+            raise TxnError(code, f"the transaction state was not replicated: {e}") from e
 
     # -- the requests -----------------------------------------------------------------------
 
     def _meta(self, tid: str, producer_id: int, epoch: int) -> TxnMeta:
-        m = self._loaded().get(tid)
+        m = self._serving().get(tid)
         if m is None or m.producer_id != producer_id:
             raise TxnError(ErrorCode.invalid_producer_id_mapping,
                            f"transactional ID {tid!r} is not producer {producer_id}")  # fmt: skip
@@ -258,7 +346,7 @@ class TransactionCoordinator:
                 f"transaction.timeout.ms {timeout_ms} is not in (0, {MAX_TIMEOUT_MS}]",
             )
         with self._lock:
-            txns = self._loaded()
+            txns = self._serving()
             m = txns.get(tid)
             now = self.clock()
             if m is None:
@@ -266,7 +354,7 @@ class TransactionCoordinator:
                     raise TxnError(ErrorCode.invalid_request,
                                    f"this coordinator keeps {MAX_TRANSACTIONAL_IDS} transactional "
                                    "IDs already (MAX_TRANSACTIONAL_IDS)")  # fmt: skip
-                pid = self.log.register_producer(None, 0)
+                pid = self.log.register_producer(self.host.new_producer_id(), 0)
                 m = txns[tid] = TxnMeta(tid, pid, 0, timeout_ms, EMPTY, set(), now, -1)
                 self._by_producer[pid] = tid
                 self._write(m)
@@ -275,11 +363,16 @@ class TransactionCoordinator:
                 raise TxnError(ErrorCode.producer_fenced,
                                f"producer {producer_id} epoch {epoch} is not the current "
                                f"session of {tid!r}")  # fmt: skip
+            if m.status in (PREPARE_COMMIT, PREPARE_ABORT) and not self._try_complete(m):
+                raise TxnError(ErrorCode.concurrent_transactions,
+                               f"the last transaction of {tid!r} is still ending")  # fmt: skip
             if m.status == ONGOING:
                 self._bump(m)
                 m.status, m.last_update_ms = PREPARE_ABORT, now
                 self._write(m)
-                self._complete(m)
+                if not self._try_complete(m):
+                    raise TxnError(ErrorCode.concurrent_transactions,
+                                   f"the aborted transaction of {tid!r} is ending")  # fmt: skip
             self._bump(m)
             m.timeout_ms, m.status, m.partitions, m.offsets = timeout_ms, EMPTY, set(), {}
             m.last_update_ms, m.start_ms = now, -1
@@ -290,7 +383,7 @@ class TransactionCoordinator:
         """The next epoch, or a new producer ID past the last epoch."""
         if m.epoch >= MAX_EPOCH:
             self._by_producer.pop(m.producer_id, None)
-            m.producer_id, m.epoch = self.log.register_producer(None, 0), 0
+            m.producer_id, m.epoch = self.log.register_producer(self.host.new_producer_id(), 0), 0
             self._by_producer[m.producer_id] = m.transactional_id
         else:
             m.epoch += 1
@@ -304,7 +397,7 @@ class TransactionCoordinator:
             self._check_open(m)
             wanted = set(partitions)
             for t, p in wanted:
-                if self.log.find_partition(t, p) is None:
+                if not self.host.has_partition(t, p):
                     raise TxnError(ErrorCode.unknown_topic_or_partition, f"{t}-{p} is not here")
             if wanted <= m.partitions and m.status == ONGOING:
                 return
@@ -341,7 +434,7 @@ class TransactionCoordinator:
                                f"{tid!r} did not add group {group!r} to an open transaction "
                                "(AddOffsetsToTxn)")  # fmt: skip
             for t, p in offsets:  # only partitions that exist
-                if self.log.find_partition(t, p) is None:
+                if not self.host.has_partition(t, p):
                     raise TxnError(ErrorCode.unknown_topic_or_partition, f"{t}-{p} is not here")
             m.offsets[group].update(offsets)
             # durable before the answer, as Kafka's are (in __consumer_offsets): a restart
@@ -352,8 +445,9 @@ class TransactionCoordinator:
         with self._lock:
             m = self._meta(tid, producer_id, epoch)
             done = COMPLETE_COMMIT if commit else COMPLETE_ABORT
-            if m.status in (EMPTY, done):
-                return  # nothing open, or a retry of the end just made
+            prepared = PREPARE_COMMIT if commit else PREPARE_ABORT
+            if m.status in (EMPTY, done, prepared):
+                return  # nothing open, or a retry of the end just made (or decided)
             if m.status != ONGOING:
                 raise TxnError(ErrorCode.invalid_txn_state,
                                f"{tid!r} is {STATUS_NAMES[m.status]}: cannot "
@@ -362,21 +456,36 @@ class TransactionCoordinator:
             m.last_update_ms = self.clock()
             self._write(m, offsets=commit)
             crash_point("kafka_txn.after_prepare")
+            self._try_complete(m)  # the decision is durable: what is left is retried
+
+    def _try_complete(self, m: TxnMeta) -> bool:
+        """_complete, or False (logged) when a marker cannot be written now: the Prepare
+        state stays, and the expiry task tries again."""
+        try:
             self._complete(m)
+        except MQCoreError as e:
+            if isinstance(e, TxnError) and e.code == ErrorCode.not_coordinator:
+                raise
+            log.warning("transaction %r: %s is not carried out yet (retried): %s",
+                        m.transactional_id, STATUS_NAMES[m.status], e)  # fmt: skip
+            return False
+        return True
 
     def _complete(self, m: TxnMeta) -> None:
-        """Carry out a written Prepare decision: markers, offsets, then the Complete state."""
+        """Carry out a written Prepare decision: markers, offsets, then the Complete state.
+        A marker that fails raises (MQCoreError): those written are remembered, the rest is
+        written at the next try."""
         commit = m.status == PREPARE_COMMIT
-        for t, p in sorted(m.partitions):
-            if self.log.find_partition(t, p) is None:
+        term = self.host.term()
+        for t, p in sorted(m.partitions - m.marked):
+            if not self.host.has_partition(t, p):
+                m.marked.add((t, p))
                 continue  # deleted since: nothing to end there
-            replica = self.log.replica(t, p)
             try:
-                replica.append_marker(m.producer_id, m.epoch, commit,
-                                      leader_epoch=self.leader_epoch)  # fmt: skip
+                self.host.write_marker(t, p, m.producer_id, m.epoch, commit, term)
             except ProducerFencedError:
-                continue  # a newer session's marker is there already
-            self.log.partition(t, p).flush()
+                pass  # a newer session's marker is there already
+            m.marked.add((t, p))
             crash_point("kafka_txn.after_marker")
         if commit:
             offsets = self.store.offset_store()
@@ -384,19 +493,19 @@ class TransactionCoordinator:
                 if entries:
                     offsets.commit(group, entries)
         m.status = COMPLETE_COMMIT if commit else COMPLETE_ABORT
-        m.partitions, m.offsets = set(), {}
+        m.partitions, m.offsets, m.marked = set(), {}, set()
         m.last_update_ms = self.clock()
         self._write(m, offsets=True)
 
     def _check_open(self, m: TxnMeta) -> None:
-        if m.status in (PREPARE_COMMIT, PREPARE_ABORT):
+        if m.status in (PREPARE_COMMIT, PREPARE_ABORT) and not self._try_complete(m):
             raise TxnError(ErrorCode.concurrent_transactions, "the last transaction is ending")
 
     def verify(self, producer_id: int, epoch: int, topic: str, partition: int) -> None:
         """KIP-890's check of a transactional produce: the producer's transaction is open
         here, holds this partition, at this epoch (TxnError with Kafka's code if not)."""
         with self._lock:
-            txns = self._loaded()
+            txns = self._serving()
             tid = self._by_producer.get(producer_id)
             m = None if tid is None else txns.get(tid)
             if m is None:
@@ -413,23 +522,32 @@ class TransactionCoordinator:
 
     def expire(self, now: int | None = None) -> list[str]:
         """Abort every transaction open longer than its timeout, at a new epoch (fencing its
-        producer, as Kafka does); returns their transactional IDs."""
+        producer, as Kafka does), and carry out the decisions whose markers could not all be
+        written before; returns the transactional IDs aborted. Nothing where this broker
+        does not coordinate."""
         now = self.clock() if now is None else now
         with self._lock:
-            gone = [m for m in self._loaded().values()
+            try:
+                txns = self._serving()
+            except TxnError:
+                return []  # another broker coordinates (or none does now)
+            for m in list(txns.values()):
+                if m.status in (PREPARE_COMMIT, PREPARE_ABORT):
+                    self._try_complete(m)
+            gone = [m for m in txns.values()
                     if m.status == ONGOING and m.start_ms >= 0
                     and now - m.start_ms > m.timeout_ms]  # fmt: skip
             for m in gone:
                 self._bump(m)
                 m.status, m.last_update_ms = PREPARE_ABORT, now
                 self._write(m)
-                self._complete(m)
+                self._try_complete(m)
             return [m.transactional_id for m in gone]
 
     def describe(self, tid: str) -> TxnMeta | None:
         with self._lock:
-            return self._loaded().get(tid)
+            return self._serving().get(tid)
 
     def listing(self) -> list[TxnMeta]:
         with self._lock:
-            return sorted(self._loaded().values(), key=lambda m: m.transactional_id)
+            return sorted(self._serving().values(), key=lambda m: m.transactional_id)

@@ -1,17 +1,19 @@
 """The Kafka APIs of transactions (issue 34): InitProducerId with a transactional ID,
-AddPartitionsToTxn (v0-v3, a producer's), AddOffsetsToTxn, TxnOffsetCommit, EndTxn,
-DescribeTransactions, ListTransactions, and the check of a transactional produce, over the
-transaction coordinator (server/transactions.py).
+AddPartitionsToTxn (v0-v3, a producer's; v4, a partition leader's verification), AddOffsetsToTxn,
+TxnOffsetCommit, EndTxn, DescribeTransactions, ListTransactions, WriteTxnMarkers (a
+coordinator's, on a cluster), and the check of a transactional produce, over the transaction
+coordinator (server/transactions.py; on a cluster's broker, server/txncluster.py).
 
-Served on a node of one. On a cluster (`--coordinator`) and with an ACL file (transactional-ID
-ACLs are not in its grammar) every transactional request is refused with
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as before transactions were served (docs/server.md,
-docs/cluster.md).
+With an ACL file (transactional-ID ACLs are not in its grammar) every transactional request is
+refused with TRANSACTIONAL_ID_AUTHORIZATION_FAILED (docs/server.md); on a cluster, the
+offsets of a transaction (AddOffsetsToTxn, TxnOffsetCommit) with INVALID_REQUEST
+(txncluster.py says why).
 """
 
 from __future__ import annotations
 
 import datetime
+import functools
 import struct
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -22,8 +24,14 @@ from mqcore.consume.offsets import OffsetAndMetadata
 from mqcore.errors import MQCoreError
 from mqcore.server.auth import READ, WRITE
 from mqcore.server.common import NO_TIME, KafkaError, Session, error_code
+from mqcore.server.interbroker import WireLeaderClient
 from mqcore.server.protocol import Api, build
 from mqcore.server.transactions import STATUS_NAMES, TransactionCoordinator, TxnError
+from mqcore.server.txncluster import (
+    BrokerClients,
+    ClusterHost,
+    write_local_marker,
+)
 
 if TYPE_CHECKING:
     from mqcore.server.broker import Broker
@@ -46,27 +54,36 @@ def _outcome(call: Callable[[], object]) -> ErrorCode:
     return ErrorCode.none
 
 
+NO_GROUP_OFFSETS = (
+    "a transaction's consumer-group offsets (send_offsets_to_transaction) are not served on a "
+    'cluster yet: the group coordinator is another broker (docs/cluster.md "Transactions")'
+)
+
+
 class TxnApis:
     """The transactional request handlers of one broker."""
 
     def __init__(self, broker: Broker, leader_epoch: int):
         self.broker = broker
         self.refusal: str | None = None
-        if broker.cluster is not None:
-            self.refusal = "Kafka transactions are not served on a cluster yet (docs/cluster.md)"
-        elif broker.authorizer is not None:
+        if broker.authorizer is not None:
             self.refusal = "transactional-ID ACLs are not served: no transactions with an ACL file"
         elif broker.store.read_only:
             self.refusal = "the store is read-only"
-        self.coordinator = (
-            None if self.refusal else TransactionCoordinator(broker.store, leader_epoch)
-        )
+        self.host: ClusterHost | None = None
+        self.clients: BrokerClients | None = None
+        if broker.cluster is not None and self.refusal is None:
+            self.clients = BrokerClients(broker.cluster)
+            self.host = ClusterHost(broker.cluster, self.clients)
+        self.coordinator = None if self.refusal else TransactionCoordinator(
+            broker.store, leader_epoch, host=self.host)  # fmt: skip
 
     def handlers(self) -> dict[int, Handler]:
         return {
             24: self.add_partitions_to_txn,
             25: self.add_offsets_to_txn,
             26: self.end_txn,
+            27: self.write_txn_markers,
             28: self.txn_offset_commit,
             65: self.describe_transactions,
             66: self.list_transactions,
@@ -75,6 +92,16 @@ class TxnApis:
     def close(self) -> None:
         if self.coordinator is not None:
             self.coordinator.close()
+        if self.clients is not None:
+            self.clients.close()
+
+    def locate(self) -> tuple[int, str, int] | None:
+        """(node, host, port) of the cluster's transaction coordinator (None while it has
+        none; FindCoordinator answers COORDINATOR_NOT_AVAILABLE then)."""
+        if self.host is None:
+            return None
+        info = self.host.coordinator()
+        return None if info is None else (info.node_id, info.host, info.port)
 
     def _coordinator(self) -> TransactionCoordinator:
         if self.coordinator is None:
@@ -104,6 +131,8 @@ class TxnApis:
                      producer_epoch=epoch)  # fmt: skip
 
     def add_partitions_to_txn(self, found: Api, body: Any, session: Session) -> Any:
+        if found.version >= 4:
+            return self._verify_partitions(found, body, session)
         m = found.module
         tid = body.v3_and_below_transactional_id
         wanted = [(t.name, p) for t in body.v3_and_below_topics for p in t.partitions]
@@ -133,8 +162,73 @@ class TxnApis:
         )
         return build(found.response, throttle_time=NO_TIME, results_by_topic_v3_and_below=results)
 
+    def _verify_partitions(self, found: Api, body: Any, session: Session) -> Any:
+        """AddPartitionsToTxn v4+: a partition leader's check that each producer's open
+        transaction holds the partitions (verify_only, KIP-890), or a batch of adds."""
+        m = found.module
+        results = []
+        for txn in body.transactions:
+            codes: dict[tuple[str, int], ErrorCode] = {}
+            wanted = [(t.name, p) for t in txn.topics for p in t.partitions]
+            for t, p in wanted:
+                if not self.broker.allowed(session, WRITE, t):
+                    codes[(t, p)] = ErrorCode.topic_authorization_failed
+                    continue
+                if txn.verify_only:
+                    codes[(t, p)] = _outcome(functools.partial(self._verify, txn, t, p))
+            if not txn.verify_only and not codes:
+                code = _outcome(functools.partial(self._add, txn, wanted))
+                codes = dict.fromkeys(wanted, code)
+            by_topic: dict[str, list[Any]] = {}
+            for (t, p), code in codes.items():
+                by_topic.setdefault(t, []).append(build(
+                    m.AddPartitionsToTxnPartitionResult, partition_index=p,
+                    partition_error_code=code))  # fmt: skip
+            results.append(build(
+                m.AddPartitionsToTxnResult, transactional_id=txn.transactional_id,
+                topic_results=tuple(build(m.AddPartitionsToTxnTopicResult, name=t,
+                                          results_by_partition=tuple(r))
+                                    for t, r in by_topic.items())))  # fmt: skip
+        return build(found.response, throttle_time=NO_TIME, error_code=ErrorCode.none,
+                     results_by_transaction=tuple(results))  # fmt: skip
+
+    def _verify(self, txn: Any, topic: str, partition: int) -> None:
+        self._coordinator().verify(txn.producer_id, txn.producer_epoch, topic, partition)
+
+    def _add(self, txn: Any, partitions: list[tuple[str, int]]) -> None:
+        self._coordinator().add_partitions(txn.transactional_id, txn.producer_id,
+                                           txn.producer_epoch, partitions)  # fmt: skip
+
+    def write_txn_markers(self, found: Api, body: Any, session: Session) -> Any:
+        """A coordinator's markers, written as each partition's leader and answered once its
+        in-sync replicas have them (a cluster's broker only; Kafka's CLUSTER_ACTION, which no
+        ACL line grants, so with ACLs never)."""
+        m = found.module
+        cluster = self.broker.cluster
+        results = []
+        for marker in body.markers:
+            topics = []
+            for t in marker.topics:
+                parts = []
+                for p in t.partition_indexes:
+                    code = ErrorCode.cluster_authorization_failed
+                    if cluster is not None and self.refusal is None:
+                        code = _outcome(functools.partial(
+                            write_local_marker, cluster, t.name, p, marker.producer_id,
+                            marker.producer_epoch, marker.transaction_result,
+                            marker.coordinator_epoch))  # fmt: skip
+                    parts.append(build(m.WritableTxnMarkerPartitionResult, partition_index=p,
+                                       error_code=code))  # fmt: skip
+                topics.append(build(m.WritableTxnMarkerTopicResult, name=t.name,
+                                    partitions=tuple(parts)))  # fmt: skip
+            results.append(build(m.WritableTxnMarkerResult, producer_id=marker.producer_id,
+                                 topics=tuple(topics)))  # fmt: skip
+        return build(found.response, markers=tuple(results))
+
     def add_offsets_to_txn(self, found: Api, body: Any, session: Session) -> Any:
         def add() -> None:
+            if self.host is not None:
+                raise TxnError(ErrorCode.invalid_request, NO_GROUP_OFFSETS)
             self._check_group(session, body.group_id)
             self._coordinator().add_offsets(body.transactional_id, body.producer_id,
                                             body.producer_epoch, body.group_id)  # fmt: skip
@@ -152,6 +246,8 @@ class TxnApis:
                     p.committed_offset, p.committed_metadata or "", now, epoch)  # fmt: skip
 
         def keep() -> None:
+            if self.host is not None:
+                raise TxnError(ErrorCode.invalid_request, NO_GROUP_OFFSETS)
             self._check_group(session, body.group_id)
             for t, _ in offsets:
                 if not self.broker.allowed(session, READ, t):
@@ -221,13 +317,32 @@ class TxnApis:
 
     def verify_produce(self, tid: str, records: Any, topic: str, partition: int) -> None:
         """A transactional produce: its batch's producer, at its epoch, must hold this
-        partition in its open transaction (KafkaError with Kafka's code if not)."""
+        partition in its open transaction (KafkaError with Kafka's code if not). On a cluster
+        a batch that continues the producer's open transaction in the partition needs no
+        check; one that would begin it is checked with the coordinator (txncluster.py)."""
         try:
             coordinator = self._coordinator()
             view = memoryview(records)
             if len(view) < 61:
                 raise TxnError(ErrorCode.corrupt_message, "a produce of no whole batch")
             producer_id, epoch = _PRODUCER.unpack_from(view, 43)
+            cluster = self.broker.cluster
+            if cluster is not None and self.host is not None and self.clients is not None:
+                if cluster.open_transaction(topic, partition, producer_id, epoch):
+                    return
+                info = self.host.coordinator()
+                if info is None:
+                    raise TxnError(ErrorCode.coordinator_not_available,
+                                   "transactions have no coordinator now")  # fmt: skip
+                if info.node_id != cluster.node_id:
+                    code = self.clients.call(info, "the transaction's verification",
+                                             WireLeaderClient.verify_txn, tid, producer_id,
+                                             epoch, topic, partition)  # fmt: skip
+                    if code != ErrorCode.none:
+                        raise TxnError(code, f"the coordinator refused {topic}-{partition} "
+                                             f"for producer {producer_id} epoch {epoch}: "
+                                             f"{code.name}")  # fmt: skip
+                    return
             coordinator.verify(producer_id, epoch, topic, partition)
         except TxnError as e:
             raise KafkaError(e.code, str(e)) from None

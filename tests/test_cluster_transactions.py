@@ -1,0 +1,252 @@
+"""Kafka's transactions on three brokers (issue 34 on issue 33's cluster; server/txncluster.py):
+the transaction coordinator is the leader of the replicated `__transaction_state-0`, markers
+reach every partition's leader (its own or another broker's, through WriteTxnMarkers) and
+are replicated like any batch, a transactional produce that would begin a transaction is
+verified with the coordinator from another broker (KIP-890), and the coordinator's loss
+leaves its state to the next one. Unmodified clients (confluent-kafka/librdkafka) against
+brokers of this process on a real ZooKeeper (clusterinproc.py).
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from clusterinproc import InProcessCluster
+from clusterprocs import until
+from kafkaclients import KioWire
+from test_server_transactions import confluent_producer, consume_all, values
+
+from mqcore.server.transactions import STATE_TOPIC
+
+WAIT = 60.0
+
+
+def coordinator(cluster: InProcessCluster) -> int:
+    """The broker leading the transaction state (made by the first transactional client)."""
+    return int(until(lambda: (s := cluster.state(STATE_TOPIC, 0)) is not None and s.leader > 0
+                     and s.leader, "a transaction coordinator"))  # fmt: skip
+
+
+def spread(cluster: InProcessCluster, topic: str) -> None:
+    """`topic` with three partitions, each led by another broker, each on every broker."""
+    cluster.create(topic, partitions=3, rf=3)
+    until(lambda: {cluster.state(topic, p).leader for p in range(3)} == {1, 2, 3},
+          "one leader per broker")  # fmt: skip
+
+
+def replicas_agree(cluster: InProcessCluster, topic: str, partitions: int) -> None:
+    """Every broker's replica holds the same records and the same last stable offset (the
+    markers were replicated as batches)."""
+
+    def same(p: int) -> bool:
+        seen = set()
+        for s in cluster.servers.values():
+            assert s.store is not None
+            seen.add((s.store.end_offset(topic, p), s.store.last_stable_offset(topic, p),
+                      tuple(m.value for m in s.store.read(
+                          topic, p, 0, 10_000, isolation_level="read_committed"))))  # fmt: skip
+        return len(seen) == 1
+
+    for p in range(partitions):
+        until(functools.partial(same, p), f"every replica of {topic}-{p} alike")
+
+
+def test_commit_and_abort_over_partitions_led_by_three_brokers(
+    make_cluster: Callable[..., InProcessCluster],
+) -> None:
+    cluster = make_cluster()
+    spread(cluster, "out")
+    p = confluent_producer(cluster.bootstrap, "tx")
+    node = coordinator(cluster)
+    assert {cluster.state(STATE_TOPIC, 0).leader} == {node}
+    assert len(cluster.state(STATE_TOPIC, 0).isr) == 3  # the state replicated to every broker
+    p.begin_transaction()
+    for i in range(30):
+        p.produce("out", b"kept-%d" % i, partition=i % 3)
+    p.commit_transaction(WAIT)
+    p.begin_transaction()
+    for i in range(15):
+        p.produce("out", b"dropped-%d" % i, partition=i % 3)
+    p.flush(WAIT)
+    p.abort_transaction(WAIT)
+    p.begin_transaction()
+    p.produce("out", b"after", partition=1)
+    p.commit_transaction(WAIT)
+    kept = sorted([b"kept-%d" % i for i in range(30)] + [b"after"])
+    dropped = sorted(b"dropped-%d" % i for i in range(15))
+    assert values(consume_all(cluster.bootstrap, "out", 3, "read_committed")) == kept
+    assert values(consume_all(cluster.bootstrap, "out", 3, "read_uncommitted")) == sorted(
+        kept + dropped)  # fmt: skip
+    replicas_agree(cluster, "out", 3)
+    for s in cluster.servers.values():  # the markers are in every replica: nothing left open
+        assert s.store is not None
+        for part in range(3):
+            assert s.store.last_stable_offset("out", part) == s.store.end_offset("out", part)
+
+
+def test_a_new_session_fences_the_zombie_across_brokers(
+    make_cluster: Callable[..., InProcessCluster],
+) -> None:
+    from confluent_kafka import KafkaException
+
+    cluster = make_cluster()
+    spread(cluster, "out")
+    zombie = confluent_producer(cluster.bootstrap, "tx")
+    zombie.begin_transaction()
+    for part in range(3):
+        zombie.produce("out", b"zombie", partition=part)
+    zombie.flush(WAIT)
+    fresh = confluent_producer(cluster.bootstrap, "tx")  # aborts the zombie's everywhere
+    fresh.begin_transaction()
+    fresh.produce("out", b"fresh", partition=2)
+    fresh.commit_transaction(WAIT)
+    with pytest.raises(KafkaException) as refused:
+        zombie.produce("out", b"late", partition=0)
+        zombie.commit_transaction(WAIT)
+    assert refused.value.args[0].fatal() or "fenced" in str(refused.value).lower()
+    assert values(consume_all(cluster.bootstrap, "out", 3, "read_committed")) == [b"fresh"]
+    replicas_agree(cluster, "out", 3)
+
+
+def test_a_produce_that_would_begin_an_ended_transaction_is_refused_by_another_leader(
+    make_cluster: Callable[..., InProcessCluster],
+) -> None:
+    """KIP-890 on a cluster: a transactional batch sent to a partition's leader, which is not
+    the coordinator, for a partition the producer's transaction did not add, is refused with
+    INVALID_TXN_STATE after the leader asked the coordinator (AddPartitionsToTxn v4); once
+    added, the same batch is taken."""
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+    from kio.index import load_payload_module
+    from kio.schema.errors import ErrorCode
+    from kio.static.constants import EntityType
+
+    cluster = make_cluster()
+    spread(cluster, "out")
+    confluent_producer(cluster.bootstrap, "other")  # makes the state topic: a coordinator
+    node = coordinator(cluster)
+    part = next(p for p in range(3) if cluster.state("out", p).leader != node)
+    leader = cluster.servers[cluster.state("out", part).leader]
+    to_coordinator = KioWire(("127.0.0.1", cluster.servers[node].port))
+    to_leader = KioWire(("127.0.0.1", leader.port))
+    try:
+        init = to_coordinator.call(22, 4, transactional_id="raw",
+                                   transaction_timeout=datetime.timedelta(seconds=60),
+                                   producer_id=-1, producer_epoch=-1)  # fmt: skip
+        assert init.error_code == ErrorCode.none
+        pid, epoch = init.producer_id, init.producer_epoch
+        b = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=True,
+                                      producer_id=pid, producer_epoch=epoch, base_sequence=0,
+                                      batch_size=1 << 20)  # fmt: skip
+        b.append(0, timestamp=int(time.time() * 1000), key=None, value=b"x", headers=[])
+        records = bytes(b.build())
+        m = load_payload_module(0, 9, EntityType.request)
+
+        def produce() -> Any:
+            data = m.PartitionProduceData(index=part, records=records)
+            topic = m.TopicProduceData(name="out", partition_data=(data,))
+            answer = to_leader.call(0, 9, transactional_id="raw", acks=-1,
+                                    timeout=datetime.timedelta(seconds=10),
+                                    topic_data=(topic,))  # fmt: skip
+            return answer.responses[0].partition_responses[0].error_code
+
+        assert produce() == ErrorCode.invalid_txn_state
+        assert leader.store is not None and leader.store.end_offset("out", part) == 0
+        a = load_payload_module(24, 3, EntityType.request)
+        added = to_coordinator.call(24, 3, v3_and_below_transactional_id="raw",
+                                    v3_and_below_producer_id=pid,
+                                    v3_and_below_producer_epoch=epoch,
+                                    v3_and_below_topics=(a.AddPartitionsToTxnTopic(
+                                        name="out", partitions=(part,)),))  # fmt: skip
+        assert added.results_by_topic_v3_and_below[0].results_by_partition[0] \
+            .partition_error_code == ErrorCode.none  # fmt: skip
+        assert produce() == ErrorCode.none
+        assert leader.store.end_offset("out", part) == 1
+    finally:
+        to_coordinator.close()
+        to_leader.close()
+
+
+def test_the_coordinators_loss_leaves_its_transactions_to_the_next(
+    make_cluster: Callable[..., InProcessCluster],
+) -> None:
+    """A transaction open when its coordinator's broker stops commits through the next
+    coordinator (the state's new leader, which read the replicated state); the committed
+    records are all there, read_committed, once."""
+    cluster = make_cluster()
+    spread(cluster, "out")
+    p = confluent_producer(cluster.bootstrap, "tx", **{"transaction.timeout.ms": 60_000})
+    p.begin_transaction()
+    for i in range(9):
+        p.produce("out", b"first-%d" % i, partition=i % 3)
+    p.commit_transaction(WAIT)
+    p.begin_transaction()
+    for i in range(9):
+        p.produce("out", b"second-%d" % i, partition=i % 3)
+    p.flush(WAIT)
+    old = coordinator(cluster)
+    cluster.stop(old)
+    until(lambda: cluster.state(STATE_TOPIC, 0).leader not in (-1, old),
+          "a new transaction coordinator")  # fmt: skip
+    p.commit_transaction(WAIT)
+    want = sorted([b"first-%d" % i for i in range(9)] + [b"second-%d" % i for i in range(9)])
+    assert values(consume_all(cluster.bootstrap, "out", 3, "read_committed")) == want
+    cluster.start(old)  # it rejoins as a follower and catches up, markers included
+    replicas_agree(cluster, "out", 3)
+
+
+def test_offsets_in_a_transaction_are_refused_on_a_cluster_with_the_reason(
+    make_cluster: Callable[..., InProcessCluster],
+) -> None:
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    cluster = make_cluster()
+    spread(cluster, "out")
+    p = confluent_producer(cluster.bootstrap, "tx")
+    c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "copier"})
+    try:
+        p.begin_transaction()
+        p.produce("out", b"x", partition=0)
+        with pytest.raises(KafkaException) as refused:
+            p.send_offsets_to_transaction([TopicPartition("out", 0, 1)],
+                                          c.consumer_group_metadata(), WAIT)  # fmt: skip
+        assert "INVALID_REQUEST" in str(refused.value) or "Invalid" in str(refused.value)
+    finally:
+        c.close()
+
+
+def test_a_state_change_is_answered_only_once_the_replicas_have_it(
+    make_cluster: Callable[..., InProcessCluster],
+) -> None:
+    """The coordinator answers a transactional ID's change only once the in-sync replicas of
+    `__transaction_state` have it: with its followers held back, InitProducerId is refused
+    (COORDINATOR_NOT_AVAILABLE, the client retries), and answered once they fetch again."""
+    from kio.schema.errors import ErrorCode
+
+    cluster = make_cluster()
+    confluent_producer(cluster.bootstrap, "first")  # makes the state topic
+    node = coordinator(cluster)
+    followers = [b for b in cluster.state(STATE_TOPIC, 0).isr if b != node]
+    assert len(followers) == 2
+    wire = KioWire(("127.0.0.1", cluster.servers[node].port))
+    try:
+
+        def init() -> Any:
+            return wire.call(22, 4, transactional_id="held",
+                             transaction_timeout=datetime.timedelta(seconds=60),
+                             producer_id=-1, producer_epoch=-1)  # fmt: skip
+
+        cluster.hold(*followers)
+        refused = init()
+        assert refused.error_code in (ErrorCode.coordinator_not_available,
+                                      ErrorCode.not_coordinator), refused  # fmt: skip
+        cluster.release()
+        answered = until(lambda: (r := init()).error_code == ErrorCode.none and r,
+                         "InitProducerId answered once the followers fetch")  # fmt: skip
+        assert answered.producer_id >= 0
+    finally:
+        wire.close()
