@@ -199,24 +199,74 @@ def test_the_coordinators_loss_leaves_its_transactions_to_the_next(
     replicas_agree(cluster, "out", 3)
 
 
-def test_offsets_in_a_transaction_are_refused_on_a_cluster_with_the_reason(
+def test_consume_transform_produce_with_the_groups_coordinator_on_another_broker(
     make_cluster: Callable[..., InProcessCluster],
 ) -> None:
-    from confluent_kafka import Consumer, KafkaException, TopicPartition
+    """send_offsets_to_transaction on a cluster whose group coordinator (broker 1, leader of
+    `__consumer_offsets-0`) is not the transaction coordinator (broker 2): a copier's
+    transactions commit the group's offsets with the records (through WriteTxnMarkers to
+    broker 1), an aborted one's offsets are dropped; the output holds every input once, the
+    group's committed offsets are the input's ends, on every replica."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from mqcore.server.broker import OFFSETS_CONFIGS
+    from mqcore.server.txncluster import STATE_CONFIGS
 
     cluster = make_cluster()
+    replicas = cluster.any().replicas
+    assert replicas is not None
+    replicas.create_topic("__consumer_offsets", 1, 3, {**OFFSETS_CONFIGS,
+                          "min.insync.replicas": "2"}, assignment={0: [1, 2, 3]})  # fmt: skip
+    replicas.create_topic(STATE_TOPIC, 1, 3, {**STATE_CONFIGS, "min.insync.replicas": "2"},
+                          assignment={0: [2, 3, 1]})  # fmt: skip
+    spread(cluster, "in")
     spread(cluster, "out")
-    p = confluent_producer(cluster.bootstrap, "tx")
-    c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "copier"})
+    until(lambda: cluster.state("__consumer_offsets", 0).leader == 1, "groups on broker 1")
+    assert coordinator(cluster) == 2
+    from confluent_kafka import Producer
+
+    feeder = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+    for i in range(300):
+        feeder.produce("in", b"n-%d" % i, partition=i % 3)
+    assert feeder.flush(WAIT) == 0
+    producer = confluent_producer(cluster.bootstrap, "copier-tx")
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "copier",
+                         "isolation.level": "read_committed", "enable.auto.commit": False,
+                         "auto.offset.reset": "earliest"})  # fmt: skip
     try:
-        p.begin_transaction()
-        p.produce("out", b"x", partition=0)
-        with pytest.raises(KafkaException) as refused:
-            p.send_offsets_to_transaction([TopicPartition("out", 0, 1)],
-                                          c.consumer_group_metadata(), WAIT)  # fmt: skip
-        assert "INVALID_REQUEST" in str(refused.value) or "Invalid" in str(refused.value)
+        consumer.subscribe(["in"])
+        copied, aborted_once = 0, False
+        deadline = time.monotonic() + WAIT
+        while copied < 300 and time.monotonic() < deadline:
+            batch = [m for m in consumer.consume(50, 0.5) if m.error() is None]
+            if not batch:
+                continue
+            producer.begin_transaction()
+            for m in batch:
+                producer.produce("out", m.value().upper(), partition=m.partition())
+            positions = consumer.position(consumer.assignment())
+            producer.send_offsets_to_transaction(positions, consumer.consumer_group_metadata(),
+                                                 WAIT)  # fmt: skip
+            if not aborted_once:  # this one's records and offsets must not count
+                producer.abort_transaction(WAIT)
+                aborted_once = True
+                for tp in consumer.committed(consumer.assignment(), WAIT):
+                    consumer.seek(TopicPartition(tp.topic, tp.partition,
+                                                 max(tp.offset, 0)))  # fmt: skip
+                continue
+            producer.commit_transaction(WAIT)
+            copied += len(batch)
+        assert copied == 300
+        committed = consumer.committed([TopicPartition("in", p) for p in range(3)], WAIT)
+        assert sorted(tp.offset for tp in committed) == [100, 100, 100]
     finally:
-        c.close()
+        consumer.close()
+    got = values(consume_all(cluster.bootstrap, "out", 3, "read_committed"))
+    assert got == sorted(b"N-%d" % i for i in range(300))  # each once, the aborted copy not
+    for s in cluster.servers.values():  # the offsets are in every replica's log
+        until(lambda s=s: s.store.end_offset("__consumer_offsets", 0)
+              == cluster.servers[1].store.end_offset("__consumer_offsets", 0),
+              "the offsets replicated")  # fmt: skip
 
 
 def test_a_state_change_is_answered_only_once_the_replicas_have_it(

@@ -563,25 +563,64 @@ def test_consume_transform_produce_is_exactly_once_while_processes_are_killed(
             assert len(every) >= len(out)
 
 
-def test_a_restart_between_txn_offset_commit_and_end_txn_keeps_the_offsets(tmp_path: Path) -> None:
+def test_a_restart_between_txn_offset_commit_and_end_txn_keeps_the_offsets(
+    served: tuple[str, int],
+) -> None:
     """Regression (found by the exactly-once test above): the offsets TxnOffsetCommit gives
     were held in memory until EndTxn, so a server restarted in between committed the
-    transaction's records without them, and the restarted consumer copied them again."""
-    from mqcore.consume.offsets import OffsetAndMetadata
-    from mqcore.server.transactions import TransactionCoordinator
+    transaction's records without them, and the restarted consumer copied them again. Now
+    the group's coordinator holds them in `__consumer_offsets` (durable before the answer):
+    the server SIGKILLed after TxnOffsetCommit, the commit after its restart commits them;
+    the aborted transaction's offsets are dropped."""
+    from kio.index import load_payload_module
+    from kio.schema.errors import ErrorCode
+    from kio.static.constants import EntityType
 
-    path = str(tmp_path / "s")
-    with mqcore.open(path, create=True) as s:
-        s.create_topic("in")
-        s.create_topic("out")
-        coordinator = TransactionCoordinator(s)
-        pid, epoch = coordinator.init_producer_id("tx", 60_000)
-        coordinator.add_partitions("tx", pid, epoch, [("out", 0)])
-        coordinator.add_offsets("tx", pid, epoch, "g")
-        coordinator.txn_offset_commit("tx", "g", pid, epoch, {("in", 0): OffsetAndMetadata(7)})
-        coordinator.close()
-    with mqcore.open(path) as s:  # the server restarted: a new coordinator on the same log
-        coordinator = TransactionCoordinator(s)
-        coordinator.end_txn("tx", pid, epoch, commit=True)
-        coordinator.close()
-        assert s.offset_store().committed("g", "in", 0).offset == 7
+    path, port = served
+    m = load_payload_module(28, 3, EntityType.request)
+
+    def offsets(offset: int) -> tuple[Any, ...]:
+        return (m.TxnOffsetCommitRequestTopic(name="out", partitions=(
+            m.TxnOffsetCommitRequestPartition(partition_index=0, committed_offset=offset,
+                                              committed_leader_epoch=-1,
+                                              committed_metadata=""),)),)  # fmt: skip
+
+    def session(wire: KioWire) -> tuple[int, int]:
+        init = wire.call(22, 4, transactional_id="tx",
+                         transaction_timeout=datetime.timedelta(seconds=60), producer_id=-1,
+                         producer_epoch=-1)  # fmt: skip
+        assert init.error_code == ErrorCode.none
+        return init.producer_id, init.producer_epoch
+
+    def txn_offsets(wire: KioWire, pid: int, epoch: int, offset: int) -> None:
+        added = wire.call(25, 3, transactional_id="tx", producer_id=pid, producer_epoch=epoch,
+                          group_id="g")  # fmt: skip
+        assert added.error_code == ErrorCode.none
+        kept = wire.call(28, 3, transactional_id="tx", group_id="g", producer_id=pid,
+                         producer_epoch=epoch, generation_id=-1, member_id="",
+                         group_instance_id=None, topics=offsets(offset))  # fmt: skip
+        assert kept.topics[0].partitions[0].error_code == ErrorCode.none
+
+    proc = serve(path, port)
+    try:
+        wire = KioWire(("127.0.0.1", port))
+        pid, epoch = session(wire)
+        txn_offsets(wire, pid, epoch, 7)
+        wire.close()
+        stop(proc, kill=True)
+        proc = serve(path, port)
+        wire = KioWire(("127.0.0.1", port))
+        ended = wire.call(26, 3, transactional_id="tx", producer_id=pid, producer_epoch=epoch,
+                          committed=True)  # fmt: skip
+        assert ended.error_code == ErrorCode.none
+        pid, epoch = session(wire)  # a new session: its aborted offsets never count
+        txn_offsets(wire, pid, epoch, 99)
+        ended = wire.call(26, 3, transactional_id="tx", producer_id=pid, producer_epoch=epoch,
+                          committed=False)  # fmt: skip
+        assert ended.error_code == ErrorCode.none
+        wire.close()
+    finally:
+        stop(proc)
+    with mqcore.open(path) as s:  # the server is stopped
+        got = s.offset_store().committed("g", "out", 0)
+        assert got is not None and got.offset == 7

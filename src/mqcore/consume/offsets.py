@@ -21,6 +21,17 @@ replaying the topic (last value per key wins) on first use.
 
 Durability: a commit appends its batch and then fdatasyncs the partition whatever the store's
 flush policy is, so a committed offset survives a process kill and a power loss.
+
+**A Kafka transaction's offsets** (TxnOffsetCommit: the group's coordinator holds them until
+the transaction's COMMIT or ABORT reaches `__consumer_offsets`, as Kafka's does) are
+mqcore's own record in the same topic, one per (producer, group), in the group's partition,
+written and fdatasync'd before the request is answered and replayed like the commits
+(PendingTxnOffsets; Kafka writes them as offset commits in transactional batches instead):
+  key   = int16 version (100), int64 producer id, string group
+  value = int16 version (0), int16 producer epoch, int32 count, count x (string topic,
+          int32 partition, int64 offset, int32 leader epoch, string metadata)
+The transaction's end writes the group's offset commits (on COMMIT), then a tombstone for
+the record; ended twice (a marker sent again after a crash), the second finds nothing.
 """
 
 from __future__ import annotations
@@ -31,7 +42,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from mqcore.crashpoints import crash_point
-from mqcore.errors import TopicExistsError
+from mqcore.errors import ProducerFencedError, TopicExistsError
 from mqcore.log.internal import ReplayedState
 
 if TYPE_CHECKING:
@@ -40,6 +51,7 @@ if TYPE_CHECKING:
 OFFSETS_TOPIC = "__consumer_offsets"
 KEY_VERSION = 1
 VALUE_VERSION = 3
+PENDING_KEY_VERSION = 100  # mqcore's own: a transaction's offsets, not yet ended
 OFFSETS_SEGMENT_BYTES = 100 << 20  # Kafka's offsets.topic.segment.bytes
 
 GroupKey = tuple[str, str, int]  # (group, topic, partition)
@@ -141,6 +153,60 @@ def decode_value(raw: bytes) -> OffsetAndMetadata:
     return OffsetAndMetadata(offset, metadata, commit_time, leader_epoch)
 
 
+PendingKey = tuple[int, str]  # (producer id, group)
+TopicOffsets = dict[tuple[str, int], OffsetAndMetadata]
+
+
+@dataclass(frozen=True, slots=True)
+class PendingOffsets:
+    """A group's offsets in one open transaction of a producer (at `epoch`)."""
+
+    epoch: int
+    offsets: TopicOffsets
+
+
+def encode_pending_key(producer_id: int, group: str) -> bytes:
+    return struct.pack(">hq", PENDING_KEY_VERSION, producer_id) + encode_string(group)
+
+
+def decode_pending_key(raw: bytes | None) -> PendingKey | None:
+    if raw is None:
+        raise ValueError("no key")
+    r = BigEndianReader(raw)
+    if r.take(">h") != PENDING_KEY_VERSION:
+        return None
+    return r.take(">q"), r.string()
+
+
+def encode_pending(p: PendingOffsets) -> bytes:
+    parts = [struct.pack(">hhi", 0, p.epoch, len(p.offsets))]
+    for (t, part), om in sorted(p.offsets.items()):
+        parts += [encode_string(t), struct.pack(">iqi", part, om.offset, om.leader_epoch),
+                  encode_string(om.metadata)]  # fmt: skip
+    return b"".join(parts)
+
+
+def decode_pending(raw: bytes) -> PendingOffsets:
+    r = BigEndianReader(raw)
+    if r.take(">h") != 0:
+        raise ValueError("unknown pending offsets version")
+    epoch, count = r.take(">h"), r.take(">i")
+    offsets: TopicOffsets = {}
+    for _ in range(count):
+        topic = r.string()
+        partition, offset, leader_epoch = r.take(">i"), r.take(">q"), r.take(">i")
+        offsets[(topic, partition)] = OffsetAndMetadata(offset, r.string(), -1, leader_epoch)
+    return PendingOffsets(epoch, offsets)
+
+
+class PendingTxnOffsets(ReplayedState[PendingKey, PendingOffsets]):
+    """The transactions' offsets not yet ended, by (producer id, group) (module doc)."""
+
+    def __init__(self, log: Log):
+        super().__init__(log, OFFSETS_TOPIC, decode_pending_key, decode_pending,
+                         "a transaction's pending offsets")  # fmt: skip
+
+
 class OffsetStore(ReplayedState[GroupKey, OffsetAndMetadata]):
     """The committed offsets of every group of one log, in memory after the first use. The
     replay reads every partition the log holds (a Kafka directory may lack some; a key lives in
@@ -149,6 +215,56 @@ class OffsetStore(ReplayedState[GroupKey, OffsetAndMetadata]):
 
     def __init__(self, log: Log):
         super().__init__(log, OFFSETS_TOPIC, decode_key, decode_value, "an offset commit")
+        self.pending = PendingTxnOffsets(log)
+
+    def reload(self) -> None:
+        super().reload()
+        self.pending.reload()
+
+    def stage_txn(self, producer_id: int, epoch: int, group: str, offsets: TopicOffsets) -> None:
+        """Hold `offsets` of `group` for the producer's open transaction (TxnOffsetCommit),
+        durable when this returns; ProducerFencedError for an epoch older than one held."""
+        with self.lock, self.pending.lock:
+            pending = self.pending.loaded()
+            held = pending.get((producer_id, group))
+            if held is not None and held.epoch > epoch:
+                raise ProducerFencedError(
+                    f"producer {producer_id} epoch {epoch} is fenced: its offsets for group "
+                    f"{group!r} are held at epoch {held.epoch}"
+                )
+            merged = PendingOffsets(
+                epoch, {**(held.offsets if held and held.epoch == epoch else {}), **offsets}
+            )
+            self._append({encode_pending_key(producer_id, group): encode_pending(merged)}, group)
+            pending[(producer_id, group)] = merged
+
+    def end_txn(self, producer_id: int, commit: bool, now: int) -> int:
+        """The end of the producer's transaction reached the offsets: on commit its groups'
+        offsets are committed (commit time `now`), then what was held is dropped, both durable
+        when this returns; the number of groups committed."""
+        with self.lock, self.pending.lock:
+            pending = self.pending.loaded()
+            held = sorted((g, p) for (pid, g), p in pending.items() if pid == producer_id)
+            if commit:
+                self._write({(g, t, part): OffsetAndMetadata(om.offset, om.metadata, now,
+                                                             om.leader_epoch)
+                             for g, p in held for (t, part), om in p.offsets.items()})  # fmt: skip
+            for g, _ in held:
+                self._append({encode_pending_key(producer_id, g): None}, g)
+                del pending[(producer_id, g)]
+            return len(held) if commit else 0
+
+    def pending_groups(self, producer_id: int) -> list[str]:
+        """The groups whose offsets the producer's open transaction holds here."""
+        with self.pending.lock:
+            return sorted(g for pid, g in self.pending.loaded() if pid == producer_id)
+
+    def _append(self, records: Mapping[bytes, bytes | None], group: str) -> None:
+        """Append raw records to the group's partition and fdatasync them."""
+        topic = self.topic()
+        p = partition_for_group(group, self.log.config(topic).partitions)
+        self.log.append_records(topic, p, list(records.values()), list(records))
+        self.log.partition(topic, p).flush()
 
     def committed(self, group: str, topic: str, partition: int) -> OffsetAndMetadata | None:
         with self.lock:

@@ -16,30 +16,26 @@ int16 length + UTF-8; array: int32 count, -1 null):
     status 0 Empty, 1 Ongoing, 2 PrepareCommit, 3 PrepareAbort, 4 CompleteCommit,
            5 CompleteAbort
 
-The offsets a transaction commits for a group (TxnOffsetCommit) are mqcore's own record in the
-same topic, written (and synced) at each AddOffsetsToTxn and TxnOffsetCommit, before the
-answer, so a restart before EndTxn keeps them (Kafka writes them to `__consumer_offsets` as
-transactional records instead):
+The offsets a transaction commits for a group are Kafka's way: AddOffsetsToTxn adds
+`__consumer_offsets-0` to the transaction (one partition, as mqcore makes it), TxnOffsetCommit
+reaches the group's coordinator, which holds the offsets until the transaction's end reaches
+that partition (consume/offsets.py "A Kafka transaction's offsets"); there the end commits or
+drops them instead of writing a marker (end_group_offsets). So the coordinator and the
+group's coordinator may be two brokers of a cluster, as in Kafka.
 
-    key    int16 version (100) | string transactional_id
-    value  int16 version (0) | int32 groups | groups x (string group | int32 count
-           | count x (string topic | int32 partition | int64 offset | int32 leader_epoch
-           | string metadata))
-
-Ending a transaction: the Prepare state (with the offsets) is written and synced, then each
-partition of the transaction gets its COMMIT or ABORT marker (storage/txnindex.py; synced),
-the group offsets are committed (`__consumer_offsets`, synced), and the Complete state is
-written. A restart completes a transaction found in a Prepare state the same way (a marker
-written twice is harmless: the second ends no transaction), so the decision, once written,
-is carried out whole. EndTxn is answered once the decision is durable; a marker that cannot
-be written now (on a cluster, a partition without a leader) is written again every
-EXPIRY_INTERVAL_MS until it is, the transactional ID answering CONCURRENT_TRANSACTIONS
-meanwhile, as Kafka's coordinator does.
+Ending a transaction: the Prepare state is written and synced, then each partition of the
+transaction gets its COMMIT or ABORT marker (storage/txnindex.py; synced; the groups' offsets
+committed or dropped), and the Complete state is written. A restart completes a transaction
+found in a Prepare state the same way (a marker written twice is harmless: the second ends no
+transaction), so the decision, once written, is carried out whole. EndTxn is answered once the
+decision is durable; a marker that cannot be written now (on a cluster, a partition without a
+leader) is written again every EXPIRY_INTERVAL_MS until it is, the transactional ID answering
+CONCURRENT_TRANSACTIONS meanwhile, as Kafka's coordinator does.
 
 Where the coordinator runs is its TxnHost's: on a node of one (LocalHost) it always does,
 writes its state and markers to its own store; on a cluster's broker (server/txncluster.py)
-only while it leads `__transaction_state-0`, its state written there and answered once the
-in-sync replicas have it, its markers sent to each partition's leader.
+only while it leads `__transaction_state-0`, its state written there and answered once the in-
+sync replicas have it, its markers sent to each partition's leader.
 """
 
 from __future__ import annotations
@@ -47,13 +43,13 @@ from __future__ import annotations
 import logging
 import struct
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from kio.schema.errors import ErrorCode
 
-from mqcore.consume.offsets import BigEndianReader, OffsetAndMetadata, encode_string
+from mqcore.consume.offsets import OFFSETS_TOPIC, BigEndianReader, encode_string
 from mqcore.crashpoints import crash_point
 from mqcore.errors import MQCoreError, NotLeaderOrFollowerError, ProducerFencedError
 from mqcore.log.internal import replay_last_values
@@ -70,7 +66,9 @@ STATUS_NAMES = ("Empty", "Ongoing", "PrepareCommit", "PrepareAbort", "CompleteCo
                 "CompleteAbort")  # fmt: skip
 MAX_TIMEOUT_MS = 900_000  # Kafka's transaction.max.timeout.ms
 EXPIRY_INTERVAL_MS = 1000  # how often timed-out transactions are looked for
-STATE_KEY, OFFSETS_KEY = 0, 100
+STATE_KEY = 0
+# the partition of `__consumer_offsets` whose end commits a transaction's group offsets
+OFFSETS_PARTITION = (OFFSETS_TOPIC, 0)
 MAX_EPOCH = 0x7FFF - 1  # an epoch is bumped past this only with a new producer ID
 # transactional IDs one coordinator keeps: a client making new ones without end is refused
 # past it (Kafka expires an ID idle for transactional.id.expiration.ms instead)
@@ -93,7 +91,7 @@ class TxnMeta:
     partitions: set[TopicPartition] = field(default_factory=set)
     last_update_ms: int = -1
     start_ms: int = -1
-    offsets: dict[str, dict[TopicPartition, OffsetAndMetadata]] = field(default_factory=dict)
+    groups: set[str] = field(default_factory=set)  # AddOffsetsToTxn's (this term's)
     marked: set[TopicPartition] = field(default_factory=set)  # markers written (a Prepare's)
 
 
@@ -113,23 +111,13 @@ def encode_state(m: TxnMeta) -> bytes:
     return b"".join(parts)
 
 
-def encode_offsets(offsets: Mapping[str, Mapping[TopicPartition, OffsetAndMetadata]]) -> bytes:
-    parts = [struct.pack(">hi", 0, len(offsets))]
-    for group, entries in sorted(offsets.items()):
-        parts += [encode_string(group), struct.pack(">i", len(entries))]
-        for (t, p), om in sorted(entries.items()):
-            parts += [encode_string(t), struct.pack(">iqi", p, om.offset, om.leader_epoch),
-                      encode_string(om.metadata)]  # fmt: skip
-    return b"".join(parts)
-
-
 def decode_key(raw: bytes | None) -> tuple[int, str] | None:
     if raw is None:
         raise ValueError("no key")
     r = BigEndianReader(raw)
     kind = r.take(">h")
-    if kind not in (STATE_KEY, OFFSETS_KEY):
-        return None
+    if kind != STATE_KEY:
+        return None  # 100: the group offsets of a transaction, kept here before 2026-12-07
     return kind, r.string()
 
 
@@ -154,20 +142,6 @@ def _state_of(raw: bytes) -> tuple[int, int, int, int, set[TopicPartition], int,
         for _ in range(r.take(">i")):
             partitions.add((topic, r.take(">i")))
     return pid, epoch, timeout, status, partitions, r.take(">q"), r.take(">q")
-
-
-def _offsets_of(raw: bytes) -> dict[str, dict[TopicPartition, OffsetAndMetadata]]:
-    r = BigEndianReader(raw)
-    r.take(">h")
-    out: dict[str, dict[TopicPartition, OffsetAndMetadata]] = {}
-    for _ in range(r.take(">i")):
-        group = r.string()
-        entries = out.setdefault(group, {})
-        for _ in range(r.take(">i")):
-            topic = r.string()
-            partition, offset, epoch = r.take(">i"), r.take(">q"), r.take(">i")
-            entries[(topic, partition)] = OffsetAndMetadata(offset, r.string(), -1, epoch)
-    return out
 
 
 class TxnError(MQCoreError):
@@ -206,11 +180,17 @@ class TxnHost(Protocol):
         ...
 
 
+def end_group_offsets(store: Store, producer_id: int, commit: bool) -> None:
+    """A transaction's end reaching `__consumer_offsets` (its OFFSETS_PARTITION): the groups'
+    offsets it held committed or dropped (consume/offsets.py), durable when this returns."""
+    store.offset_store().end_txn(producer_id, commit, store.log.clock())
+
+
 class LocalHost:
     """A node of one: it always coordinates; its state and markers are in its own store."""
 
     def __init__(self, store: Store, leader_epoch: int):
-        self.log = store.log
+        self.store, self.log = store, store.log
         self.leader_epoch = leader_epoch  # what the markers carry (the broker's appends' own)
 
     def term(self) -> int:
@@ -228,6 +208,9 @@ class LocalHost:
     def write_marker(
         self, topic: str, partition: int, producer_id: int, epoch: int, commit: bool, term: int
     ) -> None:
+        if (topic, partition) == OFFSETS_PARTITION:
+            end_group_offsets(self.store, producer_id, commit)
+            return
         replica = self.log.replica(topic, partition)
         replica.append_marker(producer_id, epoch, commit, term, leader_epoch=self.leader_epoch)
         self.log.partition(topic, partition).flush()
@@ -282,9 +265,6 @@ class TransactionCoordinator:
                         continue
                     pid, epoch, timeout, status, parts, update, start = _state_of(raw)
                     txns[tid] = TxnMeta(tid, pid, epoch, timeout, status, parts, update, start)
-                for (kind, tid), raw in values.items():
-                    if kind == OFFSETS_KEY and tid in txns:
-                        txns[tid].offsets = _offsets_of(raw)
             self._txns = txns
             self._by_producer = {m.producer_id: tid for tid, m in txns.items()}
             for m in list(txns.values()):
@@ -292,17 +272,13 @@ class TransactionCoordinator:
                     self._try_complete(m)
         return self._txns
 
-    def _write(self, m: TxnMeta, offsets: bool = False) -> None:
-        """Append the state (and with `offsets`, the pending offsets; a tombstone for them
-        once the transaction is complete) and fdatasync it."""
+    def _write(self, m: TxnMeta) -> None:
+        """Append the state and fdatasync it (and on a cluster, wait for the replicas)."""
         topic = self.log.internal_topic(STATE_TOPIC, partitions=1, cleanup_policy="compact",
                                         unique_ids=False, key_index=False,
                                         segment_bytes=STATE_SEGMENT_BYTES)  # fmt: skip
         keys = [encode_key(STATE_KEY, m.transactional_id)]
         values: list[bytes | None] = [encode_state(m)]
-        if offsets:
-            keys.append(encode_key(OFFSETS_KEY, m.transactional_id))
-            values.append(encode_offsets(m.offsets) if m.offsets else None)
         written = self.log.append_records(topic, 0, values, keys)
         self.log.partition(topic, 0).flush()
         try:
@@ -374,9 +350,9 @@ class TransactionCoordinator:
                     raise TxnError(ErrorCode.concurrent_transactions,
                                    f"the aborted transaction of {tid!r} is ending")  # fmt: skip
             self._bump(m)
-            m.timeout_ms, m.status, m.partitions, m.offsets = timeout_ms, EMPTY, set(), {}
+            m.timeout_ms, m.status, m.partitions, m.groups = timeout_ms, EMPTY, set(), set()
             m.last_update_ms, m.start_ms = now, -1
-            self._write(m, offsets=True)
+            self._write(m)
             return m.producer_id, m.epoch
 
     def _bump(self, m: TxnMeta) -> None:
@@ -412,34 +388,19 @@ class TransactionCoordinator:
         with self._lock:
             m = self._meta(tid, producer_id, epoch)
             self._check_open(m)
-            if group not in m.offsets and len(m.offsets) >= MAX_GROUPS_PER_TXN:
+            if group not in m.groups and len(m.groups) >= MAX_GROUPS_PER_TXN:
                 raise TxnError(ErrorCode.invalid_request,
                                f"a transaction takes the offsets of {MAX_GROUPS_PER_TXN} groups "
                                "at most")  # fmt: skip
+            m.groups.add(group)
+            if OFFSETS_PARTITION in m.partitions and m.status == ONGOING:
+                return
             now = self.clock()
             if m.status != ONGOING:
                 m.status, m.start_ms = ONGOING, now
+            m.partitions.add(OFFSETS_PARTITION)
             m.last_update_ms = now
-            m.offsets.setdefault(group, {})
-            self._write(m, offsets=True)
-
-    def txn_offset_commit(
-        self, tid: str, group: str, producer_id: int, epoch: int,
-        offsets: Mapping[TopicPartition, OffsetAndMetadata],
-    ) -> None:  # fmt: skip
-        with self._lock:
-            m = self._meta(tid, producer_id, epoch)
-            if m.status != ONGOING or group not in m.offsets:
-                raise TxnError(ErrorCode.invalid_txn_state,
-                               f"{tid!r} did not add group {group!r} to an open transaction "
-                               "(AddOffsetsToTxn)")  # fmt: skip
-            for t, p in offsets:  # only partitions that exist
-                if not self.host.has_partition(t, p):
-                    raise TxnError(ErrorCode.unknown_topic_or_partition, f"{t}-{p} is not here")
-            m.offsets[group].update(offsets)
-            # durable before the answer, as Kafka's are (in __consumer_offsets): a restart
-            # between this and EndTxn must not commit the transaction without them
-            self._write(m, offsets=True)
+            self._write(m)
 
     def end_txn(self, tid: str, producer_id: int, epoch: int, commit: bool) -> None:
         with self._lock:
@@ -454,7 +415,7 @@ class TransactionCoordinator:
                                f"{'commit' if commit else 'abort'}")  # fmt: skip
             m.status = PREPARE_COMMIT if commit else PREPARE_ABORT
             m.last_update_ms = self.clock()
-            self._write(m, offsets=commit)
+            self._write(m)
             crash_point("kafka_txn.after_prepare")
             self._try_complete(m)  # the decision is durable: what is left is retried
 
@@ -472,7 +433,8 @@ class TransactionCoordinator:
         return True
 
     def _complete(self, m: TxnMeta) -> None:
-        """Carry out a written Prepare decision: markers, offsets, then the Complete state.
+        """Carry out a written Prepare decision: markers (and the groups' offsets), then the
+        Complete state.
         A marker that fails raises (MQCoreError): those written are remembered, the rest is
         written at the next try."""
         commit = m.status == PREPARE_COMMIT
@@ -487,15 +449,10 @@ class TransactionCoordinator:
                 pass  # a newer session's marker is there already
             m.marked.add((t, p))
             crash_point("kafka_txn.after_marker")
-        if commit:
-            offsets = self.store.offset_store()
-            for group, entries in m.offsets.items():
-                if entries:
-                    offsets.commit(group, entries)
         m.status = COMPLETE_COMMIT if commit else COMPLETE_ABORT
-        m.partitions, m.offsets, m.marked = set(), {}, set()
+        m.partitions, m.groups, m.marked = set(), set(), set()
         m.last_update_ms = self.clock()
-        self._write(m, offsets=True)
+        self._write(m)
 
     def _check_open(self, m: TxnMeta) -> None:
         if m.status in (PREPARE_COMMIT, PREPARE_ABORT) and not self._try_complete(m):

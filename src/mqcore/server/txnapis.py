@@ -5,9 +5,7 @@ coordinator's, on a cluster), and the check of a transactional produce, over the
 coordinator (server/transactions.py; on a cluster's broker, server/txncluster.py).
 
 With an ACL file (transactional-ID ACLs are not in its grammar) every transactional request is
-refused with TRANSACTIONAL_ID_AUTHORIZATION_FAILED (docs/server.md); on a cluster, the
-offsets of a transaction (AddOffsetsToTxn, TxnOffsetCommit) with INVALID_REQUEST
-(txncluster.py says why).
+refused with TRANSACTIONAL_ID_AUTHORIZATION_FAILED (docs/server.md).
 """
 
 from __future__ import annotations
@@ -26,10 +24,16 @@ from mqcore.server.auth import READ, WRITE
 from mqcore.server.common import NO_TIME, KafkaError, Session, error_code
 from mqcore.server.interbroker import WireLeaderClient
 from mqcore.server.protocol import Api, build
-from mqcore.server.transactions import STATUS_NAMES, TransactionCoordinator, TxnError
+from mqcore.server.transactions import (
+    OFFSETS_PARTITION,
+    STATUS_NAMES,
+    TransactionCoordinator,
+    TxnError,
+)
 from mqcore.server.txncluster import (
     BrokerClients,
     ClusterHost,
+    wait_committed,
     write_local_marker,
 )
 
@@ -54,12 +58,6 @@ def _outcome(call: Callable[[], object]) -> ErrorCode:
     return ErrorCode.none
 
 
-NO_GROUP_OFFSETS = (
-    "a transaction's consumer-group offsets (send_offsets_to_transaction) are not served on a "
-    'cluster yet: the group coordinator is another broker (docs/cluster.md "Transactions")'
-)
-
-
 class TxnApis:
     """The transactional request handlers of one broker."""
 
@@ -74,7 +72,7 @@ class TxnApis:
         self.clients: BrokerClients | None = None
         if broker.cluster is not None and self.refusal is None:
             self.clients = BrokerClients(broker.cluster)
-            self.host = ClusterHost(broker.cluster, self.clients)
+            self.host = ClusterHost(broker.store, broker.cluster, self.clients)
         self.coordinator = None if self.refusal else TransactionCoordinator(
             broker.store, leader_epoch, host=self.host)  # fmt: skip
 
@@ -214,7 +212,8 @@ class TxnApis:
                     code = ErrorCode.cluster_authorization_failed
                     if cluster is not None and self.refusal is None:
                         code = _outcome(functools.partial(
-                            write_local_marker, cluster, t.name, p, marker.producer_id,
+                            write_local_marker, self.broker.store, cluster, t.name, p,
+                            marker.producer_id,
                             marker.producer_epoch, marker.transaction_result,
                             marker.coordinator_epoch))  # fmt: skip
                     parts.append(build(m.WritableTxnMarkerPartitionResult, partition_index=p,
@@ -227,8 +226,6 @@ class TxnApis:
 
     def add_offsets_to_txn(self, found: Api, body: Any, session: Session) -> Any:
         def add() -> None:
-            if self.host is not None:
-                raise TxnError(ErrorCode.invalid_request, NO_GROUP_OFFSETS)
             self._check_group(session, body.group_id)
             self._coordinator().add_offsets(body.transactional_id, body.producer_id,
                                             body.producer_epoch, body.group_id)  # fmt: skip
@@ -246,16 +243,27 @@ class TxnApis:
                     p.committed_offset, p.committed_metadata or "", now, epoch)  # fmt: skip
 
         def keep() -> None:
-            if self.host is not None:
-                raise TxnError(ErrorCode.invalid_request, NO_GROUP_OFFSETS)
+            """Kafka's group coordinator's part: the transaction verified with its
+            coordinator, the offsets held until its end reaches __consumer_offsets-0."""
             self._check_group(session, body.group_id)
             for t, _ in offsets:
                 if not self.broker.allowed(session, READ, t):
                     raise TxnError(ErrorCode.topic_authorization_failed, f"may not read {t!r}")
-            self._coordinator().txn_offset_commit(
-                body.transactional_id, body.group_id, body.producer_id, body.producer_epoch,
-                offsets,
-            )  # fmt: skip
+            coordinator = self._coordinator()
+            if not self.broker.groups.here():
+                raise TxnError(ErrorCode.not_coordinator, f"broker {self.broker.node_id} does "
+                                                          "not coordinate the groups")  # fmt: skip
+            for t, p in offsets:  # only partitions that exist
+                if not coordinator.host.has_partition(t, p):
+                    raise TxnError(ErrorCode.unknown_topic_or_partition, f"{t}-{p} is not here")
+            self._ask_coordinator(body.transactional_id, body.producer_id, body.producer_epoch,
+                                  *OFFSETS_PARTITION)  # fmt: skip
+            self.broker.store.offset_store().stage_txn(body.producer_id, body.producer_epoch,
+                                                       body.group_id, offsets)  # fmt: skip
+            cluster = self.broker.cluster
+            if cluster is not None:  # answered once the replicas hold them too
+                last = self.broker.log.replica(*OFFSETS_PARTITION).log_end_offset - 1
+                wait_committed(cluster, *OFFSETS_PARTITION, last)
 
         code = _outcome(keep)
         topics = tuple(
@@ -321,31 +329,41 @@ class TxnApis:
         a batch that continues the producer's open transaction in the partition needs no
         check; one that would begin it is checked with the coordinator (txncluster.py)."""
         try:
-            coordinator = self._coordinator()
+            self._coordinator()
             view = memoryview(records)
             if len(view) < 61:
                 raise TxnError(ErrorCode.corrupt_message, "a produce of no whole batch")
             producer_id, epoch = _PRODUCER.unpack_from(view, 43)
             cluster = self.broker.cluster
-            if cluster is not None and self.host is not None and self.clients is not None:
-                if cluster.open_transaction(topic, partition, producer_id, epoch):
-                    return
-                info = self.host.coordinator()
-                if info is None:
-                    raise TxnError(ErrorCode.coordinator_not_available,
-                                   "transactions have no coordinator now")  # fmt: skip
-                if info.node_id != cluster.node_id:
-                    code = self.clients.call(info, "the transaction's verification",
-                                             WireLeaderClient.verify_txn, tid, producer_id,
-                                             epoch, topic, partition)  # fmt: skip
-                    if code != ErrorCode.none:
-                        raise TxnError(code, f"the coordinator refused {topic}-{partition} "
-                                             f"for producer {producer_id} epoch {epoch}: "
-                                             f"{code.name}")  # fmt: skip
-                    return
-            coordinator.verify(producer_id, epoch, topic, partition)
+            if cluster is not None and cluster.open_transaction(topic, partition, producer_id,
+                                                                epoch):  # fmt: skip
+                return
+            self._ask_coordinator(tid, producer_id, epoch, topic, partition)
         except TxnError as e:
             raise KafkaError(e.code, str(e)) from None
+
+    def _ask_coordinator(
+        self, tid: str, producer_id: int, epoch: int, topic: str, partition: int
+    ) -> None:
+        """KIP-890's check that the producer's transaction, open at `epoch`, holds the
+        partition: this broker's coordinator's, or on a cluster the coordinator's over
+        AddPartitionsToTxn v4 (TxnError with its code if not)."""
+        coordinator = self._coordinator()
+        if self.host is not None and self.clients is not None:
+            info = self.host.coordinator()
+            if info is None:
+                raise TxnError(ErrorCode.coordinator_not_available,
+                               "transactions have no coordinator now")  # fmt: skip
+            if info.node_id != self.host.replicas.node_id:
+                code = self.clients.call(info, "the transaction's verification",
+                                         WireLeaderClient.verify_txn, tid, producer_id, epoch,
+                                         topic, partition)  # fmt: skip
+                if code != ErrorCode.none:
+                    raise TxnError(code, f"the coordinator refused {topic}-{partition} "
+                                         f"for producer {producer_id} epoch {epoch}: "
+                                         f"{code.name}")  # fmt: skip
+                return
+        coordinator.verify(producer_id, epoch, topic, partition)
 
 
 def _when(ms: int) -> datetime.datetime:

@@ -20,10 +20,12 @@ durable, and how a partition's leader verifies a transactional produce.
   transaction there when the partition's producer state has one at its epoch; a batch that
   would begin one is verified first with the coordinator (AddPartitionsToTxn v4,
   verify_only: KIP-890), so a late write of an ended transaction is refused.
-- **Not yet on a cluster**: a transaction's consumer-group offsets (AddOffsetsToTxn,
-  TxnOffsetCommit, `send_offsets_to_transaction`), which the group coordinator, another
-  broker, would have to hold until the transaction's marker reaches it. They are refused
-  with INVALID_REQUEST naming this.
+- **A transaction's group offsets** (`send_offsets_to_transaction`) are Kafka's way: the
+  transaction holds `__consumer_offsets-0`, TxnOffsetCommit goes to that partition's leader
+  (the groups' coordinator), which verifies the transaction with the coordinator as a
+  produce's leader does, holds the offsets (replicated before it answers) and, when the
+  transaction's end reaches it (WriteTxnMarkers, or its own when it coordinates both),
+  commits or drops them (server/transactions.py end_group_offsets).
 """
 
 from __future__ import annotations
@@ -43,10 +45,17 @@ from mqcore.errors import (
     ReplicationError,
 )
 from mqcore.server.interbroker import WireLeaderClient
-from mqcore.server.transactions import STATE_SEGMENT_BYTES, STATE_TOPIC, TxnError
+from mqcore.server.transactions import (
+    OFFSETS_PARTITION,
+    STATE_SEGMENT_BYTES,
+    STATE_TOPIC,
+    TxnError,
+    end_group_offsets,
+)
 
 if TYPE_CHECKING:
     from mqcore.cluster.replicas import ReplicaManager
+    from mqcore.store import Store
 
 STATE_CONFIGS = {"cleanup.policy": "compact", "unique.ids": "false", "key.index": "false",
                  "segment.bytes": str(STATE_SEGMENT_BYTES)}  # fmt: skip
@@ -97,8 +106,8 @@ class BrokerClients:
 class ClusterHost:
     """server/transactions.TxnHost on a cluster's broker (module doc)."""
 
-    def __init__(self, replicas: ReplicaManager, clients: BrokerClients):
-        self.replicas, self.clients = replicas, clients
+    def __init__(self, store: Store, replicas: ReplicaManager, clients: BrokerClients):
+        self.store, self.replicas, self.clients = store, replicas, clients
 
     def coordinator(self) -> BrokerInfo | None:
         """The live broker that coordinates the transactions (None while none does)."""
@@ -130,7 +139,8 @@ class ClusterHost:
         meta = self.replicas.partitions(topic).get(partition)
         leader = -1 if meta is None or meta.state is None else meta.state.leader
         if leader == self.replicas.node_id:
-            write_local_marker(self.replicas, topic, partition, producer_id, epoch, commit, term)
+            write_local_marker(self.store, self.replicas, topic, partition, producer_id, epoch,
+                               commit, term)  # fmt: skip
             return
         info = self.replicas.brokers().get(leader)
         if info is None:
@@ -144,12 +154,18 @@ class ClusterHost:
 
 
 def write_local_marker(
-    replicas: ReplicaManager, topic: str, partition: int, producer_id: int, epoch: int,
-    commit: bool, term: int,
+    store: Store, replicas: ReplicaManager, topic: str, partition: int, producer_id: int,
+    epoch: int, commit: bool, term: int,
 ) -> None:  # fmt: skip
     """A marker appended by this broker as the partition's leader, returned once the in-sync
-    replicas have it (NotLeaderOrFollower, ReplicationError, ProducerFenced otherwise)."""
-    offset = replicas.append_marker(topic, partition, producer_id, epoch, commit, term)
+    replicas have it (NotLeaderOrFollower, ReplicationError, ProducerFenced otherwise); at
+    `__consumer_offsets-0`, the groups' offsets the transaction held committed or dropped."""
+    if (topic, partition) == OFFSETS_PARTITION:
+        replicas.leader_epoch(topic, partition)  # NotLeaderOrFollower unless it leads
+        end_group_offsets(store, producer_id, commit)
+        offset = store.log.replica(topic, partition).log_end_offset - 1
+    else:
+        offset = replicas.append_marker(topic, partition, producer_id, epoch, commit, term)
     wait_committed(replicas, topic, partition, offset)
 
 
