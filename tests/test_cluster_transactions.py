@@ -13,11 +13,12 @@ import datetime
 import functools
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 from clusterinproc import InProcessCluster
-from clusterprocs import until
+from clusterprocs import process_cluster, until
 from kafkaclients import KioWire
 from test_server_transactions import confluent_producer, consume_all, values
 
@@ -300,3 +301,106 @@ def test_a_state_change_is_answered_only_once_the_replicas_have_it(
         assert answered.producer_id >= 0
     finally:
         wire.close()
+
+
+@pytest.mark.slow
+def test_consume_transform_produce_is_exactly_once_on_three_brokers_while_processes_die(
+    zk: Any, tmp_path: Path
+) -> None:
+    """Issue 34's exactly-once proof on issue 33's cluster: three `mqcore serve` processes,
+    `in` and `out` replicated three times (min.insync.replicas 2); the copier of
+    test_server_transactions.py (confluent-kafka: read_committed consumer, transactional
+    producer, send_offsets_to_transaction) copies 30,000 numbered messages while the test
+    SIGKILLs, 12 times at random moments, the copier's process or a broker (the transaction
+    coordinator's, the groups' coordinator's or another), restarting what it killed: `out`
+    read read_committed holds every input exactly once, in order per partition."""
+    import random
+    import subprocess
+    import sys
+
+    from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+    from conftest import child_env
+    from test_server_transactions import COPIER, STUCK, stop
+
+    rng = random.Random(3334)
+    partitions, total = 2, 30_000
+    flags = ["--zk-session-timeout-ms", "4000"]
+    with process_cluster(zk, tmp_path, 3, flags, links=False) as cluster:
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        made = admin.create_topics([NewTopic(t, partitions, 3, config={
+            "min.insync.replicas": "2"}) for t in ("in", "out")])  # fmt: skip
+        for f in made.values():
+            f.result(WAIT)
+        feeder = Producer({"bootstrap.servers": cluster.bootstrap, "enable.idempotence": True})
+        for n in range(total):
+            feeder.produce("in", b"%06d" % n, partition=n % partitions)
+            if n % 5000 == 0:
+                feeder.poll(0)
+        assert feeder.flush(WAIT) == 0
+        log = tmp_path / "copier.log"
+
+        def start_copier() -> subprocess.Popen[str]:
+            with open(log, "a") as err:
+                return subprocess.Popen([sys.executable, "-c", COPIER, cluster.bootstrap,
+                                         str(partitions)], env=child_env(),
+                                        stdout=subprocess.PIPE, stderr=err, text=True)  # fmt: skip
+
+        def committed() -> int:
+            c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "copier"})
+            try:
+                got = c.committed([TopicPartition("in", p) for p in range(partitions)], 10)
+                return sum(max(t.offset, 0) for t in got)
+            except KafkaException:  # the groups' coordinator is moving
+                return -1
+            finally:
+                c.close()
+
+        procs = {"copier": start_copier()}
+        seen = {"at": time.monotonic(), "committed": 0}
+        kills: dict[str, int] = {"copier": 0, "broker": 0}
+
+        def progressed(before: int) -> bool:
+            """Whether the copier committed past `before`; a copier that died or made no
+            progress for STUCK seconds is started again (test_server_transactions.py)."""
+            now, done = time.monotonic(), committed()
+            if done > seen["committed"]:
+                seen["at"], seen["committed"] = now, done
+            if procs["copier"].poll() is not None or now - seen["at"] > STUCK:
+                stop(procs["copier"], kill=True)
+                procs["copier"] = start_copier()
+                seen["at"] = now
+            return done > before
+
+        try:
+            for _ in range(12):
+                before = committed()
+                until(lambda before=before: before >= total or progressed(before),
+                      "the copier to commit again", timeout=180, cluster=cluster)  # fmt: skip
+                time.sleep(rng.uniform(0, 0.4))
+                victim = rng.choice(["copier", "broker", "broker"])
+                kills[victim] += 1
+                if victim == "copier":
+                    stop(procs["copier"], kill=True)
+                    procs["copier"] = start_copier()
+                    continue
+                node = rng.choice([cluster.state(STATE_TOPIC, 0).leader,
+                                   cluster.state("__consumer_offsets", 0).leader,
+                                   rng.choice([1, 2, 3])])  # fmt: skip
+                node = node if node in cluster.brokers else 1
+                cluster.brokers[node].kill()
+                until(lambda node=node: all(cluster.state(t, 0).leader not in (node, -1)
+                                            for t in (STATE_TOPIC, "__consumer_offsets")),
+                      "the coordinators to move", cluster=cluster)  # fmt: skip
+                cluster.brokers[node].start()
+            until(lambda: progressed(total - 1) and committed() >= total,
+                  "every input message copied", timeout=300, cluster=cluster)  # fmt: skip
+        finally:
+            stop(procs["copier"], kill=True)
+        assert kills["copier"] >= 3 and kills["broker"] >= 3, kills
+        got = consume_all(cluster.bootstrap, "out", partitions, "read_committed")
+    for p in range(partitions):
+        out = [v for part, _, v in sorted(got) if part == p]
+        want = [b"copy-%06d" % n for n in range(p, total, partitions)]
+        assert out == want, (p, len(out), len(want), len(out) - len(set(out)),
+                             len(set(want) - set(out)))  # fmt: skip
