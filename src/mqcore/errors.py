@@ -58,6 +58,7 @@ __all__ = [
     "AuthorizationError",
     "TopicAuthorizationError",
     "GroupAuthorizationError",
+    "TransactionalIdAuthorizationError",
     "CoordinatorError",
     "NodeIdTakenError",
     "StaleStateError",
@@ -336,6 +337,10 @@ class TopicAuthorizationError(AuthorizationError):
 
 class GroupAuthorizationError(AuthorizationError):
     """No grant lets the principal do this to the consumer or share group."""
+
+
+class TransactionalIdAuthorizationError(AuthorizationError):
+    """No grant lets the principal do this with the Kafka transactional ID."""
 
 
 class CoordinatorError(MQCoreError):

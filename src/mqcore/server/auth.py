@@ -22,15 +22,20 @@
       bob    read        group:billing     # consumer or share group "billing"
       ops    read        __consumer_offsets  # an internal topic: only a grant naming it
       *      describe    *                 # any authenticated user, every ordinary topic
+      etl    write       transactional-id:etl-*  # Kafka transactions with these IDs
 
-  A resource is a topic (`NAME`, or `topic:NAME`) or a group (`group:NAME`); NAME is exact, a
-  prefix ending in `*`, or `*`. Topic operations: read, write, describe, create (managing the
-  topic: create, delete, alter, delete records), all; group operations: read (join, commit,
-  consume a share group), describe, delete (delete the group or its offsets, reset them),
-  all. read and write imply describe, as delete does for groups (Kafka's implications). Only
-  grants exist (no deny); what no line grants is refused. Internal topics (`__` names) are
-  matched only by a pattern that itself starts with `__`, never by `*` or another prefix,
-  and never for write or create: only mqcore writes them.
+  A resource is a topic (`NAME`, or `topic:NAME`), a group (`group:NAME`) or a Kafka
+  transactional ID (`transactional-id:NAME`); NAME is exact, a prefix ending in `*`, or `*`.
+  Topic operations: read, write, describe, create (managing the topic: create, delete,
+  alter, delete records), all; group operations: read (join, commit, consume a share group),
+  describe, delete (delete the group or its offsets, reset them), all; transactional-ID
+  operations (Kafka's): write (InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn,
+  TxnOffsetCommit, EndTxn, a transactional produce), describe (FindCoordinator,
+  DescribeTransactions, ListTransactions), all. read and write imply describe, as delete
+  does for groups (Kafka's implications). Only grants exist (no deny); what no line grants
+  is refused. Internal topics (`__` names) are matched only by a pattern that itself starts
+  with `__`, never by `*` or another prefix, and never for write or create: only mqcore
+  writes them.
 - `Access` is one principal's view of the grants: the check every interface makes (the Kafka
   listener, the HTTP API, the console), so they cannot drift apart.
 """
@@ -61,6 +66,7 @@ from mqcore.errors import (
     GroupAuthorizationError,
     InvalidConfigError,
     TopicAuthorizationError,
+    TransactionalIdAuthorizationError,
 )
 from mqcore.log.internal import INTERNAL_PREFIX, is_internal
 from mqcore.server.backoff import LoginBackoff
@@ -78,10 +84,12 @@ SCRAM_MIN_ITERATIONS = 4096  # RFC 7677's floor for SCRAM-SHA-256 (and Kafka's)
 
 READ, WRITE, DESCRIBE, CREATE, DELETE = "read", "write", "describe", "create", "delete"
 TOPIC, GROUP = "topic", "group"  # the resource types of an ACL line
+TRANSACTIONAL_ID = "transactional-id"
 CLUSTER = "cluster"  # Kafka's third resource type, which no ACL line names
 OPERATIONS = {
     TOPIC: frozenset({READ, WRITE, DESCRIBE, CREATE}),
     GROUP: frozenset({READ, DESCRIBE, DELETE}),
+    TRANSACTIONAL_ID: frozenset({WRITE, DESCRIBE}),
 }
 _IMPLIES = {  # what granting an operation grants with it (Kafka's AclEntry implications)
     READ: {READ, DESCRIBE},
@@ -106,6 +114,7 @@ _KAFKA_OPERATIONS: dict[str, dict[str, tuple[int, ...]]] = {
         CREATE: (KAFKA_CREATE, KAFKA_DELETE, KAFKA_ALTER, ALTER_CONFIGS),
     },
     GROUP: {READ: (KAFKA_READ,), DESCRIBE: (KAFKA_DESCRIBE,), DELETE: (KAFKA_DELETE,)},
+    TRANSACTIONAL_ID: {WRITE: (KAFKA_WRITE,), DESCRIBE: (KAFKA_DESCRIBE,)},
 }
 # the cluster's operations (Kafka's AclEntry.supportedOperations); no ACL line grants them
 _CLUSTER_OPERATIONS = (KAFKA_CREATE, KAFKA_ALTER, KAFKA_DESCRIBE, CLUSTER_ACTION,
@@ -592,6 +601,11 @@ class Authorizer:
         user = principal.removeprefix("User:")
         return any(g.covers(user, GROUP, operation, group) for g in self.grants)
 
+    def allows_transactional_id(self, principal: str, operation: str, tid: str) -> bool:
+        """Whether `principal` may do `operation` with the Kafka transactional ID."""
+        user = principal.removeprefix("User:")
+        return any(g.covers(user, TRANSACTIONAL_ID, operation, tid) for g in self.grants)
+
 
 def _grant(where: str, user: str, ops_text: str, resource: str) -> Grant:
     """One ACL line's grant; InvalidConfigError naming what is wrong in it."""
@@ -600,7 +614,8 @@ def _grant(where: str, user: str, ops_text: str, resource: str) -> Grant:
         kind, pattern = TOPIC, resource
     if kind not in OPERATIONS:
         raise InvalidConfigError(
-            f"{where}: resource {resource!r}: the type is 'topic:' or 'group:', not {kind!r}"
+            f"{where}: resource {resource!r}: the type is 'topic:', 'group:' or "
+            f"'transactional-id:', not {kind!r}"
         )
     allowed = OPERATIONS[kind]
     ops: set[str] = set()
@@ -662,6 +677,17 @@ class Access:
         if not self.group(operation, group):
             raise GroupAuthorizationError(
                 f"{self.principal} may not {operation} group {group!r}", group, operation
+            )
+
+    def transactional_id(self, operation: str, tid: str) -> bool:
+        return self.authorizer is None or self.authorizer.allows_transactional_id(
+            self.principal, operation, tid
+        )
+
+    def check_transactional_id(self, operation: str, tid: str) -> None:
+        if not self.transactional_id(operation, tid):
+            raise TransactionalIdAuthorizationError(
+                f"{self.principal} may not {operation} transactional ID {tid!r}", tid, operation
             )
 
 

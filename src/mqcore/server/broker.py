@@ -609,6 +609,8 @@ class Broker:
                     transactional = body.transactional_id is not None
                     if body.acks not in (0, 1, -1):
                         raise KafkaError(ErrorCode.invalid_required_acks, f"acks={body.acks}")
+                    if transactional:  # Kafka's write on the transactional ID first
+                        self.access(session).check_transactional_id(WRITE, body.transactional_id)
                     self.authorize(session, WRITE, t.name)
                     if p.records is None:
                         raise InvalidRecordError("a produce request without records")

@@ -36,6 +36,7 @@ from mqcore.errors import (
     StoreClosedError,
     TopicAuthorizationError,
     TopicExistsError,
+    TransactionalIdAuthorizationError,
     UnknownLeaderEpochError,
     UnknownPartitionError,
     UnknownTopicError,
@@ -82,6 +83,7 @@ def error_code(e: BaseException) -> ErrorCode:
 _CODES: tuple[tuple[type[BaseException], ErrorCode], ...] = (
     (TopicAuthorizationError, ErrorCode.topic_authorization_failed),
     (GroupAuthorizationError, ErrorCode.group_authorization_failed),
+    (TransactionalIdAuthorizationError, ErrorCode.transactional_id_authorization_failed),
     (UnknownTopicError, ErrorCode.unknown_topic_or_partition),
     (UnknownPartitionError, ErrorCode.unknown_topic_or_partition),
     (RecordTooLargeError, ErrorCode.message_too_large),

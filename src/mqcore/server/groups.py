@@ -425,11 +425,16 @@ class GroupCoordinator:
         self, session: Any, key_type: int, key: str
     ) -> tuple[ErrorCode, str | None, int, str, int]:
         """(error, message, node, host, port) for one key: a group's needs `describe` on it
-        (Kafka's rule, so a principal cannot learn of groups it may not see)."""
+        (Kafka's rule, so a principal cannot learn of groups it may not see), a
+        transactional ID's `describe` on the ID."""
         if key_type not in (KEY_GROUP, KEY_TRANSACTION):
             return ErrorCode.invalid_request, f"coordinator key type {key_type}", -1, "", -1
         if key_type == KEY_GROUP and not self.group_allowed(session, DESCRIBE, key):
             return ErrorCode.group_authorization_failed, f"may not describe {key!r}", -1, "", -1
+        if key_type == KEY_TRANSACTION and self.access is not None and \
+                not self.access(session).transactional_id(DESCRIBE, key):  # fmt: skip
+            return (ErrorCode.transactional_id_authorization_failed,
+                    f"may not describe transactional ID {key!r}", -1, "", -1)  # fmt: skip
         locate = self.locate_txn if key_type == KEY_TRANSACTION else self.locate
         if locate is not None:  # a cluster: the leader of the internal topic
             found = locate()

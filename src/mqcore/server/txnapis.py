@@ -4,8 +4,10 @@ TxnOffsetCommit, EndTxn, DescribeTransactions, ListTransactions, WriteTxnMarkers
 coordinator's, on a cluster), and the check of a transactional produce, over the transaction
 coordinator (server/transactions.py; on a cluster's broker, server/txncluster.py).
 
-With an ACL file (transactional-ID ACLs are not in its grammar) every transactional request is
-refused with TRANSACTIONAL_ID_AUTHORIZATION_FAILED (docs/server.md).
+With an ACL file, each request needs Kafka's grants on its transactional ID (`write` to use
+it, `describe` to see it: server/auth.py), besides those on its topics and group;
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED otherwise. A broker's own requests (AddPartitionsToTxn
+v4, WriteTxnMarkers) need Kafka's CLUSTER_ACTION, which no ACL line grants.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from kio.schema.errors import ErrorCode
 
 from mqcore.consume.offsets import OffsetAndMetadata
 from mqcore.errors import MQCoreError
-from mqcore.server.auth import READ, WRITE
+from mqcore.server.auth import DESCRIBE, READ, WRITE
 from mqcore.server.common import NO_TIME, KafkaError, Session, error_code
 from mqcore.server.interbroker import WireLeaderClient
 from mqcore.server.protocol import Api, build
@@ -64,9 +66,7 @@ class TxnApis:
     def __init__(self, broker: Broker, leader_epoch: int):
         self.broker = broker
         self.refusal: str | None = None
-        if broker.authorizer is not None:
-            self.refusal = "transactional-ID ACLs are not served: no transactions with an ACL file"
-        elif broker.store.read_only:
+        if broker.store.read_only:
             self.refusal = "the store is read-only"
         self.host: ClusterHost | None = None
         self.clients: BrokerClients | None = None
@@ -106,6 +106,10 @@ class TxnApis:
             raise TxnError(REFUSED, self.refusal or "no transactions")
         return self.coordinator
 
+    def _check_tid(self, session: Session, tid: str, operation: str = WRITE) -> None:
+        """Kafka's grant on the transactional ID (TRANSACTIONAL_ID_AUTHORIZATION_FAILED)."""
+        self.broker.access(session).check_transactional_id(operation, tid)
+
     def _check_group(self, session: Session, group: str) -> None:
         """A transaction's group offsets need read on the group (Kafka's rule)."""
         if not self.broker.access(session).group(READ, group):
@@ -119,6 +123,7 @@ class TxnApis:
             timeout = body.transaction_timeout
             ms = int(timeout.total_seconds() * 1000) if isinstance(timeout, datetime.timedelta) \
                 else int(timeout)  # fmt: skip
+            self._check_tid(session, body.transactional_id)
             pid, epoch = self._coordinator().init_producer_id(
                 body.transactional_id, ms, getattr(body, "producer_id", -1),
                 getattr(body, "producer_epoch", -1),
@@ -135,9 +140,11 @@ class TxnApis:
         tid = body.v3_and_below_transactional_id
         wanted = [(t.name, p) for t in body.v3_and_below_topics for p in t.partitions]
         codes: dict[tuple[str, int], ErrorCode] = {}
+        if not self.broker.access(session).transactional_id(WRITE, tid):
+            codes = dict.fromkeys(wanted, ErrorCode.transactional_id_authorization_failed)
         for t, p in wanted:
             if not self.broker.allowed(session, WRITE, t):
-                codes[(t, p)] = ErrorCode.topic_authorization_failed
+                codes.setdefault((t, p), ErrorCode.topic_authorization_failed)
         if codes:  # Kafka: one refused partition fails the others with OPERATION_NOT_ATTEMPTED
             for tp in wanted:
                 codes.setdefault(tp, ErrorCode.operation_not_attempted)
@@ -168,7 +175,9 @@ class TxnApis:
         for txn in body.transactions:
             codes: dict[tuple[str, int], ErrorCode] = {}
             wanted = [(t.name, p) for t in txn.topics for p in t.partitions]
-            for t, p in wanted:
+            if self.broker.authorizer is not None:  # CLUSTER_ACTION, which no line grants
+                codes = dict.fromkeys(wanted, ErrorCode.cluster_authorization_failed)
+            for t, p in [] if codes else wanted:
                 if not self.broker.allowed(session, WRITE, t):
                     codes[(t, p)] = ErrorCode.topic_authorization_failed
                     continue
@@ -210,7 +219,8 @@ class TxnApis:
                 parts = []
                 for p in t.partition_indexes:
                     code = ErrorCode.cluster_authorization_failed
-                    if cluster is not None and self.refusal is None:
+                    if cluster is not None and self.refusal is None \
+                            and self.broker.authorizer is None:  # fmt: skip
                         code = _outcome(functools.partial(
                             write_local_marker, self.broker.store, cluster, t.name, p,
                             marker.producer_id,
@@ -226,6 +236,7 @@ class TxnApis:
 
     def add_offsets_to_txn(self, found: Api, body: Any, session: Session) -> Any:
         def add() -> None:
+            self._check_tid(session, body.transactional_id)
             self._check_group(session, body.group_id)
             self._coordinator().add_offsets(body.transactional_id, body.producer_id,
                                             body.producer_epoch, body.group_id)  # fmt: skip
@@ -245,6 +256,7 @@ class TxnApis:
         def keep() -> None:
             """Kafka's group coordinator's part: the transaction verified with its
             coordinator, the offsets held until its end reaches __consumer_offsets-0."""
+            self._check_tid(session, body.transactional_id)
             self._check_group(session, body.group_id)
             for t, _ in offsets:
                 if not self.broker.allowed(session, READ, t):
@@ -276,6 +288,7 @@ class TxnApis:
 
     def end_txn(self, found: Api, body: Any, session: Session) -> Any:
         def end() -> None:
+            self._check_tid(session, body.transactional_id)
             self._coordinator().end_txn(body.transactional_id, body.producer_id,
                                         body.producer_epoch, body.committed)  # fmt: skip
 
@@ -285,11 +298,19 @@ class TxnApis:
     def describe_transactions(self, found: Api, body: Any, session: Session) -> Any:
         m = found.module
         states = []
+        may = self.broker.access(session)
         for tid in body.transactional_ids:
-            meta = None if self.coordinator is None else self.coordinator.describe(tid)
+            code, meta = ErrorCode.transactional_id_not_found, None
+            if not may.transactional_id(DESCRIBE, tid):
+                code = ErrorCode.transactional_id_authorization_failed
+            elif self.coordinator is not None:
+                try:
+                    meta = self.coordinator.describe(tid)
+                except TxnError as e:  # not the coordinator (a cluster's other broker)
+                    code = e.code
             if meta is None:
                 states.append(build(
-                    m.TransactionState, error_code=ErrorCode.transactional_id_not_found,
+                    m.TransactionState, error_code=code,
                     transactional_id=tid, transaction_state="", transaction_timeout=NO_TIME,
                     transaction_start_time=_when(-1), producer_id=-1, producer_epoch=-1,
                     topics=()))  # fmt: skip
@@ -312,15 +333,22 @@ class TxnApis:
         wanted = set(body.state_filters)
         unknown = tuple(s for s in body.state_filters if s not in STATUS_NAMES)
         producers = set(body.producer_id_filters)
-        metas = [] if self.coordinator is None else self.coordinator.listing()
+        may = self.broker.access(session)
+        code, metas = ErrorCode.none, []
+        if self.coordinator is not None:
+            try:
+                metas = self.coordinator.listing()
+            except TxnError as e:  # not the coordinator (a cluster's other broker)
+                code = e.code
         states = tuple(
             build(m.TransactionState, transactional_id=x.transactional_id,
                   producer_id=x.producer_id, transaction_state=STATUS_NAMES[x.status])
             for x in metas
             if (not wanted or STATUS_NAMES[x.status] in wanted)
             and (not producers or x.producer_id in producers)
+            and may.transactional_id(DESCRIBE, x.transactional_id)
         )  # fmt: skip
-        return build(found.response, throttle_time=NO_TIME, error_code=ErrorCode.none,
+        return build(found.response, throttle_time=NO_TIME, error_code=code,
                      unknown_state_filters=unknown, transaction_states=states)  # fmt: skip
 
     def verify_produce(self, tid: str, records: Any, topic: str, partition: int) -> None:
