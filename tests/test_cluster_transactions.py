@@ -114,6 +114,82 @@ def test_a_new_session_fences_the_zombie_across_brokers(
     replicas_agree(cluster, "out", 3)
 
 
+def test_kafka_python_and_aiokafka_transactions_over_three_brokers(
+    make_cluster: Callable[..., InProcessCluster],
+) -> None:
+    """kafka-python's and aiokafka's transactional producers commit and abort over
+    partitions three brokers lead (each client finds the coordinator itself)."""
+    import asyncio
+
+    from aiokafka import AIOKafkaProducer
+    from kafka import KafkaProducer
+
+    cluster = make_cluster()
+    spread(cluster, "out")
+    kp = KafkaProducer(bootstrap_servers=cluster.bootstrap, transactional_id="kp")
+    try:
+        kp.init_transactions()
+        kp.begin_transaction()
+        for part in range(3):
+            kp.send("out", b"kp-kept-%d" % part, partition=part)
+        kp.commit_transaction()
+        kp.begin_transaction()
+        kp.send("out", b"kp-dropped", partition=1)
+        kp.flush()
+        kp.abort_transaction()
+    finally:
+        kp.close()
+
+    async def aiokafka() -> None:
+        p = AIOKafkaProducer(bootstrap_servers=cluster.bootstrap, transactional_id="ak")
+        await p.start()
+        try:
+            async with p.transaction():
+                for part in range(3):
+                    await p.send_and_wait("out", b"ak-kept-%d" % part, partition=part)
+            await p.begin_transaction()
+            await p.send_and_wait("out", b"ak-dropped", partition=2)
+            await p.abort_transaction()
+        finally:
+            await p.stop()
+
+    asyncio.run(aiokafka())
+    kept = sorted(b"%s-kept-%d" % (c, part) for c in (b"kp", b"ak") for part in range(3))
+    assert values(consume_all(cluster.bootstrap, "out", 3, "read_committed")) == kept
+    assert values(consume_all(cluster.bootstrap, "out", 3, "read_uncommitted")) == sorted(
+        [*kept, b"kp-dropped", b"ak-dropped"])  # fmt: skip
+    replicas_agree(cluster, "out", 3)
+
+
+def test_a_transaction_past_its_timeout_is_aborted_by_the_cluster_coordinator(
+    make_cluster: Callable[..., InProcessCluster],
+) -> None:
+    """The coordinator aborts a transaction older than transaction.timeout.ms at a new
+    epoch: its markers reach the partitions other brokers lead, every replica's last stable
+    offset moves past them, a read_committed consumer sees none of it."""
+    cluster = make_cluster()
+    spread(cluster, "out")
+    p = confluent_producer(cluster.bootstrap, "slow", **{"transaction.timeout.ms": 1500})
+    p.begin_transaction()
+    for part in range(3):
+        p.produce("out", b"late", partition=part)
+    p.flush(WAIT)
+
+    def all_ended() -> bool:
+        for s in cluster.servers.values():
+            assert s.store is not None
+            for part in range(3):
+                if s.store.last_stable_offset("out", part) != s.store.end_offset("out", part):
+                    return False
+                if s.store.end_offset("out", part) != 2:  # the record and the ABORT marker
+                    return False
+        return True
+
+    until(all_ended, "the coordinator's abort on every replica")
+    assert consume_all(cluster.bootstrap, "out", 3, "read_committed") == []
+    assert values(consume_all(cluster.bootstrap, "out", 3, "read_uncommitted")) == [b"late"] * 3
+
+
 def test_a_produce_that_would_begin_an_ended_transaction_is_refused_by_another_leader(
     make_cluster: Callable[..., InProcessCluster],
 ) -> None:
