@@ -378,3 +378,81 @@ def test_spark_filter_groupby_small(
     else:
         assert sum(found.values()) == small_spark_data.needle_matches
     assert len(found) == SMALL_PARTITIONS
+
+
+# -- query options (issue 35): the store's engine in the reader vs Spark's own filter ----------
+
+LEVELS = ("INFO", "WARN", "DEBUG")  # with "ERROR" on 1 record in 20: `where` is 5 % selective
+
+
+@dataclass
+class QueryData:
+    store_path: str
+    messages: int
+    key_matches: int
+    error_matches: int
+    needle_matches: int
+
+
+@pytest.fixture(scope="module")
+def query_data(tmp_path_factory: pytest.TempPathFactory) -> QueryData:
+    """2,000,000 log lines in 2 partitions, keyed as `spark_data` (20 records a key), each
+    with a `level` property: ERROR on every 20th record (5 %)."""
+    rng = random.Random(SEED + 35)
+    path = os.path.join(str(tmp_path_factory.mktemp("spark-query")), "store")
+    key_matches = error_matches = needle_matches = 0
+    with mqcore.open(path, flush="os") as store:
+        store.create_topic(SPARK_TOPIC, partitions=SPARK_PARTITIONS, segment_bytes=SEGMENT_BYTES)
+        for lo in range(0, SPARK_MESSAGES, BATCH):
+            values = [log_line(rng, i) for i in range(lo, lo + BATCH)]
+            keys = [key_of(i) for i in range(lo, lo + BATCH)]
+            levels = ["ERROR" if i % 20 == 7 else LEVELS[i % 3] for i in range(lo, lo + BATCH)]
+            key_matches += keys.count(LOOKUP_KEY)
+            error_matches += levels.count("ERROR")
+            needle_matches += sum(NEEDLE in v for v in values)
+            store.append_batch(SPARK_TOPIC, values, keys, partition=lo // BATCH % SPARK_PARTITIONS,
+                               timestamps=[message_timestamp(i) for i in range(lo, lo + BATCH)],
+                               properties=[{"level": v} for v in levels])  # fmt: skip
+    return QueryData(path, SPARK_MESSAGES, key_matches, error_matches, needle_matches)
+
+
+SPARK_FILTERS = {  # Spark's own filter on the same DataFrame's columns
+    "key": f"key = X'{LOOKUP_KEY.hex()}'",
+    "where": "exists(headers, h -> h.key = 'level' AND h.value = CAST('ERROR' AS BINARY))",
+    "contains": f"CAST(value AS STRING) LIKE '%{NEEDLE.decode()}%'",
+}
+QUERY_OPTIONS = {"key": LOOKUP_KEY.decode(), "where": "level = 'ERROR'",
+                 "contains": NEEDLE.decode()}  # fmt: skip
+
+
+def query_count(spark: SparkSession, data: QueryData, query: str, side: str) -> int:
+    """One count: the option answered in the reader, or Spark's filter over every record."""
+    reader = spark.read.format("mqcore").option("subscribe", SPARK_TOPIC)
+    if query == "where":
+        reader = reader.option("includeHeaders", "true")
+    if side == "option":
+        return reader.option(query, QUERY_OPTIONS[query]).load(data.store_path).count()
+    return reader.load(data.store_path).where(SPARK_FILTERS[query]).count()
+
+
+def query_expected(data: QueryData, query: str) -> int:
+    return {"key": data.key_matches, "where": data.error_matches,
+            "contains": data.needle_matches}[query]  # fmt: skip
+
+
+@pytest.mark.parametrize("side", ["option", "spark-filter"])
+@pytest.mark.parametrize("query", ["key", "where", "contains"])
+def test_spark_query_option(
+    benchmark: BenchmarkFixture,
+    bench_session: SparkSession,
+    query_data: QueryData,
+    query: str,
+    side: str,
+) -> None:
+    """The same count two ways: the query option (the key index, the SQL92 kernel, the
+    needle scan, in the reader) against Spark's filter on the same DataFrame's rows."""
+    benchmark.group = f"spark-option-{query}"
+    record(benchmark, f"spark/option/{query}/{side}", messages=query_data.messages, ops=1)
+    found = benchmark.pedantic(query_count, args=(bench_session, query_data, query, side),
+                               rounds=3, warmup_rounds=1, iterations=1)  # fmt: skip
+    assert found == query_expected(query_data, query)

@@ -480,3 +480,20 @@ def test_consume_transform_produce_is_exactly_once_on_three_brokers_while_proces
         want = [b"copy-%06d" % n for n in range(p, total, partitions)]
         assert out == want, (p, len(out), len(want), len(out) - len(set(out)),
                              len(set(want) - set(out)))  # fmt: skip
+
+
+def test_the_state_topic_is_made_by_the_first_transactional_client(
+    make_cluster: Callable[..., InProcessCluster],
+) -> None:
+    """Regression: each broker's timeout task made `__transaction_state` at its start, when
+    too few brokers may be up to give it three replicas; it is made by the first client's
+    FindCoordinator, replicated on every broker."""
+    cluster = make_cluster()
+    for s in cluster.servers.values():  # what each broker's timeout task does every second
+        assert s.broker is not None and s.broker.txn_apis.coordinator is not None
+        assert s.broker.txn_apis.coordinator.expire() == []
+    replicas = cluster.any().replicas
+    assert replicas is not None and not replicas.has_topic(STATE_TOPIC)
+    confluent_producer(cluster.bootstrap, "first")
+    assert replicas.has_topic(STATE_TOPIC)
+    assert len(replicas.partitions(STATE_TOPIC)[0].replicas) == 3

@@ -114,6 +114,11 @@ class ClusterHost:
         return self.replicas.internal_leader(STATE_TOPIC, STATE_CONFIGS, STATE_MIN_ISR)
 
     def term(self) -> int:
+        if not self.replicas.has_topic(STATE_TOPIC):
+            # made by the first FindCoordinator for a transactional ID, never here: the
+            # expiry task runs from a broker's start, when too few brokers may be up to give
+            # the state its replicas
+            raise TxnError(ErrorCode.not_coordinator, "no transaction has a coordinator yet")
         info = self.coordinator()
         if info is None or info.node_id != self.replicas.node_id:
             raise TxnError(ErrorCode.not_coordinator,

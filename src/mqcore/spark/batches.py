@@ -1,6 +1,7 @@
 """The Arrow batches a Spark task hands Spark for one offset range, batch read or stream.
 
-Store.iter_arrow builds them with the Cython decoder (no Python object per record); two things
+Store.iter_arrow builds them with the Cython decoder (no Python object per record), or with
+query options the store's query engine finds the matches (spark/query.py); two things
 are Spark's and done here with array operations: with includeHeaders, a record without headers
 has `headers` null, as in Spark's Kafka source (the store's Arrow column, like Message.headers,
 holds an empty list); with includeExtras, mqcore's msg_id and tag columns are appended.
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from mqcore.spark.extras import add_extras
 from mqcore.spark.options import ReadOptions
+from mqcore.spark.query import query_batches
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -23,17 +25,22 @@ if TYPE_CHECKING:
 
 def range_batches(store: Store, rng: OffsetRange, opts: ReadOptions) -> Iterator[pa.RecordBatch]:
     """The records of `rng` as batches of at most maxRecordsPerBatch rows and
-    maxBytesPerBatch bytes, in the read's Spark schema."""
-    for batch in store.iter_arrow(
-        rng.topic,
-        rng.partition,
-        rng.start,
-        rng.end,
-        include_headers=opts.include_headers or opts.include_extras,
-        max_records=opts.max_records_per_batch,
-        max_bytes=opts.max_bytes_per_batch,
-        isolation_level=opts.isolation_level,
-    ):
+    maxBytesPerBatch bytes, in the read's Spark schema; with query options, only those that
+    match them (spark/query.py)."""
+    if opts.query is not None:
+        batches = query_batches(store, rng, opts)
+    else:
+        batches = store.iter_arrow(
+            rng.topic,
+            rng.partition,
+            rng.start,
+            rng.end,
+            include_headers=opts.include_headers or opts.include_extras,
+            max_records=opts.max_records_per_batch,
+            max_bytes=opts.max_bytes_per_batch,
+            isolation_level=opts.isolation_level,
+        )
+    for batch in batches:
         if opts.include_headers:
             batch = null_empty_headers(batch)
         if opts.include_extras:

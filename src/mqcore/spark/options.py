@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mqcore.config import validate_name
-from mqcore.errors import InvalidConfigError, InvalidTopicError
+from mqcore.errors import InvalidConfigError, InvalidTopicError, MQCoreError
 from mqcore.query.pattern import BytesPattern, compile_pattern
 
 # Kafka's special offsets in the per-partition JSON
@@ -34,6 +34,10 @@ TopicPartition = tuple[str, int]
 STRATEGIES = ("subscribe", "subscribePattern", "assign")
 
 ISOLATION_OPTION = "kafka.isolation.level"
+
+# mqcore's queries, answered in the reader by the store's engine (spark/query.py): options of
+# the DataFrame, so a reused DataFrame answers each query as a fresh one
+QUERY_OPTIONS = ("key", "keys", "msgId", "uniqueId", "tag", "where", "contains", "regex")
 
 # mqcore's own options: bounds of the Arrow batches read() yields
 DEFAULT_MAX_RECORDS_PER_BATCH = 65536
@@ -56,6 +60,7 @@ KNOWN_OPTIONS = (
     "maxRecordsPerPartition",
     "maxRecordsPerBatch",
     "maxBytesPerBatch",
+    *QUERY_OPTIONS,
 )
 
 # Kafka source options that mean nothing to a batch read of a local store: accepted (a job
@@ -135,6 +140,26 @@ class Bound:
 
 
 @dataclass(frozen=True)
+class Query:
+    """The query options of a read, checked: at most one lookup (keys, a store ID or a unique
+    ID) and any of the scan filters; every record read must match them all."""
+
+    keys: tuple[bytes, ...] = ()
+    msg_id: tuple[str, int, int] | None = None  # (topic, partition, offset)
+    unique_id: str | None = None
+    tag: str | None = None
+    where: str | None = None
+    contains: bytes | None = None
+    regex: str | None = None
+
+    @property
+    def scan_filters(self) -> dict[str, Any]:
+        """The filters as Store.search's arguments."""
+        return {"tag": self.tag, "where": self.where, "contains": self.contains,
+                "regex": self.regex}  # fmt: skip
+
+
+@dataclass(frozen=True)
 class ReadOptions:
     """A checked batch read: the store, the partitions, the range and how to split it."""
 
@@ -153,6 +178,7 @@ class ReadOptions:
     # Kafka's consumer setting, which Spark's Kafka source takes as kafka.isolation.level:
     # read_committed reads to the last stable offset, without aborted transactions' records
     isolation_level: str = "read_uncommitted"
+    query: Query | None = None  # mqcore's query options (None: every record)
 
     @property
     def committed(self) -> bool:
@@ -209,7 +235,59 @@ def _read_options(opts: dict[str, str], path: str, starting: Bound, ending: Boun
         or DEFAULT_MAX_RECORDS_PER_BATCH,
         max_bytes_per_batch=_positive(opts, "maxBytesPerBatch") or DEFAULT_MAX_BYTES_PER_BATCH,
         isolation_level=_choice(opts, ISOLATION_OPTION, ("read_uncommitted", "read_committed")),
+        query=_query(opts),
     )
+
+
+def _query(opts: dict[str, str]) -> Query | None:
+    """The query options, checked as the store checks them (InvalidConfigError naming the
+    option); None when the read has none."""
+    from mqcore.query.engine import make_spec
+    from mqcore.query.ids import decode_msg_id, parse_uid
+
+    given = {name: opts[name] for name in QUERY_OPTIONS if name in opts}
+    if not given:
+        return None
+    lookups = [name for name in ("key", "keys", "msgId", "uniqueId") if name in given]
+    if len(lookups) > 1:
+        raise InvalidConfigError(
+            f"options {' and '.join(repr(n) for n in lookups)} are each a lookup: give one of "
+            "key/keys, msgId, uniqueId (with any of tag, where, contains, regex)"
+        )
+    keys: tuple[bytes, ...] = ()
+    if "key" in given:
+        keys = (given["key"].encode(),)
+    elif "keys" in given:
+        try:
+            listed = json.loads(given["keys"])
+        except ValueError:
+            listed = None
+        if not isinstance(listed, list) or not listed or \
+                not all(isinstance(k, str) for k in listed):  # fmt: skip
+            raise InvalidConfigError(
+                f'option \'keys\' must be a JSON array of strings, like ["a","b"], not '
+                f"{given['keys'][:80]!r}"
+            )
+        keys = tuple(dict.fromkeys(k.encode() for k in listed))
+    msg_id = unique_id = None
+    try:
+        if "msgId" in given:
+            msg_id = decode_msg_id(given["msgId"].strip())
+        if "uniqueId" in given:
+            parse_uid(given["uniqueId"].strip())
+            unique_id = given["uniqueId"].strip()
+    except MQCoreError as e:
+        raise InvalidConfigError(f"option {lookups[0]!r}: {e}") from None
+    contains = given["contains"].encode() if "contains" in given else None
+    q = Query(keys, msg_id, unique_id, given.get("tag"), given.get("where"), contains,
+              given.get("regex"))  # fmt: skip
+    for name, filters in (("tag", {"tag": q.tag}), ("where", {"where": q.where}),
+                          ("regex", {"regex": q.regex})):  # fmt: skip
+        try:  # a bad tag, selector or regex is named now, not in a task
+            make_spec(None, None, **filters)
+        except MQCoreError as e:
+            raise InvalidConfigError(f"option {name!r}: {e}") from None
+    return q
 
 
 def parse_stream_options(options: Mapping[str, str]) -> StreamOptions:
