@@ -192,3 +192,34 @@ def test_a_reused_dataframe_with_query_options_answers_each_query_afresh(
     assert len(second) == len(first) + 3
     narrowed = sorted((r.partition, r.offset) for r in df.where("partition = 1").collect())
     assert narrowed == [x for x in second if x[0] == 1]
+
+
+EXTRAS = [{}, {"includeHeaders": "true"}, {"includeExtras": "true"},
+          {"includeHeaders": "true", "includeExtras": "true"}]  # fmt: skip
+
+
+@pytest.mark.parametrize("extra", EXTRAS)
+def test_a_querys_rows_are_the_plain_reads_rows(
+    query_store: tuple[str, list[Any]], extra: dict[str, str]
+) -> None:
+    """The matches' Arrow rows (built from the engine's messages) equal, column by column,
+    those the Cython decoder builds for a plain read of the same records (headers, nulls,
+    timestamps and the extra columns included)."""
+    path, everything = query_store
+    base = {"path": path, "subscribe": TOPIC, "maxRecordsPerBatch": "7", **extra}
+
+    def table_rows(options: dict[str, str]) -> list[tuple[Any, ...]]:
+        source = MqcoreDataSource(options)
+        reader = source.reader(source.schema())
+        out = []
+        for part in reader.partitions():
+            for batch in reader.read(part):
+                out += [tuple(r.values()) for r in batch.to_pylist()]
+        return sorted(out, key=lambda r: (r[3], r[4]))
+
+    plain = table_rows(base)
+    for options in ({"tag": "red"}, {"keys": '["k1", "k3"]'},
+                    {"where": "region = 'eu' AND amount > 50"}):  # fmt: skip
+        keep = brute(options)
+        wanted = {(m.partition, m.offset) for m in everything if keep(m)}
+        assert table_rows({**base, **options}) == [r for r in plain if (r[3], r[4]) in wanted]

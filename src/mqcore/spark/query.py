@@ -93,22 +93,37 @@ def query_batches(store: Store, rng: OffsetRange, opts: ReadOptions) -> Iterator
 
 
 def messages_batch(msgs: list[Message], include_headers: bool) -> pa.RecordBatch:
-    """`msgs` as one RecordBatch of arrow.kafka_schema (timestamps in microseconds)."""
+    """`msgs` as one RecordBatch of arrow.kafka_schema (timestamps in microseconds); the
+    headers as one flat key array and one value array cut by list offsets, not a Python
+    object per header."""
     import pyarrow as pa
 
     from mqcore.arrow import kafka_schema
 
     schema = kafka_schema(include_headers)
-    columns: list[Any] = [
-        [m.key for m in msgs],
-        [m.value for m in msgs],
-        [m.topic for m in msgs],
-        [m.partition for m in msgs],
-        [m.offset for m in msgs],
-        [m.timestamp * 1000 for m in msgs],
-        [m.timestamp_type for m in msgs],
+    arrays = [
+        pa.array([m.key for m in msgs], pa.binary()),
+        pa.array([m.value for m in msgs], pa.binary()),
+        pa.array([m.topic for m in msgs], pa.string()),
+        pa.array([m.partition for m in msgs], pa.int32()),
+        pa.array([m.offset for m in msgs], pa.int64()),
+        pa.array([m.timestamp * 1000 for m in msgs], pa.int64()).cast(schema.field(5).type),
+        pa.array([m.timestamp_type for m in msgs], pa.int32()),
     ]
     if include_headers:
-        columns.append([[{"key": k, "value": v} for k, v in m.headers] for m in msgs])
-    arrays = [pa.array(c, type=f.type) for c, f in zip(columns, schema, strict=True)]
+        names: list[str] = []
+        values: list[bytes | None] = []
+        ends = [0]
+        for m in msgs:
+            for k, v in m.headers:
+                names.append(k)
+                values.append(v)
+            ends.append(len(names))
+        field = schema.field(7).type.value_type
+        pairs = pa.StructArray.from_arrays(
+            [pa.array(names, pa.string()), pa.array(values, pa.binary())],
+            fields=list(field),
+        )
+        arrays.append(pa.ListArray.from_arrays(pa.array(ends, pa.int32()), pairs,
+                                               type=schema.field(7).type))  # fmt: skip
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
