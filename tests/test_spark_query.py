@@ -223,3 +223,48 @@ def test_a_querys_rows_are_the_plain_reads_rows(
         keep = brute(options)
         wanted = {(m.partition, m.offset) for m in everything if keep(m)}
         assert table_rows({**base, **options}) == [r for r in plain if (r[3], r[4]) in wanted]
+
+
+def test_a_stream_with_query_options_gets_the_matches_of_each_micro_batch(
+    session: SparkSession, tmp_path: Path
+) -> None:
+    """spark.readStream with `tag` and `where`: the micro-batches hold exactly the matching
+    records, those of the first run and those appended before the second (from the
+    checkpoint), each once."""
+    import pyarrow as pa
+
+    path = str(tmp_path / "store")
+    everything = make_store(path, seed=11)
+    options = {"tag": "blue", "where": "region = 'eu' AND amount > 50"}
+    keep = brute(options)
+    tables: list[pa.Table] = []
+
+    def run() -> None:
+        reader = session.readStream.format("mqcore").option("subscribe", TOPIC) \
+            .option("startingOffsets", "earliest")  # fmt: skip
+        for name, value in options.items():
+            reader = reader.option(name, value)
+        query = (reader.load(path).writeStream
+                 .foreachBatch(lambda df, _: tables.append(df.toArrow()))
+                 .option("checkpointLocation", str(tmp_path / "ck")).start())  # fmt: skip
+        try:
+            query.processAllAvailable()
+        finally:
+            query.stop()
+
+    def seen() -> list[tuple[int, int]]:
+        pairs = []
+        for t in tables:
+            pairs += zip(t.column("partition").to_pylist(), t.column("offset").to_pylist(),
+                         strict=True)  # fmt: skip
+        return sorted(pairs)
+
+    run()
+    assert seen() == sorted((m.partition, m.offset) for m in everything if keep(m))
+    with mqcore.open(path) as st:
+        for p in range(3):
+            st.append_batch(TOPIC, [b"late", b"late"], partition=p, tags=["blue", "red"],
+                            properties=[{"region": "eu", "amount": 99}] * 2)  # fmt: skip
+        everything = [m for p in range(3) for m in st.read(TOPIC, p, 0, 1_000_000)]
+    run()
+    assert seen() == sorted((m.partition, m.offset) for m in everything if keep(m))
