@@ -386,8 +386,8 @@ def test_consume_transform_produce_is_exactly_once_on_three_brokers_while_proces
     """Issue 34's exactly-once proof on issue 33's cluster: three `mqcore serve` processes,
     `in` and `out` replicated three times (min.insync.replicas 2); the copier of
     test_server_transactions.py (confluent-kafka: read_committed consumer, transactional
-    producer, send_offsets_to_transaction) copies 30,000 numbered messages while the test
-    SIGKILLs, 12 times at random moments, the copier's process or a broker (the transaction
+    producer, send_offsets_to_transaction) copies 15,000 numbered messages while the test
+    SIGKILLs, 8 times at random moments, the copier's process or a broker (the transaction
     coordinator's, the groups' coordinator's or another), restarting what it killed: `out`
     read read_committed holds every input exactly once, in order per partition."""
     import random
@@ -400,7 +400,7 @@ def test_consume_transform_produce_is_exactly_once_on_three_brokers_while_proces
     from test_server_transactions import COPIER, STUCK, stop
 
     rng = random.Random(3334)
-    partitions, total = 2, 30_000
+    partitions, total = 2, 15_000
     flags = ["--zk-session-timeout-ms", "4000"]
     with process_cluster(zk, tmp_path, 3, flags, links=False) as cluster:
         admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
@@ -449,7 +449,7 @@ def test_consume_transform_produce_is_exactly_once_on_three_brokers_while_proces
             return done > before
 
         try:
-            for _ in range(12):
+            for _ in range(8):
                 before = committed()
                 until(lambda before=before: before >= total or progressed(before),
                       "the copier to commit again", timeout=180, cluster=cluster)  # fmt: skip
@@ -473,7 +473,7 @@ def test_consume_transform_produce_is_exactly_once_on_three_brokers_while_proces
                   "every input message copied", timeout=300, cluster=cluster)  # fmt: skip
         finally:
             stop(procs["copier"], kill=True)
-        assert kills["copier"] >= 3 and kills["broker"] >= 3, kills
+        assert kills["copier"] >= 2 and kills["broker"] >= 3, kills
         got = consume_all(cluster.bootstrap, "out", partitions, "read_committed")
     for p in range(partitions):
         out = [v for part, _, v in sorted(got) if part == p]

@@ -1,7 +1,9 @@
 """Whether Spark's Python workers can import mqcore: checked when the source is registered.
 
-Spark starts its Python workers with PYSPARK_PYTHON as read when the SparkContext started,
-else `python3` on PATH, not with the driver's interpreter. A script run with a virtualenv's
+Spark starts the Python workers that plan a read (on the driver) with PYSPARK_PYTHON as read
+when the SparkContext started, else `python3` on PATH, and those of the executors with the
+`spark.pyspark.python` setting when it is set, else the same: not with the driver's
+interpreter. A script run with a virtualenv's
 python without activating the virtualenv therefore gets workers that lack mqcore, and the first
 read fails deep in a worker with an unpickling traceback. register() runs that interpreter once
 with the workers' PYTHONPATH and says what is wrong in one sentence instead.
@@ -24,36 +26,48 @@ _good: set[tuple[str, str, str]] = set()  # (python, PYTHONPATH, cwd) that impor
 
 
 def check_workers(spark: Any) -> None:
-    """Raise InvalidConfigError when the Python Spark starts its workers with cannot import
-    mqcore. Spark Connect sessions are not checked (their workers run on the server)."""
+    """Raise InvalidConfigError when a Python Spark starts its workers with cannot import
+    mqcore: the planner processes on the driver run PYSPARK_PYTHON (as read when the
+    SparkContext started; else `python3`), the executors `spark.pyspark.python` when it is set
+    (else the same), and each must. Spark Connect sessions are not checked (their workers run
+    on the server)."""
     try:
         sc = spark.sparkContext
     except (AttributeError, NotImplementedError):
         return
-    python = str(sc.pythonExec)
     env = dict(os.environ)
     env.update({str(k): str(v) for k, v in dict(sc.environment).items()})
     paths = [str(sc.environment.get("PYTHONPATH", "")), os.environ.get("PYTHONPATH", "")]
     env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
-    key = (python, env["PYTHONPATH"], os.getcwd())
-    if key in _good:
-        return
-    problem = _import_problem(python, env)
-    if problem is None:
-        _good.add(key)
-        return
+    executors = sc.getConf().get("spark.pyspark.python", None)
+    for python, setting in ((str(sc.pythonExec), None),
+                            (executors, "spark.pyspark.python")):  # fmt: skip
+        if python is None:
+            continue
+        key = (python, env["PYTHONPATH"], os.getcwd())
+        if key in _good:
+            continue
+        problem = _import_problem(python, env)
+        if problem is None:
+            _good.add(key)
+            continue
+        raise InvalidConfigError(
+            f"Spark's Python workers run {_named(python, setting)}, which cannot import mqcore "
+            f"({problem}): set {setting or 'PYSPARK_PYTHON'} to a Python that has mqcore, such "
+            f"as this one ({sys.executable}), before the SparkSession starts"
+        )
+
+
+def _named(python: str, setting: str | None) -> str:
+    """Where the workers' Python comes from, for the refusal."""
+    if setting is not None:
+        return f"{setting}={python!r}"
     given = os.environ.get("PYSPARK_PYTHON")
     if given == python:
-        where = f"PYSPARK_PYTHON={python!r}"
-    elif given:
-        where = f"{python!r} (PYSPARK_PYTHON={given!r} was set after the SparkSession started)"
-    else:
-        where = f"{python!r} (PYSPARK_PYTHON is not set)"
-    raise InvalidConfigError(
-        f"Spark's Python workers run {where}, which cannot import mqcore ({problem}): set "
-        f"PYSPARK_PYTHON to a Python that has mqcore, such as this one ({sys.executable}), "
-        f"before the SparkSession starts"
-    )
+        return f"PYSPARK_PYTHON={python!r}"
+    if given:
+        return f"{python!r} (PYSPARK_PYTHON={given!r} was set after the SparkSession started)"
+    return f"{python!r} (PYSPARK_PYTHON is not set)"
 
 
 def _import_problem(python: str, env: dict[str, str]) -> str | None:
