@@ -497,3 +497,52 @@ def test_the_state_topic_is_made_by_the_first_transactional_client(
     confluent_producer(cluster.bootstrap, "first")
     assert replicas.has_topic(STATE_TOPIC)
     assert len(replicas.partitions(STATE_TOPIC)[0].replicas) == 3
+
+
+def test_write_txn_markers_is_bounded_in_size_and_time(
+    make_cluster: Callable[..., InProcessCluster],
+) -> None:
+    """WriteTxnMarkers (which any client of a cluster without ACLs may send, as Kafka's) holds a
+    request thread REPLICATION_TIMEOUT at most: the markers of three partitions whose followers
+    are held back are answered together at that deadline (not one timeout after another), and
+    a request naming more than MAX_MARKER_PARTITIONS partitions is refused whole."""
+    from kio.index import load_payload_module
+    from kio.schema.errors import ErrorCode
+    from kio.static.constants import EntityType
+
+    from mqcore.server.txnapis import MAX_MARKER_PARTITIONS
+    from mqcore.server.txncluster import REPLICATION_TIMEOUT
+
+    cluster = make_cluster()
+    replicas = cluster.any().replicas
+    assert replicas is not None
+    # three partitions led by broker 1, every replica needed (min.insync.replicas 3): with the
+    # followers held back no marker can be answered as written
+    replicas.create_topic("held", 3, 3, {"min.insync.replicas": "3"},
+                          assignment={p: [1, 2, 3] for p in range(3)})  # fmt: skip
+    for p in range(3):
+        until(lambda p=p: cluster.state("held", p).leader == 1, "broker 1 to lead")
+    w = load_payload_module(27, 1, EntityType.request)
+    wire = KioWire(("127.0.0.1", cluster.servers[1].port))
+    try:
+
+        def markers(partitions: list[int]) -> Any:
+            topic = w.WritableTxnMarkerTopic(name="held", partition_indexes=tuple(partitions))
+            marker = w.WritableTxnMarker(producer_id=77, producer_epoch=0,
+                                         transaction_result=False, coordinator_epoch=0,
+                                         topics=(topic,))  # fmt: skip
+            return wire.call(27, 1, markers=(marker,))
+
+        too_many = markers(list(range(MAX_MARKER_PARTITIONS + 1)))
+        codes = {p.error_code for p in too_many.markers[0].topics[0].partitions}
+        assert codes == {ErrorCode.invalid_request}
+        cluster.hold(2, 3)
+        started = time.monotonic()
+        answer = markers([0, 1, 2])
+        took = time.monotonic() - started
+        cluster.release()
+        assert all(p.error_code != ErrorCode.none for p in answer.markers[0].topics[0].partitions)
+        # one shared deadline: one timeout for the three, not one after another (three)
+        assert took < 2 * REPLICATION_TIMEOUT, took
+    finally:
+        wire.close()

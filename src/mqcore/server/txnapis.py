@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime
 import functools
 import struct
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +34,7 @@ from mqcore.server.transactions import (
     TxnError,
 )
 from mqcore.server.txncluster import (
+    REPLICATION_TIMEOUT,
     BrokerClients,
     ClusterHost,
     wait_committed,
@@ -45,6 +47,8 @@ if TYPE_CHECKING:
 Handler = Callable[[Api, Any, Session], Any]
 _PRODUCER = struct.Struct(">qh")  # producerId, producerEpoch at byte 43 of a v2 batch
 REFUSED = ErrorCode.transactional_id_authorization_failed
+# partitions one WriteTxnMarkers may name (a coordinator's name one; Kafka's a transaction's)
+MAX_MARKER_PARTITIONS = 10_000
 
 
 def _code(e: MQCoreError) -> ErrorCode:
@@ -213,19 +217,26 @@ class TxnApis:
         m = found.module
         cluster = self.broker.cluster
         results = []
+        allowed = cluster is not None and self.refusal is None and self.broker.authorizer is None
+        count = sum(len(t.partition_indexes) for marker in body.markers for t in marker.topics)
+        # one wait for the whole request, and a bound on its size: a request thread is held
+        # REPLICATION_TIMEOUT at most, whatever a client sends
+        deadline = time.monotonic() + REPLICATION_TIMEOUT
         for marker in body.markers:
             topics = []
             for t in marker.topics:
                 parts = []
                 for p in t.partition_indexes:
                     code = ErrorCode.cluster_authorization_failed
-                    if cluster is not None and self.refusal is None \
-                            and self.broker.authorizer is None:  # fmt: skip
+                    if allowed and count > MAX_MARKER_PARTITIONS:
+                        code = ErrorCode.invalid_request
+                    elif allowed:
+                        assert cluster is not None
                         code = _outcome(functools.partial(
                             write_local_marker, self.broker.store, cluster, t.name, p,
-                            marker.producer_id,
-                            marker.producer_epoch, marker.transaction_result,
-                            marker.coordinator_epoch))  # fmt: skip
+                            marker.producer_id, marker.producer_epoch,
+                            marker.transaction_result, marker.coordinator_epoch,
+                            deadline))  # fmt: skip
                     parts.append(build(m.WritableTxnMarkerPartitionResult, partition_index=p,
                                        error_code=code))  # fmt: skip
                 topics.append(build(m.WritableTxnMarkerTopicResult, name=t.name,

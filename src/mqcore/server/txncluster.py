@@ -160,7 +160,7 @@ class ClusterHost:
 
 def write_local_marker(
     store: Store, replicas: ReplicaManager, topic: str, partition: int, producer_id: int,
-    epoch: int, commit: bool, term: int,
+    epoch: int, commit: bool, term: int, deadline: float | None = None,
 ) -> None:  # fmt: skip
     """A marker appended by this broker as the partition's leader, returned once the in-sync
     replicas have it (NotLeaderOrFollower, ReplicationError, ProducerFenced otherwise); at
@@ -171,13 +171,17 @@ def write_local_marker(
         offset = store.log.replica(topic, partition).log_end_offset - 1
     else:
         offset = replicas.append_marker(topic, partition, producer_id, epoch, commit, term)
-    wait_committed(replicas, topic, partition, offset)
+    wait_committed(replicas, topic, partition, offset, deadline)
 
 
-def wait_committed(replicas: ReplicaManager, topic: str, partition: int, last: int) -> None:
+def wait_committed(
+    replicas: ReplicaManager, topic: str, partition: int, last: int, deadline: float | None = None
+) -> None:
     """Return once `last` is committed (ReplicaManager.committed), ReplicationError after
-    REPLICATION_TIMEOUT; NotLeaderOrFollower (and NotEnoughReplicasAfterAppend) as raised."""
-    deadline = time.monotonic() + REPLICATION_TIMEOUT
+    REPLICATION_TIMEOUT (or at `deadline`, monotonic seconds); NotLeaderOrFollower (and
+    NotEnoughReplicasAfterAppend) as raised."""
+    if deadline is None:
+        deadline = time.monotonic() + REPLICATION_TIMEOUT
     pause = 0.001
     while not replicas.committed(topic, partition, last):
         if time.monotonic() >= deadline:
