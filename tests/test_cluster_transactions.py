@@ -391,13 +391,10 @@ def test_consume_transform_produce_is_exactly_once_on_three_brokers_while_proces
     coordinator's, the groups' coordinator's or another), restarting what it killed: `out`
     read read_committed holds every input exactly once, in order per partition."""
     import random
-    import subprocess
-    import sys
 
-    from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+    from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
-    from conftest import child_env
-    from test_server_transactions import COPIER, STUCK, stop
+    from test_server_transactions import Copier, stop
 
     rng = random.Random(3334)
     partitions, total = 2, 15_000
@@ -414,51 +411,18 @@ def test_consume_transform_produce_is_exactly_once_on_three_brokers_while_proces
             if n % 5000 == 0:
                 feeder.poll(0)
         assert feeder.flush(WAIT) == 0
-        log = tmp_path / "copier.log"
-
-        def start_copier() -> subprocess.Popen[str]:
-            with open(log, "a") as err:
-                return subprocess.Popen([sys.executable, "-c", COPIER, cluster.bootstrap,
-                                         str(partitions)], env=child_env(),
-                                        stdout=subprocess.PIPE, stderr=err, text=True)  # fmt: skip
-
-        def committed() -> int:
-            c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "copier"})
-            try:
-                got = c.committed([TopicPartition("in", p) for p in range(partitions)], 10)
-                return sum(max(t.offset, 0) for t in got)
-            except KafkaException:  # the groups' coordinator is moving
-                return -1
-            finally:
-                c.close()
-
-        procs = {"copier": start_copier()}
-        seen = {"at": time.monotonic(), "committed": 0}
+        copier = Copier(cluster.bootstrap, partitions, tmp_path / "copier.log")
         kills: dict[str, int] = {"copier": 0, "broker": 0}
-
-        def progressed(before: int) -> bool:
-            """Whether the copier committed past `before`; a copier that died or made no
-            progress for STUCK seconds is started again (test_server_transactions.py)."""
-            now, done = time.monotonic(), committed()
-            if done > seen["committed"]:
-                seen["at"], seen["committed"] = now, done
-            if procs["copier"].poll() is not None or now - seen["at"] > STUCK:
-                stop(procs["copier"], kill=True)
-                procs["copier"] = start_copier()
-                seen["at"] = now
-            return done > before
-
         try:
             for _ in range(8):
-                before = committed()
-                until(lambda before=before: before >= total or progressed(before),
+                before = copier.committed()
+                until(lambda before=before: before >= total or copier.progressed(before),
                       "the copier to commit again", timeout=180, cluster=cluster)  # fmt: skip
                 time.sleep(rng.uniform(0, 0.4))
                 victim = rng.choice(["copier", "broker", "broker"])
                 kills[victim] += 1
                 if victim == "copier":
-                    stop(procs["copier"], kill=True)
-                    procs["copier"] = start_copier()
+                    copier.kill()
                     continue
                 node = rng.choice([cluster.state(STATE_TOPIC, 0).leader,
                                    cluster.state("__consumer_offsets", 0).leader,
@@ -469,10 +433,10 @@ def test_consume_transform_produce_is_exactly_once_on_three_brokers_while_proces
                                             for t in (STATE_TOPIC, "__consumer_offsets")),
                       "the coordinators to move", cluster=cluster)  # fmt: skip
                 cluster.brokers[node].start()
-            until(lambda: progressed(total - 1) and committed() >= total,
+            until(lambda: copier.progressed(total - 1) and copier.committed() >= total,
                   "every input message copied", timeout=300, cluster=cluster)  # fmt: skip
         finally:
-            stop(procs["copier"], kill=True)
+            stop(copier.proc, kill=True)
         assert kills["copier"] >= 2 and kills["broker"] >= 3, kills
         got = consume_all(cluster.bootstrap, "out", partitions, "read_committed")
     for p in range(partitions):

@@ -455,6 +455,54 @@ while True:
 """
 
 
+class Copier:
+    """The COPIER process against `bootstrap`, as a supervisor keeps it: `committed()` is the
+    group's committed input offsets (-1 while its coordinator moves); `progressed(before)`
+    says whether they passed `before`, and starts the copier again when it died (a
+    transactional client's errors are fatal) or made no progress for STUCK seconds
+    (librdkafka, its broker killed under a request, can wait on it for good); `kill()`."""
+
+    def __init__(self, bootstrap: str, partitions: int, log: Path):
+        self.bootstrap, self.partitions, self.log = bootstrap, partitions, log
+        self.proc = self._start()
+        self.seen_at, self.seen = time.monotonic(), 0
+
+    def _start(self) -> subprocess.Popen[str]:
+        with open(self.log, "a") as err:  # what the copier's client said, for a failure's report
+            return subprocess.Popen([sys.executable, "-c", COPIER, self.bootstrap,
+                                     str(self.partitions)], env=child_env(),
+                                    stdout=subprocess.PIPE, stderr=err, text=True)  # fmt: skip
+
+    def committed(self) -> int:
+        from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+        c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "copier"})
+        try:
+            got = c.committed([TopicPartition("in", p) for p in range(self.partitions)], 10)
+            return sum(max(t.offset, 0) for t in got)
+        except KafkaException:  # the server is starting again, or the coordinator moving
+            return -1
+        finally:
+            c.close()
+
+    def progressed(self, before: int) -> bool:
+        now, done = time.monotonic(), self.committed()
+        if done > self.seen:
+            self.seen_at, self.seen = now, done
+        if self.proc.poll() is not None or now - self.seen_at > STUCK:
+            self.kill()
+            self.seen_at = now
+        return done > before
+
+    def kill(self) -> None:
+        """SIGKILL the copier and start it again."""
+        stop(self.proc, kill=True)
+        self.proc = self._start()
+
+    def tail(self) -> str:
+        return "\n".join(self.log.read_text().splitlines()[-40:])
+
+
 @pytest.mark.slow
 def test_consume_transform_produce_is_exactly_once_while_processes_are_killed(
     tmp_path: Path,
@@ -477,57 +525,18 @@ def test_consume_transform_produce_is_exactly_once_while_processes_are_killed(
                 s.append_batch("in", [b"%06d" % n for n in numbers[chunk:chunk + 10_000]],
                                partition=p)  # fmt: skip
     bootstrap = f"127.0.0.1:{port}"
-
-    log = tmp_path / "copier.log"
-
-    def start_copier() -> subprocess.Popen[str]:
-        with open(log, "a") as err:  # what the copier's client said, for a failure's report
-            return subprocess.Popen([sys.executable, "-c", COPIER, bootstrap, str(partitions)],
-                                    env=child_env(), stdout=subprocess.PIPE, stderr=err,
-                                    text=True)  # fmt: skip
-
-    def committed() -> int:
-        from confluent_kafka import Consumer, KafkaException, TopicPartition
-
-        c = Consumer({"bootstrap.servers": bootstrap, "group.id": "copier"})
-        try:
-            got = c.committed([TopicPartition("in", p) for p in range(partitions)], 10)
-            return sum(max(t.offset, 0) for t in got)
-        except KafkaException:  # the server is starting again
-            return -1
-        finally:
-            c.close()
-
     server = serve(path, port)
-    procs = {"copier": start_copier()}
+    copier = Copier(bootstrap, partitions, tmp_path / "copier.log")
     kills = {"copier": 0, "server": 0}
-
-    seen = {"at": time.monotonic(), "committed": 0}
-
-    def progressed(before: int) -> bool:
-        """Whether the copier committed past `before`, as a supervisor sees it: a copier
-        that died (its broker was killed under it: a transactional client's errors are
-        fatal) or that made no progress for STUCK seconds (librdkafka, its broker killed
-        under a request, can wait on it for good) is started again."""
-        now, done = time.monotonic(), committed()
-        if done > seen["committed"]:
-            seen["at"], seen["committed"] = now, done
-        if procs["copier"].poll() is not None or now - seen["at"] > STUCK:
-            stop(procs["copier"], kill=True)
-            procs["copier"] = start_copier()
-            seen["at"] = now
-        return done > before
-
     try:
         for _ in range(30):
-            before = committed()
+            before = copier.committed()
             try:
-                until(lambda before=before: before >= total or progressed(before),
+                until(lambda before=before: before >= total or copier.progressed(before),
                       "the copier to commit again", timeout=120)  # fmt: skip
             except AssertionError as e:
-                tail = "\n".join(log.read_text().splitlines()[-40:])
                 raise AssertionError(
-                    f"{e}; committed {before}; the copier's log:\n{tail}"
+                    f"{e}; committed {before}; the copier's log:\n{copier.tail()}"
                 ) from None
             time.sleep(rng.uniform(0, 0.4))  # a random moment of the loop's work
             victim = rng.choice(["copier", "copier", "server"])
@@ -536,12 +545,11 @@ def test_consume_transform_produce_is_exactly_once_while_processes_are_killed(
                 stop(server, kill=True)
                 server = serve(path, port)
             else:
-                stop(procs["copier"], kill=True)
-                procs["copier"] = start_copier()
-        until(lambda: progressed(total - 1) and committed() >= total,
+                copier.kill()
+        until(lambda: copier.progressed(total - 1) and copier.committed() >= total,
               "every input message copied", timeout=300)  # fmt: skip
     finally:
-        stop(procs["copier"], kill=True)
+        stop(copier.proc, kill=True)
         stop(server)
     assert kills["server"] >= 5 and kills["copier"] >= 5
     with mqcore.open(path, read_only=True) as s:

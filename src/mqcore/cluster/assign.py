@@ -23,6 +23,14 @@ NO_LEADER = -1
 INTERNAL_REPLICATION_FACTOR = 3
 
 
+def state_topic_configs(segment_bytes: int) -> dict[str, str]:
+    """Kafka's settings of an internal state topic as the cluster makes one (the offsets,
+    share-group and transaction state): compacted, without mqcore's query indexes, segments of
+    `segment_bytes`."""
+    return {"cleanup.policy": "compact", "unique.ids": "false", "key.index": "false",
+            "segment.bytes": str(segment_bytes)}  # fmt: skip
+
+
 def rack_alternated(racks: Mapping[int, str]) -> list[int]:
     """Brokers ordered rack by rack in turn (racks by name, brokers by ID within a rack):
     0, 3, 1, 5, 4, 2 for {0: r1, 1: r3, 2: r3, 3: r2, 4: r2, 5: r1}."""

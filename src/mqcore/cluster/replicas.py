@@ -33,7 +33,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from mqcore.cluster.assign import INTERNAL_REPLICATION_FACTOR, NO_LEADER
 from mqcore.cluster.controller import CAS_ATTEMPTS, ClusterController
@@ -66,6 +66,7 @@ from mqcore.log.internal import is_internal, refuse_internal
 from mqcore.store import Store
 
 log = logging.getLogger("mqcore.cluster")
+_T = TypeVar("_T")
 
 FETCH_MAX_WAIT_MS = 500  # Kafka's replica.fetch.wait.max.ms
 FETCH_MAX_BYTES = 10 * 1024 * 1024  # replica.fetch.response.max.bytes
@@ -410,26 +411,19 @@ class ReplicaManager:
         topic's min.insync.replicas in sync (NotEnoughReplicas: nothing appended); then wait
         for `committed` before answering. `transactional`: the caller verified the producer's
         transaction (ReplicaLog.append_as_leader)."""
-        r = self._leading(topic, partition, -1)
-        with r.lock:
-            leader = r.leader
-            if leader is None or self._fenced:
-                raise NotLeaderOrFollowerError(f"broker {self.node_id} does not lead "
-                                               f"{topic}-{partition}")  # fmt: skip
+
+        def write(replica: ReplicaLog, leader: LeaderPartition) -> AppendInfo:
             if acks == -1:
-                needed = r.log.config.min_insync_replicas
+                needed = replica.config.min_insync_replicas
                 if not leader.enough_replicas(needed):
                     raise NotEnoughReplicasError(
                         f"{topic}-{partition} has {len(leader.isr)} in-sync replicas "
                         f"{sorted(leader.isr)}, min.insync.replicas is {needed}"
                     )
-            info = r.log.append_as_leader(records, leader.leader_epoch,
-                                          transactional=transactional)  # fmt: skip
-            before = r.log.high_watermark
-            after = leader.advance_high_watermark()  # an ISR of one commits at once
-        if after != before:
-            self.on_progress(topic, partition)
-        return info
+            return replica.append_as_leader(records, leader.leader_epoch,
+                                            transactional=transactional)  # fmt: skip
+
+        return self._append_leading(topic, partition, write)
 
     def append_marker(
         self, topic: str, partition: int, producer_id: int, producer_epoch: int, commit: bool,
@@ -438,19 +432,31 @@ class ReplicaManager:
         """A transaction coordinator's COMMIT or ABORT marker appended as leader (Kafka's
         WriteTxnMarkers); returns its offset, which the caller waits to see `committed`.
         NotLeaderOrFollower when this broker does not lead the partition."""
+
+        def write(replica: ReplicaLog, leader: LeaderPartition) -> int:
+            return replica.append_marker(producer_id, producer_epoch, commit, coordinator_epoch,
+                                         leader_epoch=leader.leader_epoch)  # fmt: skip
+
+        return self._append_leading(topic, partition, write)
+
+    def _append_leading(
+        self, topic: str, partition: int, write: Callable[[ReplicaLog, LeaderPartition], _T]
+    ) -> _T:
+        """`write(replica, leader)` under the partition's lock while this broker leads it
+        (NotLeaderOrFollower otherwise), then the high watermark advanced (an ISR of one
+        commits at once) and the waiters told."""
         r = self._leading(topic, partition, -1)
         with r.lock:
             leader = r.leader
             if leader is None or self._fenced:
                 raise NotLeaderOrFollowerError(f"broker {self.node_id} does not lead "
                                                f"{topic}-{partition}")  # fmt: skip
-            offset = r.log.append_marker(producer_id, producer_epoch, commit, coordinator_epoch,
-                                         leader_epoch=leader.leader_epoch)  # fmt: skip
+            result = write(r.log, leader)
             before = r.log.high_watermark
             after = leader.advance_high_watermark()
         if after != before:
             self.on_progress(topic, partition)
-        return offset
+        return result
 
     def open_transaction(self, topic: str, partition: int, producer_id: int, epoch: int) -> bool:
         """Whether the producer, at `epoch`, has a transaction open in this leader's log of

@@ -18,7 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from mqcore.cluster.assign import INTERNAL_REPLICATION_FACTOR, checked_assignment
+from mqcore.cluster.assign import (
+    INTERNAL_REPLICATION_FACTOR,
+    checked_assignment,
+    state_topic_configs,
+)
 from mqcore.config import TopicConfig, topic_setting, validate_name
 from mqcore.consume.offsets import OFFSETS_SEGMENT_BYTES, OFFSETS_TOPIC
 from mqcore.errors import (
@@ -82,8 +86,7 @@ MAX_EPOCH = 0x7FFF
 # OffsetForLeaderEpoch fences by it (Metadata answers -1, no epoch, so clients check none)
 LEADER_EPOCH = 0
 # the offsets topic as consume.offsets makes it on one node (compacted, no query indexes)
-OFFSETS_CONFIGS = {"cleanup.policy": "compact", "unique.ids": "false", "key.index": "false",
-                   "segment.bytes": str(OFFSETS_SEGMENT_BYTES)}  # fmt: skip
+OFFSETS_CONFIGS = state_topic_configs(OFFSETS_SEGMENT_BYTES)
 OFFSETS_COMMIT_TIMEOUT = 5.0  # seconds: Kafka's offsets.commit.timeout.ms
 KEYLESS = "a compacted topic takes only records with a key"  # a keyless record's record error
 

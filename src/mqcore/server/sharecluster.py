@@ -44,6 +44,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
+from mqcore.cluster.assign import state_topic_configs
 from mqcore.consume.fetch import FilteredFetch
 from mqcore.consume.sharestate import SHARE_STATE_TOPIC, STATE_SEGMENT_BYTES
 from mqcore.errors import (
@@ -68,8 +69,7 @@ if TYPE_CHECKING:
     from mqcore._ext.batch import Message
     from mqcore.cluster.zk import BrokerInfo
 
-SHARE_STATE_CONFIGS = {"cleanup.policy": "compact", "unique.ids": "false", "key.index": "false",
-                       "segment.bytes": str(STATE_SEGMENT_BYTES)}  # fmt: skip
+SHARE_STATE_CONFIGS = state_topic_configs(STATE_SEGMENT_BYTES)
 # Kafka's share.coordinator.state.topic.min.isr: a commit is answered once two replicas have it
 # (one on a cluster of one broker)
 STATE_MIN_ISR = 2

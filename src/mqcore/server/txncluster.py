@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
+from mqcore.cluster.assign import state_topic_configs
 from mqcore.cluster.zk import BrokerInfo
 from mqcore.errors import (
     MQCoreError,
@@ -57,8 +58,7 @@ if TYPE_CHECKING:
     from mqcore.cluster.replicas import ReplicaManager
     from mqcore.store import Store
 
-STATE_CONFIGS = {"cleanup.policy": "compact", "unique.ids": "false", "key.index": "false",
-                 "segment.bytes": str(STATE_SEGMENT_BYTES)}  # fmt: skip
+STATE_CONFIGS = state_topic_configs(STATE_SEGMENT_BYTES)
 STATE_MIN_ISR = 2  # Kafka's transaction.state.log.min.isr
 REPLICATION_TIMEOUT = 5.0  # seconds a state change or a marker waits for the in-sync replicas
 FENCED = (ErrorCode.producer_fenced, ErrorCode.invalid_producer_epoch)
