@@ -491,6 +491,23 @@ class ReplicaManager:
                 )
             return True
 
+    def await_committed(
+        self, topic: str, partition: int, last: int, deadline: float, why: str = ""
+    ) -> None:
+        """Return once `last` is `committed`, ReplicationError at `deadline` (monotonic
+        seconds; `why` ends its message); NotLeaderOrFollower (and
+        NotEnoughReplicasAfterAppend) as `committed` raises them. Polls: the followers'
+        fetches move the high watermark meanwhile."""
+        pause = 0.001
+        while not self.committed(topic, partition, last):
+            if time.monotonic() >= deadline:
+                raise ReplicationError(
+                    f"the in-sync replicas of {topic}-{partition} did not take offset {last} "
+                    f"in time{why}"
+                )
+            time.sleep(pause)  # bounded by the deadline
+            pause = min(pause * 2, 0.02)
+
     def follower_fetch(
         self,
         replica_id: int,

@@ -189,16 +189,9 @@ class ShareCluster:
         far (called after the fsync of a commit); NotLeaderOrFollower when it stopped being
         the coordinator, ReplicationError after CONFIRM_TIMEOUT."""
         last = self.view.store.log.replica(SHARE_STATE_TOPIC, 0).log_end_offset - 1
-        deadline = time.monotonic() + CONFIRM_TIMEOUT
-        pause = 0.001
-        while not self.replicas.committed(SHARE_STATE_TOPIC, 0, last):
-            if time.monotonic() >= deadline:
-                raise ReplicationError(
-                    f"the in-sync replicas of {SHARE_STATE_TOPIC} did not take the share state "
-                    f"within {CONFIRM_TIMEOUT:g} s: the commit may not survive a failover"
-                )
-            time.sleep(pause)  # bounded by the deadline; the replicas fetch meanwhile
-            pause = min(pause * 2, 0.02)
+        self.replicas.await_committed(SHARE_STATE_TOPIC, 0, last,
+                                      time.monotonic() + CONFIRM_TIMEOUT,
+                                      ": the commit may not survive a failover")  # fmt: skip
 
     async def forward(self, request: Request, info: BrokerInfo) -> Response:
         """The request sent on to the coordinator, its answer relayed."""

@@ -182,12 +182,4 @@ def wait_committed(
     NotEnoughReplicasAfterAppend) as raised."""
     if deadline is None:
         deadline = time.monotonic() + REPLICATION_TIMEOUT
-    pause = 0.001
-    while not replicas.committed(topic, partition, last):
-        if time.monotonic() >= deadline:
-            raise ReplicationError(
-                f"the in-sync replicas of {topic}-{partition} did not take offset {last} "
-                f"within {REPLICATION_TIMEOUT:g} s"
-            )
-        time.sleep(pause)  # bounded by the deadline; the followers fetch meanwhile
-        pause = min(pause * 2, 0.02)
+    replicas.await_committed(topic, partition, last, deadline)
