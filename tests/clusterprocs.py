@@ -227,6 +227,7 @@ class ProcessCluster:
         self.brokers = {i: BrokerProcess(i, directory / f"broker-{i}", zk, extra or [], env,
                                          links) for i in range(1, n + 1)}  # fmt: skip
         self._coordinator: Any = None
+        self._coordinator_lock = threading.Lock()
 
     @property
     def bootstrap(self) -> str:
@@ -251,10 +252,11 @@ class ProcessCluster:
         """A ZooKeeper session of the test's own, reading the cluster's state."""
         from mqcore.cluster.zk import ZkCoordinator
 
-        if self._coordinator is None:
-            self._coordinator = ZkCoordinator(self.zk.url("/cluster"),
-                                              connect_timeout=20.0).start()  # fmt: skip
-        return self._coordinator
+        with self._coordinator_lock:  # the tests' worker threads ask for it at once
+            if self._coordinator is None:
+                self._coordinator = ZkCoordinator(self.zk.url("/cluster"),
+                                                  connect_timeout=20.0).start()  # fmt: skip
+            return self._coordinator
 
     def state(self, topic: str, partition: int) -> Any:
         return self.coordinator.partition_state(topic, partition)

@@ -13,6 +13,7 @@ import sys
 import sysconfig
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -102,6 +103,30 @@ def no_unraisable_errors(capfd: pytest.CaptureFixture[str]) -> Iterator[None]:
     _out, err = capfd.readouterr()
     sys.stderr.write(err)
     assert "Exception ignored" not in err, err
+
+
+def _zookeeper_sessions() -> set[threading.Thread]:
+    """The live threads of kazoo clients: each session's connection loop and its handler's
+    workers (kazoo names them after their targets)."""
+    return {t for t in threading.enumerate()
+            if t.is_alive() and ("(zk_loop)" in t.name or "(_thread_worker)" in t.name)}  # fmt: skip
+
+
+@pytest.fixture(autouse=True, scope="module")
+def no_leaked_zookeeper_sessions() -> Iterator[None]:
+    """A module ends with every ZooKeeper client it started stopped. A leaked one keeps
+    reconnecting to a ZooKeeper that is gone, drawing from the global `random` for its
+    back-off, and Hypothesis fails whichever later property test is drawing at that moment
+    ("Do not use the random module inside strategies"): the CI failure of two selector
+    property tests, from a cluster test's helper that raced to open its session twice."""
+    before = _zookeeper_sessions()
+    yield
+    deadline = time.monotonic() + 10.0
+    leaked = _zookeeper_sessions() - before
+    for t in leaked:
+        t.join(max(0.0, deadline - time.monotonic()))
+    leaked = {t for t in leaked if t.is_alive()}
+    assert not leaked, f"ZooKeeper client threads still running: {sorted(t.name for t in leaked)}"
 
 
 def file_bytes(path: str) -> dict[str, bytes]:

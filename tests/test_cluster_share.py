@@ -53,10 +53,16 @@ def url_of(cluster: InProcessCluster, node: int) -> str:
 
 
 def join(url: str, group: str, topics: str, **options: Any) -> str:
+    """A member's ID; 503 (the state topic the first join makes has no leader yet, as Kafka's
+    COORDINATOR_NOT_AVAILABLE) is retried as docs/cluster.md tells clients to."""
     query = "&".join(f"{k}={v}" for k, v in {"topics": topics, **options}.items())
-    status, got = call("POST", f"{url}/v1/share-groups/{group}/members?{query}")
-    assert status == 200, got
-    return str(got["member_id"])
+
+    def joined() -> str | None:
+        status, got = call("POST", f"{url}/v1/share-groups/{group}/members?{query}")
+        assert status in (200, 503), got
+        return str(got["member_id"]) if status == 200 else None
+
+    return str(until(joined, "a share coordinator to join at"))
 
 
 def poll(url: str, group: str, member: str, timeout_ms: int = 0) -> list[dict[str, Any]]:
