@@ -108,8 +108,8 @@ def no_unraisable_errors(capfd: pytest.CaptureFixture[str]) -> Iterator[None]:
 def _zookeeper_sessions() -> set[threading.Thread]:
     """The live threads of kazoo clients: each session's connection loop and its handler's
     workers (kazoo names them after their targets)."""
-    return {t for t in threading.enumerate()
-            if t.is_alive() and ("(zk_loop)" in t.name or "(_thread_worker)" in t.name)}  # fmt: skip
+    targets = ("(zk_loop)", "(_thread_worker)")
+    return {t for t in threading.enumerate() if t.is_alive() and t.name.endswith(targets)}
 
 
 @pytest.fixture(autouse=True, scope="module")
