@@ -146,6 +146,11 @@ def check(store: mqcore.Store, model: Model) -> None:
                         strict=True)) == want, level  # fmt: skip
         pieces = store.iter_arrow(TOPIC, 0, 0, None, max_records=4, isolation_level=level)
         assert [o for b in pieces for o in b.column("offset").to_pylist()] == [o for o, _ in want]
+        for how in ({"contains": b"-"}, {"regex": "-"}):  # the kernel's columns; Python's filter
+            pieces = store.iter_arrow_matching(TOPIC, 0, max_records=4, isolation_level=level,
+                                               **how)  # fmt: skip
+            assert [(o, v) for b in pieces for o, v in zip(b.column("offset").to_pylist(),
+                    b.column("value").to_pylist(), strict=True)] == want, (level, how)  # fmt: skip
     for level, want in (("read_committed", model.committed()),
                         ("read_uncommitted", model.uncommitted())):  # fmt: skip
         found = store.search(TOPIC, b"-", limit=100_000, isolation_level=level)

@@ -15,6 +15,8 @@ from mqcore._ext.arrowcols import ArrowColumns, repeated_int32, repeated_string
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from mqcore._ext.batch import Message
+
 
 def _pa() -> Any:
     try:
@@ -117,3 +119,52 @@ def _headers_array(pa: Any, b: dict[str, Any], n: int) -> pa.Array:
         [None, py(b["header_lists"])],
         children=[structs],
     )
+
+
+_I64, _U64 = 1 << 63, (1 << 64) - 1
+
+
+def messages_batch(msgs: list[Message], include_headers: bool) -> pa.RecordBatch:
+    """`msgs` as one RecordBatch of arrow.kafka_schema (timestamps in microseconds); the
+    headers as one flat key array and one value array cut by list offsets, not a Python
+    object per header."""
+    pa = _pa()
+    schema = kafka_schema(include_headers)
+    # microseconds wrapped to int64 as the kernel's columns have them (wrap_mul)
+    micros = [((m.timestamp * 1000 + _I64) & _U64) - _I64 for m in msgs]
+    arrays = [
+        pa.array([m.key for m in msgs], pa.binary()),
+        pa.array([m.value for m in msgs], pa.binary()),
+        pa.array([m.topic for m in msgs], pa.string()),
+        pa.array([m.partition for m in msgs], pa.int32()),
+        pa.array([m.offset for m in msgs], pa.int64()),
+        pa.array(micros, pa.int64()).cast(schema.field(5).type),
+        pa.array([m.timestamp_type for m in msgs], pa.int32()),
+    ]
+    if include_headers:
+        names: list[str] = []
+        values: list[bytes | None] = []
+        ends = [0]
+        for m in msgs:
+            for k, v in m.headers:
+                names.append(k)
+                values.append(v)
+            ends.append(len(names))
+        try:
+            keys = pa.array(names, pa.string())
+        except UnicodeEncodeError:  # a key that is not UTF-8 (surrogate escapes): U+FFFD
+            keys = pa.array([utf8_text(k) for k in names], pa.string())  # as the kernel's
+        field = schema.field(7).type.value_type
+        pairs = pa.StructArray.from_arrays(
+            [keys, pa.array(values, pa.binary())],
+            fields=list(field),
+        )
+        arrays.append(pa.ListArray.from_arrays(pa.array(ends, pa.int32()), pairs,
+                                               type=schema.field(7).type))  # fmt: skip
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def utf8_text(text: str) -> str:
+    """`text` (a header key, its bad UTF-8 as surrogate escapes) with each bad sequence as
+    U+FFFD, as the kernel's columns and Java's String decoding show it."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")

@@ -1018,6 +1018,59 @@ class Store(Sender[RecordMetadata, BatchMetadata, list[BatchMetadata]]):
             if done:
                 break
 
+    def iter_arrow_matching(
+        self,
+        topic: str,
+        partition: int,
+        start: int = 0,
+        end: int | None = None,
+        *,
+        contains: bytes | str | None = None,
+        regex: str | bytes | None = None,
+        tag: str | None = None,
+        where: str | None = None,
+        include_headers: bool = False,
+        max_records: int = 65536,
+        max_bytes: int = 64 << 20,
+        isolation_level: str = READ_UNCOMMITTED,
+    ) -> Iterator[pa.RecordBatch]:
+        """The records of offsets [start, end) (end None: the log's end) that match every
+        filter given, by `search`'s rules, as RecordBatches of iter_arrow's schema and bounds.
+        The scan kernel adds each match to the Arrow columns as it finds it; a regex, or a
+        selector beyond the kernel, is tested in Python on the kernel's candidates (as
+        `search` does)."""
+        from mqcore.arrow import messages_batch
+
+        spec = engine.make_spec(None, None, contains, regex, tag, where)
+        committed = check_isolation(isolation_level)
+        part = self.log.partition(topic, partition)
+        end = part.end_offset if end is None else end
+        if end < start:
+            raise OffsetOutOfRangeError(f"end offset {end} is before start offset {start}")
+        if start < end:
+            part.check_offset(start)
+        if spec.filters_in_python:
+            page: list[Message] = []
+            for m in engine.scan_messages(part, spec, start, end, self.verify_crc, committed):
+                page.append(m)
+                if len(page) >= max_records:
+                    yield messages_batch(page, include_headers)
+                    page = []
+            if page:
+                yield messages_batch(page, include_headers)
+            return
+        for lo, hi in part.committed_spans(start, end) if committed else [(start, end)]:
+            offset = lo
+            while offset < hi:
+                cols = new_columns(include_headers)
+                offset, done = engine.fill_matching(
+                    part, cols, spec, offset, hi - 1, max_records, max_bytes, self.verify_crc
+                )
+                if cols.num_rows:
+                    yield to_record_batch(cols, topic, partition)
+                if done:
+                    break
+
     def key_spans(
         self, topic: str, partition: int, key: bytes | str, start: int, end: int
     ) -> list[tuple[int, int]]:

@@ -66,13 +66,6 @@ cdef class OwnedBuffer:
         return self.size
 
 
-cdef struct Grow:
-    char* data
-    Py_ssize_t len
-    Py_ssize_t cap
-    int kind                # which column buffer (kind_hint), 0: none
-
-
 cdef int grow_reserve(Grow* g, Py_ssize_t extra) except -1:
     cdef Py_ssize_t cap = g.cap if g.cap else 64
     cdef size_t got = 0
@@ -155,13 +148,6 @@ cdef OwnedBuffer detach(Grow* g):
     g.data = NULL
     g.len = g.cap = 0
     return b
-
-
-cdef struct Column:        # one nullable binary column
-    Grow validity
-    Grow offsets
-    Grow data
-    Py_ssize_t nulls
 
 
 cdef int column_init(Column* c, int first_kind) except -1:
@@ -248,22 +234,15 @@ cdef bint utf8_valid(const unsigned char* s, Py_ssize_t n) noexcept nogil:
     return True
 
 
-cdef class ArrowColumns:
-    """Accumulates decoded records as Arrow buffers, bounded by rows and data bytes."""
+cdef inline Py_ssize_t record_bytes(const RecordView* r) noexcept:
+    """The data bytes a record adds to the columns: key, value and headers."""
+    return (r.key_len if r.key_len > 0 else 0) + (r.value_len if r.value_len > 0 else 0) \
+        + r.headers_len
 
-    cdef Column keys
-    cdef Column values
-    cdef Grow offsets
-    cdef Grow timestamps
-    cdef Grow ts_types
-    cdef Grow header_lists
-    cdef Grow header_key_offsets
-    cdef Grow header_key_data
-    cdef Column header_values
-    cdef readonly Py_ssize_t num_rows
-    cdef readonly Py_ssize_t num_headers
-    cdef readonly bint include_headers
-    cdef Py_ssize_t max_decompressed
+
+cdef class ArrowColumns:
+    """Accumulates decoded records as Arrow buffers, bounded by rows and data bytes (its
+    fields: arrowcols.pxd)."""
 
     def __cinit__(self, bint include_headers=False, Py_ssize_t max_decompressed=256 << 20):
         self.include_headers = include_headers
@@ -304,7 +283,7 @@ cdef class ArrowColumns:
         """Key, value and header bytes held so far."""
         return self.held_bytes()
 
-    cdef inline Py_ssize_t held_bytes(self) noexcept:
+    cdef Py_ssize_t held_bytes(self) noexcept:
         return self.keys.data.len + self.values.data.len + self.header_values.data.len \
             + self.header_key_data.len
 
@@ -335,6 +314,23 @@ cdef class ArrowColumns:
                                      position=file_pos)
         return put_i32(&self.header_lists, <int32_t>self.num_headers)
 
+    cdef int put_record(self, const BatchHeader* h, const RecordView* r, int64_t offset,
+                        object source, int64_t file_pos) except -1:
+        cdef int32_t ts_type = 1 if h.attributes & ATTR_LOG_APPEND_TIME else 0
+        if self.held_bytes() + record_bytes(r) > INT32_MAX - 1:
+            raise ValueError(f"the record at offset {offset} takes the batch past Arrow's 2 GiB "
+                             f"binary column limit")
+        column_put(&self.keys, self.num_rows, r.key, r.key_len)
+        column_put(&self.values, self.num_rows, r.value, r.value_len)
+        put_i64(&self.offsets, offset)
+        put_i64(&self.timestamps, wrap_mul(
+            h.max_timestamp if ts_type else wrap_add(h.base_timestamp, r.timestamp_delta), 1000))
+        put_i32(&self.ts_types, ts_type)
+        if self.include_headers:
+            self.add_headers(r, source, file_pos)
+        self.num_rows += 1
+        return 0
+
     def add(self, const unsigned char[::1] buf not None, Py_ssize_t pos, int64_t min_offset,
             int64_t max_offset=INT64_MAX, Py_ssize_t max_rows=INT32_MAX,
             Py_ssize_t max_bytes=1 << 30, bint verify_crc=True, source=None,
@@ -354,8 +350,6 @@ cdef class ArrowColumns:
         cdef Py_ssize_t n = buf.shape[0]
         cdef const unsigned char* batch
         cdef int64_t offset, next_offset = min_offset
-        cdef int32_t ts_type
-        cdef Py_ssize_t held                    # data bytes with this record's
         cdef bint stop = False, done = False, full = False
         if pos < 0 or pos > n:
             raise ValueError(f"position {pos} outside a buffer of {n} bytes")
@@ -374,7 +368,6 @@ cdef class ArrowColumns:
                     next_offset = h.base_offset + h.last_offset_delta + 1
                 continue
             area = open_records(batch, &h, self.max_decompressed, &c)
-            ts_type = 1 if h.attributes & ATTR_LOG_APPEND_TIME else 0
             while True:
                 rc = next_record(&c, &r)
                 if rc == 0:
@@ -390,24 +383,11 @@ cdef class ArrowColumns:
                 if offset > max_offset:
                     stop = done = True
                     break
-                held = self.held_bytes() + (r.key_len if r.key_len > 0 else 0) \
-                    + (r.value_len if r.value_len > 0 else 0) + r.headers_len
-                if self.num_rows >= max_rows or (self.num_rows > 0 and held > max_bytes):
+                if self.num_rows >= max_rows or (
+                        self.num_rows > 0 and self.held_bytes() + record_bytes(&r) > max_bytes):
                     stop = full = True
                     break
-                if held > INT32_MAX - 1:
-                    raise ValueError(f"a single record at offset {offset} exceeds Arrow's 2 GiB "
-                                     f"binary column limit")
-                column_put(&self.keys, self.num_rows, r.key, r.key_len)
-                column_put(&self.values, self.num_rows, r.value, r.value_len)
-                put_i64(&self.offsets, offset)
-                put_i64(&self.timestamps, wrap_mul(
-                    h.max_timestamp if ts_type else wrap_add(h.base_timestamp, r.timestamp_delta),
-                    1000))
-                put_i32(&self.ts_types, ts_type)
-                if self.include_headers:
-                    self.add_headers(&r, source, file_pos + pos)
-                self.num_rows += 1
+                self.put_record(&h, &r, offset, source, file_pos + pos)
                 next_offset = offset + 1
             if stop:
                 rc = cursor_drain(&c)  # the rest is checked, not returned (batch.pyx)

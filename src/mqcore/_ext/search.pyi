@@ -1,3 +1,4 @@
+from .arrowcols import ArrowColumns
 from .batch import Message
 
 _Bytes = bytes | bytearray | memoryview
@@ -47,6 +48,8 @@ def scan_records(
     file_pos: int = 0,
     selector: SelectorProgram | None = None,
     count_partial: bool = True,
+    into: ArrowColumns | None = None,
+    max_bytes: int = ...,
 ) -> ScanResult: ...
 def implementation() -> str: ...
 def select_implementation(fast: bool) -> str: ...

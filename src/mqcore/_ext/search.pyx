@@ -59,13 +59,19 @@
 #   decoding every record (next_record) took 27 % and 70 %. verify_crc=False scans always walk,
 #   so nothing changes there: without the CRC nothing vouches for the bytes.
 #
+# With `into` (an ArrowColumns), a match is appended to its columns instead of becoming a
+# Message (no Python object per match: a Spark task's query option, Store.iter_arrow_matching);
+# `limit` then counts the rows added by the call, and the scan also stops right after the
+# record that brings the columns' data to `max_bytes`.
+#
 # The walk runs without the GIL; it comes back only to decompress a batch, to build the
-# Message of a match and to raise.
+# Message of a match (or add its row) and to raise.
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
-from libc.stdint cimport INT64_MAX, int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdint cimport INT32_MAX, INT64_MAX, int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcmp
 
+from mqcore._ext.arrowcols cimport ArrowColumns
 from mqcore._ext.batch cimport (
     ATTR_CODEC_MASK, ATTR_CONTROL, ATTR_LOG_APPEND_TIME, BATCH_HEADER_SIZE, CRC_START, E_CRC,
     E_SHORT, BatchHeader, HeaderView, LOG_OVERHEAD, OK, RecordCursor, RecordView, check_batch,
@@ -481,12 +487,14 @@ def scan_records(const unsigned char[::1] buf not None, Py_ssize_t pos, str topi
                  int64_t max_ts, bytes needle=None, bint in_key=False, bytes tag=None,
                  Py_ssize_t limit=1000, int64_t max_records=INT64_MAX, bint verify_crc=True,
                  Py_ssize_t max_decompressed=256 << 20, object source=None, int64_t file_pos=0,
-                 SelectorProgram selector=None, bint count_partial=True):
+                 SelectorProgram selector=None, bint count_partial=True,
+                 ArrowColumns into=None, Py_ssize_t max_bytes=INT32_MAX):
     """The Messages of buf[pos:] (whole batches from a batch boundary) that match, in offset
     order, with offsets in [min_offset, max_offset) and timestamps in [min_ts, max_ts): see the
-    module comment for the rules; with `selector`, only those its program finds TRUE. Returns a
-    ScanResult; resume with pos=next_position, min_offset=next_offset unless its reason is
-    "end" (and count_partial=False: the batch it resumes in was counted)."""
+    module comment for the rules; with `selector`, only those its program finds TRUE; with
+    `into`, added to its columns instead (messages then stays empty). Returns a ScanResult;
+    resume with pos=next_position, min_offset=next_offset unless its reason is "end" (and
+    count_partial=False: the batch it resumes in was counted)."""
     cdef ScanState s
     cdef SearchFilter f
     if limit < 1:
@@ -521,20 +529,24 @@ def scan_records(const unsigned char[::1] buf not None, Py_ssize_t pos, str topi
         s.sel_stack = <uint8_t*>s.sel_vals + selector.vals_size
         s.sel = &selector.prog
     try:
-        return scan_loop(&s, &f, topic, partition, limit, max_decompressed, source, file_pos)
+        return scan_loop(&s, &f, topic, partition, limit, max_decompressed, source, file_pos,
+                         into, max_bytes)
     finally:
         free(s.sel_vals)
 
 
 cdef ScanResult scan_loop(ScanState* ps, SearchFilter* pf, str topic, int partition,
                           Py_ssize_t limit, Py_ssize_t max_decompressed, object source,
-                          int64_t file_pos):
-    """scan_records' walk over the prepared state: events, decompression, Messages, errors."""
+                          int64_t file_pos, ArrowColumns into, Py_ssize_t max_bytes):
+    """scan_records' walk over the prepared state: events, decompression, Messages (or rows
+    of `into`), errors."""
     cdef ScanState s = ps[0]
     cdef SearchFilter f = pf[0]
     cdef RecordView r
     cdef int ev = EV_NEXT, rc
     cdef list found = []
+    cdef Py_ssize_t taken = 0           # matches of this call
+    cdef bint full = False
     area = None                        # owns the decompressed records the cursor walks
     while True:
         with nogil:
@@ -549,8 +561,13 @@ cdef ScanResult scan_loop(ScanState* ps, SearchFilter* pf, str topic, int partit
             raise CorruptRecordError(error_text(ev), path=source, position=file_pos + s.pos)
         if ev != EV_MATCH:
             break
-        found.append(make_message(topic, partition, &s.h, &r))
-        if len(found) >= limit or s.scanned >= s.budget:
+        if into is None:
+            found.append(make_message(topic, partition, &s.h, &r))
+        else:
+            into.put_record(&s.h, &r, s.h.base_offset + r.offset_delta, source, file_pos + s.pos)
+            full = into.held_bytes() >= max_bytes
+        taken += 1
+        if taken >= limit or full or s.scanned >= s.budget:
             break
     if ev == EV_END:
         return make_result(&s, found, "end")
@@ -558,7 +575,7 @@ cdef ScanResult scan_loop(ScanState* ps, SearchFilter* pf, str topic, int partit
         rc = settle(&s)
     if rc != OK:
         raise CorruptRecordError(error_text(rc), path=source, position=file_pos + s.pos)
-    return make_result(&s, found, "limit" if len(found) >= limit else "max_records")
+    return make_result(&s, found, "limit" if taken >= limit or full else "max_records")
 
 
 cdef class SelectorProgram:

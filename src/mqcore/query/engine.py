@@ -927,6 +927,83 @@ def fill_holding(
     return int(state["next"]), bool(state["done"]) or state["next"] > last
 
 
+ARROW_MAX_BYTES = 1 << 30  # a match adds its row before the bound is checked: int32 offsets
+
+
+def fill_matching(
+    part: Partition,
+    cols: ArrowColumns,
+    spec: ScanSpec,
+    offset: int,
+    last: int,
+    max_rows: int,
+    max_bytes: int,
+    verify_crc: bool,
+) -> tuple[int, bool]:
+    """Store.iter_arrow_matching's step: the records from `offset` up to `last` that pass
+    `spec`'s kernel filters (time window, content, tag, the selector's program; the spec
+    needs no Python filter), added to `cols` by the scan kernel itself (no Message per match)
+    until it holds `max_rows` rows or `max_bytes` data bytes. Returns (next offset, done)
+    like Store._fill."""
+    assert not spec.filters_in_python
+    state: dict[str, Any] = {"next": offset, "done": True}
+    selector = spec.kernel_selector
+    max_bytes = min(max_bytes, ARROW_MAX_BYTES)
+
+    def decode(buf: memoryview, file_pos: int, seg: LogSegment) -> tuple[int, bool]:
+        r = scan_records(
+            buf, 0, part.topic, part.partition, state["next"], last + 1, spec.lo, spec.hi,
+            spec.needle, False, spec.tag, max(1, max_rows - cols.num_rows), NO_END, verify_crc,
+            MAX_DECOMPRESSED, seg.log_path, file_pos, selector, True, cols, max_bytes,
+        )  # fmt: skip
+        state["next"] = max(state["next"], r.next_offset)
+        if r.reason == "end":  # the view's end, or past `last`
+            return r.next_position, state["next"] > last
+        state["done"] = False  # the columns are full
+        return r.next_position, True
+
+    part.scan(offset, decode)
+    return int(state["next"]), bool(state["done"]) or state["next"] > last
+
+
+def scan_messages(
+    part: Partition, spec: ScanSpec, start: int, end: int, verify_crc: bool, committed: bool
+) -> Iterator[Message]:
+    """The records of [start, end) that match `spec`, in offset order (read_committed's
+    spans only when `committed`): the kernel's candidates through the filters that run in
+    Python (a regex, a selector beyond the kernel), SCAN_CHUNK candidates a kernel call."""
+    for lo, hi in part.committed_spans(start, end) if committed else [(start, end)]:
+        offset, more = lo, True
+        while more and offset < hi:
+            found, offset, more = _scan_candidates(part, spec, offset, hi, verify_crc)
+            yield from (m for m in found if spec.accepts(m))
+
+
+def _scan_candidates(
+    part: Partition, spec: ScanSpec, offset: int, end: int, verify_crc: bool
+) -> tuple[list[Message], int, bool]:
+    """The kernel's candidates of [offset, end) up to SCAN_CHUNK of them: (them, the offset
+    to go on from, whether the chunk's bound stopped it before `end`)."""
+    found: list[Message] = []
+    state: dict[str, Any] = {"next": offset, "more": False}
+
+    def decode(buf: memoryview, file_pos: int, seg: LogSegment) -> tuple[int, bool]:
+        r = scan_records(
+            buf, 0, part.topic, part.partition, state["next"], end, spec.lo, spec.hi,
+            spec.needle, False, spec.tag, SCAN_CHUNK - len(found), NO_END, verify_crc,
+            MAX_DECOMPRESSED, seg.log_path, file_pos, spec.kernel_selector, True,
+        )  # fmt: skip
+        state["next"] = max(state["next"], r.next_offset)
+        found.extend(r.messages)
+        if r.reason == "end":  # the view's end, or past `end`
+            return r.next_position, state["next"] >= end
+        state["more"] = True
+        return r.next_position, True
+
+    part.scan(offset, decode)
+    return found, int(state["next"]), bool(state["more"])
+
+
 def _batch_holding(
     buf: memoryview, stopped: int, began: int, offset: int, seg: LogSegment, file_pos: int
 ) -> tuple[int, int, int]:

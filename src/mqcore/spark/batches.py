@@ -9,9 +9,13 @@ holds an empty list); with includeExtras, mqcore's msg_id and tag columns are ap
 
 from __future__ import annotations
 
+import contextlib
+import socket
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from mqcore.errors import NotAStoreError
+from mqcore.handles import shared_store
 from mqcore.spark.extras import add_extras
 from mqcore.spark.options import ReadOptions
 from mqcore.spark.query import query_batches
@@ -21,6 +25,24 @@ if TYPE_CHECKING:
 
     from mqcore.spark.plan import OffsetRange
     from mqcore.store import Store
+
+
+@contextlib.contextmanager
+def task_store(path: str) -> Iterator[Store]:
+    """This worker's read-only handle of the store a task reads (mqcore.handles), lent for
+    the task. The driver planned the read from a store at `path`: when this machine does not
+    see one there, the error says so and names the machine, since on a cluster that is a
+    mount missing on one worker, not a wrong path (docs/spark.md "On a Spark cluster")."""
+    with contextlib.ExitStack() as lent:
+        try:
+            store = lent.enter_context(shared_store(path))
+        except NotAStoreError as e:
+            raise NotAStoreError(
+                f"{e} (on {socket.gethostname()}, in a Spark task: the driver planned this "
+                "read from a store at that path; every worker must see the store at the same "
+                'path, docs/spark.md "On a Spark cluster")'
+            ) from e
+        yield store
 
 
 def range_batches(store: Store, rng: OffsetRange, opts: ReadOptions) -> Iterator[pa.RecordBatch]:

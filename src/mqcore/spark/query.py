@@ -4,9 +4,11 @@ find_by_unique_id, get_by_id: the key and unique-ID indexes, the scan kernel for
 contains and regex) instead of handing Spark every record to filter.
 
 The range is the task's (the offset and time bounds already resolved into it: plan.py), so
-a query answers within the read's bounds; each search starts at the range's first offset
-(a cursor there) and goes page by page until it passes the range's end. The matches become
-Arrow batches in the read's Spark schema, at most maxRecordsPerBatch rows each.
+a query answers within the read's bounds. A scan (tag, where, contains, regex) is the
+kernel's, which adds each match to the Arrow columns itself (Store.iter_arrow_matching); a
+key's search starts at the range's first offset (a cursor there) and goes page by page until
+it passes the range's end. The matches are Arrow batches in the read's Spark schema, at most
+maxRecordsPerBatch rows each.
 """
 
 from __future__ import annotations
@@ -28,9 +30,9 @@ PAGE = 10_000  # matches one search returns
 NO_SCAN_LIMIT = 1 << 62  # a task reads its whole range: no max_scan
 
 
-def query_messages(store: Store, rng: OffsetRange, q: Query, level: str) -> Iterator[Message]:
-    """The records of `rng` that match `q`, in offset order, as a reader at `level` sees
-    them."""
+def lookup_messages(store: Store, rng: OffsetRange, q: Query, level: str) -> Iterator[Message]:
+    """The records of `rng` that a lookup (msgId, uniqueId or keys) finds and `q`'s filters
+    pass, in offset order, as a reader at `level` sees them."""
     if rng.start >= rng.end:
         return
     spec = make_spec(None, None, q.contains, q.regex, q.tag, q.where)
@@ -47,9 +49,6 @@ def query_messages(store: Store, rng: OffsetRange, q: Query, level: str) -> Iter
         yield from sorted((m for m in found.messages if m.partition == rng.partition
                            and rng.start <= m.offset < rng.end and spec.matches(m)),
                           key=lambda m: m.offset)  # fmt: skip
-        return
-    if not q.keys:
-        yield from _search(store, rng, level, q.scan_filters)
         return
     hits: dict[int, Message] = {}
     for key in q.keys:  # each key's hits; a record with two of the keys once
@@ -79,51 +78,27 @@ def _search(
 
 def query_batches(store: Store, rng: OffsetRange, opts: ReadOptions) -> Iterator[pa.RecordBatch]:
     """The matches of `rng` as Arrow batches in the Kafka source's schema (with headers when
-    includeHeaders or includeExtras asks for them)."""
-    assert opts.query is not None
+    includeHeaders or includeExtras asks for them). A scan (tag, where, contains, regex) has
+    the kernel fill the Arrow columns (Store.iter_arrow_matching); a lookup (keys, msgId,
+    uniqueId) turns its few hits into a batch."""
+    from mqcore.arrow import messages_batch
+
+    q = opts.query
+    assert q is not None
     include_headers = opts.include_headers or opts.include_extras
+    if not q.keys and q.msg_id is None and q.unique_id is None:
+        if rng.start < rng.end:
+            yield from store.iter_arrow_matching(
+                rng.topic, rng.partition, rng.start, rng.end, include_headers=include_headers,
+                max_records=opts.max_records_per_batch, max_bytes=opts.max_bytes_per_batch,
+                isolation_level=opts.isolation_level, **q.scan_filters,
+            )  # fmt: skip
+        return
     page: list[Message] = []
-    for m in query_messages(store, rng, opts.query, opts.isolation_level):
+    for m in lookup_messages(store, rng, q, opts.isolation_level):
         page.append(m)
         if len(page) >= opts.max_records_per_batch:
             yield messages_batch(page, include_headers)
             page = []
     if page:
         yield messages_batch(page, include_headers)
-
-
-def messages_batch(msgs: list[Message], include_headers: bool) -> pa.RecordBatch:
-    """`msgs` as one RecordBatch of arrow.kafka_schema (timestamps in microseconds); the
-    headers as one flat key array and one value array cut by list offsets, not a Python
-    object per header."""
-    import pyarrow as pa
-
-    from mqcore.arrow import kafka_schema
-
-    schema = kafka_schema(include_headers)
-    arrays = [
-        pa.array([m.key for m in msgs], pa.binary()),
-        pa.array([m.value for m in msgs], pa.binary()),
-        pa.array([m.topic for m in msgs], pa.string()),
-        pa.array([m.partition for m in msgs], pa.int32()),
-        pa.array([m.offset for m in msgs], pa.int64()),
-        pa.array([m.timestamp * 1000 for m in msgs], pa.int64()).cast(schema.field(5).type),
-        pa.array([m.timestamp_type for m in msgs], pa.int32()),
-    ]
-    if include_headers:
-        names: list[str] = []
-        values: list[bytes | None] = []
-        ends = [0]
-        for m in msgs:
-            for k, v in m.headers:
-                names.append(k)
-                values.append(v)
-            ends.append(len(names))
-        field = schema.field(7).type.value_type
-        pairs = pa.StructArray.from_arrays(
-            [pa.array(names, pa.string()), pa.array(values, pa.binary())],
-            fields=list(field),
-        )
-        arrays.append(pa.ListArray.from_arrays(pa.array(ends, pa.int32()), pairs,
-                                               type=schema.field(7).type))  # fmt: skip
-    return pa.RecordBatch.from_arrays(arrays, schema=schema)

@@ -37,7 +37,7 @@ from pyspark.sql.types import (
 import mqcore
 from mqcore.errors import InvalidConfigError
 from mqcore.handles import shared_store
-from mqcore.spark.batches import range_batches
+from mqcore.spark.batches import range_batches, task_store
 from mqcore.spark.extras import EXTRA_COLUMNS
 from mqcore.spark.options import (
     ReadOptions,
@@ -164,6 +164,6 @@ class MqcoreReader(DataSourceReader):
         slot = partition.value
         if not isinstance(slot, ReadSlot):
             raise TypeError(f"an mqcore batch task needs a ReadSlot, not {slot!r}")
-        with shared_store(self.opts.path) as store:  # this worker's handle, lent for the task
+        with task_store(self.opts.path) as store:
             for rng in read_ranges(store, self.opts, slot):
                 yield from range_batches(store, rng, self.opts)

@@ -54,7 +54,7 @@ from mqcore.errors import (
 )
 from mqcore.handles import shared_store
 from mqcore.log.append import key_partition
-from mqcore.spark.batches import range_batches
+from mqcore.spark.batches import range_batches, task_store
 from mqcore.spark.options import StreamOptions, TopicPartition, WriteOptions
 from mqcore.spark.plan import (
     OffsetRange,
@@ -312,7 +312,7 @@ class MqcoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if not isinstance(rng, OffsetRange):
             return
         opts = self.opts.read
-        with shared_store(opts.path) as store:  # this worker's handle, lent for the task
+        with task_store(opts.path) as store:
             rng = checked_range(store, rng, opts)  # retention may have run since planning
             yield from range_batches(store, rng, opts)
 
