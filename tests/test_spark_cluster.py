@@ -32,32 +32,33 @@ import json, sys
 from pyspark.sql import SparkSession
 import mqcore, mqcore.spark
 
-master, mode, path, sink, checkpoint, python, pythonpath = sys.argv[1:8]
-if mode == "unseen":  # a store only this process's mount namespace has (the workers' is empty)
-    with mqcore.open(path, create=True) as st:
-        st.create_topic("events", partitions=2)
-        for i in range(20):
-            st.append("events", b"v%d" % i, partition=i % 2)
-spark = (SparkSession.builder.master(master).appName("mqcore-cluster-test")
-         .config("spark.ui.enabled", "false").config("spark.executor.memory", "512m")
-         .config("spark.cores.max", "2").config("spark.sql.shuffle.partitions", "2")
-         .config("spark.pyspark.python", python)
-         .config("spark.executorEnv.PYTHONPATH", pythonpath).getOrCreate())
-spark.sparkContext.setLogLevel("ERROR")
-try:
-    mqcore.spark.register(spark)
-except Exception as e:
-    print(json.dumps({"refused": type(e).__name__ + ": " + str(e)}))
-    spark.stop()
-    sys.exit(0)
-if mode == "unseen":
+master, mode, path, sink, checkpoint, python, pythonpath, unseen = sys.argv[1:9]
+
+
+def session(python, **conf):
+    builder = (SparkSession.builder.master(master).appName("mqcore-cluster-test")
+               .config("spark.ui.enabled", "false").config("spark.executor.memory", "512m")
+               .config("spark.cores.max", "2").config("spark.sql.shuffle.partitions", "2")
+               .config("spark.pyspark.python", python)
+               .config("spark.executorEnv.PYTHONPATH", pythonpath))
+    for k, v in conf.items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+if mode == "refusals":  # executors set to `python`
+    spark = session(python)
     try:
-        rows = spark.read.format("mqcore").option("subscribe", "events").load(path).collect()
-        print(json.dumps({"rows": len(rows)}))
+        mqcore.spark.register(spark)
+        print(json.dumps({}))
     except Exception as e:
-        print(json.dumps({"failed": str(e)}))
+        print(json.dumps({"refused": type(e).__name__ + ": " + str(e)}))
     spark.stop()
     sys.exit(0)
+spark = session(python)
+mqcore.spark.register(spark)
 out = {}
 df = (spark.read.format("mqcore").option("subscribe", "events").option("minPartitions", "4")
       .load(path))
@@ -77,18 +78,28 @@ query = (spark.readStream.format("mqcore").option("subscribe", "events")
          .writeStream.format("mqcore").option("topic", "streamed")
          .option("checkpointLocation", checkpoint).trigger(availableNow=True).start(sink))
 query.awaitTermination()
+if unseen != "-":  # a store only this process's mount namespace has (the workers' is empty)
+    with mqcore.open(unseen, create=True) as st:
+        st.create_topic("events", partitions=2)
+        for i in range(20):
+            st.append("events", b"v%d" % i, partition=i % 2)
+    try:
+        out["unseen_rows"] = len(spark.read.format("mqcore").option("subscribe", "events")
+                                 .load(unseen).collect())
+    except Exception as e:
+        out["unseen_failed"] = str(e)
 print(json.dumps(out))
 spark.stop()
 """
 
 
 def run_driver(cluster: StandaloneCluster, path: str, sink: str, checkpoint: str,
-               python: str = sys.executable, mode: str = "full",
+               python: str = sys.executable, mode: str = "full", unseen: str = "-",
                wrap: list[str] | None = None) -> dict[str, Any]:  # fmt: skip
     """DRIVER's answer, run as `wrap + [python, -c, DRIVER, ...]`."""
     env = {**child_env(), "PYSPARK_PYTHON": sys.executable}  # the driver's planner processes
     argv = [sys.executable, "-c", DRIVER, cluster.url, mode, path, sink, checkpoint, python,
-            env["PYTHONPATH"]]  # fmt: skip
+            env["PYTHONPATH"], unseen]  # fmt: skip
     proc = subprocess.run([*(wrap or []), *argv], env=env, capture_output=True, text=True,
                           timeout=600)  # fmt: skip
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
@@ -120,12 +131,33 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneClus
         started.stop()
 
 
+CAN_MOUNT = os.geteuid() == 0 and shutil.which("unshare") is not None
+
+
+@pytest.fixture(scope="module")
+def full_run(
+    cluster: StandaloneCluster, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[dict[str, Any], str, list[Any], str]:
+    """DRIVER's full run: (its answers, the sink, the store's records, the unseen store's
+    path). As root it runs in a mount namespace of its own with a tmpfs over `hidden`, where
+    it makes a store the executors, outside, cannot see ("-" without root)."""
+    tmp_path = tmp_path_factory.mktemp("driver")
+    path, sink, everything = make_stores(tmp_path)
+    hidden = tmp_path / "hidden"
+    hidden.mkdir()
+    unseen = str(hidden / "store") if CAN_MOUNT else "-"
+    mount = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+             'mount -t tmpfs mqcore-test "$0" && exec "$@"', str(hidden)]  # fmt: skip
+    out = run_driver(cluster, path, sink, str(tmp_path / "checkpoint"), unseen=unseen,
+                     wrap=mount if CAN_MOUNT else None)  # fmt: skip
+    return out, sink, everything, unseen
+
+
 @pytest.mark.slow
 def test_a_standalone_cluster_reads_queries_streams_and_writes_as_local_mode(
-    cluster: StandaloneCluster, tmp_path: Path
+    full_run: tuple[dict[str, Any], str, list[Any], str],
 ) -> None:
-    path, sink, everything = make_stores(tmp_path)
-    out = run_driver(cluster, path, sink, str(tmp_path / "checkpoint"))
+    out, sink, everything, _ = full_run
     assert "rows" in out, out
     assert out["rows"] == sorted([m.partition, m.offset, m.value.decode()] for m in everything)
     assert out["by_partition"] == {str(p): 300 for p in range(3)}
@@ -140,38 +172,31 @@ def test_a_standalone_cluster_reads_queries_streams_and_writes_as_local_mode(
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(not CAN_MOUNT, reason="a mount namespace needs root and unshare(1)")
+def test_a_read_of_a_store_the_workers_cannot_see_fails_naming_the_path_and_the_machine(
+    full_run: tuple[dict[str, Any], str, list[Any], str],
+) -> None:
+    """The driver planned the read from the store in its namespace; every executor found
+    `hidden` empty, and the job failed with their NotAStoreError, which names the path, the
+    machine and why (after Spark's four attempts of the task)."""
+    out, _, _, unseen = full_run
+    assert "unseen_failed" in out, out  # the driver saw the store, the executors did not
+    failed = out["unseen_failed"]
+    assert f"NotAStoreError: {unseen} is not an mqcore store" in failed, failed
+    assert "it does not exist" in failed
+    assert f"on {socket.gethostname()}, in a Spark task" in failed
+    assert not os.path.exists(unseen)  # outside the namespace there never was a store
+
+
+@pytest.mark.slow
 def test_executors_whose_python_lacks_mqcore_are_refused_at_register(
     cluster: StandaloneCluster, tmp_path: Path
 ) -> None:
     path, sink, _ = make_stores(tmp_path)
-    refused = run_driver(cluster, path, sink, str(tmp_path / "checkpoint"),
-                         python=str(no_mqcore_python(tmp_path)))  # fmt: skip
-    assert "refused" in refused and "cannot import mqcore" in refused["refused"], refused
-    assert "spark.pyspark.python=" in refused["refused"]  # the executors' setting is named
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
-                    reason="a mount namespace needs root and unshare(1)")  # fmt: skip
-def test_a_read_of_a_store_the_workers_cannot_see_fails_naming_the_path_and_the_machine(
-    cluster: StandaloneCluster, tmp_path: Path
-) -> None:
-    """The driver runs in a mount namespace of its own with a tmpfs over `hidden`, and makes
-    a store there: it plans the read, and every executor, outside, finds `hidden` empty. The
-    job fails with the executors' NotAStoreError, which names the path, the machine and why,
-    in bounded time (Spark's four attempts of a task)."""
-    hidden = tmp_path / "hidden"
-    hidden.mkdir()
-    path = str(hidden / "store")
-    mount = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
-             'mount -t tmpfs mqcore-test "$0" && exec "$@"', str(hidden)]  # fmt: skip
-    out = run_driver(cluster, path, str(tmp_path / "sink"), str(tmp_path / "checkpoint"),
-                     mode="unseen", wrap=mount)  # fmt: skip
-    assert "failed" in out, out  # the driver saw the store, the executors did not
-    assert f"NotAStoreError: {path} is not an mqcore store" in out["failed"], out
-    assert "it does not exist" in out["failed"]
-    assert f"on {socket.gethostname()}, in a Spark task" in out["failed"]
-    assert not os.path.exists(path)  # outside the namespace there never was a store
+    out = run_driver(cluster, path, sink, str(tmp_path / "checkpoint"), mode="refusals",
+                     python=str(no_mqcore_python(tmp_path)))  # fmt: skip
+    assert "cannot import mqcore" in out.get("refused", ""), out
+    assert "spark.pyspark.python=" in out["refused"]  # the executors' setting is named
 
 
 def no_mqcore_python(tmp_path: Path) -> Path:
