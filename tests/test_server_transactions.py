@@ -427,7 +427,7 @@ def test_bad_transactional_requests_get_kafkas_errors_and_ids_are_bounded(
         wire.close()
 
 
-STUCK = 15.0  # seconds without a commit after which the test's supervisor restarts the copier
+STUCK = 8.0  # seconds without a commit after which the test's supervisor restarts the copier
 COPIER = r"""
 import sys
 from confluent_kafka import Consumer, Producer, TopicPartition, KafkaException
