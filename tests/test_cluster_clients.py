@@ -13,6 +13,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from zkserver import ZooKeeper
@@ -69,7 +70,15 @@ def test_kafka_python_sees_three_brokers_and_produces_through_a_leader_change(
     admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap)
     try:
         admin.create_topics([NewTopic("kp", 3, 3)])
-        described = admin.describe_topics(["kp"])[0]
+
+        def described_with_leaders() -> dict[str, Any] | None:
+            # CreateTopics waits until the broker that answered it knows the partitions'
+            # states; the broker answering this Metadata may learn them a moment later
+            # (Kafka's brokers lag each other the same way: LEADER_NOT_AVAILABLE, retried)
+            got = admin.describe_topics(["kp"])[0]
+            return got if all(p["leader_id"] >= 0 for p in got["partitions"]) else None
+
+        described = until(described_with_leaders, "every broker to know the new topic's leaders")
         brokers = admin.describe_cluster()["brokers"]
     finally:
         admin.close()
