@@ -19,7 +19,7 @@ FUZZ_DIR = Path(__file__).resolve().parent.parent / "fuzz"
 HARNESSES = sorted(
     os.path.basename(p)[len("fuzz_") : -len(".py")] for p in glob.glob(str(FUZZ_DIR / "fuzz_*.py"))
 )
-SECONDS = 3  # per harness, two at a time (the runs fixture): the ten take about a minute
+SECONDS = 2  # per harness, two at a time (the runs fixture): the ten take under a minute
 
 pytest.importorskip(
     "atheris", reason="atheris (in the `dev` extra where a wheel exists) not installed"

@@ -1,7 +1,7 @@
 """Concurrency soak: writers, readers, a consumer group (two members, and a
 third that joins mid-run and leaves) and retention on one store at once.
 
-Runs MQCORE_SOAK_SECONDS (default 20) seconds, then drains the group and checks: no acknowledged
+Runs MQCORE_SOAK_SECONDS (default 12) seconds, then drains the group and checks: no acknowledged
 message lost (each was consumed, or retention removed it: it lies below the final log start),
 no duplicate consumption within a partition, offsets strictly increasing in every read and
 poll, every value whole and consistent with the writer's sequence, and no exception anywhere.
@@ -31,7 +31,7 @@ PAD = b"." * 40
 
 
 def soak_seconds() -> float:
-    return float(os.environ.get("MQCORE_SOAK_SECONDS", "20"))
+    return float(os.environ.get("MQCORE_SOAK_SECONDS", "12"))
 
 
 def encode(writer: int, seq: int) -> bytes:
