@@ -966,19 +966,42 @@ class Store(Sender[RecordMetadata, BatchMetadata, list[BatchMetadata]]):
         transactions (as `read`)."""
         committed = check_isolation(isolation_level)
         part = self.log.partition(topic, partition)
+        stop = self._arrow_range(part, start, end)
+        yield from self._arrow_batches(
+            part,
+            part.committed_spans(start, stop) if committed else [(start, stop)],
+            include_headers,
+            lambda cols, offset, last: self._fill(
+                part, cols, offset, last, max_records, max_bytes
+            ),  # fmt: skip
+        )
+
+    @staticmethod
+    def _arrow_range(part: Partition, start: int, end: int | None) -> int:
+        """The end of an Arrow read of [start, end) (None: the log's end), checked."""
         stop = part.end_offset if end is None else end
         if stop < start:
             raise OffsetOutOfRangeError(f"end offset {stop} is before start offset {start}")
         if start < stop:
             part.check_offset(start)
-        spans = part.committed_spans(start, stop) if committed else [(start, stop)]
+        return stop
+
+    @staticmethod
+    def _arrow_batches(
+        part: Partition,
+        spans: list[tuple[int, int]],
+        include_headers: bool,
+        fill: Callable[[Any, int, int], tuple[int, bool]],
+    ) -> Iterator[pa.RecordBatch]:
+        """The RecordBatches `fill(cols, offset, last)` makes of each span [lo, hi), one
+        builder's worth at a time (fill returns the next offset and whether it is done)."""
         for lo, hi in spans:
             offset = lo
             while offset < hi:
                 cols = new_columns(include_headers)
-                offset, done = self._fill(part, cols, offset, hi - 1, max_records, max_bytes)
+                offset, done = fill(cols, offset, hi - 1)
                 if cols.num_rows:
-                    yield to_record_batch(cols, topic, partition)
+                    yield to_record_batch(cols, part.topic, part.partition)
                 if done:
                     break
 
@@ -1044,14 +1067,10 @@ class Store(Sender[RecordMetadata, BatchMetadata, list[BatchMetadata]]):
         spec = engine.make_spec(None, None, contains, regex, tag, where)
         committed = check_isolation(isolation_level)
         part = self.log.partition(topic, partition)
-        end = part.end_offset if end is None else end
-        if end < start:
-            raise OffsetOutOfRangeError(f"end offset {end} is before start offset {start}")
-        if start < end:
-            part.check_offset(start)
+        stop = self._arrow_range(part, start, end)
         if spec.filters_in_python:
             page: list[Message] = []
-            for m in engine.scan_messages(part, spec, start, end, self.verify_crc, committed):
+            for m in engine.scan_messages(part, spec, start, stop, self.verify_crc, committed):
                 page.append(m)
                 if len(page) >= max_records:
                     yield messages_batch(page, include_headers)
@@ -1059,17 +1078,14 @@ class Store(Sender[RecordMetadata, BatchMetadata, list[BatchMetadata]]):
             if page:
                 yield messages_batch(page, include_headers)
             return
-        for lo, hi in part.committed_spans(start, end) if committed else [(start, end)]:
-            offset = lo
-            while offset < hi:
-                cols = new_columns(include_headers)
-                offset, done = engine.fill_matching(
-                    part, cols, spec, offset, hi - 1, max_records, max_bytes, self.verify_crc
-                )
-                if cols.num_rows:
-                    yield to_record_batch(cols, topic, partition)
-                if done:
-                    break
+        yield from self._arrow_batches(
+            part,
+            part.committed_spans(start, stop) if committed else [(start, stop)],
+            include_headers,
+            lambda cols, offset, last: engine.fill_matching(
+                part, cols, spec, offset, last, max_records, max_bytes, self.verify_crc
+            ),  # fmt: skip
+        )
 
     def key_spans(
         self, topic: str, partition: int, key: bytes | str, start: int, end: int
