@@ -946,24 +946,9 @@ def fill_matching(
     until it holds `max_rows` rows or `max_bytes` data bytes. Returns (next offset, done)
     like Store._fill."""
     assert not spec.filters_in_python
-    state: dict[str, Any] = {"next": offset, "done": True}
-    selector = spec.kernel_selector
-    max_bytes = min(max_bytes, ARROW_MAX_BYTES)
-
-    def decode(buf: memoryview, file_pos: int, seg: LogSegment) -> tuple[int, bool]:
-        r = scan_records(
-            buf, 0, part.topic, part.partition, state["next"], last + 1, spec.lo, spec.hi,
-            spec.needle, False, spec.tag, max(1, max_rows - cols.num_rows), NO_END, verify_crc,
-            MAX_DECOMPRESSED, seg.log_path, file_pos, selector, True, cols, max_bytes,
-        )  # fmt: skip
-        state["next"] = max(state["next"], r.next_offset)
-        if r.reason == "end":  # the view's end, or past `last`
-            return r.next_position, state["next"] > last
-        state["done"] = False  # the columns are full
-        return r.next_position, True
-
-    part.scan(offset, decode)
-    return int(state["next"]), bool(state["done"]) or state["next"] > last
+    _, nxt, full = _kernel_pass(part, spec, offset, last + 1, verify_crc, max_rows, cols,
+                                min(max_bytes, ARROW_MAX_BYTES))  # fmt: skip
+    return nxt, not full or nxt > last
 
 
 def scan_messages(
@@ -975,23 +960,33 @@ def scan_messages(
     for lo, hi in part.committed_spans(start, end) if committed else [(start, end)]:
         offset, more = lo, True
         while more and offset < hi:
-            found, offset, more = _scan_candidates(part, spec, offset, hi, verify_crc)
+            found, offset, more = _kernel_pass(part, spec, offset, hi, verify_crc, SCAN_CHUNK)
             yield from (m for m in found if spec.accepts(m))
 
 
-def _scan_candidates(
-    part: Partition, spec: ScanSpec, offset: int, end: int, verify_crc: bool
+def _kernel_pass(
+    part: Partition,
+    spec: ScanSpec,
+    offset: int,
+    end: int,
+    verify_crc: bool,
+    limit: int,
+    into: ArrowColumns | None = None,
+    max_bytes: int = ARROW_MAX_BYTES,
 ) -> tuple[list[Message], int, bool]:
-    """The kernel's candidates of [offset, end) up to SCAN_CHUNK of them: (them, the offset
-    to go on from, whether the chunk's bound stopped it before `end`)."""
+    """The kernel's matches of [offset, end) over the segments, up to `limit` of them (as
+    Messages, or rows added to `into` up to `max_bytes`): (the Messages, the offset to go on
+    from, whether a bound stopped it before `end`)."""
     found: list[Message] = []
     state: dict[str, Any] = {"next": offset, "more": False}
 
     def decode(buf: memoryview, file_pos: int, seg: LogSegment) -> tuple[int, bool]:
+        taken = len(found) if into is None else into.num_rows
         r = scan_records(
             buf, 0, part.topic, part.partition, state["next"], end, spec.lo, spec.hi,
-            spec.needle, False, spec.tag, SCAN_CHUNK - len(found), NO_END, verify_crc,
-            MAX_DECOMPRESSED, seg.log_path, file_pos, spec.kernel_selector, True,
+            spec.needle, False, spec.tag, max(1, limit - taken), NO_END, verify_crc,
+            MAX_DECOMPRESSED, seg.log_path, file_pos, spec.kernel_selector, True, into,
+            max_bytes,
         )  # fmt: skip
         state["next"] = max(state["next"], r.next_offset)
         found.extend(r.messages)
